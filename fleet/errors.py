@@ -1,0 +1,73 @@
+"""The exception tree of fleet.
+
+Exceptions mean "no answer" or "bad input"; a remote command that ran and
+exited non-zero is data (a `CommandResult`), never an exception.
+
+    FleetError
+    ├── UsageError            exit 2: bad command line
+    │   └── InventoryError    exit 2: bad inventory, names the file and key
+    └── TransportError        a host did not answer
+        ├── ConnectError      refused, unreachable, connect timed out
+        ├── AuthError         authentication failed (or sudo wants a password)
+        ├── HostKeyError      host key unknown or changed
+        ├── ConnectionLost    the session dropped mid-run
+        └── CommandTimeout    a command did not finish within its deadline
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleet.transport import CommandResult
+
+
+class FleetError(Exception):
+    """Base of every error fleet raises on purpose."""
+
+
+class UsageError(FleetError):
+    """The command line is wrong; nothing was touched (exit 2)."""
+
+
+class InventoryError(UsageError):
+    """The inventory is wrong: `path: key: message` in one line (exit 2)."""
+
+    def __init__(self, path: str, key: str, message: str) -> None:
+        self.path = path
+        self.key = key
+        self.message = message
+        where = f"{path}: {key}" if key else path
+        super().__init__(f"{where}: {message}")
+
+
+class TransportError(FleetError):
+    """A host gave no answer."""
+
+
+class ConnectError(TransportError):
+    """No SSH session: refused, unreachable or timed out while connecting."""
+
+
+class AuthError(TransportError):
+    """The host refused our credentials."""
+
+
+class HostKeyError(TransportError):
+    """The host key is not in known_hosts or does not match it."""
+
+
+class ConnectionLost(TransportError):
+    """The session dropped while a command was running."""
+
+
+class CommandTimeout(TransportError):
+    """A command did not finish within its deadline; it has been ended.
+
+    `result` carries what it printed before it was ended.
+    """
+
+    def __init__(self, result: CommandResult, deadline_s: float) -> None:
+        self.result = result
+        self.deadline_s = deadline_s
+        super().__init__(f"{result.argv[0] if result.argv else '?'} did not answer within {deadline_s:g} s")
