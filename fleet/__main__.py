@@ -1,0 +1,5 @@
+import sys
+
+from fleet.cli import main
+
+sys.exit(main())

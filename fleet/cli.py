@@ -1,0 +1,164 @@
+"""The command line: thin wiring over the importable core (`fleet.runner`, `fleet.inventory`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import click
+import typer
+
+from fleet import report as reporting
+from fleet.errors import UsageError
+from fleet.inventory import Inventory, host_vars, inventory_path, load_inventory, select
+from fleet.models import Host
+from fleet.session import run_and_report
+
+app = typer.Typer(
+    name="fleet",
+    help="Make racks of GPU nodes clean again, many at once, and prove it.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+HostsArg = Annotated[list[str] | None, typer.Argument(help="Host names or node-set patterns.", show_default=False)]
+InventoryOpt = Annotated[str | None, typer.Option("-i", "--inventory", help="Inventory file (else $FLEET_INVENTORY).")]
+GroupOpt = Annotated[list[str] | None, typer.Option("-g", "--group", help="Target a group (repeatable, union).")]
+LimitOpt = Annotated[str | None, typer.Option("-l", "--limit", help="Intersect with these hosts/patterns.")]
+ExcludeOpt = Annotated[str | None, typer.Option("--exclude", help="Remove these hosts/patterns.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout; humans read stderr.")]
+ConcurrencyOpt = Annotated[
+    int | None, typer.Option("-j", "--concurrency", min=1, help="At most N hosts with remote work in flight.")
+]
+LogDirOpt = Annotated[Path | None, typer.Option("--log-dir", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")]
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _targets(hosts: list[str] | None, inventory: str | None, group: list[str] | None,
+             limit: str | None, exclude: str | None) -> tuple[Inventory, list[Host]]:
+    inv = load_inventory(inventory_path(inventory))
+    return inv, select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude)
+
+
+def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
+    if yes or dry_run or len(targets) <= 1:
+        return
+    names = reporting.fold([h.name for h in targets])
+    if not sys.stdin.isatty():
+        raise UsageError(f"refusing to reset {len(targets)} hosts ({names}) without -y: stdin is not a terminal")
+    groups = sorted({g for h in targets for g in h.groups})
+    prompt = f"Reset {len(targets)} hosts {names}" + (f" (groups: {', '.join(groups)})" if groups else "") + "?"
+    if not typer.confirm(prompt, default=False, err=True):
+        _err("fleet: nothing done")
+        raise typer.Exit(1)
+
+
+def execute(command: str, targets: list[Host], *, as_json: bool, concurrency: int | None,
+            log_dir: Path | None, dry_run: bool = False) -> int:
+    return anyio.run(partial(
+        run_and_report, command, targets, as_json=as_json, concurrency=concurrency, log_dir=log_dir,
+        dry_run=dry_run,
+    ))
+
+
+@app.command()
+def reset(
+    hosts: HostsArg = None,
+    inventory: InventoryOpt = None,
+    group: GroupOpt = None,
+    limit: LimitOpt = None,
+    exclude: ExcludeOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Touch nothing; print the plan per host.")] = False,
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask before resetting several hosts.")] = False,
+    concurrency: ConcurrencyOpt = None,
+    as_json: JsonOpt = False,
+    log_dir: LogDirOpt = None,
+) -> None:
+    """Drain -> kill -> settle -> verify on every target."""
+    _, targets = _targets(hosts, inventory, group, limit, exclude)
+    _confirm(targets, yes, dry_run)
+    raise typer.Exit(execute("reset", targets, as_json=as_json, concurrency=concurrency,
+                             log_dir=log_dir, dry_run=dry_run))
+
+
+@app.command()
+def check(
+    hosts: HostsArg = None,
+    inventory: InventoryOpt = None,
+    group: GroupOpt = None,
+    limit: LimitOpt = None,
+    exclude: ExcludeOpt = None,
+    as_json: JsonOpt = False,
+    concurrency: ConcurrencyOpt = None,
+    log_dir: LogDirOpt = None,
+) -> None:
+    """Verify only, read-only; exit 0 when every host is clean."""
+    _, targets = _targets(hosts, inventory, group, limit, exclude)
+    raise typer.Exit(execute("check", targets, as_json=as_json, concurrency=concurrency, log_dir=log_dir))
+
+
+@app.command("inventory")
+def inventory_cmd(
+    hosts: HostsArg = None,
+    inventory: InventoryOpt = None,
+    group: GroupOpt = None,
+    limit: LimitOpt = None,
+    exclude: ExcludeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The resolved targets and their variables."""
+    inv, targets = _targets(hosts, inventory, group, limit, exclude)
+    if as_json:
+        document: dict[str, Any] = {"inventory": str(inv.path), "hosts": {h.name: host_vars(h) for h in targets}}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        return
+    from fleet.tables import inventory_table
+
+    inventory_table(targets)
+
+
+@app.command()
+def demo(
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, help="How many simulated nodes.")] = 16,
+    as_json: JsonOpt = False,
+    log_dir: LogDirOpt = None,
+) -> None:
+    """A simulated fleet on this machine (loopback SSH), reset end to end, then torn down."""
+    from fleet.demo import run_demo
+
+    raise typer.Exit(run_demo(nodes=nodes, as_json=as_json, log_dir=log_dir))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: usage and inventory errors are one line on stderr and exit 2."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="fleet", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        _err("fleet: aborted")
+        return 130
+    except click.UsageError as exc:
+        _err(f"fleet: error: {exc.format_message()}")
+        return 2
+    except UsageError as exc:
+        _err(f"fleet: error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        _err("fleet: interrupted")
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

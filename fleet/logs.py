@@ -1,0 +1,77 @@
+"""Per-node structured logs: `<log-dir>/<run_id>/<host>.jsonl`, one JSON object a line.
+
+No global logging configuration: every host gets its own structlog logger whose
+last processor writes to that host's file. Each line carries `timestamp`,
+`level`, `event`, `host`, `run_id` and, where there is one, `step`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+from fleet.errors import UsageError
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def default_log_dir(env: dict[str, str] | None = None) -> Path:
+    """--log-dir, else $FLEET_LOG_DIR, else $XDG_STATE_HOME/fleet/runs."""
+    env = dict(os.environ) if env is None else env
+    if env.get("FLEET_LOG_DIR"):
+        return Path(env["FLEET_LOG_DIR"])
+    state = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "fleet" / "runs"
+
+
+class RunLogs:
+    """The log folder of one run; hands out one logger per host."""
+
+    def __init__(self, log_dir: Path, run_id: str) -> None:
+        self.run_id = run_id
+        self.path = log_dir / run_id
+        self._files: list[IO[str]] = []
+
+    def create(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=False)
+        except OSError as exc:
+            raise UsageError(f"cannot create log folder {self.path}: {exc.strerror}") from exc
+
+    def host_logger(self, host: str) -> Any:
+        # Line buffered: a line is on disk as soon as it is logged, even if the run dies.
+        out = (self.path / f"{host}.jsonl").open("a", encoding="utf-8", buffering=1)
+        self._files.append(out)
+        return structlog.wrap_logger(
+            structlog.WriteLogger(out),
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.dict_tracebacks,
+                structlog.processors.JSONRenderer(),
+            ],
+            host=host,
+            run_id=self.run_id,
+        )
+
+    def write_summary(self, document: dict[str, Any]) -> Path:
+        """summary.json, written whole or not at all (temp file + rename)."""
+        target = self.path / "summary.json"
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(target)
+        return target
+
+    def close(self) -> None:
+        for out in self._files:
+            out.close()
+        self._files.clear()

@@ -1,0 +1,185 @@
+"""Pure decisions of a reset: who is protected, what was killed, what is clean, what to say.
+
+No I/O here: every function takes parsed probe output and returns data or one line of text.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from fleet import probes
+from fleet.models import GpuReport, KilledProcess
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process holding a GPU device file, with what we know of it."""
+
+    pid: int
+    user: str
+    name: str
+    exe: str | None
+    devices: tuple[str, ...]
+    protected_by: str | None = None
+
+    def label(self) -> str:
+        return f"pid {self.pid} {self.name}"
+
+
+def first_line(text: str, limit: int = 160) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return "(no output)"
+
+
+def describe_holders(
+    found: Iterable[probes.Holder],
+    ps: Mapping[int, probes.PsRow],
+    exe: Mapping[int, str],
+    protected_names: Sequence[str],
+) -> tuple[Holder, ...]:
+    """Join the scan with ps and exe; a pid ps no longer knows has exited and is dropped."""
+    out = []
+    for found_holder in found:
+        row = ps.get(found_holder.pid)
+        if row is None:
+            continue
+        path = exe.get(found_holder.pid)
+        out.append(Holder(
+            pid=found_holder.pid, user=row.user or found_holder.user, name=row.comm, exe=path,
+            devices=found_holder.devices, protected_by=probes.is_protected(row.comm, path, protected_names),
+        ))
+    return tuple(out)
+
+
+def killed_records(
+    targets: Sequence[Holder], after_term: frozenset[int], after_kill: frozenset[int]
+) -> tuple[KilledProcess, ...]:
+    """The last signal each target needed; a pid that survived SIGKILL was not killed."""
+    records = []
+    for h in targets:
+        if h.pid in after_kill:
+            continue
+        signal = "SIGKILL" if h.pid in after_term else "SIGTERM"
+        records.append(KilledProcess(pid=h.pid, name=h.name, user=h.user, signal=signal))
+    return tuple(records)
+
+
+def _labels(holders: Iterable[Holder], limit: int = 4) -> str:
+    items = [h.label() for h in holders]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back: Sequence[Holder]) -> str:
+    parts = []
+    if killed:
+        by_signal = {s: sum(1 for k in killed if k.signal == s) for s in ("SIGTERM", "SIGKILL")}
+        parts.append(f"killed {len(killed)} ({by_signal['SIGTERM']} on SIGTERM, {by_signal['SIGKILL']} on SIGKILL)")
+    else:
+        parts.append("no GPU holders to kill")
+    if kept:
+        parts.append("kept protected " + ", ".join(f"{h.label()} ({h.protected_by})" for h in kept))
+    if back:
+        parts.append("holding after kill: " + _labels(back))
+    return "; ".join(parts)
+
+
+def kill_error(after_kill: frozenset[int], targets: Sequence[Holder], back: Sequence[Holder]) -> str | None:
+    """One line when the kill did not leave the GPUs free of unprotected holders."""
+    survivors = [h for h in targets if h.pid in after_kill]
+    if survivors:
+        return f"survived SIGKILL: {_labels(survivors)}"
+    target_pids = {h.pid for h in targets}
+    new = [h for h in back if h.pid not in target_pids]
+    if new:
+        return f"respawned or new GPU holders after kill: {_labels(new)}"
+    return None
+
+
+def describe_units(states: Mapping[str, probes.UnitState]) -> str:
+    return ", ".join(f"{unit} {state.active_state}" for unit, state in states.items())
+
+
+def note_settled(rows: Iterable[probes.GpuRow], threshold: int, elapsed: float, settled: dict[int, float]) -> None:
+    """Record when each GPU first went (and stayed) at or under the threshold."""
+    for row in rows:
+        if row.memory_used_mib is not None and row.memory_used_mib <= threshold:
+            settled.setdefault(row.index, round(elapsed, 3))
+        else:
+            settled.pop(row.index, None)
+
+
+def _memory_problem(row: probes.GpuRow, threshold: int) -> str | None:
+    if row.memory_used_mib is None:
+        return f"gpu {row.index} memory.used is not a number ([N/A])"
+    if row.memory_used_mib > threshold:
+        return f"gpu {row.index} holds {row.memory_used_mib} MiB"
+    return None
+
+
+def unsettled_error(rows: Sequence[probes.GpuRow], threshold: int, timeout: float) -> str:
+    if not rows:
+        return "nvidia-smi listed no GPUs"
+    problems = [p for p in (_memory_problem(r, threshold) for r in rows) if p]
+    return f"{_first_of(problems)} after {timeout:g} s (threshold {threshold} MiB)"
+
+
+def _first_of(problems: Sequence[str]) -> str:
+    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+    return problems[0] + more
+
+
+def _app_label(app: probes.ComputeApp) -> str:
+    return f"pid {app.pid} {os.path.basename(app.process_name) or app.process_name}"
+
+
+def verify_problems(
+    rows: Sequence[probes.GpuRow], apps: Sequence[probes.ComputeApp], expected: int | None, threshold: int
+) -> list[str]:
+    """Everything that keeps a node from being clean, most telling first."""
+    problems = []
+    if expected is not None and len(rows) != expected:
+        problems.append(f"expected {expected} GPUs, nvidia-smi lists {len(rows)}")
+    by_uuid = {r.uuid: r.index for r in rows if r.uuid}
+    for row in rows:
+        problem = _memory_problem(row, threshold)
+        if problem:
+            on_gpu = [a for a in apps if a.gpu_uuid == row.uuid]
+            who = f" ({', '.join(_app_label(a) for a in on_gpu)})" if on_gpu else ""
+            problems.append(problem + who)
+    for app in apps:
+        index = by_uuid.get(app.gpu_uuid)
+        where = f"gpu {index}" if index is not None else "a GPU"
+        problems.append(f"{_app_label(app)} still runs on {where}")
+    return problems
+
+
+def verify_error(
+    rows: Sequence[probes.GpuRow], apps: Sequence[probes.ComputeApp], expected: int | None, threshold: int
+) -> str | None:
+    problems = verify_problems(rows, apps, expected, threshold)
+    if not rows and not problems:
+        problems.append("nvidia-smi listed no GPUs")
+    return _first_of(problems) if problems else None
+
+
+def describe_verify(rows: Sequence[probes.GpuRow], apps: Sequence[probes.ComputeApp]) -> str:
+    used = [r.memory_used_mib for r in rows if r.memory_used_mib is not None]
+    peak = f", max {max(used)} MiB used" if used else ""
+    ecc = [r for r in rows if r.ecc_uncorrected]
+    ecc_note = f", uncorrected ECC errors on gpu {', '.join(str(r.index) for r in ecc)}" if ecc else ""
+    return f"{len(rows)} GPUs{peak}, {len(apps)} compute apps{ecc_note}"
+
+
+def gpu_reports(rows: Sequence[probes.GpuRow], settle_s: Mapping[int, float]) -> tuple[GpuReport, ...]:
+    return tuple(
+        GpuReport(
+            index=r.index, memory_used_mib=r.memory_used_mib, uuid=r.uuid, name=r.name,
+            memory_total_mib=r.memory_total_mib, settle_s=settle_s.get(r.index),
+        )
+        for r in rows
+    )

@@ -1,0 +1,88 @@
+"""A host's transport plus its log and a step budget: every command logged, every command bounded."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.errors import CommandTimeout
+from fleet.models import Host, StepName
+from fleet.transport import CommandResult, Transport
+
+# Output kept per stream in the per-node log.
+LOG_OUTPUT_LIMIT = 4096
+
+
+class BudgetSpent(Exception):
+    """A step ran out of its time budget before it could start a command."""
+
+
+@dataclass
+class Budget:
+    """A step's deadline on the monotonic clock."""
+
+    seconds: float
+    started: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.started = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def remaining(self) -> float:
+        return self.seconds - self.elapsed
+
+    def command_timeout(self, limit: float) -> float:
+        """A command's timeout: the host's command_timeout, never past the step's end."""
+        left = self.remaining
+        if left <= 0.05:
+            raise BudgetSpent(f"step budget of {self.seconds:g} s spent")
+        return min(limit, left)
+
+
+def _clip_for_log(text: str) -> str:
+    if len(text) <= LOG_OUTPUT_LIMIT:
+        return text
+    return text[:LOG_OUTPUT_LIMIT] + f"[... {len(text) - LOG_OUTPUT_LIMIT} more characters]"
+
+
+class Remote:
+    """What the steps talk to: one host, its transport, its log."""
+
+    def __init__(self, host: Host, transport: Transport, log: Any) -> None:
+        self.host = host
+        self.transport = transport
+        self.log = log
+        self.commands = 0
+
+    async def run(self, argv: Sequence[str], *, step: StepName, budget: Budget | None = None) -> CommandResult:
+        """Run one command bounded by command_timeout and the step's budget; log it either way."""
+        limit = self.host.command_timeout
+        timeout = budget.command_timeout(limit) if budget else limit
+        self.commands += 1
+        try:
+            result = await self.transport.run(argv, timeout=timeout)
+        except CommandTimeout as exc:
+            self._log_result(exc.result, step, timeout, timed_out=True)
+            raise
+        self._log_result(result, step, timeout, timed_out=False)
+        return result
+
+    def _log_result(self, result: CommandResult, step: StepName, timeout: float, *, timed_out: bool) -> None:
+        self.log.info(
+            "command",
+            step=str(step),
+            argv=list(result.argv),
+            exit_status=result.exit_status,
+            signal=result.signal,
+            timed_out=timed_out,
+            timeout_s=round(timeout, 3),
+            duration_s=round(result.duration_s, 4),
+            stdout=_clip_for_log(result.stdout),
+            stderr=_clip_for_log(result.stderr),
+        )

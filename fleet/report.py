@@ -1,0 +1,78 @@
+"""The run report: the one place JSON is produced, and the human summary for stderr."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from fleet.models import HostReport, HostStatus, RunReport
+
+SUMMARY_KEYS = (HostStatus.CLEAN, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.SKIPPED)
+
+
+def summary(report: RunReport) -> dict[str, int]:
+    counts = {"total": len(report.hosts)}
+    for status in SUMMARY_KEYS:
+        counts[status.value] = report.count(status)
+    planned = report.count(HostStatus.PLANNED)
+    if planned:
+        counts[HostStatus.PLANNED.value] = planned
+    return counts
+
+
+def host_document(host: HostReport) -> dict[str, Any]:
+    return {
+        "status": host.status.value,
+        "duration_s": host.duration_s,
+        "error": host.error,
+        "steps": [
+            {"name": s.name.value, "status": s.status.value, "duration_s": s.duration_s, "detail": s.detail}
+            for s in host.steps
+        ],
+        "killed": [asdict(k) for k in host.killed],
+        "gpus": [asdict(g) for g in host.gpus],
+    }
+
+
+def to_document(report: RunReport) -> dict[str, Any]:
+    """The CONTRACT's JSON report, for --json and summary.json alike."""
+    return {
+        "run_id": report.run_id,
+        "command": report.command,
+        "started_at": report.started_at,
+        "duration_s": report.duration_s,
+        "summary": summary(report),
+        "hosts": {name: host_document(h) for name, h in report.hosts.items()},
+    }
+
+
+def exit_code(report: RunReport, *, interrupted: bool = False) -> int:
+    if interrupted:
+        return 130
+    wanted = HostStatus.PLANNED if report.command == "dry-run" else HostStatus.CLEAN
+    ok = all(h.status in (wanted, HostStatus.PLANNED) for h in report.hosts.values())
+    return 0 if ok else 1
+
+
+def fold(names: list[str]) -> str:
+    """gpu-b01 .. gpu-b15 -> gpu-b[01-15]."""
+    return str(NodeSet.fromlist(names))
+
+
+def human_lines(report: RunReport) -> list[str]:
+    """Hosts with the same outcome folded into node-set notation; one line per distinct error."""
+    groups: dict[tuple[HostStatus, str | None], list[str]] = defaultdict(list)
+    for name, host in report.hosts.items():
+        groups[(host.status, host.error)].append(name)
+    order = list(HostStatus)
+    lines = []
+    for (status, error), names in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1] or "")):
+        suffix = f": {error}" if error else ""
+        lines.append(f"{fold(names)} {status.value}{suffix}")
+    counts = summary(report)
+    tally = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "total" and v)
+    lines.append(f"{report.command} of {counts['total']} hosts in {report.duration_s:.1f} s: {tally}")
+    return lines

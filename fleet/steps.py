@@ -1,0 +1,243 @@
+"""The four steps of a reset: drain -> kill -> settle -> verify.
+
+Each step talks to one node through `Remote`, is bounded by its own budget,
+and returns a `StepResult` plus what it learned. Decisions (what is clean,
+what is protected, what the one-line error says) are pure functions in
+`fleet.policy`; the commands and parsers are in `fleet.probes`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from fleet import policy, probes
+from fleet.errors import CommandTimeout
+from fleet.models import GpuReport, KilledProcess, StepName, StepResult, StepStatus
+from fleet.remote import Budget, BudgetSpent, Remote
+
+# Backoff for polls: first wait, factor, cap (seconds).
+POLL_FIRST_S = 0.1
+POLL_FACTOR = 1.5
+POLL_CAP_S = 1.0
+# Seconds to wait for a unit to go down after `systemctl kill -s SIGKILL`.
+ESCALATION_WINDOW_S = 10.0
+# Seconds to wait for SIGKILLed processes to vanish.
+SIGKILL_WAIT_S = 5.0
+
+
+class StepFailed(Exception):
+    """A step cannot go on; `status` and the one-line message say why."""
+
+    def __init__(self, message: str, status: StepStatus = StepStatus.FAILED) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+def backoff() -> list[float]:
+    """The poll waits: 0.1, 0.15, 0.225 ... capped at 1 s (a generator would do; a list is testable)."""
+    waits, wait = [], POLL_FIRST_S
+    while len(waits) < 200:
+        waits.append(wait)
+        wait = min(wait * POLL_FACTOR, POLL_CAP_S)
+    return waits
+
+
+def _result(name: StepName, started: float, detail: str, status: StepStatus = StepStatus.OK,
+            error: str | None = None) -> StepResult:
+    return StepResult(name, status, round(time.monotonic() - started, 3), detail, error)
+
+
+# ---------------------------------------------------------------- drain
+
+
+async def _unit_states(remote: Remote, units: Sequence[str], budget: Budget) -> dict[str, probes.UnitState]:
+    states = {}
+    for unit in units:
+        res = await remote.run(probes.unit_state_argv(unit), step=StepName.DRAIN, budget=budget)
+        if not res.ok:
+            raise StepFailed(f"systemctl show {unit} exited {res.exit_status}: {policy.first_line(res.stderr)}")
+        states[unit] = probes.parse_unit_state(res.stdout)
+    return states
+
+
+async def _wait_down(remote: Remote, units: Sequence[str], budget: Budget) -> dict[str, probes.UnitState]:
+    """Poll until every unit is inactive or failed, or the budget is spent; return the last states."""
+    states = await _unit_states(remote, units, budget)
+    for wait in backoff():
+        up = [u for u in units if not states[u].is_down]
+        if not up or budget.remaining <= wait:
+            break
+        await anyio.sleep(wait)
+        states.update(await _unit_states(remote, up, budget))
+    return states
+
+
+async def drain(remote: Remote) -> StepResult:
+    """Stop every unit in `services` gracefully; escalate to SIGKILL only when the stop hangs."""
+    started, units = time.monotonic(), remote.host.services
+    if not units:
+        return _result(StepName.DRAIN, started, "no services to stop")
+    budget = Budget(remote.host.drain_timeout)
+    for unit in units:
+        await remote.run(probes.unit_stop_argv(unit), step=StepName.DRAIN, budget=budget)
+    states = await _wait_down(remote, units, budget)
+    hung = [u for u in units if not states[u].is_down]
+    if not hung:
+        return _result(StepName.DRAIN, started, policy.describe_units(states))
+    remote.log.warning("drain_escalate", step="drain", units=hung, after_s=round(budget.elapsed, 3))
+    escalation = Budget(ESCALATION_WINDOW_S)
+    for unit in hung:
+        await remote.run(probes.unit_kill_argv(unit), step=StepName.DRAIN, budget=escalation)
+    states.update(await _wait_down(remote, hung, escalation))
+    detail = f"{', '.join(hung)} did not stop within {remote.host.drain_timeout:g} s: SIGKILLed; " + \
+        policy.describe_units(states)
+    still = [u for u in hung if not states[u].is_down]
+    if still:
+        msg = f"{still[0]} still {states[still[0]].active_state} after SIGKILL"
+        return _result(StepName.DRAIN, started, detail, StepStatus.FAILED, msg)
+    return _result(StepName.DRAIN, started, detail)
+
+
+# ---------------------------------------------------------------- kill
+
+
+@dataclass
+class KillOutcome:
+    result: StepResult
+    killed: tuple[KilledProcess, ...] = ()
+    kept: tuple[policy.Holder, ...] = ()
+
+
+async def scan_holders(remote: Remote, step: StepName, budget: Budget) -> tuple[policy.Holder, ...]:
+    """Every process holding a device file, described (user, comm, exe) and judged protected or not."""
+    res = await remote.run(probes.holders_scan_argv(remote.host.devices), step=step, budget=budget)
+    if res.exit_status not in (0, 1):
+        raise StepFailed(f"holder scan exited {res.exit_status}: {policy.first_line(res.stderr)}")
+    found = probes.parse_holders(res.stdout)
+    if not found:
+        return ()
+    pids = [h.pid for h in found]
+    ps = await remote.run(probes.ps_argv(pids), step=step, budget=budget)
+    exe = await remote.run(probes.exe_argv(pids), step=step, budget=budget)
+    return policy.describe_holders(
+        found, probes.parse_ps(ps.stdout), probes.parse_exe(exe.stdout), remote.host.protected_names
+    )
+
+
+async def _alive(remote: Remote, pids: Sequence[int], budget: Budget) -> frozenset[int]:
+    res = await remote.run(probes.alive_argv(pids), step=StepName.KILL, budget=budget)
+    return probes.parse_pids(res.stdout) & frozenset(pids)
+
+
+async def _signal_and_wait(remote: Remote, signal: str, pids: Sequence[int], wait_s: float,
+                           budget: Budget) -> frozenset[int]:
+    """Send `signal` to pids, then poll until they are gone or wait_s passes; return the survivors."""
+    await remote.run(probes.kill_argv(signal, pids), step=StepName.KILL, budget=budget)
+    deadline = time.monotonic() + wait_s
+    alive = await _alive(remote, pids, budget)
+    for wait in backoff():
+        if not alive or time.monotonic() + wait > deadline:
+            break
+        await anyio.sleep(wait)
+        alive = await _alive(remote, sorted(alive), budget)
+    return alive
+
+
+async def kill(remote: Remote) -> KillOutcome:
+    """SIGTERM every unprotected holder, wait kill_grace, SIGKILL the rest, scan again."""
+    started, host = time.monotonic(), remote.host
+    budget = Budget(host.kill_grace + SIGKILL_WAIT_S + 4 * host.command_timeout)
+    holders = await scan_holders(remote, StepName.KILL, budget)
+    targets = [h for h in holders if h.protected_by is None]
+    kept = tuple(h for h in holders if h.protected_by is not None)
+    if not targets:
+        return KillOutcome(_result(StepName.KILL, started, policy.describe_kill((), kept, ())), (), kept)
+    pids = [h.pid for h in targets]
+    remote.log.info("kill_targets", step="kill", pids=pids, kept=[h.pid for h in kept])
+    after_term = await _signal_and_wait(remote, "SIGTERM", pids, host.kill_grace, budget)
+    after_kill = (
+        await _signal_and_wait(remote, "SIGKILL", sorted(after_term), SIGKILL_WAIT_S, budget)
+        if after_term else frozenset()
+    )
+    killed = policy.killed_records(targets, after_term, after_kill)
+    again = await scan_holders(remote, StepName.KILL, budget)
+    back = [h for h in again if h.protected_by is None]
+    detail = policy.describe_kill(killed, kept, back)
+    error = policy.kill_error(after_kill, targets, back)
+    status = StepStatus.FAILED if error else StepStatus.OK
+    return KillOutcome(_result(StepName.KILL, started, detail, status, error), killed, kept)
+
+
+# ---------------------------------------------------------------- settle / verify
+
+
+@dataclass
+class GpuOutcome:
+    result: StepResult
+    gpus: tuple[GpuReport, ...] = ()
+    settle_s: dict[int, float] = field(default_factory=dict)
+
+
+async def _smi(remote: Remote, argv: Sequence[str], step: StepName, budget: Budget) -> str:
+    """Run one nvidia-smi query; a hang is not retried: the step fails and says why."""
+    try:
+        res = await remote.run(argv, step=step, budget=budget)
+    except CommandTimeout as exc:
+        raise StepFailed(
+            f"nvidia-smi did not answer within {exc.deadline_s:g} s: driver may be wedged", StepStatus.TIMEOUT
+        ) from exc
+    if not res.ok:
+        raise StepFailed(probes.classify_smi_failure(res.exit_status, res.stdout, res.stderr))
+    return res.stdout
+
+
+async def query_gpus(remote: Remote, fields: Sequence[str], step: StepName,
+                     budget: Budget) -> tuple[probes.GpuRow, ...]:
+    out = await _smi(remote, probes.gpu_query_argv(remote.host.nvidia_smi, fields), step, budget)
+    try:
+        return probes.parse_gpu_query(out, fields)
+    except probes.ProbeParseError as exc:
+        raise StepFailed(f"unreadable nvidia-smi output: {exc}") from exc
+
+
+async def settle(remote: Remote) -> GpuOutcome:
+    """Poll GPU memory with backoff until every GPU is under the threshold; no fixed sleep."""
+    started, host = time.monotonic(), remote.host
+    budget = Budget(host.settle_timeout)
+    settled: dict[int, float] = {}
+    rows: tuple[probes.GpuRow, ...] = ()
+    for wait in backoff():
+        rows = await query_gpus(remote, probes.SETTLE_FIELDS, StepName.SETTLE, budget)
+        policy.note_settled(rows, host.memory_threshold_mib, budget.elapsed, settled)
+        if rows and len(settled) == len(rows):
+            detail = f"{len(rows)} GPUs at or under {host.memory_threshold_mib} MiB after {budget.elapsed:.1f} s"
+            return GpuOutcome(_result(StepName.SETTLE, started, detail), settle_s=settled)
+        if budget.remaining <= wait:
+            break
+        await anyio.sleep(wait)
+    msg = policy.unsettled_error(rows, host.memory_threshold_mib, host.settle_timeout)
+    return GpuOutcome(_result(StepName.SETTLE, started, msg, StepStatus.TIMEOUT, msg), settle_s=settled)
+
+
+async def verify(remote: Remote, settle_s: dict[int, float] | None = None) -> GpuOutcome:
+    """One GPU query and one compute-apps query; clean only if both say so."""
+    started, host = time.monotonic(), remote.host
+    budget = Budget(2 * host.command_timeout + 1)
+    rows = await query_gpus(remote, probes.VERIFY_FIELDS, StepName.VERIFY, budget)
+    out = await _smi(remote, probes.compute_apps_argv(host.nvidia_smi), StepName.VERIFY, budget)
+    try:
+        apps = probes.parse_compute_apps(out)
+    except probes.ProbeParseError as exc:
+        raise StepFailed(f"unreadable nvidia-smi output: {exc}") from exc
+    gpus = policy.gpu_reports(rows, settle_s or {})
+    error = policy.verify_error(rows, apps, host.gpus, host.memory_threshold_mib)
+    detail = policy.describe_verify(rows, apps)
+    status = StepStatus.FAILED if error else StepStatus.OK
+    return GpuOutcome(_result(StepName.VERIFY, started, detail, status, error), gpus)
+
+
+__all__ = ["BudgetSpent", "GpuOutcome", "KillOutcome", "StepFailed", "drain", "kill", "settle", "verify"]

@@ -1,0 +1,163 @@
+"""Small pure validators for every value that reaches a remote command or a file name.
+
+Each function takes a string and returns it (at most normalised) or raises
+`ValueError` with a short human reason. The inventory applies them at load
+time; the steps may apply them again right before building an argv, so a value
+that passed here is safe to quote once with `shlex.join` and can never turn
+into a second word, an option or a shell construct.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+
+# Characters a shell treats specially anywhere in a word, plus whitespace.
+SHELL_METACHARACTERS = frozenset(";|&$`'\"<>\\(){}!#~*?[] \t\n\r\v\f")
+
+UNIT_SUFFIXES = (
+    ".service",
+    ".socket",
+    ".device",
+    ".mount",
+    ".automount",
+    ".swap",
+    ".target",
+    ".path",
+    ".timer",
+    ".slice",
+    ".scope",
+)
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_UNIT = re.compile(r"[A-Za-z0-9:_.@-]+")
+_DEVICE_GLOB = re.compile(r"/[A-Za-z0-9_./*?\[\]-]+")
+_EXECUTABLE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")
+_COMMAND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
+_DOTTED_NUMBERS = re.compile(r"[0-9.]+")
+_PROCESS_FORBIDDEN = frozenset(";|&$`'\"<>\\(){}*?[]")
+
+
+def _require_str(s: object) -> str:
+    if not isinstance(s, str):
+        raise ValueError(f"expected a string, got {s!r}")
+    if not s:
+        raise ValueError("must not be empty")
+    return s
+
+
+def _name(s: object, what: str, max_len: int = 253) -> str:
+    value = _require_str(s)
+    if len(value) > max_len:
+        raise ValueError(f"{what} longer than {max_len} characters")
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            f"invalid {what} {value!r}: use letters, digits, '-', '_' and '.', starting with a letter or digit"
+        )
+    return value
+
+
+def host_name(s: str) -> str:
+    """A host name as written in the inventory; it also names the host's log file."""
+    return _name(s, "host name")
+
+
+def group_name(s: str) -> str:
+    """An inventory group name (same characters as a host name)."""
+    return _name(s, "group name", max_len=128)
+
+
+def unit_name(s: str) -> str:
+    """A systemd unit name with its type suffix, such as `sglang.service`."""
+    value = _require_str(s)
+    if len(value) > 256 or not _UNIT.fullmatch(value) or value.startswith("-"):
+        raise ValueError(
+            f"invalid unit name {value!r}: use letters, digits and ':_.@-', not starting with '-'"
+        )
+    suffix = next((x for x in UNIT_SUFFIXES if value.endswith(x)), None)
+    if suffix is None:
+        raise ValueError(f"unit name {value!r} has no unit type suffix such as '.service'")
+    stem = value[: -len(suffix)]
+    if not stem or stem.endswith("@"):
+        raise ValueError(f"unit name {value!r} names no unit (a template needs an instance)")
+    return value
+
+
+def _components(value: str, what: str) -> list[str]:
+    parts = value.split("/")[1:]
+    if ".." in parts:
+        raise ValueError(f"{what} {value!r} must not contain '..'")
+    return parts
+
+
+def device_glob(s: str) -> str:
+    """An absolute device path or glob, such as `/dev/nvidia*`."""
+    value = _require_str(s)
+    if len(value) > 1024 or not _DEVICE_GLOB.fullmatch(value):
+        raise ValueError(f"invalid device glob {value!r}: an absolute path of [A-Za-z0-9_./*?[]-]")
+    parts = [p for p in _components(value, "device glob") if p]
+    if len(parts) < 2 or any(c in parts[0] for c in "*?[]"):
+        raise ValueError(f"device glob {value!r} is too broad: name a directory, then the devices")
+    return value
+
+
+def process_name(s: str) -> str:
+    """A process name (as matched against the process table), never an option."""
+    value = _require_str(s)
+    if len(value) > 64:
+        raise ValueError(f"process name {value!r} longer than 64 characters")
+    bad = [c for c in value if not ("!" <= c <= "~") or c in _PROCESS_FORBIDDEN]
+    if bad:
+        raise ValueError(f"process name {value!r} contains {bad[0]!r}")
+    if value.startswith("-"):
+        raise ValueError(f"process name {value!r} must not start with '-'")
+    return value
+
+
+def executable(s: str) -> str:
+    """A bare command name (looked up in PATH) or an absolute path to one."""
+    value = _require_str(s)
+    if len(value) > 1024:
+        raise ValueError("executable path longer than 1024 characters")
+    if value.startswith("/"):
+        if not _EXECUTABLE_PATH.fullmatch(value) or value.endswith("/"):
+            raise ValueError(f"invalid executable {value!r}: an absolute path of [A-Za-z0-9_./-]")
+        _components(value, "executable")
+        return value
+    if not _COMMAND.fullmatch(value):
+        raise ValueError(f"invalid executable {value!r}: a command name or an absolute path")
+    return value
+
+
+def user_name(s: str) -> str:
+    """A login name: letters, digits, '_', '-', '.', optionally ending in '$'."""
+    value = _require_str(s)
+    if len(value) > 32 or not _USER.fullmatch(value):
+        raise ValueError(f"invalid user name {value!r}")
+    return value
+
+
+def address(s: str) -> str:
+    """A host name, or an IPv4 or IPv6 literal (without brackets)."""
+    value = _require_str(s)
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if _DOTTED_NUMBERS.fullmatch(value):
+            raise ValueError(f"invalid IPv4 address {value!r}") from None
+        if ":" in value:
+            raise ValueError(f"invalid IPv6 address {value!r}") from None
+        return _name(value, "address")
+    return value
+
+
+def path(s: str) -> str:
+    """A local file path; a leading `~` is expanded."""
+    value = _require_str(s)
+    if any(c in value for c in "\0\n\r"):
+        raise ValueError("a path must not contain NUL or line breaks")
+    if len(value) > 4096:
+        raise ValueError("path longer than 4096 characters")
+    return os.path.expanduser(value)
