@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-import click
 import typer
 
 from fleet import report as reporting
@@ -143,21 +142,29 @@ def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="fleet", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
         _err("fleet: aborted")
         return 130
-    except click.UsageError as exc:
-        _err(f"fleet: error: {exc.format_message()}")
-        return 2
     except UsageError as exc:
         _err(f"fleet: error: {exc}")
         return 2
+    except typer.TyperException as exc:  # typer's own usage errors (unknown option, bad value, ...)
+        return _usage(exc)
     except KeyboardInterrupt:
         _err("fleet: interrupted")
         return 130
     return result if isinstance(result, int) else 0
+
+
+def _usage(exc: typer.TyperException) -> int:
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        _err(str(getattr(exc, "ctx", None) and exc.ctx.get_help()))  # type: ignore[attr-defined]
+        return 2
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    _err(f"fleet: error: {' '.join(str(message).split())}")
+    return 2
 
 
 if __name__ == "__main__":

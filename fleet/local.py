@@ -122,11 +122,13 @@ class LocalTransport:
         started = time.monotonic()
         proc = await self._spawn(bounded_argv(argv, timeout, become=self._host.become))
         out, err = _Output(), _Output()
+        ended = False
         try:
             with anyio.move_on_after(client_deadline(timeout)) as deadline:
                 await _pump(proc, out, err)
+                ended = True
         finally:
-            await _reap(proc, out, err)
+            await _reap(proc, out, err, kill=not ended)
         code = proc.returncode
         status, sig = (code, None) if code is None or code >= 0 else (None, signal.Signals(-code).name)
         result = make_result(argv, status, sig, out.text(), err.text(), started)
@@ -158,9 +160,9 @@ async def _pump(proc: asyncio.subprocess.Process, out: _Output, err: _Output) ->
     await proc.wait()
 
 
-async def _reap(proc: asyncio.subprocess.Process, out: _Output, err: _Output) -> None:
-    """Kill the session if it still runs, then drain and reap, shielded and bounded."""
+async def _reap(proc: asyncio.subprocess.Process, out: _Output, err: _Output, *, kill: bool) -> None:
+    """Kill the session unless it ended by itself, then drain and reap: shielded, bounded."""
     with anyio.move_on_after(REAP_TIMEOUT_S, shield=True):
-        if proc.returncode is None:
+        if kill:
             signal_session(proc.pid)
         await _pump(proc, out, err)

@@ -152,7 +152,7 @@ def verify_problems(
             who = f" ({', '.join(_app_label(a) for a in on_gpu)})" if on_gpu else ""
             problems.append(problem + who)
     for app in apps:
-        index = by_uuid.get(app.gpu_uuid)
+        index = by_uuid.get(app.gpu_uuid) if app.gpu_uuid else None
         where = f"gpu {index}" if index is not None else "a GPU"
         problems.append(f"{_app_label(app)} still runs on {where}")
     return problems

@@ -69,8 +69,7 @@ class ProbeParseError(ValueError):
         self.lineno = lineno
         self.line = line
         self.reason = reason
-        shown = line if len(line) <= LINE_CLIP else line[:LINE_CLIP] + "..."
-        super().__init__(f"line {lineno}: {reason}: {shown!r}")
+        super().__init__(f"line {lineno}: {reason}: {_clip(line)!r}")
 
 
 @dataclass(frozen=True)
@@ -328,7 +327,7 @@ def _holder_line(lineno: int, line: str) -> tuple[int, str, str]:
     return int(match.group(1)), parts[0], parts[2]
 
 
-# --- process details --------------------------------------------------------------
+# --- process details -------------------------------------------------------
 
 
 def ps_argv(pids: Sequence[int]) -> list[str]:
@@ -374,7 +373,7 @@ def parse_pids(text: str) -> frozenset[int]:
     return frozenset(_int(line, lineno, line, "pid") for lineno, line in _lines(text))
 
 
-# --- signals ----------------------------------------------------------------------
+# --- signals -------------------------------------------------------
 
 
 def kill_argv(signal: str, pids: Sequence[int]) -> list[str]:
@@ -387,7 +386,7 @@ def kill_argv(signal: str, pids: Sequence[int]) -> list[str]:
     return ["kill", "-s", name, "--", *(str(pid) for pid in pids)]
 
 
-# --- systemd ------------------------------------------------------------------------
+# --- systemd -------------------------------------------------------
 
 
 def _unit(unit: str) -> str:
@@ -426,7 +425,7 @@ def parse_unit_state(text: str) -> UnitState:
     return UnitState(props["ActiveState"], props.get("SubState") or None, main_pid or None)
 
 
-# --- protection policy ------------------------------------------------------------------
+# --- protection policy -------------------------------------------------------
 
 
 def is_protected(comm: str, exe: str | None, protected_names: Sequence[str]) -> str | None:

@@ -52,8 +52,7 @@ def to_document(report: RunReport) -> dict[str, Any]:
 def exit_code(report: RunReport, *, interrupted: bool = False) -> int:
     if interrupted:
         return 130
-    wanted = HostStatus.PLANNED if report.command == "dry-run" else HostStatus.CLEAN
-    ok = all(h.status in (wanted, HostStatus.PLANNED) for h in report.hosts.values())
+    ok = all(h.status in (HostStatus.CLEAN, HostStatus.PLANNED) for h in report.hosts.values())
     return 0 if ok else 1
 
 

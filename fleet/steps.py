@@ -39,7 +39,8 @@ class StepFailed(Exception):
 
 def backoff() -> list[float]:
     """The poll waits: 0.1, 0.15, 0.225 ... capped at 1 s (a generator would do; a list is testable)."""
-    waits, wait = [], POLL_FIRST_S
+    waits: list[float] = []
+    wait = POLL_FIRST_S
     while len(waits) < 200:
         waits.append(wait)
         wait = min(wait * POLL_FACTOR, POLL_CAP_S)

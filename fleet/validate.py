@@ -37,7 +37,7 @@ _EXECUTABLE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")
 _COMMAND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
 _DOTTED_NUMBERS = re.compile(r"[0-9.]+")
-_PROCESS_FORBIDDEN = frozenset(";|&$`'\"<>\\(){}*?[]")
+_PROCESS_FORBIDDEN = SHELL_METACHARACTERS
 
 
 def _require_str(s: object) -> str:
@@ -53,9 +53,8 @@ def _name(s: object, what: str, max_len: int = 253) -> str:
     if len(value) > max_len:
         raise ValueError(f"{what} longer than {max_len} characters")
     if not _NAME.fullmatch(value):
-        raise ValueError(
-            f"invalid {what} {value!r}: use letters, digits, '-', '_' and '.', starting with a letter or digit"
-        )
+        rule = "letters, digits, '-', '_' and '.', starting with a letter or digit"
+        raise ValueError(f"invalid {what} {value!r}: use {rule}")
     return value
 
 

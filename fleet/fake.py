@@ -1,0 +1,62 @@
+"""A scripted Transport for logic tests: no processes, no sockets, milliseconds.
+
+A script maps an argv prefix to an answer (a CommandResult-like tuple, a callable,
+or a delay that simulates a hang). Unmatched commands fail loudly, so a test
+states every command the logic may run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from fleet.errors import CommandTimeout
+from fleet.transport import CommandResult
+
+
+@dataclass(frozen=True)
+class Reply:
+    stdout: str = ""
+    stderr: str = ""
+    exit_status: int = 0
+    delay_s: float = 0.0  # longer than the timeout: the command "hangs"
+
+
+Answer = Reply | Callable[[Sequence[str]], Reply]
+
+
+def _matches(prefix: Sequence[str], argv: Sequence[str]) -> bool:
+    """Element-wise prefix match; a script element ending in "=" matches any value after it."""
+    if len(argv) < len(prefix):
+        return False
+    return all(a == p or (p.endswith("=") and a.startswith(p)) for p, a in zip(prefix, argv, strict=False))
+
+
+@dataclass
+class ScriptedTransport:
+    """Answers commands from a script of (argv prefix, answer) pairs; the first match wins."""
+
+    script: list[tuple[tuple[str, ...], Answer]]
+    ran: list[tuple[str, ...]] = field(default_factory=list)
+    closed: bool = False
+
+    def _answer(self, argv: Sequence[str]) -> Reply:
+        for prefix, answer in self.script:
+            if _matches(prefix, argv):
+                return answer(argv) if callable(answer) else answer
+        raise AssertionError(f"unscripted command: {list(argv)}")
+
+    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        self.ran.append(tuple(argv))
+        reply = self._answer(argv)
+        if reply.delay_s > timeout:
+            await anyio.sleep(timeout)
+            raise CommandTimeout(CommandResult(tuple(argv), None, reply.stdout, reply.stderr, timeout), timeout)
+        if reply.delay_s:
+            await anyio.sleep(reply.delay_s)
+        return CommandResult(tuple(argv), reply.exit_status, reply.stdout, reply.stderr, reply.delay_s)
+
+    async def close(self) -> None:
+        self.closed = True

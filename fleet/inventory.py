@@ -1,0 +1,528 @@
+"""The inventory: read once, validated, resolved into frozen `Host` objects.
+
+A YAML (`.yaml`/`.yml`) or TOML (`.toml`) file has three optional top-level
+keys: `defaults` (variables for every host), `groups` (each with `hosts`:
+names or ClusterShell node sets such as `gpu-b[01-16]`, `children`: other
+groups, and `vars`) and `hosts` (per-host variables).
+
+Variables are merged at load time: defaults < group vars < host vars. Group
+vars are applied shallow first (a parent before its children); groups at the
+same depth are applied by name, as Ansible does. A value replaces what came
+before it, lists included. Relative `identity_file`/`known_hosts` paths are
+taken relative to the inventory's folder, so a cron job works from any cwd.
+
+Every problem is an `InventoryError` of one line that names the file and the
+key, such as `site.yaml: groups.blackwell.vars.gpus: expected a whole number,
+got 'eight'`. Targeting (`select`) turns patterns, groups, `--limit` and
+`--exclude` into the hosts to work on, and refuses to match nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import getpass
+import json
+import os
+import re
+import tomllib
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+from fleet import validate
+from fleet.errors import InventoryError, UsageError
+from fleet.models import Connection, Host
+
+ALL = "all"
+MAX_NODES_PER_PATTERN = 100_000
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _one_or_many(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+HostName = Annotated[str, AfterValidator(validate.host_name)]
+GroupName = Annotated[str, AfterValidator(validate.group_name)]
+LocalPath = Annotated[str, AfterValidator(validate.path)]
+_CONFIG = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class HostVars(BaseModel):
+    """The variables one level (defaults, a group, a host) sets; unset ones are not merged."""
+
+    model_config = _CONFIG
+
+    address: Annotated[str, AfterValidator(validate.address)] = ""
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: Annotated[str, AfterValidator(validate.user_name)] = ""
+    identity_file: LocalPath | None = None
+    known_hosts: LocalPath | None = None
+    connection: Literal["ssh", "local"] = "ssh"
+    become: bool = False
+    gpus: Annotated[int, Field(ge=0)] | None = None
+    services: list[Annotated[str, AfterValidator(validate.unit_name)]] = []
+    devices: Annotated[
+        list[Annotated[str, AfterValidator(validate.device_glob)]],
+        BeforeValidator(_one_or_many),
+        Field(min_length=1),
+    ] = []
+    protected: list[Annotated[str, AfterValidator(validate.process_name)]] = []
+    nvidia_smi: Annotated[str, AfterValidator(validate.executable)] = "nvidia-smi"
+    memory_threshold_mib: Annotated[int, Field(ge=0)] = 16
+    connect_timeout: Seconds = 10.0
+    command_timeout: Seconds = 10.0
+    drain_timeout: Seconds = 30.0
+    kill_grace: Seconds = 5.0
+    settle_timeout: Seconds = 60.0
+
+    def explicit(self) -> dict[str, Any]:
+        """Only the variables this level wrote down."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+class GroupSpec(BaseModel):
+    model_config = _CONFIG
+
+    hosts: list[str] = []
+    children: list[GroupName] = []
+    vars: HostVars = HostVars()
+
+
+class InventoryFile(BaseModel):
+    model_config = _CONFIG
+
+    defaults: HostVars | None = None
+    groups: dict[GroupName, GroupSpec | None] | None = None
+    hosts: dict[HostName, HostVars | None] | None = None
+
+
+VARIABLES = tuple(HostVars.model_fields)
+_KEYS_AT = {
+    "top": ("defaults", "groups", "hosts"),
+    "group": tuple(GroupSpec.model_fields),
+    "vars": VARIABLES,
+}
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every host with its variables resolved, and every group's resolved members."""
+
+    path: Path
+    hosts: dict[str, Host]
+    groups: dict[str, tuple[str, ...]]
+
+
+# ---------------------------------------------------------------- messages
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _key(*parts: object) -> str:
+    """Render a key path: `groups.rack-a.children[1]`, `hosts."gpu.example.com".port`."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+            continue
+        text = str(part)
+        text = text if _PLAIN_KEY.fullmatch(text) else json.dumps(text)
+        out += f".{text}" if out else text
+    return out
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+_TYPE_MESSAGES = {
+    "int_type": "expected a whole number",
+    "float_type": "expected a number",
+    "bool_type": "expected true or false",
+    "string_type": "expected a string",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "finite_number": "expected a finite number",
+}
+
+
+def _context(loc: tuple[Any, ...]) -> str:
+    if len(loc) == 1:
+        return "top"
+    return "group" if loc[0] == "groups" and len(loc) == 3 else "vars"
+
+
+def _message(error: ErrorDetails) -> str:
+    kind, loc, ctx = error["type"], error["loc"], error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        context = _context(loc)
+        what = "variable" if context == "vars" else "key"
+        known = _KEYS_AT[context]
+        return f"unknown {what}{_suggest(str(loc[-1]), known)} (known: {', '.join(known)})"
+    if kind == "value_error":
+        return _one_line(str(ctx.get("error", error["msg"])))
+    if kind in _TYPE_MESSAGES:
+        return f"{_TYPE_MESSAGES[kind]}, got {_short(error['input'])}"
+    if kind == "literal_error":
+        return f"expected {ctx.get('expected')}, got {_short(error['input'])}"
+    text = _one_line(error["msg"]).replace("Input should be ", "must be ")
+    return f"{text}, got {_short(error['input'])}"
+
+
+def _error_key(loc: tuple[Any, ...]) -> str:
+    """Pydantic's `loc` as a key path; a bad mapping key (`..., 1, '[key]'`) stays a key."""
+    parts: list[object] = []
+    for i, part in enumerate(loc):
+        if part == "[key]":
+            continue
+        is_key = i + 1 < len(loc) and loc[i + 1] == "[key]"
+        parts.append(str(part) if is_key else part)
+    return _key(*parts)
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                ident = (key_node.tag, key_node.value)
+                if ident in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
+                    )
+                seen.add(ident)
+        return super().construct_mapping(node, deep)
+
+
+def _parse_yaml(raw: bytes, label: str) -> object:
+    try:
+        return yaml.load(raw, Loader=_Loader)  # _Loader is a SafeLoader
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InventoryError(label, where, f"YAML syntax error: {_one_line(str(e.problem))}") from None
+    except yaml.YAMLError as e:
+        raise InventoryError(label, "", f"YAML syntax error: {_one_line(str(e))}") from None
+
+
+def _parse_toml(raw: bytes, label: str) -> object:
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InventoryError(label, "", "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InventoryError(label, "", f"TOML syntax error: {_one_line(str(e))}") from None
+
+
+def _read(path: Path, label: str) -> object:
+    suffix = path.suffix.lower()
+    if suffix not in {".yaml", ".yml", ".toml"}:
+        raise InventoryError(label, "", "unknown inventory format: use a .yaml, .yml or .toml file")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InventoryError(label, "", "no such file") from None
+    except OSError as e:
+        raise InventoryError(label, "", _one_line(e.strerror or str(e)).lower()) from None
+    return _parse_toml(raw, label) if suffix == ".toml" else _parse_yaml(raw, label)
+
+
+def _validate(data: object, label: str) -> InventoryFile:
+    if data is None:
+        raise InventoryError(label, "", "the inventory is empty")
+    if not isinstance(data, dict):
+        expected = "expected a mapping of defaults, groups and hosts"
+        raise InventoryError(label, "", f"{expected}, got {_short(data)}")
+    try:
+        return InventoryFile.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise InventoryError(label, _error_key(first["loc"]), _message(first)) from None
+
+
+# ---------------------------------------------------------------- groups
+
+
+def _check_children(groups: Mapping[str, GroupSpec], label: str) -> None:
+    for name, spec in groups.items():
+        for i, child in enumerate(spec.children):
+            if child not in groups:
+                key = _key("groups", name, "children", i)
+                raise InventoryError(label, key, f"unknown group {child!r}{_suggest(child, groups)}")
+
+
+def _check_cycles(groups: Mapping[str, GroupSpec], label: str) -> None:
+    state: dict[str, bool] = {}  # False: on the current path, True: done
+
+    def visit(trail: list[str]) -> None:
+        group = trail[-1]
+        state[group] = False
+        for child in groups[group].children:
+            if state.get(child) is False:
+                cycle = [*trail[trail.index(child) :], child]
+                raise InventoryError(label, _key("groups", group, "children"), "cycle: " + " -> ".join(cycle))
+            if child not in state:
+                visit([*trail, child])
+        state[group] = True
+
+    for name in groups:
+        if name not in state:
+            visit([name])
+
+
+def _expand(pattern: str, key: str, label: str) -> list[str]:
+    if "@" in pattern:
+        raise InventoryError(label, key, f"{pattern!r}: include groups with children:, not '@name'")
+    try:
+        nodes = NodeSet(pattern, resolver=RESOLVER_NOGROUP)
+    except NodeSetException as e:
+        raise InventoryError(label, key, f"bad node set {pattern!r}: {_one_line(str(e))}") from None
+    if len(nodes) > MAX_NODES_PER_PATTERN:
+        limit = MAX_NODES_PER_PATTERN
+        raise InventoryError(label, key, f"node set {pattern!r} names more than {limit} hosts")
+    names = list(nodes)
+    if not names:
+        raise InventoryError(label, key, f"node set {pattern!r} names no host")
+    for name in names:
+        _check_host_name(name, key, label)
+    return names
+
+
+def _check_host_name(name: str, key: str, label: str) -> None:
+    try:
+        validate.host_name(name)
+    except ValueError as e:
+        raise InventoryError(label, key, str(e)) from None
+    if name == ALL:
+        raise InventoryError(label, key, f"{ALL!r} is reserved: it targets every host")
+
+
+def _direct_members(groups: Mapping[str, GroupSpec], label: str) -> dict[str, set[str]]:
+    members: dict[str, set[str]] = {}
+    for name, spec in groups.items():
+        members[name] = set()
+        for i, pattern in enumerate(spec.hosts):
+            members[name].update(_expand(pattern, _key("groups", name, "hosts", i), label))
+    return members
+
+
+def _depths(groups: Mapping[str, GroupSpec]) -> dict[str, int]:
+    """1 for a group no group includes, else one more than its deepest parent."""
+    parents: dict[str, list[str]] = {name: [] for name in groups}
+    for name, spec in groups.items():
+        for child in spec.children:
+            parents[child].append(name)
+    depth: dict[str, int] = {}
+
+    def of(group: str) -> int:
+        if group not in depth:
+            depth[group] = 1 + max((of(p) for p in parents[group]), default=0)
+        return depth[group]
+
+    return {name: of(name) for name in groups}
+
+
+def _resolved_members(groups: Mapping[str, GroupSpec], direct: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    resolved: dict[str, set[str]] = {}
+
+    def of(group: str) -> set[str]:
+        if group not in resolved:
+            resolved[group] = set(direct[group]).union(*(of(c) for c in groups[group].children))
+        return resolved[group]
+
+    return {name: of(name) for name in groups}
+
+
+# ---------------------------------------------------------------- hosts
+
+
+def _node_order(names: Iterable[str]) -> list[str]:
+    return list(NodeSet.fromlist(sorted(names), resolver=RESOLVER_NOGROUP))
+
+
+def _current_user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return None
+
+
+def _build_host(name: str, values: dict[str, Any], groups: tuple[str, ...], base: Path) -> Host:
+    values.setdefault("address", name)
+    if "user" not in values:
+        values["user"] = _current_user()
+    for key in ("services", "devices", "protected"):
+        if key in values:
+            values[key] = tuple(values[key])
+    if "connection" in values:
+        values["connection"] = Connection(values["connection"])
+    for key in ("identity_file", "known_hosts"):
+        if values.get(key):
+            values[key] = str(base / values[key])
+    return Host(name=name, groups=groups, **values)
+
+
+def _resolve(spec: InventoryFile, path: Path, label: str) -> Inventory:
+    groups = {name: group or GroupSpec() for name, group in (spec.groups or {}).items()}
+    if ALL in groups:
+        raise InventoryError(label, _key("groups", ALL), f"{ALL!r} is reserved for every host; use defaults")
+    _check_children(groups, label)
+    _check_cycles(groups, label)
+    per_host = {name: (hv or HostVars()).explicit() for name, hv in (spec.hosts or {}).items()}
+    for name in per_host:
+        _check_host_name(name, _key("hosts", name), label)
+    members = _resolved_members(groups, _direct_members(groups, label))
+    order = _node_order(set(per_host).union(*members.values()))
+    depth = _depths(groups)
+    defaults = (spec.defaults or HostVars()).explicit()
+    hosts: dict[str, Host] = {}
+    for name in order:
+        mine = sorted((g for g in groups if name in members[g]), key=lambda g: (depth[g], g))
+        values = dict(defaults)
+        for group in mine:
+            values.update(groups[group].vars.explicit())
+        values.update(per_host.get(name, {}))
+        hosts[name] = _build_host(name, values, tuple(sorted(mine)), path.parent)
+    resolved = {g: tuple(n for n in order if n in members[g]) for g in sorted(groups)}
+    return Inventory(path=path, hosts=hosts, groups=resolved)
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read, validate and resolve an inventory file; raise `InventoryError` on any problem."""
+    label = str(path)
+    file = Path(path)
+    return _resolve(_validate(_read(file, label), label), file, label)
+
+
+def inventory_path(cli_value: str | None) -> Path:
+    """The inventory named by `-i/--inventory`, else by `$FLEET_INVENTORY`."""
+    if cli_value is not None and not cli_value.strip():
+        raise UsageError("-i/--inventory: empty path")
+    value = cli_value or os.environ.get("FLEET_INVENTORY", "").strip()
+    if not value:
+        raise UsageError("no inventory: use -i/--inventory PATH or set $FLEET_INVENTORY")
+    return Path(value).expanduser()
+
+
+def host_vars(host: Host) -> dict[str, Any]:
+    """The resolved variables of one host, as JSON-able values (its name is the caller's key)."""
+    out: dict[str, Any] = {}
+    for field in fields(host):
+        value = getattr(host, field.name)
+        if field.name == "name":
+            continue
+        if isinstance(value, tuple):
+            value = list(value)
+        out[field.name] = str(value) if isinstance(value, Connection) else value
+    return out
+
+
+# ---------------------------------------------------------------- targeting
+
+
+def _split(text: str) -> list[str]:
+    """Split at commas outside brackets: `a[1,2],b` -> `a[1,2]`, `b`."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _group(inv: Inventory, name: str) -> set[str]:
+    if name == ALL:
+        found = set(inv.hosts)
+    elif name not in inv.groups:
+        raise UsageError(f"no group {name!r} in {inv.path}{_suggest(name, inv.groups)}")
+    else:
+        found = set(inv.groups[name])
+    if not found:
+        raise UsageError(f"group {name!r} in {inv.path} has no hosts")
+    return found
+
+
+def _element(inv: Inventory, element: str) -> set[str]:
+    if element.startswith("@"):
+        return _group(inv, element[1:])
+    if element == ALL:
+        return set(inv.hosts)
+    if any(c in element for c in "*?") and "[" not in element:
+        return set(fnmatch.filter(inv.hosts, element))
+    try:
+        nodes = NodeSet(element, resolver=RESOLVER_NOGROUP)
+    except NodeSetException as e:
+        raise UsageError(f"bad host pattern {element!r}: {_one_line(str(e))}") from None
+    return {name for name in nodes if name in inv.hosts}
+
+
+def _matching(inv: Inventory, text: str, flag: str) -> set[str]:
+    elements = _split(text)
+    if not elements:
+        raise UsageError(f"empty {flag.strip() or 'host pattern'}: name hosts or node sets")
+    found: set[str] = set()
+    for element in elements:
+        names = _element(inv, element)
+        if not names:
+            hint = f"; for the group, write '@{element}'" if element in inv.groups else ""
+            raise UsageError(f"no host in {inv.path} matches {flag}{element!r}{hint}")
+        found |= names
+    return found
+
+
+def select(
+    inv: Inventory,
+    *,
+    patterns: Sequence[str] = (),
+    groups: Sequence[str] = (),
+    limit: str | None = None,
+    exclude: str | None = None,
+) -> list[Host]:
+    """The targeted hosts in node-set order: (patterns | groups) & limit - exclude.
+
+    Patterns are node sets (`gpu-b[01-04],gpu-h01`), `@group`, `all`, or shell
+    globs (`gpu-b*`). Anything that matches no host is a `UsageError`.
+    """
+    if not patterns and not groups:
+        raise UsageError("no target: name hosts or use -g/--group")
+    chosen: set[str] = set()
+    for name in groups:
+        chosen |= _group(inv, name)
+    for pattern in patterns:
+        chosen |= _matching(inv, pattern, "")
+    if limit is not None:
+        chosen &= _matching(inv, limit, "--limit ")
+    if exclude is not None:
+        chosen -= _matching(inv, exclude, "--exclude ")
+    hosts = [host for name, host in inv.hosts.items() if name in chosen]
+    if not hosts:
+        raise UsageError(f"no host of {inv.path} left to target after --limit/--exclude")
+    return hosts

@@ -1,0 +1,319 @@
+"""The files a simulated node keeps under ROOT, and the rules that read them.
+
+Everything here is stdlib only: the fake `nvidia-smi`, `systemctl`, unit
+supervisor and worker all import it, and they are started often.
+
+    ROOT/config.json            the NodeSpec, as JSON
+    ROOT/state/pids.log         every pid ever started on the node, one per line
+    ROOT/state/procs/PID.json   a worker's registration (see `Registration`)
+    ROOT/state/units/NAME.json  a unit's state, written by its supervisor only
+    ROOT/state/*.lock           fcntl locks guarding read-modify-write updates
+
+A registration counts while its process is alive (same start time, not a
+zombie) and for `linger_s` seconds after it died, like a driver tearing down
+a context; then it is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict, cast
+
+UNIT_SUFFIXES = (".service", ".socket", ".target", ".timer", ".scope", ".slice", ".mount", ".path")
+
+
+class UnitConfig(TypedDict):
+    """One unit as config.json stores it (mirrors `UnitSpec`)."""
+
+    name: str
+    gpus: list[int]
+    mib: int
+    process_name: str
+    restart: str
+    restart_sec: float
+    ignore_sigterm: bool
+    timeout_stop_sec: float
+
+
+class NodeConfig(TypedDict):
+    """The parts of config.json the node-side tools read."""
+
+    name: str
+    gpus: int
+    gpu_name: str
+    memory_total_mib: int
+    idle_mib: int
+    linger_s: float
+    units: list[UnitConfig]
+    protected_daemon: bool
+    smi_mode: str
+    na_memory_gpus: list[int]
+    ecc_error_gpus: list[int]
+    driver_version: str
+
+
+class Registration(TypedDict):
+    """state/procs/PID.json: one process holding device files."""
+
+    pid: int
+    starttime: int
+    name: str
+    gpus: list[int]
+    mib: int
+    compute: bool
+    unit: NotRequired[str]
+    died_at: NotRequired[float]
+
+
+class UnitStatus(TypedDict):
+    """state/units/NAME.json: what `systemctl show` reports for a unit."""
+
+    ActiveState: str
+    SubState: str
+    Result: str
+    MainPID: int
+    main_starttime: int
+    supervisor_pid: int
+    pids: list[int]
+
+
+INACTIVE: UnitStatus = {
+    "ActiveState": "inactive",
+    "SubState": "dead",
+    "Result": "success",
+    "MainPID": 0,
+    "main_starttime": 0,
+    "supervisor_pid": 0,
+    "pids": [],
+}
+
+
+# ---------------------------------------------------------------- paths
+
+
+def state_dir(root: Path) -> Path:
+    return root / "state"
+
+
+def procs_dir(root: Path) -> Path:
+    return state_dir(root) / "procs"
+
+
+def units_dir(root: Path) -> Path:
+    return state_dir(root) / "units"
+
+
+def pids_log(root: Path) -> Path:
+    return state_dir(root) / "pids.log"
+
+
+def config_path(root: Path) -> Path:
+    return root / "config.json"
+
+
+def canonical_unit(name: str) -> str:
+    """`sglang` -> `sglang.service`, as systemctl does; other suffixes kept."""
+    return name if name.endswith(UNIT_SUFFIXES) else f"{name}.service"
+
+
+def unit_path(root: Path, name: str) -> Path:
+    return units_dir(root) / f"{canonical_unit(name)}.json"
+
+
+def unit_lock(root: Path, name: str) -> Path:
+    """Held by unitd while it starts a worker and by `systemctl kill` while it signals."""
+    return units_dir(root) / f"{canonical_unit(name)}.lock"
+
+
+# ---------------------------------------------------------------- files
+
+
+def write_json(path: Path, data: object) -> None:
+    """Replace `path` atomically: readers see the old or the new file, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    """The parsed file, or None when it does not exist."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive fcntl lock on `path` (created if missing)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def append_pid(root: Path, pid: int) -> None:
+    """Add `pid` to pids.log with one O_APPEND write (atomic for short lines)."""
+    fd = os.open(pids_log(root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{pid}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def logged_pids(root: Path) -> list[int]:
+    """Every pid in pids.log, first occurrence order, without duplicates."""
+    try:
+        lines = pids_log(root).read_text().split()
+    except FileNotFoundError:
+        return []
+    return list(dict.fromkeys(int(line) for line in lines if line.isdigit()))
+
+
+def load_config(root: Path) -> NodeConfig:
+    return cast(NodeConfig, json.loads(config_path(root).read_text()))
+
+
+def find_unit(config: NodeConfig, name: str) -> UnitConfig | None:
+    wanted = canonical_unit(name)
+    return next((u for u in config["units"] if canonical_unit(u["name"]) == wanted), None)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
+    """Poll `condition` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+# ---------------------------------------------------------------- /proc
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time) from /proc/PID/stat, or None if there is no such pid."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[19])
+
+
+def starttime(pid: int) -> int:
+    """Field 22 of /proc/PID/stat (clock ticks since boot); 0 if the pid is gone."""
+    stat = proc_stat(pid)
+    return stat[1] if stat else 0
+
+
+def pid_alive(pid: int, start: int | None = None) -> bool:
+    """True if `pid` runs and is not a zombie (and, given `start`, is that same process)."""
+    stat = proc_stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):
+        return False
+    return start is None or stat[1] == start
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+# ---------------------------------------------------------------- registrations
+
+
+def register(root: Path, reg: Registration) -> None:
+    with locked(state_dir(root) / "procs.lock"):
+        write_json(procs_dir(root) / f"{reg['pid']}.json", reg)
+
+
+def mark_died(root: Path, pid: int, when: float) -> None:
+    """Record that `pid` died at `when`, unless a death time is already known."""
+    path = procs_dir(root) / f"{pid}.json"
+    with locked(state_dir(root) / "procs.lock"):
+        reg = cast(Registration | None, read_json(path))
+        if reg is not None and "died_at" not in reg:
+            reg["died_at"] = when
+            write_json(path, reg)
+
+
+def _forget(root: Path, reg: Registration) -> None:
+    path = procs_dir(root) / f"{reg['pid']}.json"
+    with locked(state_dir(root) / "procs.lock"):
+        current = cast(Registration | None, read_json(path))
+        if current is not None and current["starttime"] == reg["starttime"]:
+            path.unlink()
+
+
+def registrations(root: Path) -> list[Registration]:
+    regs: list[Registration] = []
+    for path in sorted(procs_dir(root).glob("*.json")):
+        reg = cast(Registration | None, read_json(path))
+        if reg is not None:
+            regs.append(reg)
+    return sorted(regs, key=lambda r: r["pid"])
+
+
+def holding(root: Path, linger_s: float, now: float | None = None) -> tuple[list[Registration], list[Registration]]:
+    """(live, lingering) registrations now; records deaths and drops expired ones."""
+    now = time.time() if now is None else now
+    live: list[Registration] = []
+    lingering: list[Registration] = []
+    for reg in registrations(root):
+        if pid_alive(reg["pid"], reg["starttime"]):
+            live.append(reg)
+            continue
+        if "died_at" not in reg:
+            mark_died(root, reg["pid"], now)
+            reg["died_at"] = now
+        if now - reg["died_at"] < linger_s:
+            lingering.append(reg)
+        else:
+            _forget(root, reg)
+    return live, lingering
+
+
+def gpu_memory(root: Path, config: NodeConfig) -> list[int | None]:
+    """memory.used per GPU index as nvidia-smi reports it (None = `[N/A]`)."""
+    live, lingering = holding(root, config["linger_s"])
+    used = [config["idle_mib"]] * config["gpus"]
+    for reg in live + lingering:
+        for gpu in reg["gpus"]:
+            if 0 <= gpu < len(used):
+                used[gpu] += reg["mib"]
+    na = set(config["na_memory_gpus"])
+    return [None if i in na else mib for i, mib in enumerate(used)]
+
+
+def compute_apps(root: Path, config: NodeConfig) -> list[Registration]:
+    """Live compute registrations (what `--query-compute-apps` lists)."""
+    live, _ = holding(root, config["linger_s"])
+    return [reg for reg in live if reg["compute"]]
+
+
+# ---------------------------------------------------------------- units
+
+
+def read_unit(root: Path, name: str) -> UnitStatus:
+    """A unit's state; never started -> inactive/dead; supervisor gone -> failed."""
+    status = cast(UnitStatus | None, read_json(unit_path(root, name)))
+    if status is None:
+        return INACTIVE.copy()
+    settled = status["ActiveState"] in ("inactive", "failed")
+    if not settled and not pid_alive(status["supervisor_pid"]):
+        status.update(ActiveState="failed", SubState="failed", Result="signal", MainPID=0, pids=[])
+    return status

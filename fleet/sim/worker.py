@@ -1,0 +1,92 @@
+"""A simulated GPU process: holds device files and "uses" memory until it dies.
+
+    python -m fleet.sim.worker --node ROOT --gpus 0,1 --mib 30000 [--name sglang]
+        [--ignore-term] [--no-compute] [--unit NAME]
+
+It renames itself (/proc/self/comm, which the kernel cuts to 15 characters),
+opens ROOT/dev/nvidiactl and ROOT/dev/nvidia<i> for each of its GPUs, registers
+in ROOT/state/procs/PID.json, appends its pid to pids.log, then waits for a
+signal. SIGTERM or SIGINT records `died_at` and exits 0; with --ignore-term,
+SIGTERM is ignored. SIGKILL leaves no trace; nvidia-smi notices the death.
+Stdlib only: it must start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from fleet.sim import state
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fleet.sim.worker", description=__doc__)
+    parser.add_argument("--node", required=True, type=Path, help="the node directory ROOT")
+    parser.add_argument("--gpus", default="", help="comma-separated GPU indices")
+    parser.add_argument("--mib", type=int, default=0, help="MiB used on each of its GPUs")
+    parser.add_argument("--name", default="python3", help="process name (comm)")
+    parser.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM")
+    parser.add_argument("--no-compute", action="store_true", help="not listed as a compute app")
+    parser.add_argument("--unit", default="", help="the unit that started it, if any")
+    return parser.parse_args(argv)
+
+
+def parse_gpus(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def set_comm(name: str) -> None:
+    """Rename this process as `ps`/`/proc/PID/comm` show it (the kernel keeps 15 bytes)."""
+    with open("/proc/self/comm", "w") as comm:
+        comm.write(name)
+
+
+def open_devices(root: Path, gpus: list[int]) -> list[int]:
+    """Open (and keep open) dev/nvidiactl plus dev/nvidia<i> for each GPU."""
+    names = ["nvidiactl", *(f"nvidia{gpu}" for gpu in gpus)]
+    return [os.open(root / "dev" / name, os.O_RDONLY) for name in names]
+
+
+def registration(args: argparse.Namespace, gpus: list[int]) -> state.Registration:
+    pid = os.getpid()
+    reg: state.Registration = {
+        "pid": pid,
+        "starttime": state.starttime(pid),
+        "name": args.name,
+        "gpus": gpus,
+        "mib": args.mib,
+        "compute": not args.no_compute,
+    }
+    if args.unit:
+        reg["unit"] = state.canonical_unit(args.unit)
+    return reg
+
+
+def wait_for_end(ignore_term: bool) -> None:
+    """Block until a terminating signal; the signals were blocked earlier, so none is lost."""
+    wanted = {signal.SIGINT} if ignore_term else {signal.SIGINT, signal.SIGTERM}
+    signal.sigwait(wanted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    root = args.node.resolve()
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    gpus = parse_gpus(args.gpus)
+    set_comm(args.name)
+    open_devices(root, gpus)
+    state.register(root, registration(args, gpus))
+    state.append_pid(root, os.getpid())
+    wait_for_end(args.ignore_term)
+    state.mark_died(root, os.getpid(), time.time())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

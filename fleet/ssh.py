@@ -1,0 +1,188 @@
+"""The SSH Transport: one asyncssh connection per host, reused for every command.
+
+This is the only module outside `fleet.sim` that imports asyncssh. Foreign
+errors are mapped once, here: while connecting to `ConnectError`,
+`AuthError` or `HostKeyError`; while a command runs to `ConnectionLost`.
+Host keys are always checked against known_hosts; there is no way to turn
+that off.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import anyio
+import asyncssh
+
+from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
+from fleet.local import finish, make_result
+from fleet.models import Host
+from fleet.transport import CommandResult, bounded_argv, client_deadline, command_line
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# A host that accepts and then stalls is dropped after about 15 s of silence.
+KEEPALIVE_INTERVAL_S = 5.0
+KEEPALIVE_COUNT_MAX = 3
+# Seconds allowed for a channel or a connection to close cleanly.
+CLOSE_TIMEOUT_S = 5.0
+# Extra seconds past connect_timeout before the client itself gives up connecting.
+CONNECT_GRACE_S = 2.0
+
+_Process = asyncssh.SSHClientProcess[str]
+
+
+def known_hosts_path(host: Host) -> Path:
+    """The known_hosts file for host; HostKeyError when it does not exist."""
+    path = Path(host.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
+    if not path.is_file():
+        raise HostKeyError(
+            f"known_hosts file {path} does not exist: host keys are always checked "
+            f"(add the key of {host.address}, e.g. ssh-keyscan -p {host.port} {host.address})"
+        )
+    return path
+
+
+def connect_options(host: Host) -> dict[str, object]:
+    """asyncssh.connect keyword arguments for host (checked files, bounded waits)."""
+    options: dict[str, object] = {
+        "port": host.port,
+        "known_hosts": str(known_hosts_path(host)),
+        "connect_timeout": host.connect_timeout,
+        "login_timeout": host.connect_timeout,
+        "keepalive_interval": KEEPALIVE_INTERVAL_S,
+        "keepalive_count_max": KEEPALIVE_COUNT_MAX,
+    }
+    if host.user:
+        options["username"] = host.user
+    if host.identity_file:
+        identity = Path(host.identity_file).expanduser()
+        if not identity.is_file():
+            raise AuthError(f"identity_file {identity} does not exist")
+        options["client_keys"] = [str(identity)]
+    return options
+
+
+@contextmanager
+def connect_errors(host: Host) -> Iterator[None]:
+    """Map what connecting can raise to fleet's errors, each a one-line message."""
+    target = f"{host.address}:{host.port}"
+    try:
+        yield
+    except asyncssh.HostKeyNotVerifiable as exc:
+        raise HostKeyError(f"host key of {target} not trusted ({exc.reason})") from exc
+    except asyncssh.PermissionDenied as exc:
+        raise AuthError(f"authentication failed for {host.user or 'default user'} at {target}") from exc
+    except asyncssh.KeyImportError as exc:
+        raise AuthError(f"cannot load identity_file {host.identity_file}: {exc}") from exc
+    except TimeoutError as exc:  # before OSError: on 3.11 TimeoutError is an OSError
+        raise ConnectError(f"connect timed out after {host.connect_timeout:g} s ({target})") from exc
+    except ConnectionRefusedError as exc:
+        raise ConnectError(f"connection refused ({target})") from exc
+    except socket.gaierror as exc:
+        raise ConnectError(f"cannot resolve {host.address}: {exc.strerror}") from exc
+    except asyncssh.DisconnectError as exc:
+        raise ConnectError(f"disconnected while connecting ({target}): {exc.reason}") from exc
+    except OSError as exc:
+        raise ConnectError(f"cannot connect ({target}): {exc.strerror or exc}") from exc
+
+
+@contextmanager
+def session_errors(host: Host) -> Iterator[None]:
+    """Map what a running command can raise to ConnectionLost."""
+    try:
+        yield
+    except (asyncssh.Error, OSError) as exc:
+        raise ConnectionLost(f"session to {host.name} dropped: {_reason(exc)}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, asyncssh.Error):
+        return exc.reason
+    return str(exc) or type(exc).__name__
+
+
+async def open_ssh(host: Host) -> SshTransport:
+    """Open the one SSH connection to host that all of its commands share."""
+    with connect_errors(host):
+        options = connect_options(host)
+        with anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
+            conn = await asyncssh.connect(host.address, **options)
+    return SshTransport(host, conn)
+
+
+class SshTransport:
+    """The Transport over one asyncssh connection; see `fleet.transport`."""
+
+    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection) -> None:
+        self._host = host
+        self._conn = conn
+        self._closed = False
+
+    async def __aenter__(self) -> SshTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        """Run argv on the host; CommandTimeout (with partial output) past its bounds."""
+        line = command_line(bounded_argv(argv, timeout, become=self._host.become))
+        started = time.monotonic()
+        process: _Process | None = None
+        output = ("", "")
+        with session_errors(self._host):
+            try:
+                with anyio.move_on_after(client_deadline(timeout)) as deadline:
+                    process = await self._open(line)
+                    output = await process.communicate()
+            finally:
+                if process is not None:
+                    await _abandon(process)
+        if process is not None and deadline.cancelled_caught:
+            output = process.collect_output()  # what arrived before the deadline
+        result = _result(argv, process, output, started)
+        if deadline.cancelled_caught:
+            raise CommandTimeout(result, timeout)
+        if result.exit_status is None and result.signal is None:
+            raise ConnectionLost(f"session to {self._host.name} closed before the command ended")
+        return finish(result, self._host, timeout)
+
+    async def close(self) -> None:
+        """Close the connection and wait for it: idempotent, shielded, bounded."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            self._conn.close()
+            await self._conn.wait_closed()
+
+    async def _open(self, line: str) -> _Process:
+        return await self._conn.create_process(
+            line, stdin=asyncssh.DEVNULL, encoding="utf-8", errors="replace"
+        )
+
+
+async def _abandon(process: _Process) -> None:
+    """End a channel whose command may still run: KILL it, close, wait (shielded)."""
+    if process.exit_status is None:
+        with suppress(OSError, asyncssh.Error):
+            process.send_signal("KILL")
+    process.close()
+    with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+        await process.wait_closed()
+
+
+def _result(
+    argv: Sequence[str], process: _Process | None, output: tuple[str, str], started: float
+) -> CommandResult:
+    out, err = output
+    if process is None:
+        return make_result(argv, None, None, out, err, started)
+    signal_info = process.exit_signal  # when set, asyncssh reports exit_status -1
+    if signal_info:
+        return make_result(argv, None, signal_info[0], out, err, started)
+    return make_result(argv, process.exit_status, None, out, err, started)

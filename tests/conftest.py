@@ -1,0 +1,48 @@
+"""Shared fixtures: a client key pair, and the real OpenSSH sshd."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+import pytest
+from sshd import SSHD, Sshd, start_sshd
+
+
+@dataclass(frozen=True)
+class ClientKey:
+    """An ed25519 key pair; the private half in OpenSSH format at `path` (mode 600)."""
+
+    path: Path
+    key: asyncssh.SSHKey
+
+    @property
+    def public_line(self) -> str:
+        return self.key.export_public_key().decode().strip()
+
+
+def make_client_key(path: Path) -> ClientKey:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_private_key(path)
+    os.chmod(path, 0o600)
+    return ClientKey(path, key)
+
+
+@pytest.fixture
+def client_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ClientKey:
+    """A fresh client key; any ssh-agent is hidden so only this key is offered."""
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return make_client_key(tmp_path / "client_key")
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    """The real OpenSSH sshd on 127.0.0.1 with its own host key; killed by pid after."""
+    if not SSHD.exists():
+        pytest.skip(f"{SSHD} not installed (apt-get install openssh-server; CI installs it)")
+    server = start_sshd(tmp_path / "sshd")
+    yield server
+    server.stop()

@@ -1,0 +1,394 @@
+"""Loading, resolving and targeting inventories: one frozen Host per node, one-line errors."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fleet.errors import InventoryError, UsageError
+from fleet.inventory import VARIABLES, Inventory, host_vars, inventory_path, load_inventory, select
+from fleet.models import DEFAULT_DEVICES, Connection, Host
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "inventory"
+
+
+def write(tmp_path: Path, text: str, name: str = "inv.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def load(tmp_path: Path, text: str, name: str = "inv.yaml") -> Inventory:
+    return load_inventory(write(tmp_path, text, name))
+
+
+def names(hosts: list[Host]) -> list[str]:
+    return [h.name for h in hosts]
+
+
+# ---------------------------------------------------------------- examples
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.iterdir()), ids=lambda p: p.name)
+def test_every_example_inventory_loads(path: Path) -> None:
+    """Each shipped example is valid and names at least one host."""
+    inv = load_inventory(path)
+    assert inv.hosts
+    assert all(isinstance(h, Host) for h in inv.hosts.values())
+
+
+def test_blackwell_example_is_one_rack_of_sixteen() -> None:
+    """gpu-b[01-16], eight GPUs each, SGLang drained."""
+    inv = load_inventory(EXAMPLES / "blackwell.yaml")
+    assert list(inv.hosts) == [f"gpu-b{i:02d}" for i in range(1, 17)]
+    assert {h.gpus for h in inv.hosts.values()} == {8}
+    assert {h.services for h in inv.hosts.values()} == {("sglang.service",)}
+
+
+def test_yaml_and_toml_of_the_same_site_resolve_alike() -> None:
+    """The TOML twin gives exactly the same hosts and groups."""
+    yaml_inv = load_inventory(EXAMPLES / "site.yaml")
+    toml_inv = load_inventory(EXAMPLES / "site.toml")
+    assert yaml_inv.hosts == toml_inv.hosts
+    assert yaml_inv.groups == toml_inv.groups
+
+
+# ---------------------------------------------------------------- resolution
+
+
+def test_unset_variables_take_the_documented_defaults(tmp_path: Path) -> None:
+    """A bare host gets its own name as address and the current user."""
+    host = load(tmp_path, "hosts: {gpu-x01: null}").hosts["gpu-x01"]
+    assert host == Host(name="gpu-x01", address="gpu-x01", user=getpass.getuser())
+    assert host.devices == DEFAULT_DEVICES
+    assert host.known_hosts is None
+    assert host.connection is Connection.SSH
+
+
+def test_precedence_defaults_parent_child_host(tmp_path: Path) -> None:
+    """defaults < parent group < child group < host, each overriding only what it sets."""
+    inv = load(
+        tmp_path,
+        """
+        defaults: {port: 1, user: d, gpus: 1, kill_grace: 1}
+        groups:
+          child:
+            hosts: [n1, n2]
+            vars: {port: 3, user: c}
+          parent:
+            children: [child]
+            vars: {port: 2, user: p, gpus: 2}
+        hosts:
+          n1: {port: 4}
+        """,
+    )
+    n1, n2 = inv.hosts["n1"], inv.hosts["n2"]
+    assert (n1.port, n1.user, n1.gpus, n1.kill_grace) == (4, "c", 2, 1.0)
+    assert (n2.port, n2.user, n2.gpus, n2.kill_grace) == (3, "c", 2, 1.0)
+
+
+def test_groups_at_the_same_depth_apply_by_name(tmp_path: Path) -> None:
+    """Two unrelated groups: the later name wins, whatever the file order."""
+    inv = load(
+        tmp_path,
+        """
+        groups:
+          zeta: {hosts: [n1], vars: {gpus: 2}}
+          alpha: {hosts: [n1], vars: {gpus: 1, port: 2200}}
+        """,
+    )
+    assert (inv.hosts["n1"].gpus, inv.hosts["n1"].port) == (2, 2200)
+
+
+def test_a_host_can_unset_a_group_value_with_null(tmp_path: Path) -> None:
+    """`gpus: null` on the host turns the group's count check off for that host."""
+    inv = load(tmp_path, "groups: {g: {hosts: [n1], vars: {gpus: 8}}}\nhosts: {n1: {gpus: null}}")
+    assert inv.hosts["n1"].gpus is None
+
+
+def test_lists_replace_rather_than_append(tmp_path: Path) -> None:
+    """A host's services replace its group's; a single device string is a list of one."""
+    inv = load(
+        tmp_path,
+        """
+        groups: {g: {hosts: [n1, n2], vars: {services: [a.service, b.service], devices: /dev/dri/card*}}}
+        hosts: {n1: {services: [c.service]}}
+        """,
+    )
+    assert inv.hosts["n1"].services == ("c.service",)
+    assert inv.hosts["n2"].services == ("a.service", "b.service")
+    assert inv.hosts["n2"].devices == ("/dev/dri/card*",)
+
+
+def test_values_convert_to_host_types(tmp_path: Path) -> None:
+    """Whole seconds become floats, connection an enum, relative key paths follow the file."""
+    inv = load(
+        tmp_path,
+        """
+        defaults: {connection: local, become: true, settle_timeout: 90, identity_file: keys/id_ed25519}
+        hosts: {n1: {known_hosts: ~/kh, address: "2001:db8::1"}}
+        """,
+    )
+    host = inv.hosts["n1"]
+    assert host.connection is Connection.LOCAL
+    assert host.become is True
+    assert host.settle_timeout == 90.0
+    assert isinstance(host.settle_timeout, float)
+    assert host.identity_file == str(tmp_path / "keys" / "id_ed25519")
+    assert host.known_hosts == str(Path("~/kh").expanduser())
+    assert host.address == "2001:db8::1"
+
+
+def test_node_sets_expand_in_natural_order(tmp_path: Path) -> None:
+    """Ranges expand with ClusterShell; hosts come out in node-set order, not file order."""
+    inv = load(tmp_path, 'groups: {g: {hosts: ["n[9-11]", "gpu-b[02,01]", "n2"]}}')
+    assert list(inv.hosts) == ["gpu-b01", "gpu-b02", "n2", "n9", "n10", "n11"]
+
+
+def test_children_resolve_through_every_level(tmp_path: Path) -> None:
+    """A group holds its children's hosts; a host lists every group above it, sorted."""
+    inv = load(
+        tmp_path,
+        """
+        groups:
+          site: {children: [rack-a, rack-b]}
+          rack-a: {children: [blackwell]}
+          rack-b: {hosts: [h1]}
+          blackwell: {hosts: ["b[1-2]"]}
+          empty: null
+        """,
+    )
+    assert inv.groups["site"] == ("b1", "b2", "h1")
+    assert inv.groups["rack-a"] == ("b1", "b2")
+    assert inv.groups["empty"] == ()
+    assert inv.hosts["b1"].groups == ("blackwell", "rack-a", "site")
+    assert inv.hosts["h1"].groups == ("rack-b", "site")
+
+
+def test_a_diamond_of_groups_is_not_a_cycle(tmp_path: Path) -> None:
+    """Two parents sharing a child is fine; the child applies after both."""
+    inv = load(
+        tmp_path,
+        """
+        groups:
+          top: {children: [left, right], vars: {gpus: 1}}
+          left: {children: [leaf], vars: {gpus: 2}}
+          right: {children: [leaf], vars: {gpus: 3}}
+          leaf: {hosts: [n1], vars: {port: 2022}}
+        """,
+    )
+    assert (inv.hosts["n1"].gpus, inv.hosts["n1"].port) == (3, 2022)
+
+
+def test_host_vars_is_json_ready(tmp_path: Path) -> None:
+    """Every variable plus groups, as plain JSON types."""
+    inv = load(tmp_path, "groups: {g: {hosts: [n1], vars: {services: [a.service]}}}")
+    data = json.loads(json.dumps(host_vars(inv.hosts["n1"])))
+    assert set(data) == {*VARIABLES, "groups"}
+    assert data["services"] == ["a.service"]
+    assert data["connection"] == "ssh"
+    assert data["groups"] == ["g"]
+
+
+# ---------------------------------------------------------------- errors
+
+
+ERRORS = [
+    ("unknown-variable", "groups: {g: {hosts: [n1], vars: {gpu: 8}}}", "groups.g.vars.gpu: unknown variable"),
+    (
+        "wrong-type",
+        "groups: {blackwell: {hosts: [n1], vars: {gpus: eight}}}",
+        "groups.blackwell.vars.gpus: expected a whole number, got 'eight'",
+    ),
+    ("port-as-string", "hosts: {n1: {port: '22'}}", "hosts.n1.port: expected a whole number"),
+    ("port-range", "hosts: {n1: {port: 70000}}", "hosts.n1.port: must be less than or equal to 65535"),
+    ("bool-as-string", "defaults: {become: 'true'}", "defaults.become: expected true or false"),
+    ("negative-timeout", "defaults: {drain_timeout: -1}", "defaults.drain_timeout: must be greater than 0"),
+    ("connection", "defaults: {connection: telnet}", "defaults.connection: expected 'ssh' or 'local'"),
+    ("no-devices", "defaults: {devices: []}", "defaults.devices:"),
+    ("unknown-child", "groups: {a: {children: [b]}}", "groups.a.children[0]: unknown group 'b'"),
+    ("cycle", "groups: {a: {children: [b]}, b: {children: [a]}}", "cycle: a -> b -> a"),
+    ("self-cycle", "groups: {a: {children: [a]}}", "groups.a.children: cycle: a -> a"),
+    ("slash-host", "hosts: {gpu/b01: null}", 'hosts."gpu/b01": invalid host name'),
+    ("semicolon-host", "groups: {g: {hosts: ['n1;reboot']}}", "groups.g.hosts[0]: invalid host name"),
+    ("unit-metachar", "defaults: {services: ['x.service;reboot']}", "defaults.services[0]: invalid unit name"),
+    ("unit-no-suffix", "defaults: {services: [sglang]}", "defaults.services[0]: unit name 'sglang' has no"),
+    ("process-metachar", "defaults: {protected: ['$(id)']}", "defaults.protected[0]: process name"),
+    ("device-relative", "defaults: {devices: dev/nvidia0}", "defaults.devices[0]: invalid device glob"),
+    ("bad-node-set", "groups: {g: {hosts: ['gpu-b[01-']}}", "groups.g.hosts[0]: bad node set"),
+    ("reversed-range", "groups: {g: {hosts: ['n[3-1]']}}", "groups.g.hosts[0]: bad node set"),
+    ("at-group", "groups: {g: {hosts: ['@other']}}", "groups.g.hosts[0]: '@other': include groups"),
+    ("group-named-all", "groups: {all: {hosts: [n1]}}", "groups.all: 'all' is reserved"),
+    ("host-named-all", "hosts: {all: null}", "hosts.all: 'all' is reserved"),
+    ("bad-group-name", "groups: {'rack a': {hosts: [n1]}}", 'groups."rack a": invalid group name'),
+    ("top-level-key", "host: {n1: null}", "host: unknown key; did you mean 'hosts'?"),
+    ("group-key", "groups: {g: {host: [n1]}}", "groups.g.host: unknown key"),
+    ("hosts-list", "hosts: [n1, n2]", "hosts: expected a mapping"),
+    ("group-hosts-mapping", "groups: {g: {hosts: [{n1: {port: 1}}]}}", "groups.g.hosts[0]: expected a string"),
+    ("yaml-syntax", "hosts: {n1: [}\n", "line 1"),
+    ("duplicate-key", "hosts:\n  n1: null\n  n1: {port: 2}\n", "line 3, column 3: YAML syntax error: duplicate"),
+    ("empty", "", "the inventory is empty"),
+    ("top-level-list", "- n1\n", "expected a mapping of defaults, groups and hosts"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+def test_bad_inventories_fail_in_one_line_naming_file_and_key(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    """Every problem is an InventoryError: `file: key: reason`, one line, nothing resolved."""
+    path = write(tmp_path, text)
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    assert expected in message
+
+
+def test_toml_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    """TOML goes through the same checks, and its syntax errors are one line too."""
+    path = write(tmp_path, '[groups.g]\nhosts = ["n1"]\nvars = { gpus = "eight" }\n', "inv.toml")
+    with pytest.raises(InventoryError, match=r"inv\.toml: groups\.g\.vars\.gpus: expected a whole number"):
+        load_inventory(path)
+    path = write(tmp_path, "[groups.g\n", "bad.toml")
+    with pytest.raises(InventoryError, match=r"bad\.toml: TOML syntax error: [^\n]+$"):
+        load_inventory(path)
+
+
+def test_missing_file_is_an_inventory_error(tmp_path: Path) -> None:
+    """No traceback text: just the path and what is wrong with it."""
+    path = tmp_path / "nowhere.yaml"
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path)
+    assert str(caught.value) == f"{path}: no such file"
+
+
+def test_unknown_suffix_is_refused(tmp_path: Path) -> None:
+    """Only .yaml, .yml and .toml are read."""
+    with pytest.raises(InventoryError, match="unknown inventory format"):
+        load_inventory(write(tmp_path, "{}", "inv.json"))
+
+
+def test_unknown_variable_lists_the_known_ones(tmp_path: Path) -> None:
+    """A misspelt variable gets a suggestion and the list of valid names."""
+    with pytest.raises(InventoryError) as caught:
+        load(tmp_path, "hosts: {n1: {adress: 192.0.2.1}}")
+    assert caught.value.key == "hosts.n1.adress"
+    assert "did you mean 'address'?" in caught.value.message
+    assert "settle_timeout" in caught.value.message
+
+
+def test_inventory_errors_are_usage_errors(tmp_path: Path) -> None:
+    """The CLI maps both to exit 2."""
+    with pytest.raises(UsageError):
+        load(tmp_path, "defaults: {gpus: -1}")
+
+
+# ---------------------------------------------------------------- targeting
+
+SITE = """
+groups:
+  blackwell: {hosts: ["gpu-b[01-04]"]}
+  hopper: {hosts: ["gpu-h[01-02]"]}
+  rack-a: {children: [blackwell, hopper]}
+  spare: {hosts: [gpu-s01]}
+  empty: {}
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Inventory:
+    return load(tmp_path, SITE, "site.yaml")
+
+
+def test_select_needs_a_target(site: Inventory) -> None:
+    """No host and no group is a usage error, even with --limit."""
+    with pytest.raises(UsageError, match="^no target: name hosts or use -g/--group$"):
+        select(site, limit="gpu-b01")
+
+
+def test_select_unions_patterns_and_groups(site: Inventory) -> None:
+    """Positional patterns and -g groups add up, in node-set order, without duplicates."""
+    chosen = select(site, patterns=["gpu-s01,gpu-b0[3-4]"], groups=["hopper", "blackwell"])
+    assert names(chosen) == ["gpu-b01", "gpu-b02", "gpu-b03", "gpu-b04", "gpu-h01", "gpu-h02", "gpu-s01"]
+
+
+def test_select_groups_include_children_and_all(site: Inventory) -> None:
+    """A parent group targets its children's hosts; `all` targets everything."""
+    assert names(select(site, groups=["rack-a"])) == [*(f"gpu-b0{i}" for i in range(1, 5)), "gpu-h01", "gpu-h02"]
+    assert len(select(site, groups=["all"])) == 7
+    assert len(select(site, patterns=["all"])) == 7
+
+
+def test_select_limit_intersects_and_exclude_removes(site: Inventory) -> None:
+    """(groups) & limit - exclude."""
+    chosen = select(site, groups=["rack-a"], limit="gpu-b[01-03],@hopper", exclude="gpu-b02,gpu-h02")
+    assert names(chosen) == ["gpu-b01", "gpu-b03", "gpu-h01"]
+
+
+def test_select_pattern_forms(site: Inventory) -> None:
+    """Node sets, ClusterShell operators, @group and shell globs all work as patterns."""
+    assert names(select(site, patterns=["gpu-b[01-04]!gpu-b02"])) == ["gpu-b01", "gpu-b03", "gpu-b04"]
+    assert names(select(site, patterns=["@hopper"])) == ["gpu-h01", "gpu-h02"]
+    assert names(select(site, patterns=["gpu-h*"])) == ["gpu-h01", "gpu-h02"]
+    assert names(select(site, patterns=[" gpu-s01 , gpu-h01"])) == ["gpu-h01", "gpu-s01"]
+
+
+def test_a_range_may_reach_past_the_inventory(site: Inventory) -> None:
+    """gpu-b[01-16] on a rack with four hosts in the file targets those four."""
+    assert len(select(site, patterns=["gpu-b[01-16]"])) == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"patterns": ["gpu-z01"]}, "no host in {path} matches 'gpu-z01'"),
+        ({"patterns": ["gpu-b01,gpu-z01"]}, "no host in {path} matches 'gpu-z01'"),
+        ({"groups": ["nope"]}, "no group 'nope' in {path}"),
+        ({"groups": ["hoper"]}, "no group 'hoper' in {path}; did you mean 'hopper'?"),
+        ({"groups": ["empty"]}, "group 'empty' in {path} has no hosts"),
+        ({"groups": ["all"], "limit": "gpu-z0[1-2]"}, "no host in {path} matches --limit 'gpu-z0[1-2]'"),
+        ({"groups": ["all"], "exclude": "gpu-z01"}, "no host in {path} matches --exclude 'gpu-z01'"),
+        ({"groups": ["all"], "limit": "spare"}, "matches --limit 'spare'"),
+        ({"groups": ["hopper"], "limit": "gpu-b01"}, "no host of {path} left to target"),
+        ({"groups": ["hopper"], "exclude": "@hopper"}, "no host of {path} left to target"),
+        ({"groups": ["all"], "limit": " , "}, "empty --limit"),
+        ({"patterns": ["gpu-b[01-"]}, "bad host pattern 'gpu-b[01-'"),
+    ],
+)
+def test_select_never_matches_nothing_silently(site: Inventory, kwargs: dict[str, object], message: str) -> None:
+    """Anything that names no host is a one-line usage error naming it."""
+    with pytest.raises(UsageError) as caught:
+        select(site, **kwargs)  # type: ignore[arg-type]
+    assert message.format(path=site.path) in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_limit_hints_at_group_syntax(site: Inventory) -> None:
+    """--limit takes host patterns; a bare group name gets a hint to write @group."""
+    with pytest.raises(UsageError, match="for the group, write '@spare'"):
+        select(site, groups=["all"], limit="spare")
+
+
+# ---------------------------------------------------------------- inventory_path
+
+
+def test_inventory_path_prefers_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """-i wins over $FLEET_INVENTORY, which is used when -i is absent."""
+    monkeypatch.setenv("FLEET_INVENTORY", "from-env.yaml")
+    assert inventory_path("cli.yaml") == Path("cli.yaml")
+    assert inventory_path(None) == Path("from-env.yaml")
+
+
+def test_inventory_path_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither -i nor $FLEET_INVENTORY is a usage error."""
+    monkeypatch.delenv("FLEET_INVENTORY", raising=False)
+    with pytest.raises(UsageError, match="no inventory"):
+        inventory_path(None)
+    with pytest.raises(UsageError, match="empty path"):
+        inventory_path("")

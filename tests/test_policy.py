@@ -1,0 +1,90 @@
+"""Pure decisions: protection, kill records, settle bookkeeping, verify verdicts and their one-line errors."""
+
+from __future__ import annotations
+
+from fleet import policy
+from fleet.models import BUILTIN_PROTECTED, Host, StepName
+from fleet.plan import plan_steps
+from fleet.probes import ComputeApp, GpuRow, Holder, PsRow
+
+ROWS_CLEAN = (GpuRow(0, 0, "GPU-a"), GpuRow(1, 1, "GPU-b"))
+
+
+def test_protected_daemon_with_a_cut_comm_is_kept_and_python_is_not() -> None:
+    found = (Holder(10, "root", ("/dev/nvidiactl",)), Holder(39865, "alice", ("/dev/nvidia0",)))
+    ps = {10: PsRow(10, 1, "root", "nvidia-persiste"), 39865: PsRow(39865, 1, "alice", "python3")}
+    exe = {10: "/usr/bin/nvidia-persistenced", 39865: "/usr/bin/python3.11"}
+    kept, target = policy.describe_holders(found, ps, exe, BUILTIN_PROTECTED)
+    assert kept.protected_by == "nvidia-persistenced"
+    assert target.protected_by is None
+    assert target.user == "alice"
+
+
+def test_a_holder_gone_before_ps_is_dropped() -> None:
+    found = (Holder(7, "root", ("/dev/nvidia0",)),)
+    assert policy.describe_holders(found, {}, {}, BUILTIN_PROTECTED) == ()
+
+
+def test_killed_records_name_the_last_signal_needed() -> None:
+    targets = [policy.Holder(p, "root", "python3", None, ()) for p in (1, 2, 3)]
+    records = policy.killed_records(targets, after_term=frozenset({2, 3}), after_kill=frozenset({3}))
+    assert [(r.pid, r.signal) for r in records] == [(1, "SIGTERM"), (2, "SIGKILL")]
+    assert policy.kill_error(frozenset({3}), targets, []) == "survived SIGKILL: pid 3 python3"
+
+
+def test_new_holder_after_kill_is_an_error() -> None:
+    targets = [policy.Holder(1, "root", "python3", None, ())]
+    back = [policy.Holder(2, "root", "python3", None, ())]
+    assert policy.kill_error(frozenset(), targets, back) == "respawned or new GPU holders after kill: pid 2 python3"
+
+
+def test_note_settled_tracks_first_time_under_and_forgets_a_relapse() -> None:
+    settled: dict[int, float] = {}
+    policy.note_settled([GpuRow(0, 0), GpuRow(1, 900)], 16, 0.5, settled)
+    assert settled == {0: 0.5}
+    policy.note_settled([GpuRow(0, 30000), GpuRow(1, 0)], 16, 1.0, settled)
+    assert settled == {1: 1.0}
+
+
+def test_verify_clean() -> None:
+    assert policy.verify_error(ROWS_CLEAN, (), 2, 16) is None
+
+
+def test_verify_names_gpu_memory_and_the_process() -> None:
+    rows = (GpuRow(0, 1523, "GPU-a"), GpuRow(1, 0, "GPU-b"))
+    apps = (ComputeApp("GPU-a", 39865, "/usr/bin/python3", 1523),)
+    error = policy.verify_error(rows, apps, 2, 16)
+    assert error == "gpu 0 holds 1523 MiB (pid 39865 python3) (+1 more)"
+
+
+def test_verify_na_memory_is_never_clean() -> None:
+    assert policy.verify_error((GpuRow(0, None), GpuRow(1, 0)), (), 2, 16) == (
+        "gpu 0 memory.used is not a number ([N/A])"
+    )
+
+
+def test_verify_missing_gpu() -> None:
+    assert policy.verify_error(ROWS_CLEAN, (), 8, 16) == "expected 8 GPUs, nvidia-smi lists 2"
+
+
+def test_verify_no_gpus_at_all() -> None:
+    assert policy.verify_error((), (), None, 16) == "nvidia-smi listed no GPUs"
+
+
+def test_compute_app_on_an_idle_gpu_is_not_clean() -> None:
+    apps = (ComputeApp("GPU-b", 4242, "sglang", 0),)
+    assert policy.verify_error(ROWS_CLEAN, apps, 2, 16) == "pid 4242 sglang still runs on gpu 1"
+
+
+def test_threshold_is_inclusive() -> None:
+    assert policy.verify_error((GpuRow(0, 16),), (), 1, 16) is None
+    assert policy.verify_error((GpuRow(0, 17),), (), 1, 16) == "gpu 0 holds 17 MiB"
+
+
+def test_plan_names_units_devices_and_timeouts() -> None:
+    host = Host("gpu-b01", "gpu-b01", services=("sglang.service",), gpus=8, drain_timeout=30)
+    plan = dict(plan_steps(host))
+    assert list(plan) == list(StepName)
+    assert "sglang.service" in plan[StepName.DRAIN] and "30 s" in plan[StepName.DRAIN]
+    assert "/dev/nvidia*" in plan[StepName.KILL] and "nvidia-persistenced" in plan[StepName.KILL]
+    assert "expect 8 GPUs" in plan[StepName.VERIFY]

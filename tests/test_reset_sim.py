@@ -1,0 +1,264 @@
+"""fleet reset over real SSH against simulated GPU nodes, asserted on the nodes' own state.
+
+Each node is served by an in-process asyncssh server on its own loopback address
+with its own host key; workers are real processes holding real device files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fleet.inventory import load_inventory, select
+from fleet.logs import RunLogs
+from fleet.models import HostReport, HostStatus, RunReport, StepName, StepStatus
+from fleet.runner import RunOptions, run_hosts
+from fleet.sim import NodeSpec, SimFleet, UnitSpec, WorkerSpec
+
+ALL = (0, 1, 2, 3, 4, 5, 6, 7)
+FAST = {"drain_timeout": 5, "kill_grace": 2, "settle_timeout": 15, "command_timeout": 5}
+
+
+def busy(name: str, **kw: Any) -> NodeSpec:
+    unit = kw.pop("unit", UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang"))
+    return NodeSpec(name=name, units=(unit,), linger_s=kw.pop("linger_s", 0.3), **kw)
+
+
+def fast_vars(names: Sequence[str], **extra: Any) -> dict[str, dict[str, Any]]:
+    return {n: {**FAST, **extra} for n in names}
+
+
+async def reset(sim: SimFleet, tmp_path: Path, *, groups: Sequence[str] = ("sim",),
+                command: str = "reset") -> RunReport:
+    hosts = select(load_inventory(sim.inventory_path), groups=list(groups))
+    logs = RunLogs(tmp_path / "logs", f"run-{os.urandom(3).hex()}")
+    logs.create()
+    try:
+        report, _ = await run_hosts(hosts, RunOptions(command=command), logs)
+    finally:
+        logs.close()
+    return report
+
+
+def comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def step(host: HostReport, name: StepName) -> Any:
+    return next(s for s in host.steps if s.name is name)
+
+
+@pytest.fixture
+async def make_fleet(tmp_path: Path) -> AsyncIterator[Any]:
+    """Start a simulated fleet; it is always torn down (every recorded pid ended)."""
+    stack: list[SimFleet] = []
+
+    async def start(specs: Sequence[NodeSpec], host_vars: Mapping[str, Mapping[str, Any]] | None = None,
+                    groups: Mapping[str, Sequence[str]] | None = None) -> SimFleet:
+        sim = SimFleet(tmp_path / f"sim{len(stack)}", specs, host_vars=host_vars, groups=groups)
+        await sim.__aenter__()
+        stack.append(sim)
+        return sim
+
+    yield start
+    for sim in reversed(stack):
+        await sim.__aexit__(None, None, None)
+        for node in sim.nodes.values():
+            assert not [p for p in node.recorded_pids() if node.alive(p)], "teardown left a process alive"
+
+
+async def test_busy_fleet_with_a_stray_process_is_reset_clean(make_fleet: Any, tmp_path: Path) -> None:
+    """Unit stopped gracefully, the stray killed, persistenced alive, memory back to idle, on every node."""
+    names = ["gpu-b01", "gpu-b02", "gpu-b03"]
+    sim = await make_fleet([busy(n) for n in names], fast_vars(names))
+    strays = {n: sim.nodes[n].spawn_worker(WorkerSpec(gpus=(0,), mib=1523, name="python3")) for n in names}
+    keepers = {n: [p for p in sim.nodes[n].recorded_pids() if sim.nodes[n].alive(p) and comm(p) == "nvidia-persiste"]
+               for n in names}
+    assert all(m and m > 16 for m in sim.nodes["gpu-b01"].gpu_memory())
+
+    report = await reset(sim, tmp_path)
+
+    for name in names:
+        host, node = report.hosts[name], sim.nodes[name]
+        assert host.status is HostStatus.CLEAN, host.error
+        assert [s.name for s in host.steps] == list(StepName)
+        assert node.unit_state("sglang.service") == "inactive"  # graceful, not escalated
+        assert not node.alive(strays[name])
+        assert strays[name] in {k.pid for k in host.killed}
+        assert keepers[name] and all(node.alive(p) for p in keepers[name])
+        assert node.gpu_memory() == [0] * 8
+        assert node.compute_pids() == set()
+        assert len(host.gpus) == 8
+
+
+async def test_stop_that_hangs_is_escalated_within_drain_timeout(make_fleet: Any, tmp_path: Path) -> None:
+    unit = UnitSpec("sglang.service", gpus=ALL, mib=30000, ignore_sigterm=True, timeout_stop_sec=90)
+    sim = await make_fleet([busy("gpu-h01", unit=unit)], fast_vars(["gpu-h01"], drain_timeout=2))
+    with anyio.fail_after(30):
+        report = await reset(sim, tmp_path)
+    host, node = report.hosts["gpu-h01"], sim.nodes["gpu-h01"]
+    assert host.status is HostStatus.CLEAN, host.error
+    drain = step(host, StepName.DRAIN)
+    assert "SIGKILL" in drain.detail
+    assert 2 <= drain.duration_s < 15
+    assert node.unit_state("sglang.service") in ("inactive", "failed")
+    assert node.gpu_memory() == [0] * 8
+
+
+async def test_memory_that_takes_8_s_to_come_back_is_waited_for(make_fleet: Any, tmp_path: Path) -> None:
+    sim = await make_fleet([busy("gpu-h01", linger_s=8.0)], fast_vars(["gpu-h01"]))
+    report = await reset(sim, tmp_path)
+    host = report.hosts["gpu-h01"]
+    assert host.status is HostStatus.CLEAN, host.error
+    assert step(host, StepName.SETTLE).duration_s >= 6
+    assert all(g.settle_s is not None and g.settle_s >= 6 for g in host.gpus)
+    assert sim.nodes["gpu-h01"].gpu_memory() == [0] * 8
+
+
+async def test_restart_always_process_that_comes_back_is_not_clean(make_fleet: Any, tmp_path: Path) -> None:
+    """A unit fleet was not told about respawns its worker after the kill: the node must not be 'clean'."""
+    rogue = UnitSpec("trainer.service", gpus=(2, 3), mib=20000, process_name="python3", restart="always",
+                     restart_sec=0.3)
+    spec = NodeSpec(name="gpu-h01", units=(rogue,), linger_s=0.2)
+    sim = await make_fleet([spec], {"gpu-h01": {**FAST, "services": [], "settle_timeout": 4}})
+    report = await reset(sim, tmp_path)
+    host, node = report.hosts["gpu-h01"], sim.nodes["gpu-h01"]
+    assert host.status is HostStatus.FAILED
+    assert node.compute_pids(), "the respawned worker is alive on the node"
+    assert "python3" in (host.error or "")
+    assert (node.gpu_memory()[2] or 0) > 16
+
+
+async def test_hanging_nvidia_smi_fails_that_node_only(make_fleet: Any, tmp_path: Path) -> None:
+    names = ["gpu-h01", "gpu-h02", "gpu-h03"]
+    specs = [busy(n, smi_mode="hang" if n == "gpu-h02" else "ok") for n in names]
+    sim = await make_fleet(specs, fast_vars(names, command_timeout=2))
+    with anyio.fail_after(40):
+        report = await reset(sim, tmp_path)
+    wedged = report.hosts["gpu-h02"]
+    assert wedged.status is HostStatus.FAILED
+    assert wedged.error == "nvidia-smi did not answer within 2 s: driver may be wedged"
+    assert wedged.duration_s < 20
+    assert report.hosts["gpu-h01"].status is HostStatus.CLEAN
+    assert report.hosts["gpu-h03"].status is HostStatus.CLEAN
+    await anyio.sleep(0.5)
+    assert not _processes_running(sim.nodes["gpu-h02"].nvidia_smi_path), "a hung nvidia-smi outlived its bound"
+
+
+def _processes_running(needle: str) -> list[int]:
+    """Pids whose command line mentions needle (read-only look, never used to kill)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if needle in cmdline and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+async def test_refused_port_and_wrong_host_key_are_unreachable_and_untouched(
+    make_fleet: Any, tmp_path: Path
+) -> None:
+    names = ["gpu-h01", "gpu-h02", "gpu-h03"]
+    sim = await make_fleet([busy(n) for n in names], fast_vars(names, connect_timeout=3))
+    await sim.stop_server("gpu-h01")
+    sim.corrupt_host_key("gpu-h02")
+    before = sim.nodes["gpu-h02"].compute_pids()
+    report = await reset(sim, tmp_path)
+    refused, wrong_key = report.hosts["gpu-h01"], report.hosts["gpu-h02"]
+    assert refused.status is HostStatus.UNREACHABLE and "refused" in (refused.error or "")
+    assert wrong_key.status is HostStatus.UNREACHABLE and "host key" in (wrong_key.error or "").lower()
+    assert all(s.status is StepStatus.SKIPPED for s in wrong_key.steps)
+    assert sim.nodes["gpu-h02"].compute_pids() == before, "nothing may run on a host whose key is wrong"
+    assert sim.nodes["gpu-h02"].unit_state("sglang.service") == "active"
+    assert report.hosts["gpu-h03"].status is HostStatus.CLEAN
+
+
+async def test_missing_gpu_and_na_memory_fail_verify(make_fleet: Any, tmp_path: Path) -> None:
+    specs = [busy("gpu-h01", gpus=7), busy("gpu-h02", na_memory_gpus=(3,))]
+    unit7 = UnitSpec("sglang.service", gpus=(0, 1, 2, 3, 4, 5, 6), mib=30000)
+    specs[0] = busy("gpu-h01", gpus=7, unit=unit7)
+    sim = await make_fleet(specs, {"gpu-h01": {**FAST, "gpus": 8}, "gpu-h02": {**FAST, "settle_timeout": 2}})
+    report = await reset(sim, tmp_path)
+    assert report.hosts["gpu-h01"].status is HostStatus.FAILED
+    assert report.hosts["gpu-h01"].error == "expected 8 GPUs, nvidia-smi lists 7"
+    na = report.hosts["gpu-h02"]
+    assert na.status is HostStatus.FAILED
+    assert na.error == "gpu 3 memory.used is not a number ([N/A])"
+    assert next(g for g in na.gpus if g.index == 3).memory_used_mib is None
+
+
+async def _cli(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    proc = await anyio.run_process([sys.executable, "-m", "fleet", *args], check=False,
+                                   env={**os.environ, **(env or {})})
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+async def test_cli_group_and_limit_leave_other_hosts_untouched(make_fleet: Any, tmp_path: Path) -> None:
+    names = ["gpu-b01", "gpu-b02", "gpu-h01"]
+    groups = {"blackwell": ["gpu-b01", "gpu-b02"], "hopper": ["gpu-h01"]}
+    sim = await make_fleet([busy(n) for n in names], fast_vars(names), groups)
+    code, out, err = await _cli("reset", "-i", str(sim.inventory_path), "--group", "blackwell",
+                                "--limit", "gpu-b02", "-y", "--json", "--log-dir", str(tmp_path / "logs"))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert list(doc["hosts"]) == ["gpu-b02"]
+    assert sim.nodes["gpu-b02"].compute_pids() == set()
+    for untouched in ("gpu-b01", "gpu-h01"):
+        assert sim.nodes[untouched].unit_state("sglang.service") == "active"
+        assert len(sim.nodes[untouched].compute_pids()) == 1
+    run_dir = tmp_path / "logs" / doc["run_id"]
+    assert json.loads((run_dir / "summary.json").read_text()) == doc
+    events = [json.loads(line) for line in (run_dir / "gpu-b02.jsonl").read_text().splitlines()]
+    commands = [e for e in events if e["event"] == "command"]
+    assert commands and all({"timestamp", "level", "host", "step", "argv", "exit_status", "duration_s"} <= set(e)
+                            for e in commands)
+    assert "gpu-b02 clean" in err
+
+
+@pytest.mark.parametrize(
+    ("patch", "key"),
+    [
+        ({"gpus": "eight"}, "gpus"),
+        ({"services": ["sglang.service; rm -rf /"]}, "services"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
+async def test_bad_inventory_exits_2_with_one_line_and_touches_nothing(
+    make_fleet: Any, tmp_path: Path, patch: dict[str, Any], key: str
+) -> None:
+    import yaml
+
+    sim = await make_fleet([busy("gpu-b01")], fast_vars(["gpu-b01"]))
+    data = yaml.safe_load(sim.inventory_path.read_text())
+    data["hosts"]["gpu-b01"].update(patch)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    code, out, err = await _cli("reset", "-i", str(bad), "gpu-b01", "-y", "--log-dir", str(tmp_path / "logs"))
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and "bad.yaml" in err and key in err
+    assert sim.nodes["gpu-b01"].unit_state("sglang.service") == "active"
+    assert not (tmp_path / "logs").exists()
+
+
+async def test_check_is_read_only(make_fleet: Any, tmp_path: Path) -> None:
+    sim = await make_fleet([busy("gpu-b01")], fast_vars(["gpu-b01"]))
+    before = sim.nodes["gpu-b01"].compute_pids()
+    report = await reset(sim, tmp_path, command="check")
+    host = report.hosts["gpu-b01"]
+    assert host.status is HostStatus.FAILED
+    assert "holds 30000 MiB" in (host.error or "")
+    assert sim.nodes["gpu-b01"].compute_pids() == before
+    assert [s.status for s in host.steps][:3] == [StepStatus.SKIPPED] * 3

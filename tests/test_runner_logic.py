@@ -1,0 +1,186 @@
+"""The task graph over a scripted transport: outcomes, step order, hangs, interrupts (no sockets)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+
+from fleet.errors import ConnectError
+from fleet.fake import Reply, ScriptedTransport
+from fleet.logs import RunLogs
+from fleet.models import Host, HostStatus, StepName, StepStatus
+from fleet.runner import RunOptions, run_hosts
+
+GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0\n"
+
+
+def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_kill: str = "") -> list:
+    """A one-GPU node: one unit that stops, one stray holder that dies on SIGTERM."""
+    scans = iter(["root\t/proc/100/fd/3\t/dev/nvidia0\n", holders_after_kill])
+    alive = iter(["", ""])
+    return [
+        (("systemctl", "stop"), Reply()),
+        (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
+        (("find", "/proc", "-mindepth"), lambda argv: Reply(next(scans, ""))),
+        (("ps", "-ww"), Reply("  100     1 root     python3\n")),
+        (("find", "/proc/100/exe"), Reply("/proc/100\t/usr/bin/python3.11\n")),
+        (("kill",), Reply()),
+        (("ps", "-o", "pid="), lambda argv: Reply(next(alive, ""), exit_status=1)),
+        (("nvidia-smi", "--query-gpu=index,memory.used"), Reply(f"0, {settle_mib}\n", delay_s=smi_delay)),
+        (("nvidia-smi", "--query-gpu="), Reply(GPU.format(mib=settle_mib), delay_s=smi_delay)),
+        (("nvidia-smi", "--query-compute-apps="), Reply("")),
+    ]
+
+
+def make_host(name: str = "gpu-01", **kw: object) -> Host:
+    base: dict[str, object] = {"services": ("sglang.service",), "gpus": 1, "command_timeout": 1.0,
+                               "settle_timeout": 1.0, "kill_grace": 0.5}
+    base.update(kw)
+    return Host(name=name, address="127.0.0.1", **base)  # type: ignore[arg-type]
+
+
+async def run(hosts: Sequence[Host], scripts: dict[str, ScriptedTransport], tmp_path: Path,
+              **options: object) -> tuple:
+    async def connector(host: Host) -> ScriptedTransport:
+        if host.name not in scripts:
+            raise ConnectError(f"connection refused ({host.address}:22)")
+        return scripts[host.name]
+
+    logs = RunLogs(tmp_path, "run-1")
+    logs.create()
+    report, state = await run_hosts(hosts, RunOptions(**options), logs, connector=connector)  # type: ignore[arg-type]
+    logs.close()
+    return report, state
+
+
+async def test_healthy_host_is_clean_with_steps_in_order(tmp_path: Path) -> None:
+    """A stray holder dies on SIGTERM; the report lists drain, kill, settle, verify, all ok."""
+    t = ScriptedTransport(node_script())
+    report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
+    host = report.hosts["gpu-01"]
+    assert host.status is HostStatus.CLEAN, host.error
+    assert host.error is None
+    assert [s.name for s in host.steps] == list(StepName)
+    assert all(s.status is StepStatus.OK for s in host.steps)
+    assert [(k.pid, k.signal) for k in host.killed] == [(100, "SIGTERM")]
+    assert host.gpus[0].memory_used_mib == 0
+    assert t.closed
+
+
+async def test_hanging_nvidia_smi_fails_within_budget_and_names_it(tmp_path: Path) -> None:
+    """nvidia-smi that never answers is not retried: failed, with a one-line reason."""
+    t = ScriptedTransport(node_script(smi_delay=60))
+    with anyio.fail_after(10):
+        report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
+    host = report.hosts["gpu-01"]
+    assert host.status is HostStatus.FAILED
+    assert "nvidia-smi did not answer within 1 s: driver may be wedged" in (host.error or "")
+    settle = next(s for s in host.steps if s.name is StepName.SETTLE)
+    assert settle.status is StepStatus.TIMEOUT
+    assert sum(1 for argv in t.ran if argv[0] == "nvidia-smi") == 2  # one in settle, one in verify
+
+
+async def test_memory_that_never_settles_fails_with_the_gpu_named(tmp_path: Path) -> None:
+    t = ScriptedTransport(node_script(settle_mib=1523))
+    report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
+    host = report.hosts["gpu-01"]
+    assert host.status is HostStatus.FAILED
+    assert host.error == "gpu 0 holds 1523 MiB"
+
+
+async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> None:
+    t = ScriptedTransport(node_script())
+    report, _ = await run([make_host("gpu-01"), make_host("gpu-02")], {"gpu-01": t}, tmp_path)
+    assert report.hosts["gpu-01"].status is HostStatus.CLEAN
+    down = report.hosts["gpu-02"]
+    assert down.status is HostStatus.UNREACHABLE
+    assert down.error == "connection refused (127.0.0.1:22)"
+    assert all(s.status is StepStatus.SKIPPED for s in down.steps)
+
+
+async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) -> None:
+    t = ScriptedTransport(node_script(holders_after_kill="root\t/proc/101/fd/3\t/dev/nvidia0\n"))
+    script = t.script
+    script.insert(2, (("ps", "-ww", "-o", "pid=,ppid=,user:32=,comm=", "-p", "101"),
+                      Reply("  101     1 root     python3\n")))
+    script.insert(3, (("find", "/proc/101/exe"), Reply("/proc/101\t/usr/bin/python3.11\n")))
+    report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
+    host = report.hosts["gpu-01"]
+    kill = next(s for s in host.steps if s.name is StepName.KILL)
+    assert kill.status is StepStatus.FAILED
+    assert "pid 101 python3" in (kill.error or "")
+    assert next(s for s in host.steps if s.name is StepName.SETTLE).status is StepStatus.SKIPPED
+    assert host.status is HostStatus.FAILED
+
+
+async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) -> None:
+    """Ctrl-C: in-flight hosts fail as interrupted, connections are closed, the report is whole."""
+    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30))])
+    host = make_host(command_timeout=60.0, drain_timeout=60.0)
+
+    async def interrupt() -> None:
+        await anyio.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(interrupt)
+            report, state = await run([host], {"gpu-01": slow}, tmp_path, handle_signals=True)
+    assert state.interrupted
+    result = report.hosts["gpu-01"]
+    assert result.status is HostStatus.FAILED
+    assert result.error == "interrupted during drain"
+    assert slow.closed
+
+
+async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
+    in_flight, peak = 0, 0
+
+    def slow_show(argv: Sequence[str]) -> Reply:
+        return Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")
+
+    class Counting(ScriptedTransport):
+        async def run(self, argv: Sequence[str], *, timeout: float):  # type: ignore[no-untyped-def]
+            nonlocal in_flight, peak
+            if argv[:2] == ("systemctl", "stop") or list(argv[:2]) == ["systemctl", "stop"]:
+                in_flight += 1
+                peak = max(peak, in_flight)
+            result = await super().run(argv, timeout=timeout)
+            await anyio.sleep(0.01)
+            return result
+
+        async def close(self) -> None:
+            nonlocal in_flight
+            in_flight -= 1
+            await super().close()
+
+    hosts = [make_host(f"gpu-{i:02d}") for i in range(6)]
+    scripts = {h.name: Counting(node_script()) for h in hosts}
+    for t in scripts.values():
+        t.script[1] = (("systemctl", "show"), slow_show)
+    report, _ = await run(hosts, scripts, tmp_path, concurrency=2)
+    assert report.count(HostStatus.CLEAN) == 6
+    assert peak == 2
+
+
+def test_dry_run_plans_without_connecting(tmp_path: Path) -> None:
+    async def main() -> tuple:
+        return await run([make_host()], {}, tmp_path, dry_run=True)
+
+    report, _ = anyio.run(main)
+    host = report.hosts["gpu-01"]
+    assert host.status is HostStatus.PLANNED
+    assert "sglang.service" in host.steps[0].detail
+
+
+@pytest.mark.parametrize("status", ["inactive", "failed"])
+async def test_unit_already_down_counts_as_drained(tmp_path: Path, status: str) -> None:
+    t = ScriptedTransport(node_script())
+    t.script[1] = (("systemctl", "show"), Reply(f"ActiveState={status}\nSubState=dead\nMainPID=0\n"))
+    report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
+    assert report.hosts["gpu-01"].steps[0].status is StepStatus.OK
