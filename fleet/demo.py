@@ -15,7 +15,8 @@ import anyio
 
 from fleet.inventory import load_inventory, select
 from fleet.session import run_and_report, say
-from fleet.sim import NodeSpec, SimFleet, UnitSpec, WorkerSpec
+from fleet.sim.fleetsim import SimFleet
+from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 
 ALL_GPUS = (0, 1, 2, 3, 4, 5, 6, 7)
 

@@ -43,6 +43,8 @@ from fleet.models import Connection, Host
 ALL = "all"
 MAX_NODES_PER_PATTERN = 100_000
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_BRACKETS = re.compile(r"\[([^\]]*)\]")
+_SPAN = re.compile(r"(\d+)-(\d+)")
 
 
 def _one_or_many(value: object) -> object:
@@ -161,6 +163,7 @@ _TYPE_MESSAGES = {
     "dict_type": "expected a mapping",
     "model_type": "expected a mapping",
     "finite_number": "expected a finite number",
+    "too_short": "expected at least one entry",
 }
 
 
@@ -297,18 +300,33 @@ def _expand(pattern: str, key: str, label: str) -> list[str]:
     if "@" in pattern:
         raise InventoryError(label, key, f"{pattern!r}: include groups with children:, not '@name'")
     try:
-        nodes = NodeSet(pattern, resolver=RESOLVER_NOGROUP)
-    except NodeSetException as e:
-        raise InventoryError(label, key, f"bad node set {pattern!r}: {_one_line(str(e))}") from None
-    if len(nodes) > MAX_NODES_PER_PATTERN:
-        limit = MAX_NODES_PER_PATTERN
-        raise InventoryError(label, key, f"node set {pattern!r} names more than {limit} hosts")
-    names = list(nodes)
+        names = list(_node_set(pattern))
+    except ValueError as e:
+        raise InventoryError(label, key, str(e)) from None
     if not names:
         raise InventoryError(label, key, f"node set {pattern!r} names no host")
     for name in names:
         _check_host_name(name, key, label)
     return names
+
+
+def _upper_bound(pattern: str) -> int:
+    """How many names a pattern can name at most, counted without expanding it."""
+    total = 1
+    for inside in _BRACKETS.findall(pattern):
+        spans = [int(b) - int(a) + 1 for a, b in _SPAN.findall(inside)]
+        total *= sum(spans) + inside.count(",") + 1
+    return total
+
+
+def _node_set(pattern: str) -> NodeSet:
+    """ClusterShell's expansion, without group lookups and without runaway ranges."""
+    if _upper_bound(pattern) > MAX_NODES_PER_PATTERN:
+        raise ValueError(f"node set {pattern!r} names more than {MAX_NODES_PER_PATTERN} hosts")
+    try:
+        return NodeSet(pattern, resolver=RESOLVER_NOGROUP)
+    except NodeSetException as e:
+        raise ValueError(f"bad node set {pattern!r}: {_one_line(str(e))}") from None
 
 
 def _check_host_name(name: str, key: str, label: str) -> None:
@@ -478,9 +496,9 @@ def _element(inv: Inventory, element: str) -> set[str]:
     if any(c in element for c in "*?") and "[" not in element:
         return set(fnmatch.filter(inv.hosts, element))
     try:
-        nodes = NodeSet(element, resolver=RESOLVER_NOGROUP)
-    except NodeSetException as e:
-        raise UsageError(f"bad host pattern {element!r}: {_one_line(str(e))}") from None
+        nodes = _node_set(element)
+    except ValueError as e:
+        raise UsageError(f"host pattern: {e}") from None
     return {name for name in nodes if name in inv.hosts}
 
 

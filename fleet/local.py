@@ -34,15 +34,17 @@ _SUDO_NEEDS_PASSWORD = "a password is required"
 
 def session_members(sid: int) -> list[int]:
     """Pids of the live (non-zombie) processes in session `sid` (Linux /proc)."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with suppress(OSError, ValueError, IndexError):
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-            if fields[0] != "Z" and int(fields[3]) == sid:
-                members.append(int(entry.name))
-    return members
+    with os.scandir("/proc") as entries:
+        return [int(e.name) for e in entries if e.name.isdigit() and _session_of(e.path) == sid]
+
+
+def _session_of(proc_dir: str) -> int | None:
+    """The session id of the process at /proc/PID; None for a zombie or a vanished pid."""
+    try:
+        fields = Path(proc_dir, "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[3])
 
 
 def signal_session(sid: int, signum: int = signal.SIGKILL) -> None:
@@ -140,16 +142,19 @@ class LocalTransport:
         """Nothing stays open between commands."""
 
     async def _spawn(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
+        """Start argv in a new session; shielded, so a cancel never orphans it."""
         try:
-            return await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-            )
+            with anyio.CancelScope(shield=True):
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,
+                )
         except OSError as exc:
             raise ConnectError(f"cannot start {argv[0]} on {self._host.name}: {exc.strerror or exc}") from exc
+        return proc
 
 
 async def _pump(proc: asyncio.subprocess.Process, out: _Output, err: _Output) -> None:

@@ -366,11 +366,18 @@ def parse_exe(text: str) -> dict[int, str]:
 
 
 def alive_argv(pids: Sequence[int]) -> list[str]:
-    return ["ps", "-o", "pid=", "-p", _pid_list(pids)]
+    """`ps -o pid=,stat= -p ...`: the state column tells a zombie (dead, not yet reaped) apart."""
+    return ["ps", "-o", "pid=,stat=", "-p", _pid_list(pids)]
 
 
 def parse_pids(text: str) -> frozenset[int]:
-    return frozenset(_int(line, lineno, line, "pid") for lineno, line in _lines(text))
+    """Pids that are alive; a zombie (stat Z) holds no files and no GPU memory, so it counts as dead."""
+    alive = set()
+    for lineno, line in _lines(text):
+        pid, _, stat = line.strip().partition(" ")
+        if not stat.strip().startswith("Z"):
+            alive.add(_int(pid, lineno, line, "pid"))
+    return frozenset(alive)
 
 
 # --- signals -------------------------------------------------------

@@ -132,20 +132,14 @@ class SshTransport:
         """Run argv on the host; CommandTimeout (with partial output) past its bounds."""
         line = command_line(bounded_argv(argv, timeout, become=self._host.become))
         started = time.monotonic()
-        process: _Process | None = None
-        output = ("", "")
+        deadline = anyio.current_time() + client_deadline(timeout)
         with session_errors(self._host):
-            try:
-                with anyio.move_on_after(client_deadline(timeout)) as deadline:
-                    process = await self._open(line)
-                    output = await process.communicate()
-            finally:
-                if process is not None:
-                    await _abandon(process)
-        if process is not None and deadline.cancelled_caught:
-            output = process.collect_output()  # what arrived before the deadline
+            process = await self._open(line, deadline)
+            if process is None:
+                raise CommandTimeout(make_result(argv, None, None, "", "", started), timeout)
+            output, timed_out = await _communicate(process, deadline)
         result = _result(argv, process, output, started)
-        if deadline.cancelled_caught:
+        if timed_out:
             raise CommandTimeout(result, timeout)
         if result.exit_status is None and result.signal is None:
             raise ConnectionLost(f"session to {self._host.name} closed before the command ended")
@@ -160,10 +154,28 @@ class SshTransport:
             self._conn.close()
             await self._conn.wait_closed()
 
-    async def _open(self, line: str) -> _Process:
-        return await self._conn.create_process(
-            line, stdin=asyncssh.DEVNULL, encoding="utf-8", errors="replace"
-        )
+    async def _open(self, line: str, deadline: float) -> _Process | None:
+        """Start line in a new channel, or None past the deadline.
+
+        Shielded: a cancel waits for the channel (bounded by the deadline) so
+        that the command it may have started can be ended, never orphaned.
+        """
+        with anyio.CancelScope(deadline=deadline, shield=True):
+            return await self._conn.create_process(line, stdin=asyncssh.DEVNULL, encoding="utf-8", errors="replace")
+        return None
+
+
+async def _communicate(process: _Process, deadline: float) -> tuple[tuple[str, str], bool]:
+    """Both streams until the channel closes or the deadline: (output, timed_out).
+
+    The channel is always ended on the way out, on a deadline or a cancel too.
+    """
+    try:
+        with anyio.CancelScope(deadline=deadline):
+            return await process.communicate(), False
+    finally:
+        await _abandon(process)
+    return process.collect_output(), True  # what arrived before the deadline
 
 
 async def _abandon(process: _Process) -> None:
@@ -176,9 +188,7 @@ async def _abandon(process: _Process) -> None:
         await process.wait_closed()
 
 
-def _result(
-    argv: Sequence[str], process: _Process | None, output: tuple[str, str], started: float
-) -> CommandResult:
+def _result(argv: Sequence[str], process: _Process | None, output: tuple[str, str], started: float) -> CommandResult:
     out, err = output
     if process is None:
         return make_result(argv, None, None, out, err, started)

@@ -72,9 +72,7 @@ def unit_name(s: str) -> str:
     """A systemd unit name with its type suffix, such as `sglang.service`."""
     value = _require_str(s)
     if len(value) > 256 or not _UNIT.fullmatch(value) or value.startswith("-"):
-        raise ValueError(
-            f"invalid unit name {value!r}: use letters, digits and ':_.@-', not starting with '-'"
-        )
+        raise ValueError(f"invalid unit name {value!r}: use letters, digits and ':_.@-', not starting with '-'")
     suffix = next((x for x in UNIT_SUFFIXES if value.endswith(x)), None)
     if suffix is None:
         raise ValueError(f"unit name {value!r} has no unit type suffix such as '.service'")

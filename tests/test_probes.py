@@ -496,7 +496,7 @@ def test_process_argv_shapes() -> None:
         "-printf",
         "%h\\t%l\\n",
     ]
-    assert alive_argv([1, 2]) == ["ps", "-o", "pid=", "-p", "1,2"]
+    assert alive_argv([1, 2]) == ["ps", "-o", "pid=,stat=", "-p", "1,2"]
 
 
 @pytest.mark.parametrize("make", [ps_argv, exe_argv, alive_argv])
@@ -554,6 +554,10 @@ def test_parse_exe_malformed(line: str) -> None:
 def test_parse_pids() -> None:
     assert parse_pids("    1\n 4242\n\n77777") == frozenset({1, 4242, 77777})
     assert parse_pids("") == frozenset()
+
+
+def test_parse_pids_counts_a_zombie_as_dead() -> None:
+    assert parse_pids("    1 Ss\n 4242 Z\n 4243 Sl+\n") == frozenset({1, 4243})
 
 
 def test_parse_pids_malformed() -> None:

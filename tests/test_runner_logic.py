@@ -30,7 +30,7 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_ki
         (("ps", "-ww"), Reply("  100     1 root     python3\n")),
         (("find", "/proc/100/exe"), Reply("/proc/100\t/usr/bin/python3.11\n")),
         (("kill",), Reply()),
-        (("ps", "-o", "pid="), lambda argv: Reply(next(alive, ""), exit_status=1)),
+        (("ps", "-o", "pid=,stat="), lambda argv: Reply(next(alive, ""), exit_status=1)),
         (("nvidia-smi", "--query-gpu=index,memory.used"), Reply(f"0, {settle_mib}\n", delay_s=smi_delay)),
         (("nvidia-smi", "--query-gpu="), Reply(GPU.format(mib=settle_mib), delay_s=smi_delay)),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),

@@ -315,5 +315,5 @@ def read_unit(root: Path, name: str) -> UnitStatus:
         return INACTIVE.copy()
     settled = status["ActiveState"] in ("inactive", "failed")
     if not settled and not pid_alive(status["supervisor_pid"]):
-        status.update(ActiveState="failed", SubState="failed", Result="signal", MainPID=0, pids=[])
+        status.update({"ActiveState": "failed", "SubState": "failed", "Result": "signal", "MainPID": 0, "pids": []})
     return status

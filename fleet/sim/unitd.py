@@ -23,6 +23,7 @@ as clean.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
@@ -66,6 +67,7 @@ class Supervisor:
     # ------------------------------------------------------------ plumbing
 
     def install_signals(self) -> None:
+        os.set_blocking(self.wakeup_r, False)
         os.set_blocking(self.wakeup_w, False)
         signal.set_wakeup_fd(self.wakeup_w)
         signal.signal(signal.SIGTERM, self._on_stop)
@@ -82,10 +84,8 @@ class Supervisor:
         state.write_json(state.unit_path(self.root, self.name), self.status)
 
     def _drain_wakeup(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):
             os.read(self.wakeup_r, 512)
-        except BlockingIOError:
-            pass
 
     def worker_argv(self) -> list[str]:
         unit = self.unit
@@ -101,7 +101,9 @@ class Supervisor:
         with state.locked(state.unit_lock(self.root, self.name)):
             child = subprocess.Popen(self.worker_argv(), stdin=subprocess.DEVNULL, cwd=self.root)
             state.append_pid(self.root, child.pid)
-            self.status.update(MainPID=child.pid, main_starttime=state.starttime(child.pid), pids=[child.pid])
+            self.status.update(
+                {"MainPID": child.pid, "main_starttime": state.starttime(child.pid), "pids": [child.pid]}
+            )
             self.publish("active", "running", "success")
         return child
 
@@ -140,7 +142,7 @@ class Supervisor:
             self._drain_wakeup()
 
     def child_exited(self) -> None:
-        self.status.update(MainPID=0, main_starttime=0, pids=[])
+        self.status.update({"MainPID": 0, "main_starttime": 0, "pids": []})
 
     def end(self, result: str) -> None:
         if result == "success":

@@ -1,0 +1,286 @@
+"""A simulated 8-GPU node in a directory: the Python API tests and the demo drive.
+
+    node = SimNode(tmp_path / "gpu-a01", NodeSpec("gpu-a01", units=(UnitSpec("sglang"),)))
+    node.start()                    # setup() + units + workers + nvidia-persistenced
+    subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv"], env=node.env())
+    node.stop()                     # SIGKILL everything the node ever started
+
+Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for
+the device nodes), bin/nvidia-smi and bin/systemctl (wrappers around
+`fleet.sim.nvidia_smi` and `fleet.sim.systemctl`), config.json (the spec),
+state/ (see `fleet.sim.state`) and log/. Everything else a command on the
+node uses (find over /proc, ps, kill, timeout) is the real tool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from fleet.sim import nvidia_smi, state, systemctl
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 5.0
+PERSISTENCED = "nvidia-persistenced"
+
+
+class SimError(RuntimeError):
+    """The simulated node could not do what was asked (start, stop, a bad mode)."""
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """A systemd unit whose main process holds GPUs (`unitd` runs it)."""
+
+    name: str
+    gpus: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6, 7)
+    mib: int = 30000
+    process_name: str = "python3"
+    restart: str = "no"
+    restart_sec: float = 0.5
+    ignore_sigterm: bool = False
+    timeout_stop_sec: float = 90.0
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """A stray process holding GPUs, outside any unit."""
+
+    gpus: tuple[int, ...]
+    mib: int
+    name: str = "python3"
+    ignore_sigterm: bool = False
+    compute: bool = True
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Everything about one simulated node; stored as ROOT/config.json."""
+
+    name: str
+    gpus: int = 8
+    gpu_name: str = "NVIDIA H100 80GB HBM3"
+    memory_total_mib: int = 81559
+    idle_mib: int = 0
+    linger_s: float = 0.5
+    units: tuple[UnitSpec, ...] = ()
+    workers: tuple[WorkerSpec, ...] = ()
+    protected_daemon: bool = True
+    smi_mode: str = "ok"
+    na_memory_gpus: tuple[int, ...] = ()
+    ecc_error_gpus: tuple[int, ...] = ()
+    driver_version: str = "550.90.07"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1) + "\n"
+
+
+def _wrapper(module: str, root: Path) -> str:
+    python = shlex.quote(sys.executable)
+    return f'#!/bin/sh\nexec {python} -m {module} --node {shlex.quote(str(root))} "$@"\n'
+
+
+def _worker_argv(root: Path, w: WorkerSpec) -> list[str]:
+    argv = [sys.executable, "-m", "fleet.sim.worker", "--node", str(root), "--gpus", ",".join(map(str, w.gpus))]
+    argv += ["--mib", str(w.mib), "--name", w.name]
+    argv += ["--ignore-term"] if w.ignore_sigterm else []
+    return argv + ([] if w.compute else ["--no-compute"])
+
+
+class SimNode:
+    """One simulated node rooted at a directory; see the module docstring."""
+
+    def __init__(self, root: Path, spec: NodeSpec) -> None:
+        self.root = root.resolve()
+        self.spec = spec
+        self.bin_dir = self.root / "bin"
+        self.dev_dir = self.root / "dev"
+        self._children: list[subprocess.Popen[bytes]] = []
+
+    def __repr__(self) -> str:
+        return f"SimNode({self.spec.name!r}, root={str(self.root)!r})"
+
+    def __enter__(self) -> SimNode:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ layout
+
+    @property
+    def devices_glob(self) -> str:
+        """The pattern fleet's `devices` setting should use for this node."""
+        return f"{self.dev_dir}/nvidia*"
+
+    @property
+    def nvidia_smi_path(self) -> str:
+        return str(self.bin_dir / "nvidia-smi")
+
+    def env(self) -> dict[str, str]:
+        """The environment commands on this node run with: bin/ first on PATH."""
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join([str(self.bin_dir), env.get("PATH", os.defpath)])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        return env
+
+    def setup(self) -> None:
+        """Create the directories, device files, wrappers and config.json (idempotent)."""
+        for sub in ("bin", "dev", "log", "state/procs", "state/units"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        devices = [f"nvidia{i}" for i in range(self.spec.gpus)] + ["nvidiactl", "nvidia-uvm"]
+        for device in devices:
+            (self.dev_dir / device).touch()
+        for tool, module in (("nvidia-smi", "fleet.sim.nvidia_smi"), ("systemctl", "fleet.sim.systemctl")):
+            path = self.bin_dir / tool
+            path.write_text(_wrapper(module, self.root))
+            path.chmod(0o755)
+        self._write_config()
+
+    def _write_config(self) -> None:
+        state.write_json(state.config_path(self.root), json.loads(self.spec.to_json()))
+
+    # ------------------------------------------------------------ starting
+
+    def start(self) -> None:
+        """Start the protected daemon, every unit and every worker; wait until all registered."""
+        if not state.config_path(self.root).exists():
+            self.setup()
+        pids = [self._spawn(WorkerSpec((), 0, PERSISTENCED, compute=False))] if self.spec.protected_daemon else []
+        for unit in self.spec.units:
+            self._start_unit(unit.name)
+        pids += [self._spawn(w) for w in self.spec.workers]
+        pids += [state.read_unit(self.root, unit.name)["MainPID"] for unit in self.spec.units]
+        self._await_registered(pids)
+
+    def spawn_worker(self, w: WorkerSpec) -> int:
+        """Start a stray worker and wait until it holds its device files; its pid."""
+        pid = self._spawn(w)
+        self._await_registered([pid])
+        return pid
+
+    def start_unit(self, name: str) -> None:
+        """`systemctl start NAME`, then wait until its worker is registered."""
+        self._start_unit(name)
+        self._await_registered([state.read_unit(self.root, name)["MainPID"]])
+
+    def _start_unit(self, name: str) -> None:
+        try:
+            proc = systemctl.start_unit(self.root, name, env=self.env())
+        except systemctl.SystemctlError as err:
+            raise SimError(str(err)) from err
+        if proc is not None:
+            self._children.append(proc)
+
+    def _spawn(self, w: WorkerSpec) -> int:
+        with open(self.root / "log" / f"worker-{w.name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                _worker_argv(self.root, w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.root,
+                env=self.env(),
+                start_new_session=True,
+            )
+        state.append_pid(self.root, proc.pid)
+        self._children.append(proc)
+        return proc.pid
+
+    def _await_registered(self, pids: list[int]) -> None:
+        def missing() -> list[int]:
+            return [p for p in pids if not (state.procs_dir(self.root) / f"{p}.json").exists()]
+
+        if not state.wait_for(lambda: not missing(), START_TIMEOUT_S):
+            raise SimError(f"{self.spec.name}: not registered after {START_TIMEOUT_S}s: pids {missing()}")
+
+    # ------------------------------------------------------------ runtime knobs and probes
+
+    def set_smi_mode(self, mode: str) -> None:
+        """Switch how the fake nvidia-smi behaves from its next call on."""
+        if mode not in nvidia_smi.SMI_MODES:
+            raise SimError(f"unknown smi_mode {mode!r}; expected one of {', '.join(nvidia_smi.SMI_MODES)}")
+        self.spec = dataclasses.replace(self.spec, smi_mode=mode)
+        self._write_config()
+
+    def gpu_memory(self) -> list[int | None]:
+        """memory.used per GPU, as nvidia-smi would print it now (None = [N/A])."""
+        return state.gpu_memory(self.root, state.load_config(self.root))
+
+    def compute_pids(self) -> set[int]:
+        """Pids nvidia-smi would list under --query-compute-apps now."""
+        return {reg["pid"] for reg in state.compute_apps(self.root, state.load_config(self.root))}
+
+    def unit_state(self, name: str) -> str:
+        """The unit's ActiveState, as `systemctl show` reports it."""
+        return state.read_unit(self.root, name)["ActiveState"]
+
+    def unit_main_pid(self, name: str) -> int:
+        return state.read_unit(self.root, name)["MainPID"]
+
+    def recorded_pids(self) -> list[int]:
+        """Every pid this node ever started (workers and unit supervisors)."""
+        supervisors = [state.read_unit(self.root, u.name)["supervisor_pid"] for u in self.spec.units]
+        return list(dict.fromkeys(state.logged_pids(self.root) + [p for p in supervisors if p > 0]))
+
+    def alive(self, pid: int) -> bool:
+        """True while `pid` runs (a zombie counts as dead)."""
+        self._reap()
+        return state.pid_alive(pid)
+
+    # ------------------------------------------------------------ teardown
+
+    def _reap(self) -> None:
+        self._children = [proc for proc in self._children if proc.poll() is None]
+
+    def _owned(self) -> dict[int, tuple[int, bool]]:
+        """Recorded pids alive and started for this node (the cmdline names ROOT, so a reused
+        pid is never ours): {pid: (start time, is a unit supervisor)}."""
+        owned = {}
+        for pid in self.recorded_pids():
+            argv = state.cmdline(pid)
+            if "--node" in argv and str(self.root) in argv and state.pid_alive(pid):
+                owned[pid] = (state.starttime(pid), "fleet.sim.unitd" in argv)
+        return owned
+
+    def stop(self) -> None:
+        """SIGKILL every recorded process still alive (supervisors and their process groups
+        first, so nothing restarts), reap, and wait until all are gone; idempotent."""
+        if not state.state_dir(self.root).exists():
+            return
+        doomed: dict[int, tuple[int, bool]] = {}
+
+        def all_gone() -> bool:
+            # A dying process keeps its start time but loses its cmdline: remember what was ours.
+            doomed.update(self._owned())
+            live = {pid: info for pid, info in doomed.items() if state.pid_alive(pid, info[0])}
+            for pid in sorted(live, key=lambda p: not live[p][1]):
+                _sigkill(pid, group=live[pid][1])
+                _sigkill(pid)
+            self._reap()
+            return not live
+
+        if not state.wait_for(all_gone, STOP_TIMEOUT_S, interval=0.02):
+            raise SimError(f"{self.spec.name}: still alive after stop(): {sorted(doomed)}")
+        for proc in self._children:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        self._children.clear()
+
+
+def _sigkill(pid: int, group: bool = False) -> None:
+    """SIGKILL `pid` (or its process group); a process already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        (os.killpg if group else os.kill)(pid, signal.SIGKILL)

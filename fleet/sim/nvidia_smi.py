@@ -1,0 +1,382 @@
+"""A fake `nvidia-smi` that prints what the real one prints, byte for byte.
+
+ROOT/bin/nvidia-smi runs `python -m fleet.sim.nvidia_smi --node ROOT ARGS...`.
+Supported:
+
+    nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits] [-i IDS]
+    nvidia-smi --query-compute-apps=FIELDS --format=... [-i IDS]
+    nvidia-smi -L
+    nvidia-smi                      (the summary table, 550-driver layout)
+
+CSV: `, ` between values, a newline after every line, the header keeps its
+` [MiB]` units even with nounits, `[N/A]` never carries a unit, and with no
+compute apps the output is the header alone (or nothing with noheader).
+config.json's `smi_mode` makes it fail as the real one does: "hang" blocks
+until signalled; "driver-not-loaded" (exit 9), "no-devices" (6) and
+"nvml-mismatch" (18) print the real messages. Stdlib only: it is polled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple, TypeVar
+
+from fleet.sim import state
+
+DRIVER_NOT_LOADED = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
+FAILURES = {
+    "driver-not-loaded": (DRIVER_NOT_LOADED, 9),
+    "no-devices": ("No devices were found\n", 6),
+    "nvml-mismatch": (
+        "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 535.161\n",
+        18,
+    ),
+}
+SMI_MODES = ("ok", "hang", *FAILURES)
+# PCI addresses of the eight GPUs of a real HGX H100 board (GPUD capture, driver 550.90.07).
+BUS_IDS = ("19", "3B", "4C", "5D", "9B", "BB", "CB", "DB")
+RESERVED_MIB = 479
+CUDA_VERSION = "12.4"
+
+
+T = TypeVar("T")
+
+
+class Failure(Exception):
+    """nvidia-smi gave up: `text` goes to stdout, the exit status is `code`."""
+
+    def __init__(self, text: str, code: int) -> None:
+        super().__init__(text)
+        self.text = text
+        self.code = code
+
+
+def usage_failure(message: str) -> Failure:
+    return Failure(f"{message}\n", 2)
+
+
+def mode_failure(mode: str) -> Failure:
+    text, code = FAILURES[mode]
+    return Failure(text, code)
+
+
+class Gpu(NamedTuple):
+    number: int
+    name: str
+    uuid: str
+    bus_id: str
+    serial: str
+    total: int
+    used: int | None
+    ecc: int
+    persistence: bool
+    driver: str
+    gpu_count: int
+    timestamp: str
+
+    @property
+    def free(self) -> int | None:
+        return None if self.used is None else max(0, self.total - RESERVED_MIB - self.used)
+
+
+class App(NamedTuple):
+    gpu: Gpu
+    pid: int
+    name: str
+    mib: int
+
+
+def temperature(gpu: Gpu) -> int:
+    """An idle H100's temperature, varied a little per GPU."""
+    return 24 + gpu.number % 4
+
+
+Getter = Callable[[Gpu], object]
+GPU_FIELDS: dict[str, tuple[str | None, Getter]] = {
+    "timestamp": (None, lambda g: g.timestamp),
+    "driver_version": (None, lambda g: g.driver),
+    "count": (None, lambda g: g.gpu_count),
+    "name": (None, lambda g: g.name),
+    "serial": (None, lambda g: g.serial),
+    "uuid": (None, lambda g: g.uuid),
+    "pci.bus_id": (None, lambda g: g.bus_id),
+    "index": (None, lambda g: g.number),
+    "persistence_mode": (None, lambda g: "Enabled" if g.persistence else "Disabled"),
+    "pstate": (None, lambda g: "P0"),
+    "compute_mode": (None, lambda g: "Default"),
+    "mig.mode.current": (None, lambda g: "Disabled"),
+    "memory.total": ("MiB", lambda g: g.total),
+    "memory.reserved": ("MiB", lambda g: RESERVED_MIB),
+    "memory.used": ("MiB", lambda g: g.used),
+    "memory.free": ("MiB", lambda g: g.free),
+    "utilization.gpu": ("%", lambda g: 0),
+    "temperature.gpu": (None, temperature),
+    "ecc.errors.corrected.volatile.total": (None, lambda g: 0),
+    "ecc.errors.uncorrected.volatile.total": (None, lambda g: g.ecc),
+}
+for _alias, _field in (("gpu_name", "name"), ("gpu_serial", "serial"), ("gpu_uuid", "uuid")):
+    GPU_FIELDS[_alias] = GPU_FIELDS[_field]
+GPU_FIELDS["gpu_bus_id"] = GPU_FIELDS["pci.bus_id"]
+
+APP_FIELDS: dict[str, tuple[str | None, Callable[[App], object]]] = {
+    "timestamp": (None, lambda a: a.gpu.timestamp),
+    "gpu_name": (None, lambda a: a.gpu.name),
+    "gpu_bus_id": (None, lambda a: a.gpu.bus_id),
+    "gpu_serial": (None, lambda a: a.gpu.serial),
+    "gpu_uuid": (None, lambda a: a.gpu.uuid),
+    "pid": (None, lambda a: a.pid),
+    "process_name": (None, lambda a: a.name),
+    "name": (None, lambda a: a.name),
+    "used_gpu_memory": ("MiB", lambda a: a.mib),
+    "used_memory": ("MiB", lambda a: a.mib),
+}
+
+
+# ---------------------------------------------------------------- the GPUs
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable UUID per node name and GPU index."""
+    digest = hashlib.sha256(f"{node}/gpu{index}".encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def gpu_serial(node: str, index: int) -> str:
+    digest = hashlib.sha256(f"{node}/serial{index}".encode()).hexdigest()
+    return f"16{int(digest[:16], 16) % 10**11:011d}"
+
+
+def bus_id(index: int) -> str:
+    bus = BUS_IDS[index] if index < len(BUS_IDS) else f"{0xE0 + index:02X}"
+    return f"00000000:{bus}:00.0"
+
+
+def timestamp() -> str:
+    now = time.time()
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
+def make_gpu(config: state.NodeConfig, index: int, used: int | None, stamp: str) -> Gpu:
+    node = config["name"]
+    return Gpu(
+        number=index,
+        name=config["gpu_name"],
+        uuid=gpu_uuid(node, index),
+        bus_id=bus_id(index),
+        serial=gpu_serial(node, index),
+        total=config["memory_total_mib"],
+        used=used,
+        ecc=int(index in config["ecc_error_gpus"]),
+        persistence=config["protected_daemon"],
+        driver=config["driver_version"],
+        gpu_count=config["gpus"],
+        timestamp=stamp,
+    )
+
+
+def gpus(root: Path, config: state.NodeConfig) -> list[Gpu]:
+    """Every GPU of the node with its memory.used right now."""
+    stamp = timestamp()
+    return [make_gpu(config, i, used, stamp) for i, used in enumerate(state.gpu_memory(root, config))]
+
+
+def compute_apps(root: Path, config: state.NodeConfig, selected: list[Gpu]) -> list[App]:
+    """One row per (GPU, live compute process on it), by GPU then pid."""
+    regs = state.compute_apps(root, config)
+    return [App(g, r["pid"], r["name"], r["mib"]) for g in selected for r in regs if g.number in r["gpus"]]
+
+
+def select_gpus(all_gpus: list[Gpu], ids: str | None) -> list[Gpu]:
+    """The GPUs `-i` names (indices or UUIDs, comma-separated); all without `-i`."""
+    if ids is None:
+        return all_gpus
+    wanted = [part.strip() for part in ids.split(",")]
+    chosen = [g for g in all_gpus if str(g.number) in wanted or g.uuid in wanted]
+    if len(chosen) != len(wanted):
+        raise mode_failure("no-devices")
+    return chosen
+
+
+# ---------------------------------------------------------------- CSV
+
+
+def parse_format(spec: str | None) -> tuple[bool, bool]:
+    """(header, units) from `--format=csv[,noheader][,nounits]`."""
+    if spec is None:
+        raise usage_failure("\"--format=\" switch is missing. Please run 'nvidia-smi -h' for help.")
+    parts = [part.strip() for part in spec.split(",")]
+    if "csv" not in parts or not set(parts) <= {"csv", "noheader", "nounits"}:
+        raise usage_failure(f"ERROR: Option --format={spec} is not recognized. Please run 'nvidia-smi -h'.")
+    return "noheader" not in parts, "nounits" not in parts
+
+
+def parse_fields(spec: str, known: Mapping[str, object]) -> list[str]:
+    """The requested fields, or the real error for the first unknown one (exit 2)."""
+    fields = [part.strip() for part in spec.split(",")]
+    for field in fields:
+        if field.lower() not in known:
+            raise Failure(f'Field "{field}" is not a valid field to query.\n\n', 2)
+    return fields
+
+
+def cell(value: object, unit: str | None, units: bool) -> str:
+    if value is None:
+        return "[N/A]"
+    return f"{value} {unit}" if units and unit else str(value)
+
+
+def render_csv(
+    fields: list[str],
+    table: Mapping[str, tuple[str | None, Callable[[T], object]]],
+    rows: Sequence[T],
+    fmt: tuple[bool, bool],
+) -> str:
+    header, units = fmt
+    specs = [table[field.lower()] for field in fields]
+    lines = [", ".join(f"{f} [{u}]" if u else f for f, (u, _) in zip(fields, specs, strict=True))]
+    lines = lines if header else []
+    lines += [", ".join(cell(get(row), unit, units) for unit, get in specs) for row in rows]
+    return "".join(f"{line}\n" for line in lines)
+
+
+# ---------------------------------------------------------------- the summary table
+
+RULE = "+" + "-" * 89 + "+"
+GPU_RULE = "+-----------------------------------------+------------------------+----------------------+"
+TABLE_HEAD = (
+    "|-----------------------------------------+------------------------+----------------------+",
+    "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+    "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+    "|                                         |                        |               MIG M. |",
+    "|=========================================+========================+======================|",
+)
+PROCESS_HEAD = (
+    "| Processes:                                                                              |",
+    "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
+    "|        ID   ID                                                               Usage      |",
+    "|=========================================================================================|",
+)
+
+
+def banner(driver: str) -> str:
+    return f"| NVIDIA-SMI {driver:<23}Driver Version: {driver:<15}CUDA Version: {CUDA_VERSION:<9}|"
+
+
+def gpu_rows(gpu: Gpu) -> list[str]:
+    used = "N/A" if gpu.used is None else f"{gpu.used}MiB"
+    mode = "On" if gpu.persistence else "Off"
+    power = 70 + gpu.number % 5
+    temp = temperature(gpu)
+    return [
+        f"| {gpu.number:>3}  {gpu.name:<28}{mode:>5}  | {gpu.bus_id:>18} Off | {gpu.ecc:>20} |",
+        f"| N/A   {temp}C    P0 {power:>14}W /  700W | {used:>10} /{gpu.total:>7}MiB | {'0%':>7}{'Default':>13} |",
+        f"| {'':>39} | {'':>22} | {'Disabled':>20} |",
+        GPU_RULE,
+    ]
+
+
+def process_rows(apps: list[App]) -> list[str]:
+    if not apps:
+        return [f"|  {'No running processes found':<87}|"]
+    rows = []
+    for app in apps:
+        name = app.name if len(app.name) <= 42 else "..." + app.name[-39:]
+        rows.append(f"| {app.gpu.number:>4}   N/A  N/A {app.pid:>9}{'C':>7}   {name:<42}{app.mib:>7}MiB |")
+    return rows
+
+
+def summary(gpus_shown: list[Gpu], apps: list[App], driver: str) -> str:
+    """Plain `nvidia-smi`: the GPU table, then the process table."""
+    lines = [time.strftime("%a %b %e %H:%M:%S %Y"), RULE, banner(driver), *TABLE_HEAD]
+    for gpu in gpus_shown:
+        lines += gpu_rows(gpu)
+    lines += ["", RULE, *PROCESS_HEAD, *process_rows(apps), RULE]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def list_gpus(gpus_shown: list[Gpu]) -> str:
+    """`nvidia-smi -L`."""
+    return "".join(f"GPU {g.number}: {g.name} (UUID: {g.uuid})\n" for g in gpus_shown)
+
+
+# ---------------------------------------------------------------- command line
+
+OPTIONS = {
+    "--query-gpu": "query-gpu",
+    "--query-compute-apps": "query-compute-apps",
+    "--format": "format",
+    "-i": "id",
+    "--id": "id",
+    "-L": "list",
+    "--list-gpus": "list",
+}
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    """Options as {key: value}; `--opt=value` and `--opt value` both work."""
+    opts: dict[str, str] = {}
+    tokens = iter(argv)
+    for token in tokens:
+        name, has_value, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        key = OPTIONS.get(name)
+        if key is None:
+            raise usage_failure(f"ERROR: Option {token} is not recognized. Please run 'nvidia-smi -h'.")
+        if key != "list" and not has_value:
+            value = next(tokens, "")
+        opts[key] = value
+    return opts
+
+
+def hang() -> None:
+    """What a wedged driver looks like: block until a signal ends the process."""
+    while True:
+        time.sleep(3600)
+
+
+def answer(root: Path, opts: dict[str, str]) -> str:
+    """The text nvidia-smi prints for `opts`, or a `Failure`."""
+    fmt = parse_format(opts.get("format")) if "query-gpu" in opts or "query-compute-apps" in opts else None
+    gpu_fields = parse_fields(opts["query-gpu"], GPU_FIELDS) if "query-gpu" in opts else None
+    app_fields = parse_fields(opts["query-compute-apps"], APP_FIELDS) if "query-compute-apps" in opts else None
+    config = state.load_config(root)
+    if config["smi_mode"] == "hang":
+        hang()
+    if config["smi_mode"] in FAILURES:
+        raise mode_failure(config["smi_mode"])
+    shown = select_gpus(gpus(root, config), opts.get("id"))
+    if gpu_fields is not None and fmt is not None:
+        return render_csv(gpu_fields, GPU_FIELDS, shown, fmt)
+    if app_fields is not None and fmt is not None:
+        return render_csv(app_fields, APP_FIELDS, compute_apps(root, config, shown), fmt)
+    if "list" in opts:
+        return list_gpus(shown)
+    return summary(shown, compute_apps(root, config, shown), config["driver_version"])
+
+
+def run(root: Path, argv: list[str]) -> int:
+    """Print what nvidia-smi would for `argv` on the node at `root`; the exit status."""
+    try:
+        sys.stdout.write(answer(root, parse_args(argv)))
+    except Failure as failure:
+        sys.stdout.write(failure.text)
+        return failure.code
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] != ["--node"] or len(args) < 2:
+        sys.stderr.write("usage: python -m fleet.sim.nvidia_smi --node ROOT ARGS...\n")
+        return 2
+    return run(Path(args[1]), args[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+"""The SSH and local transports against an in-process asyncssh server and local processes.
+
+What is asserted is what the node saw and what is left running there, not how
+asyncssh was called.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncssh
+import pytest
+import yaml
+from conftest import ClientKey, make_client_key
+
+from fleet.connect import connect
+from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
+from fleet.local import LocalTransport
+from fleet.models import Connection, Host
+from fleet.sim.fleetsim import SimFleet
+from fleet.sim.node import NodeSpec, UnitSpec
+from fleet.sim.server import SimServer
+from fleet.ssh import SshTransport, open_ssh
+
+# Stands in for coreutils' timeout on a node whose own bound does not work:
+# drops `-k K T` and runs the command unbounded, so only the client deadline is left.
+UNBOUNDED_TIMEOUT = '#!/bin/sh\nshift 3\nexec "$@"\n'
+SUDO_WANTS_PASSWORD = '#!/bin/sh\necho "sudo: a password is required" >&2\nexit 1\n'
+
+
+@dataclass
+class Node:
+    server: SimServer
+    host: Host
+
+
+MakeNode = Callable[..., Awaitable[Node]]
+
+
+def fake_bin(directory: Path, scripts: Mapping[str, str]) -> str:
+    """Write executable scripts into directory; return a PATH that finds them first."""
+    directory.mkdir(exist_ok=True)
+    for name, text in scripts.items():
+        (directory / name).write_text(text)
+        (directory / name).chmod(0o755)
+    return f"{directory}:{os.environ['PATH']}"
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+async def eventually(predicate: Callable[[], bool], within: float) -> bool:
+    """Whether predicate became true within `within` seconds."""
+    with anyio.move_on_after(within):
+        while not predicate():  # noqa: ASYNC110 - polls /proc and files: there is no event to await
+            await anyio.sleep(0.02)
+    return predicate()
+
+
+async def gone_within(pid: int, seconds: float) -> bool:
+    return await eventually(lambda: not alive(pid), seconds)
+
+
+def complete_line(path: Path) -> str | None:
+    text = path.read_text() if path.exists() else ""
+    return text if text.endswith("\n") else None
+
+
+async def line_within(path: Path, seconds: float) -> str:
+    """The first line written to path (a pid file), waiting up to `seconds`."""
+    assert await eventually(lambda: complete_line(path) is not None, seconds), f"{path} never written"
+    return complete_line(path) or ""
+
+
+@pytest.fixture
+async def make_node(tmp_path: Path, client_key: ClientKey) -> AsyncIterator[MakeNode]:
+    """Start SimServers (root: a temp dir, env: ours); all stopped after the test."""
+    numbers = itertools.count()
+    async with AsyncExitStack() as stack:
+
+        async def make(env: Mapping[str, str] | None = None, **host_vars: Any) -> Node:
+            root = tmp_path / f"node{next(numbers)}"
+            root.mkdir()
+            server = SimServer(root, env or os.environ, client_key.key)
+            await stack.enter_async_context(server)
+            known_hosts = root / "known_hosts"
+            known_hosts.write_text(server.known_hosts_line() + "\n")
+            host = Host(
+                name=root.name,
+                address="127.0.0.1",
+                port=server.port,
+                identity_file=str(client_key.path),
+                known_hosts=str(known_hosts),
+                connect_timeout=5,
+            )
+            return Node(server, replace(host, **host_vars))
+
+        yield make
+
+
+@pytest.fixture
+async def node(make_node: MakeNode) -> Node:
+    return await make_node()
+
+
+@pytest.fixture
+async def ssh(node: Node) -> AsyncIterator[SshTransport]:
+    transport = await open_ssh(node.host)
+    yield transport
+    await transport.close()
+
+
+async def test_stdout_and_stderr_come_apart_and_exit_status_is_data(ssh: SshTransport) -> None:
+    """A non-zero exit is a result, not an exception; the streams are not merged."""
+    result = await ssh.run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=5)
+    assert (result.exit_status, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert result.argv == ("sh", "-c", "echo out; echo err >&2; exit 3")
+    assert not result.ok and result.signal is None and result.duration_s >= 0
+
+
+async def test_arguments_arrive_as_single_words_and_are_not_executed(ssh: SshTransport, tmp_path: Path) -> None:
+    """Spaces, quotes, `;` and `$(...)` reach the program as one argv element each."""
+    marker = tmp_path / "injected"
+    words = [f"a b; touch {marker}", f"$(touch {marker})", 'it\'s "quoted"', "`id`", "*"]
+    result = await ssh.run(["printf", "%s\\n", *words], timeout=5)
+    assert result.stdout.splitlines() == words
+    assert not marker.exists()
+
+
+async def test_commands_share_one_connection(ssh: SshTransport, node: Node) -> None:
+    for _ in range(3):
+        assert (await ssh.run(["true"], timeout=5)).ok
+    assert node.server.connection_count == 1
+
+
+async def test_remote_timeout_raises_with_partial_output_and_ends_the_process(ssh: SshTransport) -> None:
+    """The node's own bound fires first: CommandTimeout carries what was printed."""
+    started = time.monotonic()
+    with pytest.raises(CommandTimeout) as caught:
+        await ssh.run(["sh", "-c", "echo $$; exec sleep 60"], timeout=1)
+    assert time.monotonic() - started < 1 + 3
+    pid = int(caught.value.result.stdout)
+    assert await gone_within(pid, 2), f"sleep {pid} outlived its command"
+
+
+async def test_client_deadline_ends_the_process_when_the_node_bound_does_not(
+    make_node: MakeNode, tmp_path: Path
+) -> None:
+    """With `timeout` broken on the node, the client deadline closes the channel and
+    the server kills the command's whole session."""
+    node = await make_node({**os.environ, "PATH": fake_bin(tmp_path / "bin", {"timeout": UNBOUNDED_TIMEOUT})})
+    started = time.monotonic()
+    async with await open_ssh(node.host) as ssh:
+        with pytest.raises(CommandTimeout) as caught:
+            await ssh.run(["sh", "-c", "echo $$; sleep 60 & echo $!; wait"], timeout=0.5)
+        assert time.monotonic() - started < 0.5 + 3 + 1
+        pids = [int(line) for line in caught.value.result.stdout.split()]
+        assert len(pids) == 2, "partial output is kept"
+        for pid in pids:
+            assert await gone_within(pid, 2), f"pid {pid} outlived the client deadline"
+        assert (await ssh.run(["echo", "still usable"], timeout=5)).stdout == "still usable\n"
+
+
+async def test_cancelled_run_ends_the_remote_process(ssh: SshTransport, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with anyio.move_on_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: ssh.run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], timeout=30))
+            pid = int(await line_within(pidfile, 5))
+            tg.cancel_scope.cancel()
+    assert await gone_within(pid, 3)
+    assert (await ssh.run(["true"], timeout=5)).ok
+
+
+async def test_dropped_connection_mid_command_is_connection_lost(ssh: SshTransport, node: Node, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+
+    async def drop_once_started() -> None:
+        pid = int(await line_within(pidfile, 5))
+        node.server.drop_connections()
+        assert await gone_within(pid, 3), "the server must kill what a dropped session started"
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drop_once_started)
+            with pytest.raises(ConnectionLost):
+                await ssh.run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], timeout=30)
+        with pytest.raises(ConnectionLost):
+            await ssh.run(["true"], timeout=5)
+
+
+async def test_sudo_wanting_a_password_is_auth_error(make_node: MakeNode, tmp_path: Path) -> None:
+    path = fake_bin(tmp_path / "bin", {"sudo": SUDO_WANTS_PASSWORD})
+    node = await make_node({**os.environ, "PATH": path}, become=True)
+    async with await open_ssh(node.host) as ssh:
+        with pytest.raises(AuthError, match=f"sudo -n needs a password on {node.host.name}"):
+            await ssh.run(["true"], timeout=5)
+    assert node.server.commands[0].startswith("sudo -n timeout ")
+
+
+async def test_refused_port_is_connect_error(node: Node) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectError, match=rf"connection refused \(127.0.0.1:{port}\)"):
+        await open_ssh(replace(node.host, port=port))
+
+
+async def test_stalled_server_is_connect_timeout(node: Node) -> None:
+    """A port that accepts and never speaks is given up after connect_timeout."""
+    await node.server.stall()
+    started = time.monotonic()
+    with pytest.raises(ConnectError, match=r"connect timed out after 1 s"):
+        await open_ssh(replace(node.host, connect_timeout=1))
+    assert time.monotonic() - started < 1 + 2
+
+
+async def test_wrong_host_key_is_host_key_error_and_nothing_runs(node: Node, tmp_path: Path) -> None:
+    other = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    known_hosts = tmp_path / "wrong_known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{node.host.port} {other}\n")
+    with pytest.raises(HostKeyError, match="host key"):
+        await open_ssh(replace(node.host, known_hosts=str(known_hosts)))
+    assert node.server.commands == []
+
+
+async def test_missing_known_hosts_is_host_key_error(node: Node, tmp_path: Path) -> None:
+    """Never a fallback to no checking."""
+    with pytest.raises(HostKeyError, match="does not exist"):
+        await open_ssh(replace(node.host, known_hosts=str(tmp_path / "absent")))
+    assert node.server.connection_count == 0
+
+
+async def test_wrong_client_key_is_auth_error(node: Node, tmp_path: Path) -> None:
+    stranger = make_client_key(tmp_path / "stranger_key")
+    with pytest.raises(AuthError, match="authentication failed"):
+        await open_ssh(replace(node.host, identity_file=str(stranger.path)))
+    assert node.server.commands == []
+
+
+async def test_close_is_idempotent(node: Node) -> None:
+    ssh = await open_ssh(node.host)
+    await ssh.close()
+    await ssh.close()
+    assert await eventually(lambda: node.server.connection_count == 0, 2)
+
+
+async def test_connect_dispatches_on_connection(node: Node) -> None:
+    local = await connect(replace(node.host, connection=Connection.LOCAL))
+    remote = await connect(node.host)
+    try:
+        assert isinstance(local, LocalTransport) and isinstance(remote, SshTransport)
+    finally:
+        await remote.close()
+        await local.close()
+
+
+# --- LocalTransport: the same semantics without SSH ---------------------------------------
+
+LOCAL = Host(name="self", address="localhost", connection=Connection.LOCAL)
+
+
+async def test_local_streams_apart_and_exit_status_is_data() -> None:
+    result = await LocalTransport(LOCAL).run(["sh", "-c", "echo out; echo err >&2; exit 4"], timeout=5)
+    assert (result.exit_status, result.stdout, result.stderr) == (4, "out\n", "err\n")
+    assert result.argv == ("sh", "-c", "echo out; echo err >&2; exit 4")
+
+
+async def test_local_arguments_are_not_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "injected"
+    result = await LocalTransport(LOCAL).run(["echo", f"$(touch {marker}); x"], timeout=5)
+    assert result.stdout == f"$(touch {marker}); x\n" and not marker.exists()
+
+
+async def test_local_node_bound_raises_command_timeout() -> None:
+    with pytest.raises(CommandTimeout) as caught:
+        await LocalTransport(LOCAL).run(["sh", "-c", "echo $$; exec sleep 60"], timeout=0.5)
+    assert caught.value.result.exit_status == 124
+    assert await gone_within(int(caught.value.result.stdout), 2)
+
+
+async def test_local_client_deadline_kills_the_whole_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", fake_bin(tmp_path / "bin", {"timeout": UNBOUNDED_TIMEOUT}))
+    started = time.monotonic()
+    with pytest.raises(CommandTimeout) as caught:
+        await LocalTransport(LOCAL).run(["sh", "-c", "echo $$; sleep 60 & echo $!; wait"], timeout=0.5)
+    assert time.monotonic() - started < 0.5 + 3 + 1
+    pids = [int(p) for p in caught.value.result.stdout.split()]
+    assert len(pids) == 2
+    for pid in pids:
+        assert await gone_within(pid, 2)
+
+
+async def test_local_cancel_kills_the_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with anyio.move_on_after(5):
+        async with anyio.create_task_group() as tg:
+            argv = ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"]
+            tg.start_soon(lambda: LocalTransport(LOCAL).run(argv, timeout=30))
+            pid = int(await line_within(pidfile, 5))
+            tg.cancel_scope.cancel()
+    assert await gone_within(pid, 2)
+
+
+async def test_local_sudo_wanting_a_password_is_auth_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", fake_bin(tmp_path / "bin", {"sudo": SUDO_WANTS_PASSWORD}))
+    with pytest.raises(AuthError, match="sudo -n needs a password on self"):
+        await LocalTransport(replace(LOCAL, become=True)).run(["true"], timeout=5)
+
+
+# --- SimFleet: many nodes, each on its own address with its own host key -------------------
+
+
+def inventory_host(sim: SimFleet, name: str) -> Host:
+    """The Host the inventory written by SimFleet describes (read without fleet.inventory)."""
+    entry = yaml.safe_load(sim.inventory_path.read_text())["hosts"][name]
+    fields = ("address", "port", "user", "identity_file", "known_hosts")
+    return Host(name=name, connect_timeout=5, **{k: entry[k] for k in fields})
+
+
+def node_names(count: int) -> list[str]:
+    return [f"gpu-{i:02d}" for i in range(1, count + 1)]
+
+
+async def test_sim_fleet_serves_16_nodes_quickly_each_with_its_own_address_and_key(tmp_path: Path) -> None:
+    names = node_names(16)
+    specs = [NodeSpec(name=n, units=(UnitSpec("sglang.service", gpus=(0, 1)),)) for n in names]
+    started = time.monotonic()
+    async with SimFleet(tmp_path / "sim", specs, groups={"pair": names[:2]}, host_vars={names[0]: {"gpus": 7}}) as sim:
+        assert time.monotonic() - started < 10, "nodes start concurrently (about 2 s on 2 idle CPUs)"
+        inventory = yaml.safe_load(sim.inventory_path.read_text())
+        assert inventory["groups"] == {"sim": {"hosts": names}, "pair": {"hosts": names[:2]}}
+        first = inventory["hosts"][names[0]]
+        assert first["gpus"] == 7 and first["services"] == ["sglang.service"]
+        assert first["devices"] == [sim.nodes[names[0]].devices_glob]
+        known = sim.known_hosts_path.read_text().splitlines()
+        assert [line.split()[0] for line in known] == [f"[{sim.address(n)}]:{sim.port(n)}" for n in names]
+        assert len({line.split()[2] for line in known}) == 16, "every node has its own host key"
+        assert len({sim.address(n) for n in names}) == 16
+        assert sim.client_key_path.stat().st_mode & 0o777 == 0o600
+        async with await open_ssh(inventory_host(sim, names[-1])) as ssh:
+            result = await ssh.run([first["nvidia_smi"].replace(names[0], names[-1]), "-L"], timeout=10)
+        assert result.ok and result.stdout.count("GPU ") == 8
+        pids = [p for node in sim.nodes.values() for p in node.recorded_pids()]
+    assert pids and not [p for p in pids if alive(p)], "exit ends every node's processes"
+
+
+async def test_sim_fleet_stopped_server_refuses_and_corrupt_key_is_rejected(tmp_path: Path) -> None:
+    names = node_names(3)
+    async with SimFleet(tmp_path / "sim", [NodeSpec(name=n) for n in names]) as sim:
+        await sim.stop_server(names[0])
+        sim.corrupt_host_key(names[1])
+        with pytest.raises(ConnectError, match="refused"):
+            await open_ssh(inventory_host(sim, names[0]))
+        with pytest.raises(HostKeyError):
+            await open_ssh(inventory_host(sim, names[1]))
+        assert sim.servers[names[1]].commands == []
+        async with await open_ssh(inventory_host(sim, names[2])) as ssh:
+            assert (await ssh.run(["true"], timeout=5)).ok
+
+
+async def test_sim_fleet_cancelled_while_starting_leaves_nothing_running(tmp_path: Path) -> None:
+    """Cancelled once the first node has started a process: exit still ends them all."""
+    root = tmp_path / "sim"
+    sim = SimFleet(root, [NodeSpec(name=n, units=(UnitSpec("a.service"),)) for n in node_names(4)])
+
+    def some_node_started() -> bool:
+        return any(log.stat().st_size for log in root.glob("nodes/*/state/pids.log"))
+
+    async with anyio.create_task_group() as tg:
+
+        async def cancel_once_started() -> None:
+            assert await eventually(some_node_started, 10)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(cancel_once_started)
+        async with sim:
+            pytest.fail("the fleet should not have finished starting")
+    pids = [p for node in sim.nodes.values() for p in node.recorded_pids()]
+    assert pids, "the nodes had started processes when the cancel came"
+    assert not [p for p in pids if alive(p)]
