@@ -52,7 +52,8 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             inventory = load_inventory(sim.inventory_path)
             targets = select(inventory, groups=["blackwell"])
             say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell -y\n")
-            code = await run_and_report("reset", targets, as_json=as_json, concurrency=None, log_dir=log_dir)
+            code = await run_and_report("reset", targets, as_json=as_json, concurrency=None, log_dir=log_dir,
+                                      table=True)
             say("\nwhat the nodes themselves say now:")
             _describe(sim)
         say("simulated fleet torn down")

@@ -11,6 +11,7 @@ from fleet import report as reporting
 from fleet.logs import RunLogs, default_log_dir, new_run_id
 from fleet.models import Host
 from fleet.runner import Connector, RunOptions, run_hosts
+from fleet.tables import report_table
 
 
 def say(line: str) -> None:
@@ -26,6 +27,7 @@ async def run_and_report(
     log_dir: Path | None,
     dry_run: bool = False,
     handle_signals: bool = True,
+    table: bool = False,
     connector: Connector | None = None,
 ) -> int:
     """Run, write summary.json (even when interrupted), print the report; return the exit status."""
@@ -42,6 +44,8 @@ async def run_and_report(
     if as_json:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         sys.stdout.flush()
+    if table:
+        report_table(run_report)
     for line in reporting.human_lines(run_report):
         say(line)
     say(f"logs: {logs.path}")

@@ -188,10 +188,8 @@ async def _abandon(process: _Process) -> None:
         await process.wait_closed()
 
 
-def _result(argv: Sequence[str], process: _Process | None, output: tuple[str, str], started: float) -> CommandResult:
+def _result(argv: Sequence[str], process: _Process, output: tuple[str, str], started: float) -> CommandResult:
     out, err = output
-    if process is None:
-        return make_result(argv, None, None, out, err, started)
     signal_info = process.exit_signal  # when set, asyncssh reports exit_status -1
     if signal_info:
         return make_result(argv, None, signal_info[0], out, err, started)

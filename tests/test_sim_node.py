@@ -63,8 +63,7 @@ def make_node(tmp_path: Path) -> Iterator[MakeNode]:
     yield make
     for node in nodes:
         node.stop()
-        left = [pid for pid in node.recorded_pids() if node.alive(pid)]
-        assert [(pid, state.cmdline(pid), Path(f"/proc/{pid}/stat").read_text()) for pid in left] == []
+        assert [pid for pid in node.recorded_pids() if node.alive(pid)] == []
 
 
 def sh(node: SimNode, command: str) -> subprocess.CompletedProcess[str]:
@@ -185,18 +184,19 @@ def test_verify_fields_have_the_real_shapes(make_node: MakeNode) -> None:
     for column, shape in SHAPES.items():
         assert re.fullmatch(shape, real[column]), (column, real[column])
         assert re.fullmatch(shape, ours[column]), (column, ours[column])
-    assert ours["memory.total [MiB]"] == real["memory.total [MiB]"] == "81559 MiB"
+    for column in ("memory.used [MiB]", "memory.total [MiB]", "memory.free [MiB]", "persistence_mode"):
+        assert ours[column] == real[column], column
 
 
 def test_nounits_values_are_bare_like_the_real_capture(make_node: MakeNode) -> None:
     node = make_node(NodeSpec("nounits", units=(FAST_UNIT,)))
-    real_header, real_row = P100_NOUNITS.read_text().splitlines()
+    real_header = P100_NOUNITS.read_text().splitlines()[0]
     assert "memory.used [MiB]" in real_header.split(", ")
     assert re.fullmatch(r"\d+", fixture_row(P100_NOUNITS)["memory.used [MiB]"])
     out = sh(node, "nvidia-smi --query-gpu=memory.used,memory.total --format=csv,nounits")
-    assert out.stdout.splitlines() == ["memory.used [MiB], memory.total [MiB]"] + ["30000, 81559"] * 4 + [
-        "0, 81559"
-    ] * 4
+    header, *rows = out.stdout.splitlines()
+    assert header == "memory.used [MiB], memory.total [MiB]"
+    assert rows == ["30000, 81559"] * 4 + ["0, 81559"] * 4
 
 
 def test_compute_apps_idle_is_the_real_header_alone(make_node: MakeNode) -> None:
@@ -227,7 +227,8 @@ def test_compute_apps_nounits_gpu_uuid_pid_name_memory(make_node: MakeNode) -> N
     node = make_node(NodeSpec("apps-min", protected_daemon=False))
     pid = node.spawn_worker(WorkerSpec((6,), 1234, name="sglang::scheduler"))
     uuids = sh(node, "nvidia-smi --query-gpu=uuid --format=csv,noheader").stdout.split()
-    out = sh(node, "nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory --format=csv,noheader,nounits")
+    query = "--query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory --format=csv,noheader,nounits"
+    out = sh(node, f"nvidia-smi {query}")
     assert out.stdout == f"{uuids[6]}, {pid}, sglang::scheduler, 1234\n"
     assert len(set(uuids)) == 8
 

@@ -49,6 +49,11 @@ async def test_exit_status_and_streams_apart(ssh: SshTransport) -> None:
     assert (await ssh.run(["true"], timeout=5)).ok
 
 
+async def test_death_by_signal_is_data(ssh: SshTransport) -> None:
+    result = await ssh.run(["sh", "-c", "kill -TERM $$"], timeout=5)
+    assert (result.exit_status, result.signal) == (None, "SIGTERM")
+
+
 async def test_arguments_survive_the_login_shell(ssh: SshTransport, tmp_path: Path) -> None:
     """sshd hands the command line to the user's shell: each argv element stays one word."""
     marker = tmp_path / "injected"

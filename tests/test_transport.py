@@ -132,6 +132,13 @@ async def test_stdout_and_stderr_come_apart_and_exit_status_is_data(ssh: SshTran
     assert not result.ok and result.signal is None and result.duration_s >= 0
 
 
+async def test_death_by_signal_is_data(ssh: SshTransport) -> None:
+    """Not an exception. The sim runs `/bin/sh -c`: dash forks and reports 128+n, while
+    bash (and the real sshd test) execs the command, whose signal then comes back as such."""
+    result = await ssh.run(["sh", "-c", "kill -TERM $$"], timeout=5)
+    assert (result.exit_status, result.signal) in {(143, None), (None, "SIGTERM")}
+
+
 async def test_arguments_arrive_as_single_words_and_are_not_executed(ssh: SshTransport, tmp_path: Path) -> None:
     """Spaces, quotes, `;` and `$(...)` reach the program as one argv element each."""
     marker = tmp_path / "injected"
@@ -256,6 +263,8 @@ async def test_close_is_idempotent(node: Node) -> None:
     ssh = await open_ssh(node.host)
     await ssh.close()
     await ssh.close()
+    with pytest.raises(ConnectionLost):
+        await ssh.run(["true"], timeout=5)
     assert await eventually(lambda: node.server.connection_count == 0, 2)
 
 
@@ -278,6 +287,11 @@ async def test_local_streams_apart_and_exit_status_is_data() -> None:
     result = await LocalTransport(LOCAL).run(["sh", "-c", "echo out; echo err >&2; exit 4"], timeout=5)
     assert (result.exit_status, result.stdout, result.stderr) == (4, "out\n", "err\n")
     assert result.argv == ("sh", "-c", "echo out; echo err >&2; exit 4")
+
+
+async def test_local_death_by_signal_is_data() -> None:
+    result = await LocalTransport(LOCAL).run(["sh", "-c", "kill -TERM $$"], timeout=5)
+    assert (result.exit_status, result.signal) == (None, "SIGTERM")
 
 
 async def test_local_arguments_are_not_executed(tmp_path: Path) -> None:

@@ -68,6 +68,8 @@ def mode_failure(mode: str) -> Failure:
 
 
 class Gpu(NamedTuple):
+    """One GPU as a query sees it; `number` is its index."""
+
     number: int
     name: str
     uuid: str
@@ -83,10 +85,13 @@ class Gpu(NamedTuple):
 
     @property
     def free(self) -> int | None:
-        return None if self.used is None else max(0, self.total - RESERVED_MIB - self.used)
+        """Like the real H100 captures: total - reserved - used + 1 (each is rounded down from bytes)."""
+        return None if self.used is None else max(0, self.total - RESERVED_MIB - self.used + 1)
 
 
 class App(NamedTuple):
+    """One compute process on one GPU."""
+
     gpu: Gpu
     pid: int
     name: str
@@ -121,9 +126,8 @@ GPU_FIELDS: dict[str, tuple[str | None, Getter]] = {
     "ecc.errors.corrected.volatile.total": (None, lambda g: 0),
     "ecc.errors.uncorrected.volatile.total": (None, lambda g: g.ecc),
 }
-for _alias, _field in (("gpu_name", "name"), ("gpu_serial", "serial"), ("gpu_uuid", "uuid")):
-    GPU_FIELDS[_alias] = GPU_FIELDS[_field]
-GPU_FIELDS["gpu_bus_id"] = GPU_FIELDS["pci.bus_id"]
+GPU_ALIASES = {"gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}
+GPU_FIELDS |= {alias: GPU_FIELDS[field] for alias, field in GPU_ALIASES.items()}
 
 APP_FIELDS: dict[str, tuple[str | None, Callable[[App], object]]] = {
     "timestamp": (None, lambda a: a.gpu.timestamp),

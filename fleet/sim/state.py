@@ -226,6 +226,7 @@ def pid_alive(pid: int, start: int | None = None) -> bool:
 
 
 def cmdline(pid: int) -> list[str]:
+    """argv of `pid`; empty once it is gone (or while it exits)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -237,16 +238,17 @@ def cmdline(pid: int) -> list[str]:
 
 
 def register(root: Path, reg: Registration) -> None:
+    """Publish a process's registration (replacing any left by an earlier use of its pid)."""
     with locked(state_dir(root) / "procs.lock"):
         write_json(procs_dir(root) / f"{reg['pid']}.json", reg)
 
 
-def mark_died(root: Path, pid: int, when: float) -> None:
-    """Record that `pid` died at `when`, unless a death time is already known."""
+def mark_died(root: Path, pid: int, start: int, when: float) -> None:
+    """Record that process (`pid`, `start`) died at `when`, unless a death time is known."""
     path = procs_dir(root) / f"{pid}.json"
     with locked(state_dir(root) / "procs.lock"):
         reg = cast(Registration | None, read_json(path))
-        if reg is not None and "died_at" not in reg:
+        if reg is not None and reg["starttime"] == start and "died_at" not in reg:
             reg["died_at"] = when
             write_json(path, reg)
 
@@ -260,6 +262,7 @@ def _forget(root: Path, reg: Registration) -> None:
 
 
 def registrations(root: Path) -> list[Registration]:
+    """Every registration on file, live or not, by pid."""
     regs: list[Registration] = []
     for path in sorted(procs_dir(root).glob("*.json")):
         reg = cast(Registration | None, read_json(path))
@@ -278,7 +281,7 @@ def holding(root: Path, linger_s: float, now: float | None = None) -> tuple[list
             live.append(reg)
             continue
         if "died_at" not in reg:
-            mark_died(root, reg["pid"], now)
+            mark_died(root, reg["pid"], reg["starttime"], now)
             reg["died_at"] = now
         if now - reg["died_at"] < linger_s:
             lingering.append(reg)

@@ -81,10 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     gpus = parse_gpus(args.gpus)
     set_comm(args.name)
     open_devices(root, gpus)
-    state.register(root, registration(args, gpus))
-    state.append_pid(root, os.getpid())
+    reg = registration(args, gpus)
+    state.register(root, reg)
+    state.append_pid(root, reg["pid"])
     wait_for_end(args.ignore_term)
-    state.mark_died(root, os.getpid(), time.time())
+    state.mark_died(root, reg["pid"], reg["starttime"], time.time())
     return 0
 
 
