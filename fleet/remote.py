@@ -21,13 +21,23 @@ class BudgetSpent(Exception):
 
 @dataclass
 class Budget:
-    """A step's deadline on the monotonic clock."""
+    """A step's time on the monotonic clock.
 
-    seconds: float
+    `window` is how long the step waits for the node to change (a unit to stop,
+    memory to come back); `slack` is room for the command that observes the end
+    of the window. No command runs past `window + slack`.
+    """
+
+    window: float
+    slack: float = 0.0
     started: float = 0.0
 
     def __post_init__(self) -> None:
         self.started = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        return self.window + self.slack
 
     @property
     def elapsed(self) -> float:
@@ -36,6 +46,10 @@ class Budget:
     @property
     def remaining(self) -> float:
         return self.seconds - self.elapsed
+
+    @property
+    def window_left(self) -> float:
+        return self.window - self.elapsed
 
     def command_timeout(self, limit: float) -> float:
         """A command's timeout: the host's command_timeout, never past the step's end."""

@@ -27,6 +27,8 @@ POLL_CAP_S = 1.0
 ESCALATION_WINDOW_S = 10.0
 # Seconds to wait for SIGKILLed processes to vanish.
 SIGKILL_WAIT_S = 5.0
+# A poll is not started with less than this left in the step's budget.
+POLL_MARGIN_S = 0.05
 
 
 class StepFailed(Exception):
@@ -70,9 +72,9 @@ async def _wait_down(remote: Remote, units: Sequence[str], budget: Budget) -> di
     states = await _unit_states(remote, units, budget)
     for wait in backoff():
         up = [u for u in units if not states[u].is_down]
-        if not up or budget.remaining <= wait:
+        if not up or budget.window_left <= POLL_MARGIN_S:
             break
-        await anyio.sleep(wait)
+        await anyio.sleep(min(wait, budget.window_left))
         states.update(await _unit_states(remote, up, budget))
     return states
 
@@ -82,7 +84,7 @@ async def drain(remote: Remote) -> StepResult:
     started, units = time.monotonic(), remote.host.services
     if not units:
         return _result(StepName.DRAIN, started, "no services to stop")
-    budget = Budget(remote.host.drain_timeout)
+    budget = Budget(remote.host.drain_timeout, slack=remote.host.command_timeout)
     for unit in units:
         await remote.run(probes.unit_stop_argv(unit), step=StepName.DRAIN, budget=budget)
     states = await _wait_down(remote, units, budget)
@@ -90,7 +92,7 @@ async def drain(remote: Remote) -> StepResult:
     if not hung:
         return _result(StepName.DRAIN, started, policy.describe_units(states))
     remote.log.warning("drain_escalate", step="drain", units=hung, after_s=round(budget.elapsed, 3))
-    escalation = Budget(ESCALATION_WINDOW_S)
+    escalation = Budget(ESCALATION_WINDOW_S, slack=remote.host.command_timeout)
     for unit in hung:
         await remote.run(probes.unit_kill_argv(unit), step=StepName.DRAIN, budget=escalation)
     states.update(await _wait_down(remote, hung, escalation))
@@ -141,9 +143,10 @@ async def _signal_and_wait(remote: Remote, signal: str, pids: Sequence[int], wai
     deadline = time.monotonic() + wait_s
     alive = await _alive(remote, pids, budget)
     for wait in backoff():
-        if not alive or time.monotonic() + wait > deadline:
+        left = deadline - time.monotonic()
+        if not alive or left <= POLL_MARGIN_S:
             break
-        await anyio.sleep(wait)
+        await anyio.sleep(min(wait, left))
         alive = await _alive(remote, sorted(alive), budget)
     return alive
 
@@ -151,7 +154,7 @@ async def _signal_and_wait(remote: Remote, signal: str, pids: Sequence[int], wai
 async def kill(remote: Remote) -> KillOutcome:
     """SIGTERM every unprotected holder, wait kill_grace, SIGKILL the rest, scan again."""
     started, host = time.monotonic(), remote.host
-    budget = Budget(host.kill_grace + SIGKILL_WAIT_S + 4 * host.command_timeout)
+    budget = Budget(host.kill_grace + SIGKILL_WAIT_S, slack=8 * host.command_timeout)
     holders = await scan_holders(remote, StepName.KILL, budget)
     targets = [h for h in holders if h.protected_by is None]
     kept = tuple(h for h in holders if h.protected_by is not None)
@@ -208,7 +211,7 @@ async def query_gpus(remote: Remote, fields: Sequence[str], step: StepName,
 async def settle(remote: Remote) -> GpuOutcome:
     """Poll GPU memory with backoff until every GPU is under the threshold; no fixed sleep."""
     started, host = time.monotonic(), remote.host
-    budget = Budget(host.settle_timeout)
+    budget = Budget(host.settle_timeout, slack=host.command_timeout)
     settled: dict[int, float] = {}
     rows: tuple[probes.GpuRow, ...] = ()
     for wait in backoff():
@@ -217,9 +220,9 @@ async def settle(remote: Remote) -> GpuOutcome:
         if rows and len(settled) == len(rows):
             detail = f"{len(rows)} GPUs at or under {host.memory_threshold_mib} MiB after {budget.elapsed:.1f} s"
             return GpuOutcome(_result(StepName.SETTLE, started, detail), settle_s=settled)
-        if budget.remaining <= wait:
+        if budget.window_left <= POLL_MARGIN_S:
             break
-        await anyio.sleep(wait)
+        await anyio.sleep(min(wait, budget.window_left))
     msg = policy.unsettled_error(rows, host.memory_threshold_mib, host.settle_timeout)
     return GpuOutcome(_result(StepName.SETTLE, started, msg, StepStatus.TIMEOUT, msg), settle_s=settled)
 
@@ -227,7 +230,7 @@ async def settle(remote: Remote) -> GpuOutcome:
 async def verify(remote: Remote, settle_s: dict[int, float] | None = None) -> GpuOutcome:
     """One GPU query and one compute-apps query; clean only if both say so."""
     started, host = time.monotonic(), remote.host
-    budget = Budget(2 * host.command_timeout + 1)
+    budget = Budget(0.0, slack=2 * host.command_timeout)
     rows = await query_gpus(remote, probes.VERIFY_FIELDS, StepName.VERIFY, budget)
     out = await _smi(remote, probes.compute_apps_argv(host.nvidia_smi), StepName.VERIFY, budget)
     try:

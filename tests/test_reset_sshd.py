@@ -49,8 +49,11 @@ def host(sshd: Sshd, client_key: ClientKey, node: SimNode) -> Host:
     )
 
 
+RUNS = iter(range(1000))
+
+
 async def _run(host: Host, tmp_path: Path, command: str) -> HostReport:
-    logs = RunLogs(tmp_path / "logs", f"sshd-{command}-{len(list(tmp_path.glob('logs/*')))}")
+    logs = RunLogs(tmp_path / "logs", f"sshd-{command}-{next(RUNS)}")
     logs.create()
     try:
         report, _ = await run_hosts([host], RunOptions(command=command), logs)
