@@ -138,7 +138,11 @@ def _app_label(app: probes.ComputeApp) -> str:
 
 
 def verify_problems(
-    rows: Sequence[probes.GpuRow], apps: Sequence[probes.ComputeApp], expected: int | None, threshold: int
+    rows: Sequence[probes.GpuRow],
+    apps: Sequence[probes.ComputeApp],
+    expected: int | None,
+    threshold: int,
+    holders: Sequence[Holder] = (),
 ) -> list[str]:
     """Everything that keeps a node from being clean, most telling first."""
     problems = []
@@ -155,24 +159,34 @@ def verify_problems(
         index = by_uuid.get(app.gpu_uuid) if app.gpu_uuid else None
         where = f"gpu {index}" if index is not None else "a GPU"
         problems.append(f"{_app_label(app)} still runs on {where}")
+    named = {a.pid for a in apps}
+    for holder in holders:
+        if holder.pid not in named:
+            problems.append(f"{holder.label()} still holds {', '.join(holder.devices)}")
     return problems
 
 
 def verify_error(
-    rows: Sequence[probes.GpuRow], apps: Sequence[probes.ComputeApp], expected: int | None, threshold: int
+    rows: Sequence[probes.GpuRow],
+    apps: Sequence[probes.ComputeApp],
+    expected: int | None,
+    threshold: int,
+    holders: Sequence[Holder] = (),
 ) -> str | None:
-    problems = verify_problems(rows, apps, expected, threshold)
+    problems = verify_problems(rows, apps, expected, threshold, holders)
     if not rows and not problems:
         problems.append("nvidia-smi listed no GPUs")
     return _first_of(problems) if problems else None
 
 
-def describe_verify(rows: Sequence[probes.GpuRow], apps: Sequence[probes.ComputeApp]) -> str:
+def describe_verify(
+    rows: Sequence[probes.GpuRow], apps: Sequence[probes.ComputeApp], holders: Sequence[Holder] = ()
+) -> str:
     used = [r.memory_used_mib for r in rows if r.memory_used_mib is not None]
     peak = f", max {max(used)} MiB used" if used else ""
     ecc = [r for r in rows if r.ecc_uncorrected]
     ecc_note = f", uncorrected ECC errors on gpu {', '.join(str(r.index) for r in ecc)}" if ecc else ""
-    return f"{len(rows)} GPUs{peak}, {len(apps)} compute apps{ecc_note}"
+    return f"{len(rows)} GPUs{peak}, {len(apps)} compute apps, {len(holders)} unprotected holders{ecc_note}"
 
 
 def gpu_reports(rows: Sequence[probes.GpuRow], settle_s: Mapping[int, float]) -> tuple[GpuReport, ...]:

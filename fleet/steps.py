@@ -27,6 +27,9 @@ POLL_CAP_S = 1.0
 ESCALATION_WINDOW_S = 10.0
 # Seconds to wait for SIGKILLed processes to vanish.
 SIGKILL_WAIT_S = 5.0
+# After the kill, holders are scanned again at these intervals (1 s in all): systemd's default
+# RestartSec is 100 ms, so a Restart=always unit's process is usually back within the window.
+RESPAWN_SCANS_S = (0.0, 0.3, 0.7)
 # A poll is not started with less than this left in the step's budget.
 POLL_MARGIN_S = 0.05
 
@@ -168,12 +171,22 @@ async def kill(remote: Remote) -> KillOutcome:
         if after_term else frozenset()
     )
     killed = policy.killed_records(targets, after_term, after_kill)
-    again = await scan_holders(remote, StepName.KILL, budget)
-    back = [h for h in again if h.protected_by is None]
+    back = await _watch_for_respawn(remote, budget)
     detail = policy.describe_kill(killed, kept, back)
     error = policy.kill_error(after_kill, targets, back)
     status = StepStatus.FAILED if error else StepStatus.OK
     return KillOutcome(_result(StepName.KILL, started, detail, status, error), killed, kept)
+
+
+async def _watch_for_respawn(remote: Remote, budget: Budget) -> list[policy.Holder]:
+    """Scan again a few times over RESPAWN_WATCH_S: a Restart=always unit brings its process straight back."""
+    back: list[policy.Holder] = []
+    for wait in RESPAWN_SCANS_S:
+        await anyio.sleep(wait)
+        back = [h for h in await scan_holders(remote, StepName.KILL, budget) if h.protected_by is None]
+        if back:
+            break
+    return back
 
 
 # ---------------------------------------------------------------- settle / verify
@@ -228,18 +241,19 @@ async def settle(remote: Remote) -> GpuOutcome:
 
 
 async def verify(remote: Remote, settle_s: dict[int, float] | None = None) -> GpuOutcome:
-    """One GPU query and one compute-apps query; clean only if both say so."""
+    """One GPU query, one compute-apps query and one holder scan; clean only if all three say so."""
     started, host = time.monotonic(), remote.host
-    budget = Budget(0.0, slack=2 * host.command_timeout)
+    budget = Budget(0.0, slack=4 * host.command_timeout)
     rows = await query_gpus(remote, probes.VERIFY_FIELDS, StepName.VERIFY, budget)
     out = await _smi(remote, probes.compute_apps_argv(host.nvidia_smi), StepName.VERIFY, budget)
     try:
         apps = probes.parse_compute_apps(out)
     except probes.ProbeParseError as exc:
         raise StepFailed(f"unreadable nvidia-smi output: {exc}") from exc
+    holders = [h for h in await scan_holders(remote, StepName.VERIFY, budget) if h.protected_by is None]
     gpus = policy.gpu_reports(rows, settle_s or {})
-    error = policy.verify_error(rows, apps, host.gpus, host.memory_threshold_mib)
-    detail = policy.describe_verify(rows, apps)
+    error = policy.verify_error(rows, apps, host.gpus, host.memory_threshold_mib, holders)
+    detail = policy.describe_verify(rows, apps, holders)
     status = StepStatus.FAILED if error else StepStatus.OK
     return GpuOutcome(_result(StepName.VERIFY, started, detail, status, error), gpus)
 

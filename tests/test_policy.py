@@ -88,3 +88,9 @@ def test_plan_names_units_devices_and_timeouts() -> None:
     assert "sglang.service" in plan[StepName.DRAIN] and "30 s" in plan[StepName.DRAIN]
     assert "/dev/nvidia*" in plan[StepName.KILL] and "nvidia-persistenced" in plan[StepName.KILL]
     assert "expect 8 GPUs" in plan[StepName.VERIFY]
+
+
+def test_an_unprotected_holder_without_memory_is_not_clean() -> None:
+    """A respawned process that opened the devices but has not allocated yet still fails verify."""
+    holder = policy.Holder(4242, "root", "python3", "/usr/bin/python3", ("/dev/nvidia2",))
+    assert policy.verify_error(ROWS_CLEAN, (), 2, 16, [holder]) == "pid 4242 python3 still holds /dev/nvidia2"

@@ -1,0 +1,192 @@
+"""The command line as users and cron jobs meet it: one-line usage errors, exit codes, prompts, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fleet.cli import main
+from fleet.sim.fleetsim import SimFleet
+from fleet.sim.node import NodeSpec, UnitSpec
+
+REPO = Path(__file__).resolve().parents[1]
+SITE = REPO / "inventory" / "site.yaml"
+
+
+def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fleet", *args], capture_output=True, text=True, stdin=stdin,
+                          timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["reset", "-i", str(SITE), "-y"],                       # no target
+        ["reset", "-i", str(SITE), "-g", "nosuchgroup", "-y"],  # unknown group
+        ["reset", "-i", str(SITE), "gpu-z99", "-y"],            # pattern that matches nothing
+        ["reset", "-i", str(SITE), "--no-such-option"],         # typer's own usage error
+        ["reset", "-i", "/nonexistent/inv.yaml", "gpu-b01"],    # missing inventory
+        ["check", "gpu-b01"],                                   # no -i and no $FLEET_INVENTORY
+        ["reset", "-i", str(SITE), "-g", "blackwell", "-j", "0", "-y"],  # bad value
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args: list[str], capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLEET_INVENTORY", raising=False)
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("fleet: error: ")
+
+
+def test_reset_of_several_hosts_refuses_without_a_terminal_or_yes() -> None:
+    proc = run_cli("reset", "-i", str(SITE), "-g", "hopper")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "fleet: error: refusing to reset 5 hosts (gpu-h[01-04,07]) without -y: stdin is not a terminal"
+    ]
+
+
+def test_inventory_json_lists_resolved_variables(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inventory", "-i", str(SITE), "-g", "blackwell", "--limit", "gpu-b0[1-2]", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["hosts"]) == ["gpu-b01", "gpu-b02"]
+    assert doc["hosts"]["gpu-b01"]["services"] == ["sglang.service"]
+
+
+def test_inventory_table_is_human_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inventory", "-i", str(SITE), "gpu-h01"]) == 0
+    out = capsys.readouterr().out
+    assert "gpu-h01" in out and "address" in out
+
+
+def test_dry_run_touches_nothing_and_exits_0(tmp_path: Path) -> None:
+    proc = run_cli("reset", "-i", str(SITE), "-g", "blackwell", "--dry-run", "--json", "--log-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {h["status"] for h in doc["hosts"].values()} == {"planned"}
+    assert doc["summary"]["total"] == 16
+
+
+@pytest.fixture
+async def hung_fleet(tmp_path: Path) -> AsyncIterator[SimFleet]:
+    """Two nodes whose unit ignores SIGTERM, with a long drain_timeout: a reset sits in drain."""
+    unit = UnitSpec("sglang.service", gpus=(0, 1), mib=30000, ignore_sigterm=True)
+    specs = [NodeSpec(name=n, units=(unit,), linger_s=0.2) for n in ("gpu-b01", "gpu-b02")]
+    host_vars = {n: {"drain_timeout": 60, "command_timeout": 5} for n in ("gpu-b01", "gpu-b02")}
+    async with SimFleet(tmp_path / "sim", specs, host_vars=host_vars) as sim:
+        yield sim
+
+
+def _fleet_commands_on(sim: SimFleet) -> list[int]:
+    """Pids of commands fleet started on the nodes (read-only look at /proc, never used to kill)."""
+    roots = [str(node.root) for node in sim.nodes.values()]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and cmdline.startswith("timeout ") and any(r in cmdline for r in roots):
+            found.append(int(entry.name))
+    return found
+
+
+async def test_ctrl_c_mid_run_exits_130_writes_the_report_and_leaves_nothing_running(
+    hung_fleet: SimFleet, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    args = [sys.executable, "-m", "fleet", "reset", "-i", str(hung_fleet.inventory_path), "-g", "sim", "-y",
+            "--json", "--log-dir", str(logs)]
+    proc = await anyio.open_process(args)
+    try:
+        await _wait_for_drain(logs)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        with anyio.fail_after(15):
+            await proc.wait()
+        elapsed = time.monotonic() - started
+        assert proc.stdout is not None
+        out = (await proc.stdout.receive()).decode() if proc.returncode is not None else ""
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130
+    assert elapsed < 8
+    (summary,) = logs.glob("*/summary.json")
+    doc = json.loads(summary.read_text())
+    assert {h["status"] for h in doc["hosts"].values()} == {"failed"}
+    assert {h["error"] for h in doc["hosts"].values()} == {"interrupted during drain"}
+    assert out.strip().startswith("{")
+    await anyio.sleep(0.5)
+    assert _fleet_commands_on(hung_fleet) == []
+    for node in hung_fleet.nodes.values():
+        assert node.unit_state("sglang.service") == "deactivating"  # interrupted mid-drain, not escalated
+
+
+async def _wait_for_drain(logs: Path) -> None:
+    """Until both hosts have polled their unit at least once."""
+    with anyio.fail_after(20):
+        while True:
+            texts = [p.read_text() for p in logs.glob("*/*.jsonl")]  # noqa: ASYNC240 - tiny files, test only
+            if len(texts) == 2 and all('"systemctl", "show"' in t for t in texts):
+                return
+            await anyio.sleep(0.1)
+
+
+async def test_stalled_host_is_unreachable_within_connect_timeout(tmp_path: Path) -> None:
+    specs = [NodeSpec(name=n) for n in ("gpu-b01", "gpu-b02")]
+    host_vars: dict[str, dict[str, Any]] = {n: {"connect_timeout": 2} for n in ("gpu-b01", "gpu-b02")}
+    async with SimFleet(tmp_path / "sim", specs, host_vars=host_vars) as sim:
+        await sim.stall_server("gpu-b01")
+        started = time.monotonic()
+        result = await anyio.run_process(
+            [sys.executable, "-m", "fleet", "check", "-i", str(sim.inventory_path), "-g", "sim", "--json",
+             "--log-dir", str(tmp_path / "logs")], check=False)
+        elapsed = time.monotonic() - started
+    doc = json.loads(result.stdout)
+    assert result.returncode == 1
+    assert doc["hosts"]["gpu-b01"]["status"] == "unreachable"
+    assert "timed out" in doc["hosts"]["gpu-b01"]["error"]
+    assert doc["hosts"]["gpu-b02"]["status"] == "clean"
+    assert elapsed < 15
+
+
+def test_local_connection_resets_this_machine_s_simulated_node(tmp_path: Path) -> None:
+    """connection: local runs the same commands as local processes (a node resetting itself from a timer)."""
+    from fleet.sim.node import SimNode, WorkerSpec
+
+    node = SimNode(tmp_path / "node", NodeSpec(name="self", linger_s=0.2))
+    try:
+        node.start()
+        stray = node.spawn_worker(WorkerSpec(gpus=(0, 1), mib=5000, name="python3"))
+        inventory = tmp_path / "local.yaml"
+        inventory.write_text(json.dumps({"hosts": {"self": {
+            "connection": "local", "devices": [node.devices_glob], "nvidia_smi": node.nvidia_smi_path,
+            "gpus": 8, "kill_grace": 2, "settle_timeout": 10}}}))
+        proc = run_cli("reset", "-i", str(inventory), "self", "--json", "--log-dir", str(tmp_path / "logs"))
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["hosts"]["self"]["status"] == "clean"
+        assert not node.alive(stray)
+        assert node.gpu_memory() == [0] * 8
+        assert os.path.exists(tmp_path / "logs" / doc["run_id"] / "self.jsonl")
+    finally:
+        node.stop()
