@@ -85,17 +85,23 @@ class RunState:
     interrupted: bool = False
 
 
-async def _run_step(run: HostRun, name: StepName, body: Callable[[], Awaitable[Any]]) -> Any:
+async def _run_step(run: HostRun, log: Any, name: StepName, body: Callable[[], Awaitable[Any]]) -> Any:
     """Run one step, turning a step's own failure into a StepResult; transport loss propagates."""
     run.current = name
     started = time.monotonic()
+    log.info("step_start", step=name.value)
     try:
         outcome = await body()
     except (steps.StepFailed, BudgetSpent, CommandTimeout) as exc:
         status = exc.status if isinstance(exc, steps.StepFailed) else StepStatus.TIMEOUT
-        run.steps.append(StepResult(name, status, round(time.monotonic() - started, 3), str(exc), str(exc)))
-        return None
-    run.steps.append(outcome if isinstance(outcome, StepResult) else outcome.result)
+        result = StepResult(name, status, round(time.monotonic() - started, 3), str(exc), str(exc))
+        outcome = None
+    else:
+        result = outcome if isinstance(outcome, StepResult) else outcome.result
+    run.steps.append(result)
+    level = log.info if result.status is StepStatus.OK else log.warning
+    level("step_end", step=name.value, status=result.status.value, duration_s=result.duration_s,
+          detail=result.detail, error=result.error)
     return outcome
 
 
@@ -105,15 +111,16 @@ def _failed(run: HostRun, name: StepName) -> bool:
 
 async def _walk(remote: Remote, run: HostRun, command: str) -> None:
     settle_s: dict[int, float] = {}
+    log = remote.log
     if command == "reset":
-        await _run_step(run, StepName.DRAIN, lambda: steps.drain(remote))
-        kill = await _run_step(run, StepName.KILL, lambda: steps.kill(remote))
+        await _run_step(run, log, StepName.DRAIN, lambda: steps.drain(remote))
+        kill = await _run_step(run, log, StepName.KILL, lambda: steps.kill(remote))
         if kill is not None:
             run.killed = kill.killed
         if not _failed(run, StepName.KILL):
-            settled = await _run_step(run, StepName.SETTLE, lambda: steps.settle(remote))
+            settled = await _run_step(run, log, StepName.SETTLE, lambda: steps.settle(remote))
             settle_s = settled.settle_s if settled is not None else {}
-    verified = await _run_step(run, StepName.VERIFY, lambda: steps.verify(remote, settle_s))
+    verified = await _run_step(run, log, StepName.VERIFY, lambda: steps.verify(remote, settle_s))
     if verified is not None:
         run.gpus = verified.gpus
     run.current = None

@@ -225,6 +225,8 @@ async def test_cli_group_and_limit_leave_other_hosts_untouched(make_fleet: Any, 
     commands = [e for e in events if e["event"] == "command"]
     assert commands and all({"timestamp", "level", "host", "step", "argv", "exit_status", "duration_s"} <= set(e)
                             for e in commands)
+    assert [e["step"] for e in events if e["event"] == "step_end"] == ["drain", "kill", "settle", "verify"]
+    assert events[-1]["event"] == "host_end" and events[-1]["status"] == "clean"
     assert "gpu-b02 clean" in err
 
 
