@@ -29,3 +29,6 @@ check: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+bench: install
+	$(BIN)/python benchmarks/scale.py --nodes 16 --rounds 3
