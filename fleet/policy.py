@@ -88,9 +88,13 @@ def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back:
     return "; ".join(parts)
 
 
-def kill_error(after_kill: frozenset[int], targets: Sequence[Holder], back: Sequence[Holder]) -> str | None:
+def kill_error(
+    after_kill: frozenset[int], targets: Sequence[Holder], back: Sequence[Holder], *, denied: str | None = None
+) -> str | None:
     """One line when the kill did not leave the GPUs free of unprotected holders."""
     survivors = [h for h in targets if h.pid in after_kill]
+    if survivors and denied:
+        return f"not permitted to kill {_labels(survivors)} ({denied}): run as root or set become: true"
     if survivors:
         return f"survived SIGKILL: {_labels(survivors)}"
     target_pids = {h.pid for h in targets}

@@ -30,6 +30,8 @@ SIGKILL_WAIT_S = 5.0
 # After the kill, holders are scanned again at these intervals (1 s in all): systemd's default
 # RestartSec is 100 ms, so a Restart=always unit's process is usually back within the window.
 RESPAWN_SCANS_S = (0.0, 0.3, 0.7)
+# `systemctl stop` exits 5 for a unit that is not loaded: nothing to stop, not an error.
+STOP_OK_EXITS = (0, 5)
 # A poll is not started with less than this left in the step's budget.
 POLL_MARGIN_S = 0.05
 
@@ -89,7 +91,9 @@ async def drain(remote: Remote) -> StepResult:
         return _result(StepName.DRAIN, started, "no services to stop")
     budget = Budget(remote.host.drain_timeout, slack=remote.host.command_timeout)
     for unit in units:
-        await remote.run(probes.unit_stop_argv(unit), step=StepName.DRAIN, budget=budget)
+        res = await remote.run(probes.unit_stop_argv(unit), step=StepName.DRAIN, budget=budget)
+        if res.exit_status not in STOP_OK_EXITS:  # e.g. polkit: "Interactive authentication required."
+            raise StepFailed(f"systemctl stop {unit} exited {res.exit_status}: {policy.first_line(res.stderr)}")
     states = await _wait_down(remote, units, budget)
     hung = [u for u in units if not states[u].is_down]
     if not hung:
@@ -139,10 +143,17 @@ async def _alive(remote: Remote, pids: Sequence[int], budget: Budget) -> frozens
     return probes.parse_pids(res.stdout) & frozenset(pids)
 
 
+@dataclass(frozen=True)
+class Signalled:
+    survivors: frozenset[int]
+    denied: str | None = None  # the node refused to let us signal: its message
+
+
 async def _signal_and_wait(remote: Remote, signal: str, pids: Sequence[int], wait_s: float,
-                           budget: Budget) -> frozenset[int]:
-    """Send `signal` to pids, then poll until they are gone or wait_s passes; return the survivors."""
-    await remote.run(probes.kill_argv(signal, pids), step=StepName.KILL, budget=budget)
+                           budget: Budget) -> Signalled:
+    """Send `signal` to pids, then poll until they are gone or wait_s passes."""
+    res = await remote.run(probes.kill_argv(signal, pids), step=StepName.KILL, budget=budget)
+    denied = policy.first_line(res.stderr) if "not permitted" in res.stderr else None
     deadline = time.monotonic() + wait_s
     alive = await _alive(remote, pids, budget)
     for wait in backoff():
@@ -151,7 +162,7 @@ async def _signal_and_wait(remote: Remote, signal: str, pids: Sequence[int], wai
             break
         await anyio.sleep(min(wait, left))
         alive = await _alive(remote, sorted(alive), budget)
-    return alive
+    return Signalled(alive, denied)
 
 
 async def kill(remote: Remote) -> KillOutcome:
@@ -165,15 +176,15 @@ async def kill(remote: Remote) -> KillOutcome:
         return KillOutcome(_result(StepName.KILL, started, policy.describe_kill((), kept, ())), (), kept)
     pids = [h.pid for h in targets]
     remote.log.info("kill_targets", step="kill", pids=pids, kept=[h.pid for h in kept])
-    after_term = await _signal_and_wait(remote, "SIGTERM", pids, host.kill_grace, budget)
-    after_kill = (
-        await _signal_and_wait(remote, "SIGKILL", sorted(after_term), SIGKILL_WAIT_S, budget)
-        if after_term else frozenset()
+    term = await _signal_and_wait(remote, "SIGTERM", pids, host.kill_grace, budget)
+    kill9 = (
+        await _signal_and_wait(remote, "SIGKILL", sorted(term.survivors), SIGKILL_WAIT_S, budget)
+        if term.survivors else Signalled(frozenset())
     )
-    killed = policy.killed_records(targets, after_term, after_kill)
+    killed = policy.killed_records(targets, term.survivors, kill9.survivors)
     back = await _watch_for_respawn(remote, budget)
     detail = policy.describe_kill(killed, kept, back)
-    error = policy.kill_error(after_kill, targets, back)
+    error = policy.kill_error(kill9.survivors, targets, back, denied=kill9.denied or term.denied)
     status = StepStatus.FAILED if error else StepStatus.OK
     return KillOutcome(_result(StepName.KILL, started, detail, status, error), killed, kept)
 

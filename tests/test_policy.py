@@ -94,3 +94,11 @@ def test_an_unprotected_holder_without_memory_is_not_clean() -> None:
     """A respawned process that opened the devices but has not allocated yet still fails verify."""
     holder = policy.Holder(4242, "root", "python3", "/usr/bin/python3", ("/dev/nvidia2",))
     assert policy.verify_error(ROWS_CLEAN, (), 2, 16, [holder]) == "pid 4242 python3 still holds /dev/nvidia2"
+
+
+def test_a_kill_the_node_refused_says_how_to_fix_it() -> None:
+    targets = [policy.Holder(7, "bob", "python3", None, ())]
+    error = policy.kill_error(frozenset({7}), targets, [], denied="kill: (7): Operation not permitted")
+    assert error == (
+        "not permitted to kill pid 7 python3 (kill: (7): Operation not permitted): run as root or set become: true"
+    )

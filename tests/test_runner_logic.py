@@ -184,3 +184,28 @@ async def test_unit_already_down_counts_as_drained(tmp_path: Path, status: str) 
     t.script[1] = (("systemctl", "show"), Reply(f"ActiveState={status}\nSubState=dead\nMainPID=0\n"))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].steps[0].status is StepStatus.OK
+
+
+async def test_stop_refused_by_the_node_fails_drain_at_once(tmp_path: Path) -> None:
+    """A `systemctl stop` that is refused (polkit) fails drain with its message instead of waiting 30 s."""
+    t = ScriptedTransport(node_script())
+    t.script[0] = (("systemctl", "stop"), Reply(stderr="Failed to stop sglang.service: Access denied\n",
+                                                exit_status=4))
+    host = make_host(drain_timeout=30.0)
+    with anyio.fail_after(10):
+        report, _ = await run([host], {"gpu-01": t}, tmp_path)
+    drain = report.hosts["gpu-01"].steps[0]
+    assert drain.status is StepStatus.FAILED
+    assert drain.error == "systemctl stop sglang.service exited 4: Failed to stop sglang.service: Access denied"
+    assert report.hosts["gpu-01"].steps[1].status is StepStatus.OK  # kill still runs
+
+
+async def test_a_kill_the_node_refuses_is_reported_as_such(tmp_path: Path) -> None:
+    t = ScriptedTransport(node_script())
+    t.script[5] = (("kill",), Reply(stderr="kill: (100): Operation not permitted\n", exit_status=1))
+    t.script[6] = (("ps", "-o", "pid=,stat="), Reply("  100 S\n"))
+    report, _ = await run([make_host(kill_grace=0.2)], {"gpu-01": t}, tmp_path)
+    kill = report.hosts["gpu-01"].steps[1]
+    assert kill.status is StepStatus.FAILED
+    assert kill.error is not None and kill.error.startswith("not permitted to kill pid 100 python3")
+    assert report.hosts["gpu-01"].killed == ()
