@@ -13,9 +13,10 @@ import typer
 
 from fleet import report as reporting
 from fleet.errors import UsageError
-from fleet.inventory import Inventory, host_vars, inventory_path, load_inventory, select
+from fleet.inventory import Inventory, host_vars, inventory_path, load_inventory
 from fleet.models import Host
 from fleet.session import run_and_report
+from fleet.targeting import select
 
 app = typer.Typer(
     name="fleet",

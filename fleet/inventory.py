@@ -13,38 +13,38 @@ taken relative to the inventory's folder, so a cron job works from any cwd.
 
 Every problem is an `InventoryError` of one line that names the file and the
 key, such as `site.yaml: groups.blackwell.vars.gpus: expected a whole number,
-got 'eight'`. Targeting (`select`) turns patterns, groups, `--limit` and
-`--exclude` into the hosts to work on, and refuses to match nothing.
+got 'eight'`. The file is read by `fleet.datafile` and node sets expand
+with `fleet.nodesets`; targeting (patterns, groups, `--limit`, `--exclude`)
+is `fleet.targeting.select`.
 """
 
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import getpass
 import json
 import os
 import re
-import tomllib
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 from fleet import validate
+from fleet.datafile import read_data
 from fleet.errors import InventoryError, UsageError
 from fleet.models import Connection, Host
+from fleet.nodesets import MAX_NODES_PER_PATTERN as MAX_NODES_PER_PATTERN
+from fleet.nodesets import node_order, node_set
+
+if TYPE_CHECKING:
+    from fleet.targeting import select as select
 
 ALL = "all"
-MAX_NODES_PER_PATTERN = 100_000
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_BRACKETS = re.compile(r"\[([^\]]*)\]")
-_SPAN = re.compile(r"(\d+)-(\d+)")
 
 
 def _one_or_many(value: object) -> object:
@@ -149,7 +149,8 @@ def _key(*parts: object) -> str:
     return out
 
 
-def _suggest(word: str, choices: Iterable[str]) -> str:
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the closest of `choices`, else nothing."""
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -179,7 +180,7 @@ def _message(error: ErrorDetails) -> str:
         context = _context(loc)
         what = "variable" if context == "vars" else "key"
         known = _KEYS_AT[context]
-        return f"unknown {what}{_suggest(str(loc[-1]), known)} (known: {', '.join(known)})"
+        return f"unknown {what}{suggest(str(loc[-1]), known)} (known: {', '.join(known)})"
     if kind == "value_error":
         return _one_line(str(ctx.get("error", error["msg"])))
     if kind in _TYPE_MESSAGES:
@@ -199,58 +200,6 @@ def _error_key(loc: tuple[Any, ...]) -> str:
         is_key = i + 1 < len(loc) and loc[i + 1] == "[key]"
         parts.append(str(part) if is_key else part)
     return _key(*parts)
-
-
-# ---------------------------------------------------------------- reading
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key written twice in one mapping."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[tuple[str, str]] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                ident = (key_node.tag, key_node.value)
-                if ident in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
-                    )
-                seen.add(ident)
-        return super().construct_mapping(node, deep)
-
-
-def _parse_yaml(raw: bytes, label: str) -> object:
-    try:
-        return yaml.load(raw, Loader=_Loader)  # _Loader is a SafeLoader
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InventoryError(label, where, f"YAML syntax error: {_one_line(str(e.problem))}") from None
-    except yaml.YAMLError as e:
-        raise InventoryError(label, "", f"YAML syntax error: {_one_line(str(e))}") from None
-
-
-def _parse_toml(raw: bytes, label: str) -> object:
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InventoryError(label, "", "not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InventoryError(label, "", f"TOML syntax error: {_one_line(str(e))}") from None
-
-
-def _read(path: Path, label: str) -> object:
-    suffix = path.suffix.lower()
-    if suffix not in {".yaml", ".yml", ".toml"}:
-        raise InventoryError(label, "", "unknown inventory format: use a .yaml, .yml or .toml file")
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InventoryError(label, "", "no such file") from None
-    except OSError as e:
-        raise InventoryError(label, "", _one_line(e.strerror or str(e)).lower()) from None
-    return _parse_toml(raw, label) if suffix == ".toml" else _parse_yaml(raw, label)
 
 
 def _validate(data: object, label: str) -> InventoryFile:
@@ -274,7 +223,7 @@ def _check_children(groups: Mapping[str, GroupSpec], label: str) -> None:
         for i, child in enumerate(spec.children):
             if child not in groups:
                 key = _key("groups", name, "children", i)
-                raise InventoryError(label, key, f"unknown group {child!r}{_suggest(child, groups)}")
+                raise InventoryError(label, key, f"unknown group {child!r}{suggest(child, groups)}")
 
 
 def _check_cycles(groups: Mapping[str, GroupSpec], label: str) -> None:
@@ -300,7 +249,7 @@ def _expand(pattern: str, key: str, label: str) -> list[str]:
     if "@" in pattern:
         raise InventoryError(label, key, f"{pattern!r}: include groups with children:, not '@name'")
     try:
-        names = list(_node_set(pattern))
+        names = list(node_set(pattern))
     except ValueError as e:
         raise InventoryError(label, key, str(e)) from None
     if not names:
@@ -308,25 +257,6 @@ def _expand(pattern: str, key: str, label: str) -> list[str]:
     for name in names:
         _check_host_name(name, key, label)
     return names
-
-
-def _upper_bound(pattern: str) -> int:
-    """How many names a pattern can name at most, counted without expanding it."""
-    total = 1
-    for inside in _BRACKETS.findall(pattern):
-        spans = [int(b) - int(a) + 1 for a, b in _SPAN.findall(inside)]
-        total *= sum(spans) + inside.count(",") + 1
-    return total
-
-
-def _node_set(pattern: str) -> NodeSet:
-    """ClusterShell's expansion, without group lookups and without runaway ranges."""
-    if _upper_bound(pattern) > MAX_NODES_PER_PATTERN:
-        raise ValueError(f"node set {pattern!r} names more than {MAX_NODES_PER_PATTERN} hosts")
-    try:
-        return NodeSet(pattern, resolver=RESOLVER_NOGROUP)
-    except NodeSetException as e:
-        raise ValueError(f"bad node set {pattern!r}: {_one_line(str(e))}") from None
 
 
 def _check_host_name(name: str, key: str, label: str) -> None:
@@ -377,10 +307,6 @@ def _resolved_members(groups: Mapping[str, GroupSpec], direct: Mapping[str, set[
 # ---------------------------------------------------------------- hosts
 
 
-def _node_order(names: Iterable[str]) -> list[str]:
-    return list(NodeSet.fromlist(sorted(names), resolver=RESOLVER_NOGROUP))
-
-
 def _current_user() -> str | None:
     try:
         return getpass.getuser()
@@ -413,7 +339,7 @@ def _resolve(spec: InventoryFile, path: Path, label: str) -> Inventory:
     for name in per_host:
         _check_host_name(name, _key("hosts", name), label)
     members = _resolved_members(groups, _direct_members(groups, label))
-    order = _node_order(set(per_host).union(*members.values()))
+    order = node_order(set(per_host).union(*members.values()))
     depth = _depths(groups)
     defaults = (spec.defaults or HostVars()).explicit()
     hosts: dict[str, Host] = {}
@@ -432,7 +358,7 @@ def load_inventory(path: str | Path) -> Inventory:
     """Read, validate and resolve an inventory file; raise `InventoryError` on any problem."""
     label = str(path)
     file = Path(path)
-    return _resolve(_validate(_read(file, label), label), file, label)
+    return _resolve(_validate(read_data(file, label), label), file, label)
 
 
 def inventory_path(cli_value: str | None) -> Path:
@@ -456,91 +382,3 @@ def host_vars(host: Host) -> dict[str, Any]:
             value = list(value)
         out[field.name] = str(value) if isinstance(value, Connection) else value
     return out
-
-
-# ---------------------------------------------------------------- targeting
-
-
-def _split(text: str) -> list[str]:
-    """Split at commas outside brackets: `a[1,2],b` -> `a[1,2]`, `b`."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth = max(depth - 1, 0)
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _group(inv: Inventory, name: str) -> set[str]:
-    if name == ALL:
-        found = set(inv.hosts)
-    elif name not in inv.groups:
-        raise UsageError(f"no group {name!r} in {inv.path}{_suggest(name, inv.groups)}")
-    else:
-        found = set(inv.groups[name])
-    if not found:
-        raise UsageError(f"group {name!r} in {inv.path} has no hosts")
-    return found
-
-
-def _element(inv: Inventory, element: str) -> set[str]:
-    if element.startswith("@"):
-        return _group(inv, element[1:])
-    if element == ALL:
-        return set(inv.hosts)
-    if any(c in element for c in "*?") and "[" not in element:
-        return set(fnmatch.filter(inv.hosts, element))
-    try:
-        nodes = _node_set(element)
-    except ValueError as e:
-        raise UsageError(f"host pattern: {e}") from None
-    return {name for name in nodes if name in inv.hosts}
-
-
-def _matching(inv: Inventory, text: str, flag: str) -> set[str]:
-    elements = _split(text)
-    if not elements:
-        raise UsageError(f"empty {flag.strip() or 'host pattern'}: name hosts or node sets")
-    found: set[str] = set()
-    for element in elements:
-        names = _element(inv, element)
-        if not names:
-            hint = f"; for the group, write '@{element}'" if element in inv.groups else ""
-            raise UsageError(f"no host in {inv.path} matches {flag}{element!r}{hint}")
-        found |= names
-    return found
-
-
-def select(
-    inv: Inventory,
-    *,
-    patterns: Sequence[str] = (),
-    groups: Sequence[str] = (),
-    limit: str | None = None,
-    exclude: str | None = None,
-) -> list[Host]:
-    """The targeted hosts in node-set order: (patterns | groups) & limit - exclude.
-
-    Patterns are node sets (`gpu-b[01-04],gpu-h01`), `@group`, `all`, or shell
-    globs (`gpu-b*`). Anything that matches no host is a `UsageError`.
-    """
-    if not patterns and not groups:
-        raise UsageError("no target: name hosts or use -g/--group")
-    chosen: set[str] = set()
-    for name in groups:
-        chosen |= _group(inv, name)
-    for pattern in patterns:
-        chosen |= _matching(inv, pattern, "")
-    if limit is not None:
-        chosen &= _matching(inv, limit, "--limit ")
-    if exclude is not None:
-        chosen -= _matching(inv, exclude, "--exclude ")
-    hosts = [host for name, host in inv.hosts.items() if name in chosen]
-    if not hosts:
-        raise UsageError(f"no host of {inv.path} left to target after --limit/--exclude")
-    return hosts

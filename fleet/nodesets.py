@@ -1,0 +1,46 @@
+"""ClusterShell node sets (`gpu-b[01-16]`), expanded without group lookups and within a size bound.
+
+The inventory expands its `hosts:` entries with `node_set` and orders hosts
+with `node_order`; targeting (`fleet.targeting`) matches host patterns with
+`node_set`. A pattern that could name more than `MAX_NODES_PER_PATTERN` hosts
+is refused before ClusterShell expands it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+
+MAX_NODES_PER_PATTERN = 100_000
+_BRACKETS = re.compile(r"\[([^\]]*)\]")
+_SPAN = re.compile(r"(\d+)-(\d+)")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _upper_bound(pattern: str) -> int:
+    """How many names a pattern can name at most, counted without expanding it."""
+    total = 1
+    for inside in _BRACKETS.findall(pattern):
+        spans = [int(b) - int(a) + 1 for a, b in _SPAN.findall(inside)]
+        total *= sum(spans) + inside.count(",") + 1
+    return total
+
+
+def node_set(pattern: str) -> NodeSet:
+    """ClusterShell's expansion, without group lookups and without runaway ranges."""
+    if _upper_bound(pattern) > MAX_NODES_PER_PATTERN:
+        raise ValueError(f"node set {pattern!r} names more than {MAX_NODES_PER_PATTERN} hosts")
+    try:
+        return NodeSet(pattern, resolver=RESOLVER_NOGROUP)
+    except NodeSetException as e:
+        raise ValueError(f"bad node set {pattern!r}: {_one_line(str(e))}") from None
+
+
+def node_order(names: Iterable[str]) -> list[str]:
+    """The names in node-set order: `n2` before `n10`."""
+    return list(NodeSet.fromlist(sorted(names), resolver=RESOLVER_NOGROUP))

@@ -1,0 +1,202 @@
+"""nvidia-smi probes: GPU and compute-app queries, and why nvidia-smi failed.
+
+nvidia-smi marks missing values as `[N/A]`, `N/A`, `[Not Supported]` and other
+bracketed notes, or leaves them empty: all of those parse as None.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleet.probes._parse import ProbeParseError, clip, lines, parse_int
+
+SETTLE_FIELDS = ("index", "memory.used")
+VERIFY_FIELDS = (
+    "index",
+    "uuid",
+    "pci.bus_id",
+    "name",
+    "memory.used",
+    "memory.total",
+    "ecc.errors.uncorrected.volatile.total",
+)
+COMPUTE_APPS_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
+SMI_FORMAT = "--format=csv,noheader,nounits"
+SMI_SEPARATOR = ", "
+
+# Values nvidia-smi prints when it has none; any other "[...]" note counts too.
+NULL_VALUES = frozenset(
+    {
+        "",
+        "N/A",
+        "[N/A]",
+        "[Not Supported]",
+        "[Unknown Error]",
+        "[Requested functionality has been deprecated]",
+        "[GPU is lost]",
+    }
+)
+
+_MIB = re.compile(r"(-?\d+)(?: MiB)?")
+_UNIT_SUFFIX = re.compile(r" \[[^\]]*\]$")
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    index: int
+    memory_used_mib: int | None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    name: str | None = None
+    memory_total_mib: int | None = None
+    ecc_uncorrected: int | None = None
+
+
+@dataclass(frozen=True)
+class ComputeApp:
+    gpu_uuid: str | None
+    pid: int
+    process_name: str
+    used_mib: int | None
+
+
+# --- values -------------------------------------------------------------------
+
+
+def field_value(raw: str) -> str | None:
+    """One nvidia-smi value, None when it is a not-available marker."""
+    value = raw.strip()
+    if value in NULL_VALUES or (value.startswith("[") and value.endswith("]")):
+        return None
+    return value
+
+
+def parse_mib(raw: str | None) -> int | None:
+    """A memory value: `123` or `123 MiB`; anything else (N/A, ...) is None."""
+    if raw is None:
+        return None
+    match = _MIB.fullmatch(raw.strip())
+    return int(match.group(1)) if match else None
+
+
+def _optional_int(value: str | None) -> int | None:
+    if value is None or not value.lstrip("-").isdigit():
+        return None
+    return int(value)
+
+
+def _split_csv(line: str, lineno: int, expected: int) -> list[str]:
+    columns = line.split(SMI_SEPARATOR)
+    if len(columns) != expected:
+        raise ProbeParseError(lineno, line, f"expected {expected} columns, got {len(columns)}")
+    return columns
+
+
+# --- nvidia-smi --query-gpu -------------------------------------------------
+
+
+def gpu_query_argv(nvidia_smi: str, fields: Sequence[str]) -> list[str]:
+    if not fields or any(not f or "," in f or " " in f for f in fields):
+        raise ValueError(f"bad nvidia-smi field list: {list(fields)}")
+    return [nvidia_smi, "--query-gpu=" + ",".join(fields), SMI_FORMAT]
+
+
+def parse_gpu_query(text: str, fields: Sequence[str]) -> tuple[GpuRow, ...]:
+    """Rows of `--query-gpu=FIELDS --format=csv,noheader,nounits`."""
+    if "index" not in fields:
+        raise ValueError("the field list must contain 'index'")
+    rows = []
+    for lineno, line in lines(text):
+        columns = _split_csv(line, lineno, len(fields))
+        values = {name: field_value(raw) for name, raw in zip(fields, columns, strict=True)}
+        rows.append(_gpu_row(values, lineno, line))
+    return tuple(rows)
+
+
+def _gpu_row(values: dict[str, str | None], lineno: int, line: str) -> GpuRow:
+    return GpuRow(
+        index=parse_int(values["index"] or "", lineno, line, "GPU index"),
+        memory_used_mib=parse_mib(values.get("memory.used")),
+        uuid=values.get("uuid"),
+        pci_bus_id=values.get("pci.bus_id"),
+        name=values.get("name"),
+        memory_total_mib=parse_mib(values.get("memory.total")),
+        ecc_uncorrected=_optional_int(values.get("ecc.errors.uncorrected.volatile.total")),
+    )
+
+
+def parse_gpu_csv_with_header(text: str) -> list[dict[str, str | None]]:
+    """Rows of `--format=csv` (header line first), keyed by field name less its ` [unit]`."""
+    numbered = lines(text)
+    first = next(numbered, None)
+    if first is None:
+        return []
+    header = [_UNIT_SUFFIX.sub("", name.strip()) for name in first[1].split(SMI_SEPARATOR)]
+    rows = []
+    for lineno, line in numbered:
+        columns = _split_csv(line, lineno, len(header))
+        rows.append({name: field_value(raw) for name, raw in zip(header, columns, strict=True)})
+    return rows
+
+
+# --- nvidia-smi --query-compute-apps -----------------------------------------
+
+
+def compute_apps_argv(nvidia_smi: str) -> list[str]:
+    return [nvidia_smi, "--query-compute-apps=" + ",".join(COMPUTE_APPS_FIELDS), SMI_FORMAT]
+
+
+def parse_compute_apps(text: str) -> tuple[ComputeApp, ...]:
+    """Rows of `compute_apps_argv`; a process name may itself contain ", "."""
+    return tuple(_compute_app(lineno, line) for lineno, line in lines(text))
+
+
+def _compute_app(lineno: int, line: str) -> ComputeApp:
+    left = line.split(SMI_SEPARATOR, 2)
+    right = left[-1].rsplit(SMI_SEPARATOR, 1)
+    if len(left) != 3 or len(right) != 2:
+        raise ProbeParseError(lineno, line, f"expected {len(COMPUTE_APPS_FIELDS)} columns")
+    return ComputeApp(
+        gpu_uuid=field_value(left[0]),
+        pid=parse_int(left[1], lineno, line, "pid"),
+        process_name=right[0],
+        used_mib=parse_mib(field_value(right[1])),
+    )
+
+
+# --- nvidia-smi failures ------------------------------------------------------
+
+# (substring, one-line meaning), first match wins; matched in stdout and stderr.
+_SMI_FAILURES = (
+    ("couldn't communicate with the NVIDIA driver", "NVIDIA driver not loaded"),
+    ("Driver/library version mismatch", "NVML driver/library version mismatch (reboot or reload needed)"),
+    ("GPU is lost", "GPU fallen off the bus"),
+    ("fallen off the bus", "GPU fallen off the bus"),
+    ("Unable to determine the device handle", "GPU fallen off the bus"),
+    ("No devices were found", "no NVIDIA devices found"),
+    ("No supported GPUs were found", "no supported NVIDIA GPUs found"),
+    ("In use by another client", "GPU reset refused"),
+)
+
+
+def classify_smi_failure(exit_status: int | None, stdout: str, stderr: str) -> str:
+    """One line for humans saying why nvidia-smi failed."""
+    status = "was ended by a signal" if exit_status is None else f"exited {exit_status}"
+    first = _first_line(stderr) or _first_line(stdout) or "no output"
+    if exit_status == 127:
+        return f"nvidia-smi not found (exit 127): {first}"
+    for needle, meaning in _SMI_FAILURES:
+        detail = _line_with(needle, stderr) or _line_with(needle, stdout)
+        if detail is not None:
+            return f"{meaning} (nvidia-smi {status}): {clip(detail)}"
+    return f"nvidia-smi {status}: {clip(first)}"
+
+
+def _first_line(text: str) -> str | None:
+    return next((line.strip() for _, line in lines(text)), None)
+
+
+def _line_with(needle: str, text: str) -> str | None:
+    return next((line.strip() for _, line in lines(text) if needle in line), None)

@@ -1,0 +1,104 @@
+"""Targeting: turn host patterns, groups, `--limit` and `--exclude` into the hosts to work on.
+
+A pattern is a comma-separated list (commas inside brackets do not split) of
+ClusterShell node sets (`gpu-b[01-04],gpu-h01`, operators such as `!` included),
+`@group`, `all`, or shell globs (`gpu-b*`). Node sets expand without group
+lookups and within the inventory's size bound, and may reach past the inventory:
+only the names it holds are kept. Anything that matches no host is a one-line
+`UsageError`, never a silent no-op.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+from fleet.errors import UsageError
+from fleet.inventory import ALL, Inventory, suggest
+from fleet.models import Host
+from fleet.nodesets import node_set
+
+
+def _split(text: str) -> list[str]:
+    """Split at commas outside brackets: `a[1,2],b` -> `a[1,2]`, `b`."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _group(inv: Inventory, name: str) -> set[str]:
+    if name == ALL:
+        found = set(inv.hosts)
+    elif name not in inv.groups:
+        raise UsageError(f"no group {name!r} in {inv.path}{suggest(name, inv.groups)}")
+    else:
+        found = set(inv.groups[name])
+    if not found:
+        raise UsageError(f"group {name!r} in {inv.path} has no hosts")
+    return found
+
+
+def _element(inv: Inventory, element: str) -> set[str]:
+    if element.startswith("@"):
+        return _group(inv, element[1:])
+    if element == ALL:
+        return set(inv.hosts)
+    if any(c in element for c in "*?") and "[" not in element:
+        return set(fnmatch.filter(inv.hosts, element))
+    try:
+        nodes = node_set(element)
+    except ValueError as e:
+        raise UsageError(f"host pattern: {e}") from None
+    return {name for name in nodes if name in inv.hosts}
+
+
+def _matching(inv: Inventory, text: str, flag: str) -> set[str]:
+    elements = _split(text)
+    if not elements:
+        raise UsageError(f"empty {flag.strip() or 'host pattern'}: name hosts or node sets")
+    found: set[str] = set()
+    for element in elements:
+        names = _element(inv, element)
+        if not names:
+            hint = f"; for the group, write '@{element}'" if element in inv.groups else ""
+            raise UsageError(f"no host in {inv.path} matches {flag}{element!r}{hint}")
+        found |= names
+    return found
+
+
+def select(
+    inv: Inventory,
+    *,
+    patterns: Sequence[str] = (),
+    groups: Sequence[str] = (),
+    limit: str | None = None,
+    exclude: str | None = None,
+) -> list[Host]:
+    """The targeted hosts in node-set order: (patterns | groups) & limit - exclude.
+
+    Patterns are node sets (`gpu-b[01-04],gpu-h01`), `@group`, `all`, or shell
+    globs (`gpu-b*`). Anything that matches no host is a `UsageError`.
+    """
+    if not patterns and not groups:
+        raise UsageError("no target: name hosts or use -g/--group")
+    chosen: set[str] = set()
+    for name in groups:
+        chosen |= _group(inv, name)
+    for pattern in patterns:
+        chosen |= _matching(inv, pattern, "")
+    if limit is not None:
+        chosen &= _matching(inv, limit, "--limit ")
+    if exclude is not None:
+        chosen -= _matching(inv, exclude, "--exclude ")
+    hosts = [host for name, host in inv.hosts.items() if name in chosen]
+    if not hosts:
+        raise UsageError(f"no host of {inv.path} left to target after --limit/--exclude")
+    return hosts

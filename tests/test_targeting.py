@@ -1,0 +1,108 @@
+"""Targeting: host patterns, groups, --limit and --exclude resolved against a loaded inventory."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fleet.errors import UsageError
+from fleet.inventory import Inventory, load_inventory
+from fleet.models import Host
+from fleet.targeting import select
+
+
+def load(tmp_path: Path, text: str, name: str) -> Inventory:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return load_inventory(path)
+
+
+def names(hosts: list[Host]) -> list[str]:
+    return [h.name for h in hosts]
+
+
+SITE = """
+groups:
+  blackwell: {hosts: ["gpu-b[01-04]"]}
+  hopper: {hosts: ["gpu-h[01-02]"]}
+  rack-a: {children: [blackwell, hopper]}
+  spare: {hosts: [gpu-s01]}
+  empty: {}
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Inventory:
+    return load(tmp_path, SITE, "site.yaml")
+
+
+def test_select_needs_a_target(site: Inventory) -> None:
+    """No host and no group is a usage error, even with --limit."""
+    with pytest.raises(UsageError, match=r"^no target: name hosts or use -g/--group$"):
+        select(site, limit="gpu-b01")
+
+
+def test_select_unions_patterns_and_groups(site: Inventory) -> None:
+    """Positional patterns and -g groups add up, in node-set order, without duplicates."""
+    chosen = select(site, patterns=["gpu-s01,gpu-b0[3-4]"], groups=["hopper", "blackwell"])
+    assert names(chosen) == ["gpu-b01", "gpu-b02", "gpu-b03", "gpu-b04", "gpu-h01", "gpu-h02", "gpu-s01"]
+
+
+def test_select_groups_include_children_and_all(site: Inventory) -> None:
+    """A parent group targets its children's hosts; `all` targets everything."""
+    assert names(select(site, groups=["rack-a"])) == [*(f"gpu-b0{i}" for i in range(1, 5)), "gpu-h01", "gpu-h02"]
+    assert len(select(site, groups=["all"])) == 7
+    assert len(select(site, patterns=["all"])) == 7
+
+
+def test_select_limit_intersects_and_exclude_removes(site: Inventory) -> None:
+    """(groups) & limit - exclude."""
+    chosen = select(site, groups=["rack-a"], limit="gpu-b[01-03],@hopper", exclude="gpu-b02,gpu-h02")
+    assert names(chosen) == ["gpu-b01", "gpu-b03", "gpu-h01"]
+
+
+def test_select_pattern_forms(site: Inventory) -> None:
+    """Node sets, ClusterShell operators, @group and shell globs all work as patterns."""
+    assert names(select(site, patterns=["gpu-b[01-04]!gpu-b02"])) == ["gpu-b01", "gpu-b03", "gpu-b04"]
+    assert names(select(site, patterns=["@hopper"])) == ["gpu-h01", "gpu-h02"]
+    assert names(select(site, patterns=["gpu-h*"])) == ["gpu-h01", "gpu-h02"]
+    assert names(select(site, patterns=[" gpu-s01 , gpu-h01"])) == ["gpu-h01", "gpu-s01"]
+
+
+def test_a_range_may_reach_past_the_inventory(site: Inventory) -> None:
+    """gpu-b[01-16] on a rack with four hosts in the file targets those four."""
+    assert len(select(site, patterns=["gpu-b[01-16]"])) == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"patterns": ["gpu-z01"]}, "no host in {path} matches 'gpu-z01'"),
+        ({"patterns": ["gpu-b01,gpu-z01"]}, "no host in {path} matches 'gpu-z01'"),
+        ({"groups": ["nope"]}, "no group 'nope' in {path}"),
+        ({"groups": ["hoper"]}, "no group 'hoper' in {path}; did you mean 'hopper'?"),
+        ({"groups": ["empty"]}, "group 'empty' in {path} has no hosts"),
+        ({"groups": ["all"], "limit": "gpu-z0[1-2]"}, "no host in {path} matches --limit 'gpu-z0[1-2]'"),
+        ({"groups": ["all"], "exclude": "gpu-z01"}, "no host in {path} matches --exclude 'gpu-z01'"),
+        ({"groups": ["all"], "limit": "spare"}, "matches --limit 'spare'"),
+        ({"groups": ["hopper"], "limit": "gpu-b01"}, "no host of {path} left to target"),
+        ({"groups": ["hopper"], "exclude": "@hopper"}, "no host of {path} left to target"),
+        ({"groups": ["all"], "limit": " , "}, "empty --limit"),
+        ({"patterns": ["gpu-b[01-"]}, "host pattern: bad node set 'gpu-b[01-'"),
+        ({"patterns": ["n[1-999999999]"]}, "names more than 100000 hosts"),
+    ],
+)
+def test_select_never_matches_nothing_silently(site: Inventory, kwargs: dict[str, object], message: str) -> None:
+    """Anything that names no host is a one-line usage error naming it."""
+    with pytest.raises(UsageError) as caught:
+        select(site, **kwargs)  # type: ignore[arg-type]
+    assert message.format(path=site.path) in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_limit_hints_at_group_syntax(site: Inventory) -> None:
+    """--limit takes host patterns; a bare group name gets a hint to write @group."""
+    with pytest.raises(UsageError, match="for the group, write '@spare'"):
+        select(site, groups=["all"], limit="spare")
