@@ -9,6 +9,7 @@ closes connections (shielded) and still yields a full report.
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,7 +36,9 @@ from fleet.models import (
 )
 from fleet.plan import plan_steps
 from fleet.remote import BudgetSpent, Remote
+from fleet.report import fold
 from fleet.transport import Transport
+from fleet.waves import Amount, FailureBudget, plan_waves, tolerated
 
 Connector = Callable[[Host], Awaitable[Transport]]
 CLOSE_TIMEOUT_S = 5.0
@@ -59,11 +62,12 @@ class HostRun:
     def finish(self, status: HostStatus, error: str | None = None) -> None:
         self.status, self.error, self.ended = status, error, time.monotonic()
 
-    def report(self) -> HostReport:
+    def report(self, cut_short: str = "interrupted") -> HostReport:
+        """Freeze; a host that never finished was cut short (`cut_short` says by what)."""
         status, error = self.status, self.error
-        if status is None:  # never finished: interrupted
+        if status is None:
             status = HostStatus.FAILED if self.started is not None else HostStatus.SKIPPED
-            error = f"interrupted during {self.current or 'connect'}" if self.started else "interrupted before start"
+            error = f"{cut_short} during {self.current or 'connect'}" if self.started else f"{cut_short} before start"
         done = {s.name for s in self.steps}
         skipped = [StepResult(n, StepStatus.SKIPPED) for n in StepName if n not in done]
         ordered = sorted([*self.steps, *skipped], key=lambda s: list(StepName).index(s.name))
@@ -78,11 +82,22 @@ class RunOptions:
     concurrency: int | None = None
     dry_run: bool = False
     handle_signals: bool = False
+    batch: Amount | None = None
+    max_fail: Amount | None = None
+    canary: int = 0
+    deadline_s: float | None = None
 
 
 @dataclass
 class RunState:
     interrupted: bool = False
+    deadline_hit: bool = False
+    stopped: str | None = None  # why no new host starts: the failure budget or the canary
+
+    def cut_short(self, options: RunOptions) -> str:
+        if self.deadline_hit and options.deadline_s is not None:
+            return f"run deadline of {options.deadline_s:g} s reached"
+        return "interrupted"
 
 
 async def _run_step(run: HostRun, log: Any, name: StepName, body: Callable[[], Awaitable[Any]]) -> Any:
@@ -143,15 +158,18 @@ async def _close(transport: Transport) -> None:
         await transport.close()
 
 
-async def _host_task(run: HostRun, options: RunOptions, limiter: anyio.CapacityLimiter,
-                     logs: RunLogs, connector: Connector) -> None:
-    async with limiter:
+async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLogs, connector: Connector) -> None:
+    async with gate.limiter:
+        if gate.state.stopped:
+            run.finish(HostStatus.SKIPPED, gate.state.stopped)
+            return
         run.started = time.monotonic()
         log = logs.host_logger(run.host.name)
         log.info("host_start", command=options.command, address=run.host.address, port=run.host.port)
         try:
             await _connected_walk(run, options, log, connector)
         finally:
+            gate.settle(run)
             report = run.report()
             log.info("host_end", status=str(report.status), error=report.error, duration_s=report.duration_s)
 
@@ -189,10 +207,26 @@ async def _watch_signals(scope: anyio.CancelScope, state: RunState) -> None:
             return
 
 
+@dataclass
+class Gate:
+    """What decides whether a host may start: the concurrency limiter and the failure budget."""
+
+    limiter: anyio.CapacityLimiter
+    budget: FailureBudget
+    state: RunState
+
+    def settle(self, run: HostRun) -> None:
+        """Count a finished host against the budget; once spent, no new host starts."""
+        if run.status in (HostStatus.FAILED, HostStatus.UNREACHABLE):
+            self.budget.note_failure()
+            if self.budget.spent and not self.state.stopped:
+                self.state.stopped = self.budget.reason()
+
+
 async def run_hosts(
     hosts: Sequence[Host], options: RunOptions, logs: RunLogs, *, connector: Connector = connect
 ) -> tuple[RunReport, RunState]:
-    """Run the command on every host at once; always return a full report."""
+    """Run the command on every host (in waves when asked); always return a full report."""
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
     runs = {h.name: HostRun(h) for h in hosts}
     state = RunState()
@@ -201,9 +235,13 @@ async def run_hosts(
             _plan_run(run)
     else:
         await _run_all(list(runs.values()), options, logs, connector, state)
+    cut_short = state.cut_short(options)
+    for run in runs.values():
+        if run.status is None and run.started is None and state.stopped:
+            run.finish(HostStatus.SKIPPED, state.stopped)
     report = RunReport(
         run_id=logs.run_id, command=options.command, started_at=started_at,
-        duration_s=round(time.monotonic() - t0, 3), hosts={n: r.report() for n, r in runs.items()},
+        duration_s=round(time.monotonic() - t0, 3), hosts={n: r.report(cut_short) for n, r in runs.items()},
     )
     return report, state
 
@@ -211,10 +249,27 @@ async def run_hosts(
 async def _run_all(runs: list[HostRun], options: RunOptions, logs: RunLogs, connector: Connector,
                    state: RunState) -> None:
     limiter = anyio.CapacityLimiter(max(1, options.concurrency or len(runs) or 1))
+    gate = Gate(limiter, FailureBudget(tolerated(options.max_fail, len(runs))), state)
+    waves = plan_waves(runs, options.batch, options.canary)
     async with anyio.create_task_group() as outer:
         if options.handle_signals:
             outer.start_soon(_watch_signals, outer.cancel_scope, state)
-        async with anyio.create_task_group() as hosts_group:
-            for run in runs:
-                hosts_group.start_soon(_host_task, run, options, limiter, logs, connector)
+        with anyio.move_on_after(options.deadline_s if options.deadline_s else math.inf) as deadline:
+            for number, wave in enumerate(waves):
+                if state.stopped:
+                    break
+                async with anyio.create_task_group() as hosts_group:
+                    for run in wave:
+                        hosts_group.start_soon(_host_task, run, options, gate, logs, connector)
+                if number == 0 and options.canary and not state.stopped:
+                    state.stopped = _canary_verdict(wave)
+        state.deadline_hit = deadline.cancelled_caught
         outer.cancel_scope.cancel()
+
+
+def _canary_verdict(wave: Sequence[HostRun]) -> str | None:
+    """Why the run stops after the canary wave, or None when every canary host ended clean."""
+    bad = [r.host.name for r in wave if r.status is not HostStatus.CLEAN]
+    if not bad:
+        return None
+    return f"canary failed on {fold(bad)}: no other host started"

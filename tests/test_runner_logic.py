@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 from collections.abc import Sequence
@@ -15,6 +16,14 @@ from fleet.fake import Reply, ScriptedTransport
 from fleet.logs import RunLogs
 from fleet.models import Host, HostStatus, StepName, StepStatus
 from fleet.runner import RunOptions, run_hosts
+from fleet.waves import Amount
+
+
+@pytest.fixture(autouse=True)
+def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted node never respawns anything: one look after the kill is enough here."""
+    monkeypatch.setattr("fleet.steps.RESPAWN_SCANS_S", (0.0,))
+
 
 GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0\n"
 
@@ -209,3 +218,76 @@ async def test_a_kill_the_node_refuses_is_reported_as_such(tmp_path: Path) -> No
     assert kill.status is StepStatus.FAILED
     assert kill.error is not None and kill.error.startswith("not permitted to kill pid 100 python3")
     assert report.hosts["gpu-01"].killed == ()
+
+
+def _fleet(n: int, down: frozenset[int] = frozenset()) -> tuple[list[Host], dict[str, ScriptedTransport]]:
+    hosts = [make_host(f"gpu-{i:02d}") for i in range(1, n + 1)]
+    scripts = {h.name: ScriptedTransport(node_script()) for i, h in enumerate(hosts, 1) if i not in down}
+    return hosts, scripts
+
+
+async def test_max_fail_stops_starting_hosts_once_exceeded(tmp_path: Path) -> None:
+    """--max-fail 1, one host at a time: the second failure exceeds the budget; the rest are skipped."""
+    hosts, scripts = _fleet(6, down=frozenset({2, 3}))
+    report, state = await run(hosts, scripts, tmp_path, concurrency=1, max_fail=Amount(1))
+    statuses = [report.hosts[h.name].status for h in hosts]
+    assert statuses == [HostStatus.CLEAN, HostStatus.UNREACHABLE, HostStatus.UNREACHABLE,
+                        HostStatus.SKIPPED, HostStatus.SKIPPED, HostStatus.SKIPPED]
+    assert report.hosts["gpu-04"].error == "failure budget spent: 2 hosts failed or unreachable, 1 tolerated"
+    assert "gpu-04" not in {n for n, t in scripts.items() if t.ran}
+    assert state.stopped
+
+
+async def test_max_fail_equalled_is_not_exceeded(tmp_path: Path) -> None:
+    hosts, scripts = _fleet(4, down=frozenset({1}))
+    report, _ = await run(hosts, scripts, tmp_path, concurrency=1, max_fail=Amount(1))
+    assert report.count(HostStatus.CLEAN) == 3
+
+
+async def test_waves_run_one_after_the_other(tmp_path: Path) -> None:
+    hosts, scripts = _fleet(5)
+    starts: dict[str, float] = {}
+    ends: dict[str, float] = {}
+
+    async def connector(host: Host) -> ScriptedTransport:
+        starts[host.name] = anyio.current_time()
+        return scripts[host.name]
+
+    logs = RunLogs(tmp_path, "waves")
+    logs.create()
+    report, _ = await run_hosts(hosts, RunOptions(batch=Amount(2)), logs, connector=connector)
+    logs.close()
+    for name, host in report.hosts.items():
+        ends[name] = starts[name] + host.duration_s
+    waves = [["gpu-01", "gpu-02"], ["gpu-03", "gpu-04"], ["gpu-05"]]
+    for before, after in itertools.pairwise(waves):
+        assert max(ends[n] for n in before) <= min(starts[n] for n in after) + 0.01
+
+
+async def test_a_failed_canary_stops_the_run(tmp_path: Path) -> None:
+    hosts, scripts = _fleet(4, down=frozenset({1}))
+    report, _ = await run(hosts, scripts, tmp_path, canary=1)
+    assert report.hosts["gpu-01"].status is HostStatus.UNREACHABLE
+    for name in ("gpu-02", "gpu-03", "gpu-04"):
+        assert report.hosts[name].status is HostStatus.SKIPPED
+        assert report.hosts[name].error == "canary failed on gpu-01: no other host started"
+        assert not scripts[name].ran
+
+
+async def test_a_clean_canary_lets_the_rest_run(tmp_path: Path) -> None:
+    hosts, scripts = _fleet(3)
+    report, _ = await run(hosts, scripts, tmp_path, canary=1)
+    assert report.count(HostStatus.CLEAN) == 3
+
+
+async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> None:
+    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30))])
+    host = make_host(command_timeout=60.0, drain_timeout=60.0)
+    with anyio.fail_after(10):
+        report, state = await run([host, make_host("gpu-02")], {"gpu-01": slow}, tmp_path,
+                                  deadline_s=0.5, concurrency=1)
+    assert state.deadline_hit and not state.interrupted
+    assert report.hosts["gpu-01"].error == "run deadline of 0.5 s reached during drain"
+    assert report.hosts["gpu-02"].status is HostStatus.SKIPPED
+    assert report.hosts["gpu-02"].error == "run deadline of 0.5 s reached before start"
+    assert slow.closed
