@@ -15,8 +15,10 @@ from fleet import report as reporting
 from fleet.errors import UsageError
 from fleet.inventory import Inventory, host_vars, inventory_path, load_inventory
 from fleet.models import Host
+from fleet.runner import RunOptions
 from fleet.session import run_and_report
 from fleet.targeting import select
+from fleet.waves import parse_amount, parse_duration
 
 app = typer.Typer(
     name="fleet",
@@ -27,24 +29,36 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-HostsArg = Annotated[list[str] | None, typer.Argument(help="Host names or node-set patterns.", show_default=False)]
-InventoryOpt = Annotated[str | None, typer.Option("-i", "--inventory", help="Inventory file (else $FLEET_INVENTORY).")]
-GroupOpt = Annotated[list[str] | None, typer.Option("-g", "--group", help="Target a group (repeatable, union).")]
-LimitOpt = Annotated[str | None, typer.Option("-l", "--limit", help="Intersect with these hosts/patterns.")]
-ExcludeOpt = Annotated[str | None, typer.Option("--exclude", help="Remove these hosts/patterns.")]
+HostsArg = Annotated[
+    list[str] | None, typer.Argument(help="Host names or node-set patterns.", show_default=False, metavar="HOST")
+]
+InventoryOpt = Annotated[
+    str | None, typer.Option("-i", "--inventory", metavar="PATH", help="Inventory file (else $FLEET_INVENTORY).")
+]
+GroupOpt = Annotated[
+    list[str] | None, typer.Option("-g", "--group", metavar="NAME", help="Target a group (repeatable, union).")
+]
+LimitOpt = Annotated[
+    str | None, typer.Option("-l", "--limit", metavar="PATTERN", help="Intersect with these hosts/patterns.")
+]
+ExcludeOpt = Annotated[str | None, typer.Option("--exclude", metavar="PATTERN", help="Remove these hosts/patterns.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout; humans read stderr.")]
 ConcurrencyOpt = Annotated[
-    int | None, typer.Option("-j", "--concurrency", min=1, help="At most N hosts with remote work in flight.")
+    int | None,
+    typer.Option("-j", "--concurrency", min=1, metavar="N", help="At most N hosts with remote work in flight."),
 ]
-LogDirOpt = Annotated[Path | None, typer.Option("--log-dir", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")]
+LogDirOpt = Annotated[
+    Path | None, typer.Option("--log-dir", metavar="DIR", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")
+]
 
 
 def _err(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _targets(hosts: list[str] | None, inventory: str | None, group: list[str] | None,
-             limit: str | None, exclude: str | None) -> tuple[Inventory, list[Host]]:
+def _targets(
+    hosts: list[str] | None, inventory: str | None, group: list[str] | None, limit: str | None, exclude: str | None
+) -> tuple[Inventory, list[Host]]:
     inv = load_inventory(inventory_path(inventory))
     return inv, select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude)
 
@@ -62,12 +76,8 @@ def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
         raise typer.Exit(1)
 
 
-def execute(command: str, targets: list[Host], *, as_json: bool, concurrency: int | None,
-            log_dir: Path | None, dry_run: bool = False) -> int:
-    return anyio.run(partial(
-        run_and_report, command, targets, as_json=as_json, concurrency=concurrency, log_dir=log_dir,
-        dry_run=dry_run,
-    ))
+def execute(targets: list[Host], options: RunOptions, *, as_json: bool, log_dir: Path | None) -> int:
+    return anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir))
 
 
 @app.command()
@@ -80,14 +90,40 @@ def reset(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Touch nothing; print the plan per host.")] = False,
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask before resetting several hosts.")] = False,
     concurrency: ConcurrencyOpt = None,
+    batch: Annotated[
+        str | None, typer.Option("--batch", metavar="N|P%", help="Rolling waves of N hosts or P% of them.")
+    ] = None,
+    max_fail: Annotated[
+        str | None,
+        typer.Option(
+            "--max-fail",
+            metavar="N|P%",
+            help="Once more than N (or P%) hosts failed or are unreachable, start no more.",
+        ),
+    ] = None,
+    canary: Annotated[
+        int, typer.Option("--canary", min=0, metavar="N", help="Reset N hosts first; stop if any fails.")
+    ] = 0,
+    deadline: Annotated[
+        str | None, typer.Option("--deadline", metavar="DURATION", help="Bound the whole run: 90s, 10m, 1h30m.")
+    ] = None,
     as_json: JsonOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
     """Drain -> kill -> settle -> verify on every target."""
+    options = RunOptions(
+        command="reset",
+        concurrency=concurrency,
+        dry_run=dry_run,
+        handle_signals=True,
+        batch=parse_amount(batch, "--batch") if batch else None,
+        max_fail=parse_amount(max_fail, "--max-fail") if max_fail else None,
+        canary=canary,
+        deadline_s=parse_duration(deadline) if deadline else None,
+    )
     _, targets = _targets(hosts, inventory, group, limit, exclude)
     _confirm(targets, yes, dry_run)
-    raise typer.Exit(execute("reset", targets, as_json=as_json, concurrency=concurrency,
-                             log_dir=log_dir, dry_run=dry_run))
+    raise typer.Exit(execute(targets, options, as_json=as_json, log_dir=log_dir))
 
 
 @app.command()
@@ -103,7 +139,8 @@ def check(
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean."""
     _, targets = _targets(hosts, inventory, group, limit, exclude)
-    raise typer.Exit(execute("check", targets, as_json=as_json, concurrency=concurrency, log_dir=log_dir))
+    options = RunOptions(command="check", concurrency=concurrency, handle_signals=True)
+    raise typer.Exit(execute(targets, options, as_json=as_json, log_dir=log_dir))
 
 
 @app.command("inventory")
@@ -128,7 +165,7 @@ def inventory_cmd(
 
 @app.command()
 def demo(
-    nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, help="How many simulated nodes.")] = 16,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, metavar="N", help="How many simulated nodes.")] = 16,
     as_json: JsonOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 
 from fleet.inventory import load_inventory
+from fleet.runner import RunOptions
 from fleet.session import run_and_report, say
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
@@ -53,8 +54,8 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             inventory = load_inventory(sim.inventory_path)
             targets = select(inventory, groups=["blackwell"])
             say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell -y\n")
-            code = await run_and_report("reset", targets, as_json=as_json, concurrency=None, log_dir=log_dir,
-                                      table=True)
+            options = RunOptions(command="reset", handle_signals=True)
+            code = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True)
             say("\nwhat the nodes themselves say now:")
             _describe(sim)
         say("simulated fleet torn down")

@@ -19,21 +19,17 @@ def say(line: str) -> None:
 
 
 async def run_and_report(
-    command: str,
     targets: Sequence[Host],
+    options: RunOptions,
     *,
     as_json: bool,
-    concurrency: int | None,
     log_dir: Path | None,
-    dry_run: bool = False,
-    handle_signals: bool = True,
     table: bool = False,
     connector: Connector | None = None,
 ) -> int:
     """Run, write summary.json (even when interrupted), print the report; return the exit status."""
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()
-    options = RunOptions(command=command, concurrency=concurrency, dry_run=dry_run, handle_signals=handle_signals)
     try:
         extra = {"connector": connector} if connector else {}
         run_report, state = await run_hosts(targets, options, logs, **extra)
@@ -51,4 +47,8 @@ async def run_and_report(
     say(f"logs: {logs.path}")
     if state.interrupted:
         say("fleet: interrupted; in-flight commands were ended, the report above is complete")
+    elif state.deadline_hit:
+        say(f"fleet: {state.cut_short(options)}; in-flight commands were ended, the report above is complete")
+    elif state.stopped:
+        say(f"fleet: stopped starting hosts: {state.stopped}")
     return reporting.exit_code(run_report, interrupted=state.interrupted)
