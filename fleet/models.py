@@ -110,6 +110,31 @@ class GpuReport:
 
 
 @dataclass(frozen=True)
+class PlannedProcess:
+    """A GPU holder a dry run found: what a reset would do to it and why."""
+
+    pid: int
+    user: str
+    name: str
+    mib: int | None  # GPU memory it uses, from nvidia-smi's compute apps (None: not a compute app)
+    kept_because: str | None = None  # set for a protected holder a reset would leave alive
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What a reset would do on one host, read from the host without changing it."""
+
+    units: tuple[tuple[str, str], ...] = ()  # (unit, ActiveState) for every unit in `services`
+    would_kill: tuple[PlannedProcess, ...] = ()
+    kept: tuple[PlannedProcess, ...] = ()
+    gpu_memory_mib: tuple[int | None, ...] = ()
+
+    @property
+    def would_stop(self) -> tuple[str, ...]:
+        return tuple(unit for unit, state in self.units if state not in ("inactive", "failed"))
+
+
+@dataclass(frozen=True)
 class HostReport:
     name: str
     status: HostStatus
@@ -118,6 +143,7 @@ class HostReport:
     steps: tuple[StepResult, ...] = ()
     killed: tuple[KilledProcess, ...] = ()
     gpus: tuple[GpuReport, ...] = ()
+    plan: HostPlan | None = None  # dry run only
 
 
 @dataclass(frozen=True)

@@ -1,28 +1,30 @@
-"""What a reset would do on a host, as data: the dry run prints it, tests check it without an event loop."""
+"""What a reset would do on a host, as data.
+
+`describe_plan` says per step what a read-only survey of the node (`steps.survey`,
+joined by the pure `policy.build_plan`) found a reset would do.
+"""
 
 from __future__ import annotations
 
-from fleet.models import Host, StepName
-from fleet.steps import ESCALATION_WINDOW_S, SIGKILL_WAIT_S
+from fleet.models import HostPlan, PlannedProcess, StepName
 
 
-def plan_steps(host: Host) -> list[tuple[StepName, str]]:
-    """One line per step saying what it would run and how long it may take."""
-    units = ", ".join(host.services)
-    drain = (
-        f"stop {units} (systemctl stop --no-block), wait up to {host.drain_timeout:g} s, "
-        f"then SIGKILL the unit and wait up to {ESCALATION_WINDOW_S:g} s"
-        if host.services else "no services to stop"
-    )
-    kill = (
-        f"SIGTERM every process holding {' '.join(host.devices)} except protected "
-        f"({', '.join(host.protected_names)}), wait up to {host.kill_grace:g} s, SIGKILL the rest "
-        f"(up to {SIGKILL_WAIT_S:g} s), scan again"
-    )
-    settle = (
-        f"poll {host.nvidia_smi} until every GPU is at or under {host.memory_threshold_mib} MiB, "
-        f"up to {host.settle_timeout:g} s"
-    )
-    expected = f"{host.gpus} GPUs, " if host.gpus is not None else ""
-    verify = f"expect {expected}every GPU at or under {host.memory_threshold_mib} MiB and no compute apps"
-    return [(StepName.DRAIN, drain), (StepName.KILL, kill), (StepName.SETTLE, settle), (StepName.VERIFY, verify)]
+def _process(p: PlannedProcess) -> str:
+    memory = f", {p.mib} MiB" if p.mib is not None else ""
+    return f"pid {p.pid} {p.name} ({p.user}{memory})"
+
+
+def describe_plan(plan: HostPlan) -> dict[StepName, str]:
+    """The plan per step, one line each, for the report's step details and the terminal."""
+    states = ", ".join(f"{u} ({s})" for u, s in plan.units)
+    drain = f"would stop {', '.join(plan.would_stop)}; now {states}" if plan.would_stop else (
+        f"nothing to stop; now {states}" if plan.units else "no services to stop")
+    kill = "would kill " + (", ".join(_process(p) for p in plan.would_kill) or "nothing")
+    if plan.kept:
+        kill += "; would keep " + ", ".join(f"{_process(p)}: {p.kept_because}" for p in plan.kept)
+    used = [m for m in plan.gpu_memory_mib if m is not None]
+    unknown = len(plan.gpu_memory_mib) - len(used)
+    settle = f"GPUs now hold {sum(used)} MiB in all (max {max(used, default=0)} MiB on one GPU)" + (
+        f"; {unknown} GPUs report no number" if unknown else "")
+    return {StepName.DRAIN: drain, StepName.KILL: kill, StepName.SETTLE: settle,
+            StepName.VERIFY: f"{len(plan.gpu_memory_mib)} GPUs listed"}

@@ -6,11 +6,12 @@ No I/O here: every function takes parsed probe output and returns data or one li
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet import probes
-from fleet.models import GpuReport, KilledProcess
+from fleet.models import GpuReport, HostPlan, KilledProcess, PlannedProcess
 
 
 @dataclass(frozen=True)
@@ -200,4 +201,26 @@ def gpu_reports(rows: Sequence[probes.GpuRow], settle_s: Mapping[int, float]) ->
             memory_total_mib=r.memory_total_mib, settle_s=settle_s.get(r.index),
         )
         for r in rows
+    )
+
+
+def build_plan(
+    units: Mapping[str, probes.UnitState],
+    holders: Sequence[Holder],
+    apps: Sequence[probes.ComputeApp],
+    rows: Sequence[probes.GpuRow],
+) -> HostPlan:
+    """Join a read-only survey into what a reset would do: stop, kill, keep."""
+    mib: dict[int, int] = defaultdict(int)
+    for app in apps:
+        mib[app.pid] += app.used_mib or 0
+
+    def planned(h: Holder) -> PlannedProcess:
+        return PlannedProcess(h.pid, h.user, h.name, mib.get(h.pid), h.protected_by)
+
+    return HostPlan(
+        units=tuple((unit, state.active_state) for unit, state in units.items()),
+        would_kill=tuple(planned(h) for h in holders if h.protected_by is None),
+        kept=tuple(planned(h) for h in holders if h.protected_by is not None),
+        gpu_memory_mib=tuple(r.memory_used_mib for r in rows),
     )

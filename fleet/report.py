@@ -24,7 +24,7 @@ def summary(report: RunReport) -> dict[str, int]:
 
 
 def host_document(host: HostReport) -> dict[str, Any]:
-    return {
+    document: dict[str, Any] = {
         "status": host.status.value,
         "duration_s": host.duration_s,
         "error": host.error,
@@ -35,6 +35,15 @@ def host_document(host: HostReport) -> dict[str, Any]:
         "killed": [asdict(k) for k in host.killed],
         "gpus": [asdict(g) for g in host.gpus],
     }
+    if host.plan is not None:
+        document["plan"] = {
+            "would_stop": list(host.plan.would_stop),
+            "units": dict(host.plan.units),
+            "would_kill": [asdict(p) for p in host.plan.would_kill],
+            "kept": [asdict(p) for p in host.plan.kept],
+            "gpu_memory_mib": list(host.plan.gpu_memory_mib),
+        }
+    return document
 
 
 def to_document(report: RunReport) -> dict[str, Any]:
@@ -74,4 +83,13 @@ def human_lines(report: RunReport) -> list[str]:
     counts = summary(report)
     tally = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "total" and v)
     lines.append(f"{report.command} of {counts['total']} hosts in {report.duration_s:.1f} s: {tally}")
+    return lines
+
+
+def plan_lines(report: RunReport) -> list[str]:
+    """Dry run: per host, what a reset would do (the steps' details, which the survey filled in)."""
+    lines = []
+    for name, host in report.hosts.items():
+        if host.plan is not None:
+            lines.append(f"{name}: " + "; ".join(s.detail for s in host.steps if s.detail))
     return lines

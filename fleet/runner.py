@@ -26,6 +26,7 @@ from fleet.logs import RunLogs
 from fleet.models import (
     GpuReport,
     Host,
+    HostPlan,
     HostReport,
     HostStatus,
     KilledProcess,
@@ -34,7 +35,7 @@ from fleet.models import (
     StepResult,
     StepStatus,
 )
-from fleet.plan import plan_steps
+from fleet.plan import describe_plan
 from fleet.remote import BudgetSpent, Remote
 from fleet.report import fold
 from fleet.transport import Transport
@@ -58,6 +59,7 @@ class HostRun:
     steps: list[StepResult] = field(default_factory=list)
     killed: tuple[KilledProcess, ...] = ()
     gpus: tuple[GpuReport, ...] = ()
+    plan: HostPlan | None = None
 
     def finish(self, status: HostStatus, error: str | None = None) -> None:
         self.status, self.error, self.ended = status, error, time.monotonic()
@@ -73,7 +75,7 @@ class HostRun:
         ordered = sorted([*self.steps, *skipped], key=lambda s: list(StepName).index(s.name))
         end = self.ended or time.monotonic()
         duration = round(end - self.started, 3) if self.started is not None else 0.0
-        return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus)
+        return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan)
 
 
 @dataclass(frozen=True)
@@ -124,10 +126,27 @@ def _failed(run: HostRun, name: StepName) -> bool:
     return any(s.name is name and s.status is not StepStatus.OK for s in run.steps)
 
 
-async def _walk(remote: Remote, run: HostRun, command: str) -> None:
+async def _survey(remote: Remote, run: HostRun) -> None:
+    """Dry run: read the node, say per step what a reset would do, change nothing."""
+    run.current = StepName.DRAIN
+    try:
+        run.plan = await steps.survey(remote)
+    except (steps.StepFailed, BudgetSpent, CommandTimeout) as exc:
+        run.finish(HostStatus.FAILED, f"dry run could not read the node: {exc}")
+        return
+    lines = describe_plan(run.plan)
+    run.steps = [StepResult(n, StepStatus.SKIPPED, 0.0, lines[n]) for n in StepName]
+    run.current = None
+    run.finish(HostStatus.PLANNED)
+
+
+async def _walk(remote: Remote, run: HostRun, options: RunOptions) -> None:
+    if options.dry_run:
+        await _survey(remote, run)
+        return
     settle_s: dict[int, float] = {}
     log = remote.log
-    if command == "reset":
+    if options.command == "reset":
         await _run_step(run, log, StepName.DRAIN, lambda: steps.drain(remote))
         kill = await _run_step(run, log, StepName.KILL, lambda: steps.kill(remote))
         if kill is not None:
@@ -182,7 +201,7 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
         run.finish(HostStatus.UNREACHABLE, str(exc))
         return
     try:
-        await _walk(Remote(run.host, transport, log), run, options.command)
+        await _walk(Remote(run.host, transport, log), run, options)
     except TransportError as exc:
         run.finish(HostStatus.FAILED, f"{exc} (during {run.current})")
         log.error("transport_error", step=str(run.current), error=str(exc))
@@ -191,12 +210,6 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
         log.exception("internal_error", step=str(run.current))
     finally:
         await _close(transport)
-
-
-def _plan_run(run: HostRun) -> None:
-    run.started = time.monotonic()
-    run.steps = [StepResult(n, StepStatus.SKIPPED, 0.0, line) for n, line in plan_steps(run.host)]
-    run.finish(HostStatus.PLANNED)
 
 
 async def _watch_signals(scope: anyio.CancelScope, state: RunState) -> None:
@@ -230,11 +243,7 @@ async def run_hosts(
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
     runs = {h.name: HostRun(h) for h in hosts}
     state = RunState()
-    if options.dry_run:
-        for run in runs.values():
-            _plan_run(run)
-    else:
-        await _run_all(list(runs.values()), options, logs, connector, state)
+    await _run_all(list(runs.values()), options, logs, connector, state)
     cut_short = state.cut_short(options)
     for run in runs.values():
         if run.status is None and run.started is None and state.stopped:

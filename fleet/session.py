@@ -42,6 +42,8 @@ async def run_and_report(
         sys.stdout.flush()
     if table:
         report_table(run_report)
+    for line in reporting.plan_lines(run_report):
+        say(line)
     for line in reporting.human_lines(run_report):
         say(line)
     say(f"logs: {logs.path}")

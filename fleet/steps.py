@@ -16,7 +16,7 @@ import anyio
 
 from fleet import policy, probes
 from fleet.errors import CommandTimeout
-from fleet.models import GpuReport, KilledProcess, StepName, StepResult, StepStatus
+from fleet.models import GpuReport, HostPlan, KilledProcess, StepName, StepResult, StepStatus
 from fleet.remote import Budget, BudgetSpent, Remote
 
 # Backoff for polls: first wait, factor, cap (seconds).
@@ -267,6 +267,21 @@ async def verify(remote: Remote, settle_s: dict[int, float] | None = None) -> Gp
     detail = policy.describe_verify(rows, apps, holders)
     status = StepStatus.FAILED if error else StepStatus.OK
     return GpuOutcome(_result(StepName.VERIFY, started, detail, status, error), gpus)
+
+
+async def survey(remote: Remote) -> HostPlan:
+    """A dry run's look at the node: read-only commands only, nothing signalled, stopped or written."""
+    host = remote.host
+    budget = Budget(0.0, slack=(len(host.services) + 5) * host.command_timeout)
+    units = await _unit_states(remote, host.services, budget) if host.services else {}
+    holders = await scan_holders(remote, StepName.KILL, budget)
+    rows = await query_gpus(remote, probes.VERIFY_FIELDS, StepName.VERIFY, budget)
+    out = await _smi(remote, probes.compute_apps_argv(host.nvidia_smi), StepName.VERIFY, budget)
+    try:
+        apps = probes.parse_compute_apps(out)
+    except probes.ProbeParseError as exc:
+        raise StepFailed(f"unreadable nvidia-smi output: {exc}") from exc
+    return policy.build_plan(units, holders, apps, rows)
 
 
 __all__ = ["BudgetSpent", "GpuOutcome", "KillOutcome", "StepFailed", "drain", "kill", "settle", "verify"]

@@ -73,14 +73,6 @@ def test_inventory_table_is_human_readable(capsys: pytest.CaptureFixture[str]) -
     assert "gpu-h01" in out and "address" in out
 
 
-def test_dry_run_touches_nothing_and_exits_0(tmp_path: Path) -> None:
-    proc = run_cli("reset", "-i", str(SITE), "-g", "blackwell", "--dry-run", "--json", "--log-dir", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert {h["status"] for h in doc["hosts"].values()} == {"planned"}
-    assert doc["summary"]["total"] == 16
-
-
 @pytest.fixture
 async def hung_fleet(tmp_path: Path) -> AsyncIterator[SimFleet]:
     """Two nodes whose unit ignores SIGTERM, with a long drain_timeout: a reset sits in drain."""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fleet import policy
-from fleet.models import BUILTIN_PROTECTED, Host, StepName
-from fleet.plan import plan_steps
-from fleet.probes import ComputeApp, GpuRow, Holder, PsRow
+from fleet.models import BUILTIN_PROTECTED, StepName
+from fleet.plan import describe_plan
+from fleet.probes import ComputeApp, GpuRow, Holder, PsRow, UnitState
 
 ROWS_CLEAN = (GpuRow(0, 0, "GPU-a"), GpuRow(1, 1, "GPU-b"))
 
@@ -81,13 +81,27 @@ def test_threshold_is_inclusive() -> None:
     assert policy.verify_error((GpuRow(0, 17),), (), 1, 16) == "gpu 0 holds 17 MiB"
 
 
-def test_plan_names_units_devices_and_timeouts() -> None:
-    host = Host("gpu-b01", "gpu-b01", services=("sglang.service",), gpus=8, drain_timeout=30)
-    plan = dict(plan_steps(host))
-    assert list(plan) == list(StepName)
-    assert "sglang.service" in plan[StepName.DRAIN] and "30 s" in plan[StepName.DRAIN]
-    assert "/dev/nvidia*" in plan[StepName.KILL] and "nvidia-persistenced" in plan[StepName.KILL]
-    assert "expect 8 GPUs" in plan[StepName.VERIFY]
+def test_build_plan_splits_kill_and_keep_with_memory_per_process() -> None:
+    holders = [
+        policy.Holder(10, "root", "nvidia-persiste", None, ("/dev/nvidiactl",), "nvidia-persistenced"),
+        policy.Holder(4400, "root", "sglang", None, ("/dev/nvidia0", "/dev/nvidia1")),
+        policy.Holder(4412, "alice", "python3", None, ("/dev/nvidia0",)),
+    ]
+    apps = [ComputeApp("GPU-a", 4400, "sglang", 70000), ComputeApp("GPU-b", 4400, "sglang", 70000),
+            ComputeApp("GPU-a", 4412, "python3", 1523)]
+    units = {"sglang.service": UnitState("active", "running", 4400), "old.service": UnitState("inactive", None, None)}
+    plan = policy.build_plan(units, holders, apps, (GpuRow(0, 71523), GpuRow(1, 70000)))
+    assert plan.would_stop == ("sglang.service",)
+    assert [(p.pid, p.mib) for p in plan.would_kill] == [(4400, 140000), (4412, 1523)]
+    assert [(p.pid, p.kept_because, p.mib) for p in plan.kept] == [(10, "nvidia-persistenced", None)]
+    lines = describe_plan(plan)
+    assert lines[StepName.DRAIN] == "would stop sglang.service; now sglang.service (active), old.service (inactive)"
+    assert lines[StepName.KILL] == (
+        "would kill pid 4400 sglang (root, 140000 MiB), pid 4412 python3 (alice, 1523 MiB); "
+        "would keep pid 10 nvidia-persiste (root): nvidia-persistenced"
+    )
+    assert lines[StepName.SETTLE] == "GPUs now hold 141523 MiB in all (max 71523 MiB on one GPU)"
+
 
 
 def test_an_unprotected_holder_without_memory_is_not_clean() -> None:

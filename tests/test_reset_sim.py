@@ -266,3 +266,22 @@ async def test_check_is_read_only(make_fleet: Any, tmp_path: Path) -> None:
     assert "holds 30000 MiB" in (host.error or "")
     assert sim.nodes["gpu-b01"].compute_pids() == before
     assert [s.status for s in host.steps][:3] == [StepStatus.SKIPPED] * 3
+
+
+async def test_dry_run_plans_from_the_node_and_touches_nothing(make_fleet: Any, tmp_path: Path) -> None:
+    """--dry-run lists the units it would stop and the holders it would kill or keep; the node is untouched."""
+    sim = await make_fleet([busy("gpu-b01")], fast_vars(["gpu-b01"]))
+    node = sim.nodes["gpu-b01"]
+    stray = node.spawn_worker(WorkerSpec(gpus=(0,), mib=1523, name="python3"))
+    before = (node.compute_pids(), node.gpu_memory())
+    code, out, err = await _cli("reset", "-i", str(sim.inventory_path), "gpu-b01", "--dry-run", "--json",
+                                "--log-dir", str(tmp_path / "logs"))
+    assert code == 0, err
+    host = json.loads(out)["hosts"]["gpu-b01"]
+    assert host["status"] == "planned"
+    assert host["plan"]["would_stop"] == ["sglang.service"]
+    assert {p["pid"]: p["mib"] for p in host["plan"]["would_kill"]}[stray] == 1523
+    assert [p["name"] for p in host["plan"]["kept"]] == ["nvidia-persiste"]
+    assert (node.compute_pids(), node.gpu_memory()) == before
+    assert node.unit_state("sglang.service") == "active"
+    assert "would kill pid" in err

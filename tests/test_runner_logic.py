@@ -177,14 +177,15 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
     assert peak == 2
 
 
-def test_dry_run_plans_without_connecting(tmp_path: Path) -> None:
-    async def main() -> tuple:
-        return await run([make_host()], {}, tmp_path, dry_run=True)
-
-    report, _ = anyio.run(main)
+async def test_dry_run_reads_the_node_and_changes_nothing(tmp_path: Path) -> None:
+    t = ScriptedTransport(node_script())
+    report, _ = await run([make_host()], {"gpu-01": t}, tmp_path, dry_run=True)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.PLANNED
-    assert "sglang.service" in host.steps[0].detail
+    assert host.plan is not None
+    assert [p.pid for p in host.plan.would_kill] == [100]
+    assert host.steps[1].detail.startswith("would kill pid 100 python3")
+    assert not [argv for argv in t.ran if argv[0] == "kill" or argv[:2] == ("systemctl", "stop")]
 
 
 @pytest.mark.parametrize("status", ["inactive", "failed"])
