@@ -12,11 +12,16 @@ exited non-zero is data (a `CommandResult`), never an exception.
         ├── HostKeyError      host key unknown or changed
         ├── ConnectionLost    the session dropped mid-run
         └── CommandTimeout    a command did not finish within its deadline
+
+    StepFailed                a step cannot go on (its status and one-line message);
+                              caught at the step boundary, never past the host
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from fleet.models import StepStatus
 
 if TYPE_CHECKING:
     from fleet.transport import CommandResult
@@ -71,3 +76,11 @@ class CommandTimeout(TransportError):
         self.result = result
         self.deadline_s = deadline_s
         super().__init__(f"{result.argv[0] if result.argv else '?'} did not answer within {deadline_s:g} s")
+
+
+class StepFailed(Exception):
+    """A step cannot go on; `status` and the one-line message say why."""
+
+    def __init__(self, message: str, status: StepStatus = StepStatus.FAILED) -> None:
+        self.status = status
+        super().__init__(message)

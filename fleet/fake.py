@@ -3,6 +3,12 @@
 A script maps an argv prefix to an answer (a CommandResult-like tuple, a callable,
 or a delay that simulates a hang). Unmatched commands fail loudly, so a test
 states every command the logic may run.
+
+`hold` answers from the same script: a reply with exit status 0 and a first
+stdout line is a command that now holds (until `release()`); any other reply is
+a command that ended at once. `ran` records every argv as the logic asked for
+it, `sent` as it would go on the wire (`[sudo -n] timeout -k K T argv...`, sudo
+only for privileged commands on a `become` transport).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from fleet.errors import CommandTimeout
-from fleet.transport import CommandResult
+from fleet.transport import CommandResult, Held, bounded_argv
 
 
 @dataclass(frozen=True)
@@ -39,24 +45,42 @@ class ScriptedTransport:
     """Answers commands from a script of (argv prefix, answer) pairs; the first match wins."""
 
     script: list[tuple[tuple[str, ...], Answer]]
+    become: bool = False
     ran: list[tuple[str, ...]] = field(default_factory=list)
+    sent: list[tuple[str, ...]] = field(default_factory=list)
+    holding: int = 0  # held commands not released yet
     closed: bool = False
 
-    def _answer(self, argv: Sequence[str]) -> Reply:
+    def _answer(self, argv: Sequence[str], timeout: float, privileged: bool) -> Reply:
+        self.ran.append(tuple(argv))
+        self.sent.append(tuple(bounded_argv(argv, timeout, become=self.become and privileged)))
         for prefix, answer in self.script:
             if _matches(prefix, argv):
                 return answer(argv) if callable(answer) else answer
         raise AssertionError(f"unscripted command: {list(argv)}")
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        self.ran.append(tuple(argv))
-        reply = self._answer(argv)
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+        reply = self._answer(argv, timeout, privileged)
         if reply.delay_s > timeout:
             await anyio.sleep(timeout)
             raise CommandTimeout(CommandResult(tuple(argv), None, reply.stdout, reply.stderr, timeout), timeout)
         if reply.delay_s:
             await anyio.sleep(reply.delay_s)
         return CommandResult(tuple(argv), reply.exit_status, reply.stdout, reply.stderr, reply.delay_s)
+
+    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
+        reply = self._answer(argv, timeout, privileged)
+        if reply.delay_s:
+            await anyio.sleep(min(reply.delay_s, timeout))
+        first = reply.stdout.split("\n", 1)[0]
+        if reply.exit_status == 0 and first:
+            self.holding += 1
+            return Held(first, release=lambda: self._release(argv, reply))
+        return Held(first, CommandResult(tuple(argv), reply.exit_status, reply.stdout, reply.stderr, reply.delay_s))
+
+    async def _release(self, argv: Sequence[str], reply: Reply) -> CommandResult:
+        self.holding -= 1
+        return CommandResult(tuple(argv), 0, reply.stdout, reply.stderr, reply.delay_s)
 
     async def close(self) -> None:
         self.closed = True

@@ -36,7 +36,7 @@ from pydantic_core import ErrorDetails
 from fleet import validate
 from fleet.datafile import read_data
 from fleet.errors import InventoryError, UsageError
-from fleet.models import Connection, Host
+from fleet.models import DEFAULT_LOCK_FILE, Connection, Host
 from fleet.nodesets import MAX_NODES_PER_PATTERN as MAX_NODES_PER_PATTERN
 from fleet.nodesets import node_order, node_set
 
@@ -78,6 +78,7 @@ class HostVars(BaseModel):
         Field(min_length=1),
     ] = []
     protected: list[Annotated[str, AfterValidator(validate.process_name)]] = []
+    kill_users: list[Annotated[str, AfterValidator(validate.user_name)]] = []
     nvidia_smi: Annotated[str, AfterValidator(validate.executable)] = "nvidia-smi"
     memory_threshold_mib: Annotated[int, Field(ge=0)] = 16
     connect_timeout: Seconds = 10.0
@@ -85,6 +86,7 @@ class HostVars(BaseModel):
     drain_timeout: Seconds = 30.0
     kill_grace: Seconds = 5.0
     settle_timeout: Seconds = 60.0
+    lock_file: Annotated[str, AfterValidator(validate.lock_file)] = DEFAULT_LOCK_FILE
 
     def explicit(self) -> dict[str, Any]:
         """Only the variables this level wrote down."""
@@ -318,7 +320,7 @@ def _build_host(name: str, values: dict[str, Any], groups: tuple[str, ...], base
     values.setdefault("address", name)
     if "user" not in values:
         values["user"] = _current_user()
-    for key in ("services", "devices", "protected"):
+    for key in ("services", "devices", "protected", "kill_users"):
         if key in values:
             values[key] = tuple(values[key])
     if "connection" in values:

@@ -24,12 +24,21 @@ import anyio
 
 from fleet.errors import AuthError, CommandTimeout, ConnectError
 from fleet.models import Host
-from fleet.transport import TIMEOUT_EXIT_STATUSES, CommandResult, bounded_argv, client_deadline, clip
+from fleet.transport import (
+    RELEASE_TIMEOUT_S,
+    TIMEOUT_EXIT_STATUSES,
+    CommandResult,
+    Held,
+    bounded_argv,
+    client_deadline,
+    clip,
+)
 
 # Seconds allowed for a killed process to be reaped and its pipes drained.
 REAP_TIMEOUT_S = 5.0
 _READ_CHUNK = 64 * 1024
-_SUDO_NEEDS_PASSWORD = "a password is required"
+# What `sudo -n` says on stderr when it would have to ask for a password.
+SUDO_WANTS_PASSWORD = ("a password is required", "a terminal is required")
 
 
 def session_members(sid: int) -> list[int]:
@@ -68,12 +77,20 @@ def signal_label(name: str | None) -> str | None:
     return name if name.startswith("SIG") else f"SIG{name}"
 
 
-def finish(result: CommandResult, host: Host, timeout: float) -> CommandResult:
-    """Raise for what the node's bounds say was no answer; else the result as data."""
+def finish(result: CommandResult, host: Host, timeout: float, *, become: bool) -> CommandResult:
+    """Raise for what the node's bounds say was no answer, or a sudo that wants a password; else the result.
+
+    `become`: whether this command went through `sudo -n`. This is the one place
+    a refused sudo becomes an AuthError, for every transport.
+    """
     if result.exit_status in TIMEOUT_EXIT_STATUSES:
         raise CommandTimeout(result, timeout)
-    if host.become and result.exit_status != 0 and _SUDO_NEEDS_PASSWORD in result.stderr:
-        raise AuthError(f"sudo -n needs a password on {host.name}")
+    if become and result.exit_status != 0 and any(s in result.stderr for s in SUDO_WANTS_PASSWORD):
+        command = result.argv[0] if result.argv else "?"
+        raise AuthError(
+            f"sudo -n on {host.name} needs a password for {command}: "
+            "allow it in sudoers (NOPASSWD) or run as root"
+        )
     return result
 
 
@@ -119,35 +136,45 @@ class LocalTransport:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
         """Run argv locally; CommandTimeout (with partial output) past the deadline."""
         started = time.monotonic()
-        proc = await self._spawn(bounded_argv(argv, timeout, become=self._host.become))
+        become = self._host.become and privileged
+        proc = await self._spawn(bounded_argv(argv, timeout, become=become))
         out, err = _Output(), _Output()
-        ended = False
-        try:
-            with anyio.move_on_after(client_deadline(timeout)) as deadline:
-                await _pump(proc, out, err)
-                ended = True
-        finally:
-            await _reap(proc, out, err, kill=not ended)
-        code = proc.returncode
-        status, sig = (code, None) if code is None or code >= 0 else (None, signal.Signals(-code).name)
-        result = make_result(argv, status, sig, out.text(), err.text(), started)
-        if deadline.cancelled_caught:
+        ended = await _collect(proc, out, err, client_deadline(timeout))
+        result = _local_result(argv, proc, out.text(), err.text(), started)
+        if not ended:
             raise CommandTimeout(result, timeout)
-        return finish(result, self._host, timeout)
+        return finish(result, self._host, timeout, become=become)
+
+    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
+        """Start argv locally with stdin open; return at its first stdout line or its end (see `Held`)."""
+        started = time.monotonic()
+        become = self._host.become and privileged
+        proc = await self._spawn(bounded_argv(argv, timeout, become=become), stdin=asyncio.subprocess.PIPE)
+        out, err = _Output(), _Output()
+        first = await _first_line(proc, out, err, client_deadline(timeout))
+        if first is None:
+            raise CommandTimeout(_local_result(argv, proc, "", err.text(), started), timeout)
+        if first.endswith(b"\n"):
+            return Held(_decode(first).rstrip("\n"), release=lambda: _release(proc, argv, first, out, err, started))
+        ended = await _collect(proc, out, err, client_deadline(timeout))  # no full line: it is ending
+        result = _local_result(argv, proc, _decode(first) + out.text(), err.text(), started)
+        if not ended:
+            raise CommandTimeout(result, timeout)
+        return Held(_decode(first).strip(), finish(result, self._host, timeout, become=become))
 
     async def close(self) -> None:
         """Nothing stays open between commands."""
 
-    async def _spawn(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
+    async def _spawn(self, argv: Sequence[str], stdin: int = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
         """Start argv in a new session; shielded, so a cancel never orphans it."""
         try:
             with anyio.CancelScope(shield=True):
                 proc = await asyncio.create_subprocess_exec(
                     *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
+                    stdin=stdin,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     start_new_session=True,
@@ -155,6 +182,62 @@ class LocalTransport:
         except OSError as exc:
             raise ConnectError(f"cannot start {argv[0]} on {self._host.name}: {exc.strerror or exc}") from exc
         return proc
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _local_result(argv: Sequence[str], proc: asyncio.subprocess.Process, out: str, err: str,
+                  started: float) -> CommandResult:
+    """The CommandResult of a local process: a negative return code is a signal."""
+    code = proc.returncode
+    status, sig = (code, None) if code is None or code >= 0 else (None, signal.Signals(-code).name)
+    return make_result(argv, status, sig, out, err, started)
+
+
+async def _first_line(proc: asyncio.subprocess.Process, out: _Output, err: _Output, seconds: float) -> bytes | None:
+    """The first stdout line (without newline at EOF: the process ended), or None past `seconds`.
+
+    On the deadline or a cancel the process's session is killed and reaped before this returns.
+    """
+    line: bytes | None = None
+    try:
+        with anyio.move_on_after(seconds):
+            line = await proc.stdout.readline() if proc.stdout is not None else b""
+    finally:
+        if line is None:
+            await _reap(proc, out, err, kill=True)
+    return line
+
+
+async def _collect(proc: asyncio.subprocess.Process, out: _Output, err: _Output, seconds: float) -> bool:
+    """Read both pipes to their end and reap, within `seconds`; past it (or on a cancel) kill first.
+
+    Whether the process ended by itself.
+    """
+    ended = False
+    try:
+        with anyio.move_on_after(seconds):
+            await _pump(proc, out, err)
+            ended = True
+    finally:
+        await _reap(proc, out, err, kill=not ended)
+    return ended
+
+
+async def _release(proc: asyncio.subprocess.Process, argv: Sequence[str], first: bytes, out: _Output,
+                   err: _Output, started: float) -> CommandResult | None:
+    """Close a held process's stdin and wait for it (bounded, shielded); None when it had to be killed."""
+    ended = False
+    with anyio.move_on_after(RELEASE_TIMEOUT_S, shield=True):
+        _close_stdin(proc)
+        await _pump(proc, out, err)
+        ended = True
+    if not ended:
+        await _reap(proc, out, err, kill=True)
+        return None
+    return _local_result(argv, proc, _decode(first) + out.text(), err.text(), started)
 
 
 async def _pump(proc: asyncio.subprocess.Process, out: _Output, err: _Output) -> None:
@@ -168,6 +251,13 @@ async def _pump(proc: asyncio.subprocess.Process, out: _Output, err: _Output) ->
 async def _reap(proc: asyncio.subprocess.Process, out: _Output, err: _Output, *, kill: bool) -> None:
     """Kill the session unless it ended by itself, then drain and reap: shielded, bounded."""
     with anyio.move_on_after(REAP_TIMEOUT_S, shield=True):
+        _close_stdin(proc)
         if kill:
             signal_session(proc.pid)
         await _pump(proc, out, err)
+
+
+def _close_stdin(proc: asyncio.subprocess.Process) -> None:
+    """End the process's stdin (EOF for it), when it has a pipe there."""
+    if proc.stdin is not None and not proc.stdin.is_closing():
+        proc.stdin.close()

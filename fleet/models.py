@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
+# The node's reset lock (one reset per host at a time); its owner file is next to it.
+DEFAULT_LOCK_FILE = "/run/lock/fleet-reset.lock"
 
 # Process names never killed, whatever the inventory says. Matched against the
 # full name and against /proc/PID/comm, which the kernel cuts to 15 characters.
@@ -46,6 +48,7 @@ class Host:
     services: tuple[str, ...] = ()
     devices: tuple[str, ...] = DEFAULT_DEVICES
     protected: tuple[str, ...] = ()
+    kill_users: tuple[str, ...] = ()  # users whose processes may be killed; empty: any user
     nvidia_smi: str = "nvidia-smi"
     memory_threshold_mib: int = 16
     connect_timeout: float = 10.0
@@ -53,6 +56,7 @@ class Host:
     drain_timeout: float = 30.0
     kill_grace: float = 5.0
     settle_timeout: float = 60.0
+    lock_file: str = DEFAULT_LOCK_FILE
     groups: tuple[str, ...] = ()
 
     @property

@@ -8,25 +8,14 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
 from fleet import probes
 from fleet.models import GpuReport, HostPlan, KilledProcess, PlannedProcess
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A process holding a GPU device file, with what we know of it."""
-
-    pid: int
-    user: str
-    name: str
-    exe: str | None
-    devices: tuple[str, ...]
-    protected_by: str | None = None
-
-    def label(self) -> str:
-        return f"pid {self.pid} {self.name}"
+from fleet.protection import Holder as Holder
+from fleet.protection import ProcessFacts as ProcessFacts
+from fleet.protection import Rules as Rules
+from fleet.protection import protected_by
 
 
 def first_line(text: str, limit: int = 160) -> str:
@@ -36,24 +25,29 @@ def first_line(text: str, limit: int = 160) -> str:
     return "(no output)"
 
 
-def describe_holders(
-    found: Iterable[probes.Holder],
-    ps: Mapping[int, probes.PsRow],
-    exe: Mapping[int, str],
-    protected_names: Sequence[str],
-) -> tuple[Holder, ...]:
-    """Join the scan with ps and exe; a pid ps no longer knows has exited and is dropped."""
+def describe_holders(found: Iterable[probes.Holder], facts: ProcessFacts, rules: Rules) -> tuple[Holder, ...]:
+    """Join the scan with what the probes told, and judge each holder; a pid ps no longer
+    knows has exited and is dropped."""
     out = []
     for found_holder in found:
-        row = ps.get(found_holder.pid)
-        if row is None:
-            continue
-        path = exe.get(found_holder.pid)
-        out.append(Holder(
-            pid=found_holder.pid, user=row.user or found_holder.user, name=row.comm, exe=path,
-            devices=found_holder.devices, protected_by=probes.is_protected(row.comm, path, protected_names),
-        ))
+        holder = _describe(found_holder, facts)
+        if holder is not None:
+            out.append(replace(holder, protected_by=protected_by(holder, facts, rules)))
     return tuple(out)
+
+
+def _describe(found: probes.Holder, facts: ProcessFacts) -> Holder | None:
+    row = facts.ps.get(found.pid)
+    if row is None:
+        return None
+    stat = facts.lineage.procs.get(found.pid)
+    comm = stat.comm if stat is not None else row.argv0 or "?"
+    exe = facts.exe.get(found.pid)
+    name = probes.full_name(comm, row.argv0, exe)
+    return Holder(
+        pid=found.pid, user=row.user or found.user, name=name, exe=exe, devices=found.devices,
+        unit=facts.units.get(found.pid), comm=comm if comm != name else None,
+    )
 
 
 def killed_records(
@@ -76,6 +70,7 @@ def _labels(holders: Iterable[Holder], limit: int = 4) -> str:
 
 
 def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back: Sequence[Holder]) -> str:
+    """What the kill did, every holder it left alive named with why (none elided)."""
     parts = []
     if killed:
         by_signal = {s: sum(1 for k in killed if k.signal == s) for s in ("SIGTERM", "SIGKILL")}
@@ -83,26 +78,68 @@ def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back:
     else:
         parts.append("no GPU holders to kill")
     if kept:
-        parts.append("kept protected " + ", ".join(f"{h.label()} ({h.protected_by})" for h in kept))
+        parts.append("kept " + ", ".join(f"{h.label()} ({h.protected_by})" for h in kept))
     if back:
         parts.append("holding after kill: " + _labels(back))
     return "; ".join(parts)
 
 
 def kill_error(
-    after_kill: frozenset[int], targets: Sequence[Holder], back: Sequence[Holder], *, denied: str | None = None
+    after_kill: frozenset[int],
+    targets: Sequence[Holder],
+    back: Sequence[Holder],
+    *,
+    denied: str | None = None,
+    restart: Mapping[str, str] | None = None,
+    services: Sequence[str] = (),
 ) -> str | None:
-    """One line when the kill did not leave the GPUs free of unprotected holders."""
+    """One line when the kill did not leave the GPUs free of unprotected holders.
+
+    `restart` maps a unit to its Restart= setting, for the respawn message.
+    """
     survivors = [h for h in targets if h.pid in after_kill]
     if survivors and denied:
         return f"not permitted to kill {_labels(survivors)} ({denied}): run as root or set become: true"
     if survivors:
         return f"survived SIGKILL: {_labels(survivors)}"
-    target_pids = {h.pid for h in targets}
-    new = [h for h in back if h.pid not in target_pids]
+    respawned, new = split_back(back, targets)
+    if respawned:
+        return respawn_error(respawned, restart or {}, services)
     if new:
-        return f"respawned or new GPU holders after kill: {_labels(new)}"
+        return f"new GPU holders after kill: {_labels(new)}"
     return None
+
+
+def split_back(back: Sequence[Holder], targets: Sequence[Holder]) -> tuple[list[Holder], list[Holder]]:
+    """Holders after the kill: (respawned, new). Respawned: same unit or same executable as a killed one."""
+    target_pids = {h.pid for h in targets}
+    units = {h.unit for h in targets if h.unit}
+    exes = {h.exe for h in targets if h.exe}
+    fresh = [h for h in back if h.pid not in target_pids]
+    respawned = [h for h in fresh if (h.unit and h.unit in units) or (h.exe and h.exe in exes)]
+    return respawned, [h for h in fresh if h not in respawned]
+
+
+def respawn_error(respawned: Sequence[Holder], restart: Mapping[str, str], services: Sequence[str]) -> str:
+    """`respawned: pid 4242 python3 (sglang.service, Restart=always); add it to services`."""
+    shown = ", ".join(_respawned_label(h, restart) for h in respawned[:2])
+    more = f" and {len(respawned) - 2} more" if len(respawned) > 2 else ""
+    units = {h.unit for h in respawned if h.unit}
+    missing = units - set(services)
+    if missing:
+        advice = "add it to services" if len(missing) == 1 else "add them to services"
+    elif units:
+        advice = "it is in services, yet something starts it again"
+    else:
+        advice = "stop what restarts it"
+    return f"respawned: {shown}{more}; {advice}"
+
+
+def _respawned_label(holder: Holder, restart: Mapping[str, str]) -> str:
+    if holder.unit is None:
+        return f"{holder.label()} (no systemd unit)"
+    setting = restart.get(holder.unit)
+    return f"{holder.label()} ({holder.unit}, Restart={setting})" if setting else f"{holder.label()} ({holder.unit})"
 
 
 def describe_units(states: Mapping[str, probes.UnitState]) -> str:

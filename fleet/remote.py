@@ -1,4 +1,8 @@
-"""A host's transport plus its log and a step budget: every command logged, every command bounded."""
+"""A host's transport plus its log and a step budget: every command logged, every command bounded.
+
+`Remote` also decides, per command, whether it needs root (`probes.needs_root`):
+steps never say it themselves.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fleet import probes
 from fleet.errors import CommandTimeout
 from fleet.models import Host, StepName
-from fleet.transport import CommandResult, Transport
+from fleet.transport import CommandResult, Held, Transport
 
 # Output kept per stream in the per-node log.
 LOG_OUTPUT_LIMIT = 4096
@@ -74,23 +79,44 @@ class Remote:
         self.log = log
         self.commands = 0
 
-    async def run(self, argv: Sequence[str], *, step: StepName, budget: Budget | None = None) -> CommandResult:
+    async def run(self, argv: Sequence[str], *, step: StepName | None = None,
+                  budget: Budget | None = None) -> CommandResult:
         """Run one command bounded by command_timeout and the step's budget; log it either way."""
         limit = self.host.command_timeout
         timeout = budget.command_timeout(limit) if budget else limit
         self.commands += 1
         try:
-            result = await self.transport.run(argv, timeout=timeout)
+            result = await self.transport.run(argv, timeout=timeout, privileged=probes.needs_root(argv))
         except CommandTimeout as exc:
             self._log_result(exc.result, step, timeout, timed_out=True)
             raise
         self._log_result(result, step, timeout, timed_out=False)
         return result
 
-    def _log_result(self, result: CommandResult, step: StepName, timeout: float, *, timed_out: bool) -> None:
+    async def hold(self, argv: Sequence[str], *, timeout: float) -> Held:
+        """Start a long-lived command (see `Transport.hold`); it is logged when it ends."""
+        self.commands += 1
+        try:
+            held = await self.transport.hold(argv, timeout=timeout, privileged=probes.needs_root(argv))
+        except CommandTimeout as exc:
+            self._log_result(exc.result, None, timeout, timed_out=True)
+            raise
+        if held.result is not None:
+            self._log_result(held.result, None, timeout, timed_out=False)
+            return held
+        return Held(held.first_line, release=lambda: self._release(held, timeout))
+
+    async def _release(self, held: Held, timeout: float) -> CommandResult | None:
+        result = await held.release()
+        if result is not None:
+            self._log_result(result, None, timeout, timed_out=False)
+        return result
+
+    def _log_result(self, result: CommandResult, step: StepName | None, timeout: float, *, timed_out: bool) -> None:
+        where = {"step": str(step)} if step is not None else {}
         self.log.info(
             "command",
-            step=str(step),
+            **where,
             argv=list(result.argv),
             exit_status=result.exit_status,
             signal=result.signal,

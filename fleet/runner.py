@@ -22,6 +22,7 @@ import anyio
 from fleet import steps
 from fleet.connect import connect
 from fleet.errors import CommandTimeout, TransportError
+from fleet.lock import LockError, host_lock
 from fleet.logs import RunLogs
 from fleet.models import (
     GpuReport,
@@ -186,14 +187,14 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
         log = logs.host_logger(run.host.name)
         log.info("host_start", command=options.command, address=run.host.address, port=run.host.port)
         try:
-            await _connected_walk(run, options, log, connector)
+            await _connected_walk(run, options, log, connector, logs.run_id)
         finally:
             gate.settle(run)
             report = run.report()
             log.info("host_end", status=str(report.status), error=report.error, duration_s=report.duration_s)
 
 
-async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector: Connector) -> None:
+async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector: Connector, run_id: str) -> None:
     try:
         transport = await connector(run.host)
     except TransportError as exc:
@@ -201,7 +202,11 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
         run.finish(HostStatus.UNREACHABLE, str(exc))
         return
     try:
-        await _walk(Remote(run.host, transport, log), run, options)
+        remote = Remote(run.host, transport, log)
+        if options.command == "reset" and not options.dry_run:
+            await _locked_walk(remote, run, options, run_id)
+        else:
+            await _walk(remote, run, options)
     except TransportError as exc:
         run.finish(HostStatus.FAILED, f"{exc} (during {run.current})")
         log.error("transport_error", step=str(run.current), error=str(exc))
@@ -210,6 +215,15 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
         log.exception("internal_error", step=str(run.current))
     finally:
         await _close(transport)
+
+
+async def _locked_walk(remote: Remote, run: HostRun, options: RunOptions, run_id: str) -> None:
+    """A reset under the host's lock: two runs never interleave kills on one node."""
+    try:
+        async with host_lock(remote, run_id):
+            await _walk(remote, run, options)
+    except LockError as exc:
+        run.finish(HostStatus.FAILED, str(exc))
 
 
 async def _watch_signals(scope: anyio.CancelScope, state: RunState) -> None:

@@ -9,6 +9,7 @@ that off.
 
 from __future__ import annotations
 
+import secrets
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -21,7 +22,8 @@ import asyncssh
 from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
 from fleet.local import finish, make_result
 from fleet.models import Host
-from fleet.transport import CommandResult, bounded_argv, client_deadline, command_line
+from fleet.probes import reap
+from fleet.transport import RELEASE_TIMEOUT_S, CommandResult, Held, bounded_argv, client_deadline, command_line
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # A host that accepts and then stalls is dropped after about 15 s of silence.
@@ -29,6 +31,8 @@ KEEPALIVE_INTERVAL_S = 5.0
 KEEPALIVE_COUNT_MAX = 3
 # Seconds allowed for a channel or a connection to close cleanly.
 CLOSE_TIMEOUT_S = 5.0
+# Seconds to find and end an interrupted command on the node.
+REAP_TIMEOUT_S = 3.0
 # Extra seconds past connect_timeout before the client itself gives up connecting.
 CONNECT_GRACE_S = 2.0
 
@@ -128,22 +132,73 @@ class SshTransport:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        """Run argv on the host; CommandTimeout (with partial output) past its bounds."""
-        line = command_line(bounded_argv(argv, timeout, become=self._host.become))
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+        """Run argv on the host; CommandTimeout (with partial output) past its bounds.
+
+        Cancelled (Ctrl-C, run deadline) while the command runs: the command is found
+        by its marker and SIGKILLed on the node before the cancel propagates.
+        """
+        become = self._host.become and privileged
+        token = secrets.token_hex(8)
+        line = command_line(bounded_argv(argv, timeout, become=become, mark=reap.marker(token)))
         started = time.monotonic()
         deadline = anyio.current_time() + client_deadline(timeout)
         with session_errors(self._host):
             process = await self._open(line, deadline)
             if process is None:
                 raise CommandTimeout(make_result(argv, None, None, "", "", started), timeout)
-            output, timed_out = await _communicate(process, deadline)
+            try:
+                output, timed_out = await _communicate(process, deadline)
+            except anyio.get_cancelled_exc_class():
+                await self._reap(token, become)
+                raise
         result = _result(argv, process, output, started)
         if timed_out:
             raise CommandTimeout(result, timeout)
+        self._check_ended(result)
+        return finish(result, self._host, timeout, become=become)
+
+    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
+        """Start argv with stdin open; return at its first stdout line or its end (see `Held`).
+
+        With OpenSSH, closing the channel does not end the remote command; EOF on
+        its stdin (release, or sshd closing the pipes when this client is gone) does.
+        """
+        become = self._host.become and privileged
+        line = command_line(bounded_argv(argv, timeout, become=become))
+        started = time.monotonic()
+        deadline = anyio.current_time() + client_deadline(timeout)
+        with session_errors(self._host):
+            process = await self._open(line, deadline, stdin=asyncssh.PIPE)
+            if process is None:
+                raise CommandTimeout(make_result(argv, None, None, "", "", started), timeout)
+            first = await _first_line(process, deadline)
+            if first is None:
+                raise CommandTimeout(_result(argv, process, process.collect_output(), started), timeout)
+            if first.endswith("\n"):
+                return Held(first.rstrip("\n"), release=lambda: _release(process, argv, first, started))
+            (out, err), timed_out = await _communicate(process, deadline)  # no full line: it is ending
+        result = _result(argv, process, (first + out, err), started)
+        if timed_out:
+            raise CommandTimeout(result, timeout)
+        self._check_ended(result)
+        return Held(first.strip(), finish(result, self._host, timeout, become=become))
+
+    async def _reap(self, token: str, become: bool) -> None:
+        """End an interrupted command on the node: OpenSSH does not when its channel closes."""
+        with anyio.move_on_after(REAP_TIMEOUT_S, shield=True), suppress(asyncssh.Error, OSError):
+            found = await self._conn.run(
+                command_line(bounded_argv(reap.find_marked_argv(token), REAP_TIMEOUT_S, become=become)), check=False
+            )
+            pids = reap.parse_marked(str(found.stdout or ""))
+            if pids:
+                kill = ["kill", "-s", "KILL", "--", *map(str, pids)]
+                await self._conn.run(command_line(bounded_argv(kill, REAP_TIMEOUT_S, become=become)), check=False)
+
+    def _check_ended(self, result: CommandResult) -> None:
+        """ConnectionLost when the channel closed without an exit status or signal."""
         if result.exit_status is None and result.signal is None:
             raise ConnectionLost(f"session to {self._host.name} closed before the command ended")
-        return finish(result, self._host, timeout)
 
     async def close(self) -> None:
         """Close the connection and wait for it: idempotent, shielded, bounded."""
@@ -154,14 +209,14 @@ class SshTransport:
             self._conn.close()
             await self._conn.wait_closed()
 
-    async def _open(self, line: str, deadline: float) -> _Process | None:
+    async def _open(self, line: str, deadline: float, stdin: int = asyncssh.DEVNULL) -> _Process | None:
         """Start line in a new channel, or None past the deadline.
 
         Shielded: a cancel waits for the channel (bounded by the deadline) so
         that the command it may have started can be ended, never orphaned.
         """
         with anyio.CancelScope(deadline=deadline, shield=True):
-            return await self._conn.create_process(line, stdin=asyncssh.DEVNULL, encoding="utf-8", errors="replace")
+            return await self._conn.create_process(line, stdin=stdin, encoding="utf-8", errors="replace")
         return None
 
 
@@ -176,6 +231,35 @@ async def _communicate(process: _Process, deadline: float) -> tuple[tuple[str, s
     finally:
         await _abandon(process)
     return process.collect_output(), True  # what arrived before the deadline
+
+
+async def _first_line(process: _Process, deadline: float) -> str | None:
+    """Its first stdout line ('' or partial at EOF), or None past the deadline.
+
+    The channel is ended on the deadline, and on a cancel before it propagates.
+    """
+    line: str | None = None
+    try:
+        with anyio.CancelScope(deadline=deadline):
+            line = await process.stdout.readline()
+    finally:
+        if line is None:
+            await _abandon(process)
+    return line
+
+
+async def _release(process: _Process, argv: Sequence[str], first: str, started: float) -> CommandResult | None:
+    """EOF on a held command's stdin, then wait for its end (bounded, shielded); None when it had to be ended."""
+    output: tuple[str, str] | None = None
+    with anyio.move_on_after(RELEASE_TIMEOUT_S, shield=True):
+        with suppress(OSError, asyncssh.Error):
+            process.stdin.write_eof()
+        with suppress(OSError, asyncssh.Error):
+            output = await process.communicate()
+    await _abandon(process)
+    if output is None:
+        return None
+    return _result(argv, process, (first + output[0], output[1]), started)
 
 
 async def _abandon(process: _Process) -> None:

@@ -3,7 +3,8 @@
 Each step talks to one node through `Remote`, is bounded by its own budget,
 and returns a `StepResult` plus what it learned. Decisions (what is clean,
 what is protected, what the one-line error says) are pure functions in
-`fleet.policy`; the commands and parsers are in `fleet.probes`.
+`fleet.policy` and `fleet.protection`; `fleet.holders` scans who holds the
+GPUs; the commands and parsers are in `fleet.probes`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from fleet import policy, probes
-from fleet.errors import CommandTimeout
+from fleet import policy, probes, protection
+from fleet.errors import CommandTimeout, StepFailed
+from fleet.holders import Scan, restart_settings, scan, scan_holders
 from fleet.models import GpuReport, HostPlan, KilledProcess, StepName, StepResult, StepStatus
 from fleet.remote import Budget, BudgetSpent, Remote
 
@@ -36,14 +38,6 @@ STOP_OK_EXITS = (0, 5)
 POLL_MARGIN_S = 0.05
 
 
-class StepFailed(Exception):
-    """A step cannot go on; `status` and the one-line message say why."""
-
-    def __init__(self, message: str, status: StepStatus = StepStatus.FAILED) -> None:
-        self.status = status
-        super().__init__(message)
-
-
 def backoff() -> list[float]:
     """The poll waits: 0.1, 0.15, 0.225 ... capped at 1 s (a generator would do; a list is testable)."""
     waits: list[float] = []
@@ -62,26 +56,69 @@ def _result(name: StepName, started: float, detail: str, status: StepStatus = St
 # ---------------------------------------------------------------- drain
 
 
-async def _unit_states(remote: Remote, units: Sequence[str], budget: Budget) -> dict[str, probes.UnitState]:
+async def _unit_states(remote: Remote, units: Sequence[str], budget: Budget,
+                       step: StepName = StepName.DRAIN) -> dict[str, probes.UnitState]:
     states = {}
     for unit in units:
-        res = await remote.run(probes.unit_state_argv(unit), step=StepName.DRAIN, budget=budget)
+        res = await remote.run(probes.unit_state_argv(unit), step=step, budget=budget)
         if not res.ok:
             raise StepFailed(f"systemctl show {unit} exited {res.exit_status}: {policy.first_line(res.stderr)}")
         states[unit] = probes.parse_unit_state(res.stdout)
     return states
 
 
-async def _wait_down(remote: Remote, units: Sequence[str], budget: Budget) -> dict[str, probes.UnitState]:
+async def _wait_down(remote: Remote, units: Sequence[str], budget: Budget,
+                     step: StepName) -> dict[str, probes.UnitState]:
     """Poll until every unit is inactive or failed, or the budget is spent; return the last states."""
-    states = await _unit_states(remote, units, budget)
+    states = await _unit_states(remote, units, budget, step)
     for wait in backoff():
         up = [u for u in units if not states[u].is_down]
         if not up or budget.window_left <= POLL_MARGIN_S:
             break
         await anyio.sleep(min(wait, budget.window_left))
-        states.update(await _unit_states(remote, up, budget))
+        states.update(await _unit_states(remote, up, budget, step))
     return states
+
+
+@dataclass(frozen=True)
+class UnitsStopped:
+    """What stopping units came to: one line of detail, and an error when one is still up."""
+
+    detail: str
+    error: str | None = None
+
+
+async def stop_units(remote: Remote, units: Sequence[str], window: float,
+                     step: StepName = StepName.DRAIN) -> UnitsStopped:
+    """Stop units gracefully, polling up to `window` s; SIGKILL only those whose stop hangs.
+
+    drain stops `services` with it; kill (with `stop_units`) the units of holders that respawned.
+    """
+    budget = Budget(window, slack=remote.host.command_timeout)
+    for unit in units:
+        res = await remote.run(probes.unit_stop_argv(unit), step=step, budget=budget)
+        if res.exit_status not in STOP_OK_EXITS:  # e.g. polkit: "Interactive authentication required."
+            raise StepFailed(f"systemctl stop {unit} exited {res.exit_status}: {policy.first_line(res.stderr)}")
+    states = await _wait_down(remote, units, budget, step)
+    hung = [u for u in units if not states[u].is_down]
+    if not hung:
+        return UnitsStopped(policy.describe_units(states))
+    remote.log.warning("drain_escalate", step=str(step), units=hung, after_s=round(budget.elapsed, 3))
+    return await _escalate(remote, hung, states, window, step)
+
+
+async def _escalate(remote: Remote, hung: Sequence[str], states: dict[str, probes.UnitState], window: float,
+                    step: StepName) -> UnitsStopped:
+    """`systemctl kill --signal=SIGKILL` the hung units, then poll them for ESCALATION_WINDOW_S."""
+    escalation = Budget(ESCALATION_WINDOW_S, slack=remote.host.command_timeout)
+    for unit in hung:
+        await remote.run(probes.unit_kill_argv(unit), step=step, budget=escalation)
+    states.update(await _wait_down(remote, hung, escalation, step))
+    detail = f"{', '.join(hung)} did not stop within {window:g} s: SIGKILLed; " + policy.describe_units(states)
+    still = [u for u in hung if not states[u].is_down]
+    if still:
+        return UnitsStopped(detail, f"{still[0]} still {states[still[0]].active_state} after SIGKILL")
+    return UnitsStopped(detail)
 
 
 async def drain(remote: Remote) -> StepResult:
@@ -89,27 +126,9 @@ async def drain(remote: Remote) -> StepResult:
     started, units = time.monotonic(), remote.host.services
     if not units:
         return _result(StepName.DRAIN, started, "no services to stop")
-    budget = Budget(remote.host.drain_timeout, slack=remote.host.command_timeout)
-    for unit in units:
-        res = await remote.run(probes.unit_stop_argv(unit), step=StepName.DRAIN, budget=budget)
-        if res.exit_status not in STOP_OK_EXITS:  # e.g. polkit: "Interactive authentication required."
-            raise StepFailed(f"systemctl stop {unit} exited {res.exit_status}: {policy.first_line(res.stderr)}")
-    states = await _wait_down(remote, units, budget)
-    hung = [u for u in units if not states[u].is_down]
-    if not hung:
-        return _result(StepName.DRAIN, started, policy.describe_units(states))
-    remote.log.warning("drain_escalate", step="drain", units=hung, after_s=round(budget.elapsed, 3))
-    escalation = Budget(ESCALATION_WINDOW_S, slack=remote.host.command_timeout)
-    for unit in hung:
-        await remote.run(probes.unit_kill_argv(unit), step=StepName.DRAIN, budget=escalation)
-    states.update(await _wait_down(remote, hung, escalation))
-    detail = f"{', '.join(hung)} did not stop within {remote.host.drain_timeout:g} s: SIGKILLed; " + \
-        policy.describe_units(states)
-    still = [u for u in hung if not states[u].is_down]
-    if still:
-        msg = f"{still[0]} still {states[still[0]].active_state} after SIGKILL"
-        return _result(StepName.DRAIN, started, detail, StepStatus.FAILED, msg)
-    return _result(StepName.DRAIN, started, detail)
+    stopped = await stop_units(remote, units, remote.host.drain_timeout)
+    status = StepStatus.FAILED if stopped.error else StepStatus.OK
+    return _result(StepName.DRAIN, started, stopped.detail, status, stopped.error)
 
 
 # ---------------------------------------------------------------- kill
@@ -120,22 +139,6 @@ class KillOutcome:
     result: StepResult
     killed: tuple[KilledProcess, ...] = ()
     kept: tuple[policy.Holder, ...] = ()
-
-
-async def scan_holders(remote: Remote, step: StepName, budget: Budget) -> tuple[policy.Holder, ...]:
-    """Every process holding a device file, described (user, comm, exe) and judged protected or not."""
-    res = await remote.run(probes.holders_scan_argv(remote.host.devices), step=step, budget=budget)
-    if res.exit_status not in (0, 1):
-        raise StepFailed(f"holder scan exited {res.exit_status}: {policy.first_line(res.stderr)}")
-    found = probes.parse_holders(res.stdout)
-    if not found:
-        return ()
-    pids = [h.pid for h in found]
-    ps = await remote.run(probes.ps_argv(pids), step=step, budget=budget)
-    exe = await remote.run(probes.exe_argv(pids), step=step, budget=budget)
-    return policy.describe_holders(
-        found, probes.parse_ps(ps.stdout), probes.parse_exe(exe.stdout), remote.host.protected_names
-    )
 
 
 async def _alive(remote: Remote, pids: Sequence[int], budget: Budget) -> frozenset[int]:
@@ -165,15 +168,44 @@ async def _signal_and_wait(remote: Remote, signal: str, pids: Sequence[int], wai
     return Signalled(alive, denied)
 
 
-async def kill(remote: Remote) -> KillOutcome:
-    """SIGTERM every unprotected holder, wait kill_grace, SIGKILL the rest, scan again."""
-    started, host = time.monotonic(), remote.host
+@dataclass(frozen=True)
+class KillRound:
+    """One pass of the kill: what it killed and kept, what was back after it, and its verdict."""
+
+    killed: tuple[KilledProcess, ...] = ()
+    kept: tuple[policy.Holder, ...] = ()
+    back: tuple[policy.Holder, ...] = ()
+    respawned: tuple[policy.Holder, ...] = ()
+    own_units: frozenset[str] = frozenset()
+    error: str | None = None
+
+
+async def kill(remote: Remote, *, stop_units: bool = False) -> KillOutcome:
+    """SIGTERM every unprotected holder, wait kill_grace, SIGKILL the rest, scan again.
+
+    With `stop_units`, the units of holders that came back (known, not protected,
+    not in `services`) are stopped the way drain stops services, and the kill
+    runs once more.
+    """
+    started = time.monotonic()
+    rounds = [await _kill_round(remote)]
+    units = _respawning_units(remote, rounds[0]) if stop_units else ()
+    stopped = await _stop_respawning(remote, units) if units else None
+    if stopped is not None:
+        rounds.append(await _kill_round(remote))
+    return _kill_outcome(started, rounds, stopped)
+
+
+async def _kill_round(remote: Remote) -> KillRound:
+    """Scan, SIGTERM, SIGKILL what is left, and watch for holders coming back."""
+    host = remote.host
     budget = Budget(host.kill_grace + SIGKILL_WAIT_S, slack=8 * host.command_timeout)
-    holders = await scan_holders(remote, StepName.KILL, budget)
-    targets = [h for h in holders if h.protected_by is None]
-    kept = tuple(h for h in holders if h.protected_by is not None)
+    found = await scan(remote, StepName.KILL, budget, units=True)
+    targets, kept = found.targets, found.kept
+    for holder in kept:
+        remote.log.info("kept", step="kill", pid=holder.pid, name=holder.name, reason=holder.protected_by)
     if not targets:
-        return KillOutcome(_result(StepName.KILL, started, policy.describe_kill((), kept, ())), (), kept)
+        return KillRound(kept=kept, own_units=found.own_units)
     pids = [h.pid for h in targets]
     remote.log.info("kill_targets", step="kill", pids=pids, kept=[h.pid for h in kept])
     term = await _signal_and_wait(remote, "SIGTERM", pids, host.kill_grace, budget)
@@ -181,12 +213,13 @@ async def kill(remote: Remote) -> KillOutcome:
         await _signal_and_wait(remote, "SIGKILL", sorted(term.survivors), SIGKILL_WAIT_S, budget)
         if term.survivors else Signalled(frozenset())
     )
-    killed = policy.killed_records(targets, term.survivors, kill9.survivors)
     back = await _watch_for_respawn(remote, budget)
-    detail = policy.describe_kill(killed, kept, back)
-    error = policy.kill_error(kill9.survivors, targets, back, denied=kill9.denied or term.denied)
-    status = StepStatus.FAILED if error else StepStatus.OK
-    return KillOutcome(_result(StepName.KILL, started, detail, status, error), killed, kept)
+    respawned, _ = policy.split_back(back, targets)
+    restart = await restart_settings(remote, {h.unit for h in respawned if h.unit}, StepName.KILL, budget)
+    error = policy.kill_error(kill9.survivors, targets, back, denied=kill9.denied or term.denied,
+                              restart=restart, services=host.services)
+    killed = policy.killed_records(targets, term.survivors, kill9.survivors)
+    return KillRound(killed, kept, tuple(back), tuple(respawned), found.own_units, error)
 
 
 async def _watch_for_respawn(remote: Remote, budget: Budget) -> list[policy.Holder]:
@@ -194,10 +227,33 @@ async def _watch_for_respawn(remote: Remote, budget: Budget) -> list[policy.Hold
     back: list[policy.Holder] = []
     for wait in RESPAWN_SCANS_S:
         await anyio.sleep(wait)
-        back = [h for h in await scan_holders(remote, StepName.KILL, budget) if h.protected_by is None]
+        back = (await scan(remote, StepName.KILL, budget, units=True)).targets
         if back:
             break
     return back
+
+
+def _respawning_units(remote: Remote, first: KillRound) -> tuple[str, ...]:
+    host = remote.host
+    return protection.units_to_stop(first.respawned, first.kept, first.own_units, policy.Rules.of(host), host.services)
+
+
+async def _stop_respawning(remote: Remote, units: Sequence[str]) -> UnitsStopped:
+    """Stop the units whose processes came back, as drain would (its window, its escalation)."""
+    remote.log.warning("stop_respawning_units", step="kill", units=list(units))
+    return await stop_units(remote, units, remote.host.drain_timeout, StepName.KILL)
+
+
+def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsStopped | None) -> KillOutcome:
+    """Every round's kills, the last round's keeps and verdict, and the units stopped between."""
+    last = rounds[-1]
+    killed = tuple(k for r in rounds for k in r.killed)
+    detail = policy.describe_kill(killed, last.kept, last.back)
+    if stopped is not None:
+        detail += f"; stopped units of respawned holders: {stopped.detail}"
+    error = (stopped.error if stopped else None) or last.error
+    status = StepStatus.FAILED if error else StepStatus.OK
+    return KillOutcome(_result(StepName.KILL, started, detail, status, error), killed, last.kept)
 
 
 # ---------------------------------------------------------------- settle / verify
@@ -284,4 +340,7 @@ async def survey(remote: Remote) -> HostPlan:
     return policy.build_plan(units, holders, apps, rows)
 
 
-__all__ = ["BudgetSpent", "GpuOutcome", "KillOutcome", "StepFailed", "drain", "kill", "settle", "verify"]
+__all__ = [
+    "BudgetSpent", "GpuOutcome", "KillOutcome", "Scan", "StepFailed", "UnitsStopped", "drain", "kill", "scan",
+    "scan_holders", "settle", "stop_units", "verify",
+]

@@ -116,15 +116,30 @@ def process_name(s: str) -> str:
 def executable(s: str) -> str:
     """A bare command name (looked up in PATH) or an absolute path to one."""
     value = _require_str(s)
+    if value.startswith("/"):
+        return _absolute_file(value, "executable")
     if len(value) > 1024:
         raise ValueError("executable path longer than 1024 characters")
-    if value.startswith("/"):
-        if not _EXECUTABLE_PATH.fullmatch(value) or value.endswith("/"):
-            raise ValueError(f"invalid executable {value!r}: an absolute path of [A-Za-z0-9_./-]")
-        _components(value, "executable")
-        return value
     if not _COMMAND.fullmatch(value):
         raise ValueError(f"invalid executable {value!r}: a command name or an absolute path")
+    return value
+
+
+def lock_file(s: str) -> str:
+    """The absolute path of a lock file on the node, such as `/run/lock/fleet-reset.lock`."""
+    value = _require_str(s)
+    if not value.startswith("/"):
+        raise ValueError(f"lock file {value!r} must be an absolute path")
+    return _absolute_file(value, "lock file")
+
+
+def _absolute_file(value: str, what: str) -> str:
+    """An absolute path of [A-Za-z0-9_./-] naming a file (no '..', no trailing '/')."""
+    if len(value) > 1024:
+        raise ValueError(f"{what} path longer than 1024 characters")
+    if not _EXECUTABLE_PATH.fullmatch(value) or value.endswith("/"):
+        raise ValueError(f"invalid {what} {value!r}: an absolute path of [A-Za-z0-9_./-]")
+    _components(value, what)
     return value
 
 

@@ -5,24 +5,29 @@ from __future__ import annotations
 from fleet import policy
 from fleet.models import BUILTIN_PROTECTED, StepName
 from fleet.plan import describe_plan
-from fleet.probes import ComputeApp, GpuRow, Holder, PsRow, UnitState
+from fleet.probes import ComputeApp, GpuRow, Holder, Lineage, ProcStat, PsRow, UnitState
 
 ROWS_CLEAN = (GpuRow(0, 0, "GPU-a"), GpuRow(1, 1, "GPU-b"))
 
 
 def test_protected_daemon_with_a_cut_comm_is_kept_and_python_is_not() -> None:
     found = (Holder(10, "root", ("/dev/nvidiactl",)), Holder(39865, "alice", ("/dev/nvidia0",)))
-    ps = {10: PsRow(10, 1, "root", "nvidia-persiste"), 39865: PsRow(39865, 1, "alice", "python3")}
+    ps = {10: PsRow(10, 1, "root", "/usr/bin/nvidia-persistenced --verbose"),
+          39865: PsRow(39865, 1, "alice", "python3 train.py")}
     exe = {10: "/usr/bin/nvidia-persistenced", 39865: "/usr/bin/python3.11"}
-    kept, target = policy.describe_holders(found, ps, exe, BUILTIN_PROTECTED)
-    assert kept.protected_by == "nvidia-persistenced"
+    lineage = Lineage({10: ProcStat(10, 1, "nvidia-persiste"), 39865: ProcStat(39865, 1, "python3"),
+                       1: ProcStat(1, 0, "systemd")})
+    facts = policy.ProcessFacts(ps, exe, lineage)
+    kept, target = policy.describe_holders(found, facts, policy.Rules(BUILTIN_PROTECTED))
+    assert kept.protected_by == "protected name nvidia-persistenced"
+    assert (kept.name, kept.comm) == ("nvidia-persistenced", "nvidia-persiste")
     assert target.protected_by is None
-    assert target.user == "alice"
+    assert (target.user, target.name, target.comm) == ("alice", "python3", None)
 
 
 def test_a_holder_gone_before_ps_is_dropped() -> None:
     found = (Holder(7, "root", ("/dev/nvidia0",)),)
-    assert policy.describe_holders(found, {}, {}, BUILTIN_PROTECTED) == ()
+    assert policy.describe_holders(found, policy.ProcessFacts({}, {}), policy.Rules(BUILTIN_PROTECTED)) == ()
 
 
 def test_killed_records_name_the_last_signal_needed() -> None:
@@ -35,7 +40,7 @@ def test_killed_records_name_the_last_signal_needed() -> None:
 def test_new_holder_after_kill_is_an_error() -> None:
     targets = [policy.Holder(1, "root", "python3", None, ())]
     back = [policy.Holder(2, "root", "python3", None, ())]
-    assert policy.kill_error(frozenset(), targets, back) == "respawned or new GPU holders after kill: pid 2 python3"
+    assert policy.kill_error(frozenset(), targets, back) == "new GPU holders after kill: pid 2 python3"
 
 
 def test_note_settled_tracks_first_time_under_and_forgets_a_relapse() -> None:

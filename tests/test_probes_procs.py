@@ -20,16 +20,20 @@ from fleet.probes import (
     UnitState,
     alive_argv,
     exe_argv,
+    full_name,
     holders_scan_argv,
     is_protected,
+    is_sshd,
     kill_argv,
     parse_exe,
     parse_holders,
     parse_pids,
     parse_ps,
+    parse_unit_restart,
     parse_unit_state,
     ps_argv,
     unit_kill_argv,
+    unit_restart_argv,
     unit_state_argv,
     unit_stop_argv,
 )
@@ -37,7 +41,7 @@ from fleet.probes import (
 # --- the package -------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", [probes.smi, probes.procs], ids=["smi", "procs"])
+@pytest.mark.parametrize("module", [probes.smi, probes.procs, probes.lineage], ids=["smi", "procs", "lineage"])
 def test_the_package_reexports_every_public_name(module: ModuleType) -> None:
     """`from fleet import probes; probes.X` reaches every public name that smi and procs define."""
     defined = {
@@ -128,7 +132,7 @@ def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
 
 
 def test_process_argv_shapes() -> None:
-    assert ps_argv([1, 2, 3]) == ["ps", "-ww", "-o", "pid=,ppid=,user:32=,comm=", "-p", "1,2,3"]
+    assert ps_argv([1, 2, 3]) == ["ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "1,2,3"]
     assert exe_argv([1, 20]) == [
         "find",
         "/proc/1/exe",
@@ -148,25 +152,43 @@ def test_process_argv_rejects_bad_pids(make: Callable[[Sequence[int]], list[str]
         make(pids)
 
 
-def test_parse_ps_right_aligned_and_spaces_in_comm() -> None:
+def test_parse_ps_right_aligned_and_spaces_in_args() -> None:
     text = (
-        "    1     0 root                             systemd\n"
-        "  812     1 nvidia-persistenced              nvidia-persiste\n"
-        " 4242  4200 alice                            Web Content\n"
-        "77777  4242 bob                              python3"
+        "    1     0 root                             /sbin/init splash\n"
+        "  812     1 nvidia-persistenced              /usr/bin/nvidia-persistenced --user nvidia-persistenced\n"
+        " 4242  4200 alice                            /usr/lib/firefox/firefox -contentproc  -isForBrowser\n"
+        "  155     2 root                             [kworker/0:1-events]\n"
+        "  160     1 root\n"
+        "77777  4242 bob                              python3 train.py --lr 3e-4"
     )
     assert parse_ps(text) == {
-        1: PsRow(1, 0, "root", "systemd"),
-        812: PsRow(812, 1, "nvidia-persistenced", "nvidia-persiste"),
-        4242: PsRow(4242, 4200, "alice", "Web Content"),
-        77777: PsRow(77777, 4242, "bob", "python3"),
+        1: PsRow(1, 0, "root", "/sbin/init splash"),
+        812: PsRow(812, 1, "nvidia-persistenced", "/usr/bin/nvidia-persistenced --user nvidia-persistenced"),
+        4242: PsRow(4242, 4200, "alice", "/usr/lib/firefox/firefox -contentproc  -isForBrowser"),
+        155: PsRow(155, 2, "root", "[kworker/0:1-events]"),
+        160: PsRow(160, 1, "root", ""),
+        77777: PsRow(77777, 4242, "bob", "python3 train.py --lr 3e-4"),
     }
+
+
+@pytest.mark.parametrize(
+    ("args", "argv0"),
+    [
+        ("/usr/bin/nvidia-persistenced --verbose", "nvidia-persistenced"),
+        ("python3 train.py", "python3"),
+        ("sshd: root@notty", "sshd:"),
+        ("", None),
+        ("/", None),
+    ],
+)
+def test_ps_row_argv0_is_the_first_words_basename(args: str, argv0: str | None) -> None:
+    assert PsRow(1, 0, "root", args).argv0 == argv0
 
 
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("  12    1 root", "expected pid, ppid, user and comm"),
+        ("  12    1", "expected pid, ppid, user and args"),
         ("  x    1 root sh", "pid is not"),
         ("1 y root sh", "ppid"),
     ],
@@ -221,8 +243,8 @@ def test_ps_round_trip_on_this_process() -> None:
     pid = os.getpid()
     done = _run(ps_argv([pid]))
     assert done.returncode == 0, done.stderr
-    comm = Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
-    assert parse_ps(done.stdout) == {pid: PsRow(pid, os.getppid(), pwd.getpwuid(os.geteuid()).pw_name, comm)}
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").replace(b"\0", b" ").decode()
+    assert parse_ps(done.stdout) == {pid: PsRow(pid, os.getppid(), pwd.getpwuid(os.geteuid()).pw_name, args)}
 
 
 def test_exe_round_trip_on_this_process() -> None:
@@ -275,9 +297,24 @@ def test_unit_argv_shapes() -> None:
     ]
     assert unit_stop_argv(unit) == ["systemctl", "stop", "--no-block", "--", unit]
     assert unit_kill_argv(unit) == ["systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", "--", unit]
+    assert unit_restart_argv(unit) == ["systemctl", "show", "--property=Restart", "--", unit]
 
 
-@pytest.mark.parametrize("make", [unit_state_argv, unit_stop_argv, unit_kill_argv])
+@pytest.mark.parametrize(
+    ("text", "restart"),
+    [
+        ("Restart=always\n", "always"),
+        ("Id=x.service\nRestart=on-failure\n", "on-failure"),
+        ("Restart=\n", None),
+        ("", None),
+        ("Failed to get properties: Access denied\n", None),
+    ],
+)
+def test_parse_unit_restart(text: str, restart: str | None) -> None:
+    assert parse_unit_restart(text) == restart
+
+
+@pytest.mark.parametrize("make", [unit_state_argv, unit_stop_argv, unit_kill_argv, unit_restart_argv])
 def test_unit_argv_rejects_empty(make: Callable[[str], list[str]]) -> None:
     with pytest.raises(ValueError, match="empty unit"):
         make(" ")
@@ -353,3 +390,50 @@ def test_builtin_names_match_full_and_kernel_cut_comm(name: str) -> None:
 )
 def test_is_protected(comm: str, exe: str | None, names: tuple[str, ...], expected: str | None) -> None:
     assert is_protected(comm, exe, names) == expected
+
+
+@pytest.mark.parametrize(
+    ("comm", "argv0", "exe", "name"),
+    [
+        ("nvidia-persiste", "nvidia-persistenced", "/usr/bin/nvidia-persistenced", "nvidia-persistenced"),
+        ("nvidia-persiste", None, "/usr/bin/nvidia-persistenced (deleted)", "nvidia-persistenced"),
+        ("nv-fabricmanage", "nv-fabricmanager", None, "nv-fabricmanager"),
+        ("nvidia-persiste", "python3", "/usr/bin/python3.11", "nvidia-persiste"),  # cut, origin unknown
+        ("python3", "python3.11", "/usr/bin/python3.11", "python3"),  # not cut: comm is the name
+        ("my-daemon", "my-daemon-with-a-long-name", None, "my-daemon"),  # 9 characters: never cut
+        ("nvidia-persiste", "nvidia-persiste", None, "nvidia-persiste"),
+    ],
+)
+def test_full_name_uncuts_comm_from_argv0_or_exe(comm: str, argv0: str | None, exe: str | None, name: str) -> None:
+    assert full_name(comm, argv0, exe) == name
+
+
+@pytest.mark.parametrize(
+    ("comm", "exe", "name", "names", "expected"),
+    [
+        ("nvidia-persiste", None, "nvidia-persistenced", ("nvidia-persistenced",), "nvidia-persistenced"),
+        ("exporter", None, "dcgm-exporter", BUILTIN_PROTECTED, "dcgm-exporter"),  # comm renamed, argv0 tells
+        ("python3", "/usr/bin/python3.11", "python3", ("python3.1",), None),
+        ("my-inference-su", None, "my-inference-supervisor", ("my-inference-supervisor",), "my-inference-supervisor"),
+        ("train", None, "trainer", ("train-x", "trainer-x"), None),
+    ],
+)
+def test_is_protected_by_full_name(
+    comm: str, exe: str | None, name: str, names: tuple[str, ...], expected: str | None
+) -> None:
+    assert is_protected(comm, exe, names, name) == expected
+
+
+@pytest.mark.parametrize(
+    ("comm", "exe", "name", "expected"),
+    [
+        ("sshd", "/usr/sbin/sshd", "sshd:", True),
+        ("sshd-session", "/usr/lib/openssh/sshd-session", "sshd-session", True),
+        ("sshd-auth", None, None, True),
+        ("x", "/usr/lib/openssh/sshd-session", None, True),
+        ("sshd-keygen", "/usr/libexec/openssh/sshd-keygen", "sshd-keygen", False),
+        ("python3", "/usr/bin/python3", "python3", False),
+    ],
+)
+def test_is_sshd_knows_every_name_of_openssh(comm: str, exe: str | None, name: str | None, expected: bool) -> None:
+    assert is_sshd(comm, exe, name) is expected

@@ -45,7 +45,7 @@ def host(sshd: Sshd, client_key: ClientKey, node: SimNode) -> Host:
         name="gpu-s01", address="127.0.0.1", port=sshd.port, user=getpass.getuser(),
         identity_file=str(client_key.path), known_hosts=str(sshd.known_hosts), gpus=8,
         services=("sglang.service",), devices=(node.devices_glob,), nvidia_smi=node.nvidia_smi_path,
-        drain_timeout=5, kill_grace=2, settle_timeout=15, connect_timeout=5,
+        drain_timeout=5, kill_grace=2, settle_timeout=15, connect_timeout=5, lock_file=node.lock_file,
     )
 
 

@@ -26,6 +26,8 @@ def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0\n"
+# The host's reset lock, taken at once.
+LOCK = (("flock",), Reply("locked\n"))
 
 
 def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_kill: str = "") -> list:
@@ -43,7 +45,16 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_ki
         (("nvidia-smi", "--query-gpu=index,memory.used"), Reply(f"0, {settle_mib}\n", delay_s=smi_delay)),
         (("nvidia-smi", "--query-gpu="), Reply(GPU.format(mib=settle_mib), delay_s=smi_delay)),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
+        LOCK,
+        (("awk",), lineage),
+        (("grep",), Reply("")),  # cgroups: no process in a unit
     ]
+
+
+def lineage(argv: Sequence[str]) -> Reply:
+    """The lineage walk: the probe (pid 900) and every holder asked about are children of init."""
+    holders = "".join(f"{pid}\t1\tpython3\n" for pid in argv[3:])
+    return Reply(f"self\t900\n900\t1\tawk\n{holders}1\t0\tsystemd\n")
 
 
 def make_host(name: str = "gpu-01", **kw: object) -> Host:
@@ -115,21 +126,21 @@ async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> N
 async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) -> None:
     t = ScriptedTransport(node_script(holders_after_kill="root\t/proc/101/fd/3\t/dev/nvidia0\n"))
     script = t.script
-    script.insert(2, (("ps", "-ww", "-o", "pid=,ppid=,user:32=,comm=", "-p", "101"),
+    script.insert(2, (("ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "101"),
                       Reply("  101     1 root     python3\n")))
     script.insert(3, (("find", "/proc/101/exe"), Reply("/proc/101\t/usr/bin/python3.11\n")))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     kill = next(s for s in host.steps if s.name is StepName.KILL)
     assert kill.status is StepStatus.FAILED
-    assert "pid 101 python3" in (kill.error or "")
+    assert kill.error == "respawned: pid 101 python3 (no systemd unit); stop what restarts it"
     assert next(s for s in host.steps if s.name is StepName.SETTLE).status is StepStatus.SKIPPED
     assert host.status is HostStatus.FAILED
 
 
 async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) -> None:
     """Ctrl-C: in-flight hosts fail as interrupted, connections are closed, the report is whole."""
-    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30))])
+    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
 
     async def interrupt() -> None:
@@ -145,6 +156,7 @@ async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) 
     assert result.status is HostStatus.FAILED
     assert result.error == "interrupted during drain"
     assert slow.closed
+    assert slow.holding == 0, "the reset lock was not released"
 
 
 async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
@@ -154,12 +166,13 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
         return Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")
 
     class Counting(ScriptedTransport):
-        async def run(self, argv: Sequence[str], *, timeout: float):  # type: ignore[no-untyped-def]
+        async def run(self, argv: Sequence[str], *, timeout: float,  # type: ignore[no-untyped-def]
+                      privileged: bool = False):
             nonlocal in_flight, peak
             if argv[:2] == ("systemctl", "stop") or list(argv[:2]) == ["systemctl", "stop"]:
                 in_flight += 1
                 peak = max(peak, in_flight)
-            result = await super().run(argv, timeout=timeout)
+            result = await super().run(argv, timeout=timeout, privileged=privileged)
             await anyio.sleep(0.01)
             return result
 
@@ -282,7 +295,7 @@ async def test_a_clean_canary_lets_the_rest_run(tmp_path: Path) -> None:
 
 
 async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> None:
-    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30))])
+    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
     with anyio.fail_after(10):
         report, state = await run([host, make_host("gpu-02")], {"gpu-01": slow}, tmp_path,

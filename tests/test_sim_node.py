@@ -125,6 +125,37 @@ def test_worker_comm_is_cut_to_15_characters(make_node: MakeNode) -> None:
     assert pid not in node.compute_pids()
 
 
+def test_a_worker_looks_like_a_program_of_its_name(make_node: MakeNode) -> None:
+    """argv[0] is ROOT/libexec/NAME (so ps shows the full name), /proc/PID/exe the interpreter."""
+    node = make_node(NodeSpec("argv0"))
+    pid = registered_pid(node, "nvidia-persistenced")
+    assert sh(node, f"ps -ww -o args= -p {pid}").stdout.split()[0] == str(node.root / "libexec" / "nvidia-persistenced")
+    assert Path(os.readlink(f"/proc/{pid}/exe")).name.startswith("python")
+    assert "FLEET_SIM_UNIT=" not in Path(f"/proc/{pid}/environ").read_text()
+    assert f"FLEET_SIM_NODE={node.root}" in Path(f"/proc/{pid}/environ").read_text().split("\0")
+
+
+def test_a_units_worker_carries_the_units_name_and_systemctl_shows_restart(make_node: MakeNode) -> None:
+    """The simulator's stand-in for cgroups: FLEET_SIM_UNIT in the unit's worker; Restart= as systemd shows it."""
+    node = make_node(NodeSpec("unit-env", units=(UnitSpec("trainer", gpus=(1,), mib=10, restart="always"),)))
+    pid = node.unit_main_pid("trainer.service")
+    assert "FLEET_SIM_UNIT=trainer.service" in Path(f"/proc/{pid}/environ").read_text().split("\0")
+    assert sh(node, "systemctl show --property=Restart -- trainer.service").stdout == "Restart=always\n"
+
+
+def test_a_worker_can_start_a_child_and_run_as_another_user(make_node: MakeNode) -> None:
+    node = make_node(NodeSpec("family", protected_daemon=False))
+    user = "nobody" if os.geteuid() == 0 else None
+    helper = WorkerSpec((2,), 0, name="helper", compute=False)
+    pid = node.spawn_worker(WorkerSpec((1,), 10, name="daemon", child=helper, user=user))
+    [child] = node.children_of(pid)
+    assert Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid)
+    assert Path(f"/proc/{child}/comm").read_text() == "helper\n"
+    assert child not in node.compute_pids() and pid in node.compute_pids()
+    if user is not None:
+        assert sh(node, f"ps -o user= -p {pid},{child}").stdout.split() == ["nobody", "root"]
+
+
 def test_sigkilled_worker_memory_lingers_then_drops(make_node: MakeNode) -> None:
     """Like a driver tearing down a context: used memory outlives the process by ~linger_s."""
     node = make_node(NodeSpec("linger", linger_s=0.5, protected_daemon=False))

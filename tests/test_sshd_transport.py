@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
+import anyio
 import pytest
 from conftest import ClientKey, make_client_key
 from sshd import Sshd
-from test_transport import SUDO_WANTS_PASSWORD, fake_bin, gone_within
+from test_transport import SUDO_WANTS_PASSWORD, fake_bin, gone_within, line_within
 
 from fleet.errors import AuthError, CommandTimeout, HostKeyError
 from fleet.models import Host
@@ -72,6 +73,18 @@ async def test_timeout_ends_the_remote_process(ssh: SshTransport) -> None:
     assert await gone_within(pid, 2), f"sleep {pid} outlived its command"
 
 
+async def test_cancelled_run_ends_the_remote_process_through_openssh(ssh: SshTransport, tmp_path: Path) -> None:
+    """OpenSSH does not end a command when its channel closes: fleet finds it by its marker and kills it."""
+    pidfile = tmp_path / "pid"
+    with anyio.move_on_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: ssh.run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], timeout=30))
+            pid = int(await line_within(pidfile, 5))
+            tg.cancel_scope.cancel()
+    assert await gone_within(pid, 3), f"sleep {pid} outlived the interrupted run"
+    assert (await ssh.run(["true"], timeout=5)).ok
+
+
 async def test_authorized_keys_environment_sets_path(
     sshd: Sshd, host: Host, client_key: ClientKey, tmp_path: Path
 ) -> None:
@@ -80,8 +93,8 @@ async def test_authorized_keys_environment_sets_path(
     other = make_client_key(tmp_path / "become_key")
     sshd.authorize(other.public_line, {"PATH": fake_bin(tmp_path / "bin", {"sudo": SUDO_WANTS_PASSWORD})})
     async with await open_ssh(replace(host, identity_file=str(other.path), become=True)) as ssh:
-        with pytest.raises(AuthError, match="sudo -n needs a password on sshd"):
-            await ssh.run(["true"], timeout=5)
+        with pytest.raises(AuthError, match="sudo -n on sshd needs a password for true: allow it in sudoers"):
+            await ssh.run(["true"], timeout=5, privileged=True)
 
 
 async def test_wrong_host_key_and_wrong_client_key(host: Host, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -211,12 +212,18 @@ async def test_dropped_connection_mid_command_is_connection_lost(ssh: SshTranspo
 
 
 async def test_sudo_wanting_a_password_is_auth_error(make_node: MakeNode, tmp_path: Path) -> None:
+    """Under become only a privileged command goes through sudo; a sudo that asks is one AuthError line."""
     path = fake_bin(tmp_path / "bin", {"sudo": SUDO_WANTS_PASSWORD})
     node = await make_node({**os.environ, "PATH": path}, become=True)
     async with await open_ssh(node.host) as ssh:
-        with pytest.raises(AuthError, match=f"sudo -n needs a password on {node.host.name}"):
-            await ssh.run(["true"], timeout=5)
-    assert node.server.commands[0].startswith("sudo -n timeout ")
+        assert (await ssh.run(["true"], timeout=5)).ok
+        with pytest.raises(AuthError) as caught:
+            await ssh.run(["kill", "-s", "TERM", "--", "1"], timeout=5, privileged=True)
+    assert str(caught.value) == (
+        f"sudo -n on {node.host.name} needs a password for kill: allow it in sudoers (NOPASSWD) or run as root"
+    )
+    assert re.match(r"env FLEET_CMD=[0-9a-f]{16} timeout ", node.server.commands[0])
+    assert re.match(r"sudo -n env FLEET_CMD=[0-9a-f]{16} timeout ", node.server.commands[1])
 
 
 async def test_refused_port_is_connect_error(node: Node) -> None:
@@ -332,8 +339,8 @@ async def test_local_cancel_kills_the_group(tmp_path: Path) -> None:
 
 async def test_local_sudo_wanting_a_password_is_auth_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", fake_bin(tmp_path / "bin", {"sudo": SUDO_WANTS_PASSWORD}))
-    with pytest.raises(AuthError, match="sudo -n needs a password on self"):
-        await LocalTransport(replace(LOCAL, become=True)).run(["true"], timeout=5)
+    with pytest.raises(AuthError, match="sudo -n on self needs a password for true: allow it in sudoers"):
+        await LocalTransport(replace(LOCAL, become=True)).run(["true"], timeout=5, privileged=True)
 
 
 # --- SimFleet: many nodes, each on its own address with its own host key -------------------

@@ -20,6 +20,8 @@ from fleet.probes._parse import ProbeParseError, lines, parse_int
 
 # /proc/PID/comm holds at most this many characters (TASK_COMM_LEN - 1).
 COMM_LEN = 15
+# What OpenSSH's daemon is called: since 9.8 it runs sessions as sshd-session (and sshd-auth).
+SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
 SIGNALS = frozenset({"TERM", "KILL"})
 
 _FD_PATH = re.compile(r"/proc/(\d+)/fd/\d+")
@@ -38,10 +40,20 @@ class Holder:
 
 @dataclass(frozen=True)
 class PsRow:
+    """`ps` on one process: its parent, its user and its command line (argv joined by spaces)."""
+
     pid: int
     ppid: int
     user: str
-    comm: str
+    args: str = ""
+
+    @property
+    def argv0(self) -> str | None:
+        """The basename of the command line's first word (a name the process chose, never cut)."""
+        words = self.args.split(None, 1)
+        if not words:
+            return None
+        return posixpath.basename(words[0]) or None
 
 
 @dataclass(frozen=True)
@@ -108,18 +120,24 @@ def _holder_line(lineno: int, line: str) -> tuple[int, str, str]:
 
 
 def ps_argv(pids: Sequence[int]) -> list[str]:
-    return ["ps", "-ww", "-o", "pid=,ppid=,user:32=,comm=", "-p", _pid_list(pids)]
+    """pid, ppid, user and the full command line (last: it may hold spaces; -ww: never cut).
+
+    comm is not asked of ps: beside args, two columns with spaces could not be
+    told apart. The lineage probe reads it from /proc/PID/stat instead.
+    """
+    return ["ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", _pid_list(pids)]
 
 
 def parse_ps(text: str) -> dict[int, PsRow]:
-    """`pid ppid user comm` per line; comm is the rest of the line, spaces and all."""
+    """`pid ppid user args` per line; args is the rest of the line, spaces and all (may be empty)."""
     rows = {}
     for lineno, line in lines(text):
         parts = line.split(None, 3)
-        if len(parts) != 4:
-            raise ProbeParseError(lineno, line, "expected pid, ppid, user and comm")
+        if len(parts) < 3:
+            raise ProbeParseError(lineno, line, "expected pid, ppid, user and args")
         pid = parse_int(parts[0], lineno, line, "pid")
-        rows[pid] = PsRow(pid, parse_int(parts[1], lineno, line, "ppid"), parts[2], parts[3])
+        args = parts[3] if len(parts) == 4 else ""
+        rows[pid] = PsRow(pid, parse_int(parts[1], lineno, line, "ppid"), parts[2], args)
     return rows
 
 
@@ -191,6 +209,20 @@ def unit_kill_argv(unit: str) -> list[str]:
     return ["systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", "--", _unit(unit)]
 
 
+def unit_restart_argv(unit: str) -> list[str]:
+    """`systemctl show --property=Restart`: whether systemd brings the unit's process back."""
+    return ["systemctl", "show", "--property=Restart", "--", _unit(unit)]
+
+
+def parse_unit_restart(text: str) -> str | None:
+    """The Restart= value (`no`, `always`, `on-failure`, ...); None when not shown or empty."""
+    for _, line in lines(text):
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "Restart" and value.strip():
+            return value.strip()
+    return None
+
+
 def parse_unit_state(text: str) -> UnitState:
     """`Key=value` lines in any order; MainPID=0 means no main process."""
     props: dict[str, str] = {}
@@ -212,14 +244,38 @@ def parse_unit_state(text: str) -> UnitState:
 # --- protection policy -------------------------------------------------------
 
 
-def is_protected(comm: str, exe: str | None, protected_names: Sequence[str]) -> str | None:
+def _exe_base(exe: str | None) -> str | None:
+    if not exe:
+        return None
+    return posixpath.basename(exe.removesuffix(_DELETED)) or None
+
+
+def full_name(comm: str, argv0: str | None, exe: str | None) -> str:
+    """The process's name, uncut: comm, unless the kernel cut it to 15 characters and argv[0]'s
+    or the executable's basename is the longer name it was cut from."""
+    if len(comm) == COMM_LEN:
+        for candidate in (argv0, _exe_base(exe)):
+            if candidate and len(candidate) > COMM_LEN and candidate.startswith(comm):
+                return candidate
+    return comm
+
+
+def is_protected(
+    comm: str, exe: str | None, protected_names: Sequence[str], name: str | None = None
+) -> str | None:
     """The protected name this process matches, or None.
 
-    A name matches the full comm, the comm the kernel cut to 15 characters, or
-    the basename of the executable; a shorter prefix never matches.
+    A name matches exactly the process's full `name` (argv[0]'s basename, or
+    `full_name`), the basename of its executable or its comm, or a comm the
+    kernel cut to 15 characters from it; a shorter prefix never matches.
     """
-    base = posixpath.basename(exe.removesuffix(_DELETED)) if exe else None
-    for name in protected_names:
-        if comm in (name, name[:COMM_LEN]) or base == name:
-            return name
+    base = _exe_base(exe)
+    for protected in protected_names:
+        if comm in (protected, protected[:COMM_LEN]) or protected in (base, name):
+            return protected
     return None
+
+
+def is_sshd(comm: str, exe: str | None, name: str | None = None) -> bool:
+    """Whether the process is OpenSSH's daemon, by any of its names (sshd, sshd-session, sshd-auth)."""
+    return bool({comm, _exe_base(exe), name} & SSHD_NAMES)

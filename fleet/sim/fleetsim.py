@@ -142,6 +142,7 @@ class SimFleet:
             "known_hosts": str(self.known_hosts_path),
             "devices": [node.devices_glob],
             "nvidia_smi": node.nvidia_smi_path,
+            "lock_file": node.lock_file,
             "gpus": spec.gpus,
             "services": [unit.name for unit in spec.units],
         }

@@ -8,8 +8,9 @@
 Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for
 the device nodes), bin/nvidia-smi and bin/systemctl (wrappers around
 `fleet.sim.nvidia_smi` and `fleet.sim.systemctl`), config.json (the spec),
-state/ (see `fleet.sim.state`) and log/. Everything else a command on the
-node uses (find over /proc, ps, kill, timeout) is the real tool.
+state/ (see `fleet.sim.state`), log/ and run/ (fleet's reset lock: `lock_file`,
+as /run/lock is not writable for every user). Everything else a command on the
+node uses (find over /proc, ps, kill, timeout, flock) is the real tool.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from fleet.sim import nvidia_smi, state, systemctl
+from fleet.sim import nvidia_smi, state, systemctl, worker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
 PERSISTENCED = "nvidia-persistenced"
+# Set for every command on the node: fleet reads units from the simulator's stand-in for cgroups
+# (FLEET_SIM_UNIT, see fleet.sim.unitd) only where it sees this (fleet.probes.lineage.SIM_NODE_VAR).
+SIM_NODE_VAR = "FLEET_SIM_NODE"
 
 
 class SimError(RuntimeError):
@@ -54,13 +58,20 @@ class UnitSpec:
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """A stray process holding GPUs, outside any unit."""
+    """A stray process holding GPUs, outside any unit.
+
+    `user`: it runs as that user once it holds its devices (the node must be
+    started as root). `child`: it starts that worker (name, gpus, mib,
+    compute) as its own child first, as a daemon starts a helper.
+    """
 
     gpus: tuple[int, ...]
     mib: int
     name: str = "python3"
     ignore_sigterm: bool = False
     compute: bool = True
+    user: str | None = None
+    child: WorkerSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -93,10 +104,14 @@ def _wrapper(module: str, root: Path) -> str:
 
 
 def _worker_argv(root: Path, w: WorkerSpec) -> list[str]:
-    argv = [sys.executable, "-m", "fleet.sim.worker", "--node", str(root), "--gpus", ",".join(map(str, w.gpus))]
-    argv += ["--mib", str(w.mib), "--name", w.name]
-    argv += ["--ignore-term"] if w.ignore_sigterm else []
-    return argv + ([] if w.compute else ["--no-compute"])
+    options = ["--ignore-term"] if w.ignore_sigterm else []
+    options += [] if w.compute else ["--no-compute"]
+    options += ["--user", w.user] if w.user else []
+    if w.child is not None:
+        c = w.child
+        options += ["--child-name", c.name, "--child-gpus", ",".join(map(str, c.gpus)), "--child-mib", str(c.mib)]
+        options += [] if c.compute else ["--child-no-compute"]
+    return worker.command(root, w.name, w.gpus, w.mib, *options)
 
 
 class SimNode:
@@ -132,16 +147,22 @@ class SimNode:
     def nvidia_smi_path(self) -> str:
         return str(self.bin_dir / "nvidia-smi")
 
+    @property
+    def lock_file(self) -> str:
+        """The path fleet's `lock_file` setting should use for this node."""
+        return str(self.root / "run" / "fleet-reset.lock")
+
     def env(self) -> dict[str, str]:
-        """The environment commands on this node run with: bin/ first on PATH."""
+        """The environment commands on this node run with: bin/ first on PATH, FLEET_SIM_NODE set."""
         env = dict(os.environ)
+        env[SIM_NODE_VAR] = str(self.root)
         env["PATH"] = os.pathsep.join([str(self.bin_dir), env.get("PATH", os.defpath)])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         return env
 
     def setup(self) -> None:
         """Create the directories, device files, wrappers and config.json (idempotent)."""
-        for sub in ("bin", "dev", "log", "state/procs", "state/units"):
+        for sub in ("bin", "dev", "log", "run", "state/procs", "state/units"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         devices = [f"nvidia{i}" for i in range(self.spec.gpus)] + ["nvidiactl", "nvidia-uvm"]
         for device in devices:
@@ -169,10 +190,15 @@ class SimNode:
         self._await_registered(pids)
 
     def spawn_worker(self, w: WorkerSpec) -> int:
-        """Start a stray worker and wait until it holds its device files; its pid."""
+        """Start a stray worker and wait until it (and its child, if any) holds its device files; its pid."""
         pid = self._spawn(w)
         self._await_registered([pid])
         return pid
+
+    def children_of(self, pid: int) -> list[int]:
+        """The pids of the workers `pid` started itself (WorkerSpec.child)."""
+        reg = state.read_json(state.procs_dir(self.root) / f"{pid}.json")
+        return list(reg.get("children", [])) if reg else []
 
     def start_unit(self, name: str) -> None:
         """`systemctl start NAME`, then wait until its worker is registered."""
@@ -208,6 +234,9 @@ class SimNode:
 
         if not state.wait_for(lambda: not missing(), START_TIMEOUT_S):
             raise SimError(f"{self.spec.name}: not registered after {START_TIMEOUT_S}s: pids {missing()}")
+        children = [child for pid in pids for child in self.children_of(pid)]
+        if children:
+            self._await_registered(children)
 
     # ------------------------------------------------------------ runtime knobs and probes
 

@@ -2,10 +2,13 @@
 
 Each exec request runs `/bin/sh -c COMMAND` in the node's root with the
 node's environment, in a session of its own, stdout and stderr sent back
-apart, and the exit status (or signal) reported. When the client closes the
-channel or the connection drops before the command ends, every process of
-that session is SIGKILLed and reaped: nothing started over SSH outlives its
-SSH session. Only the one authorized client key is accepted.
+apart, and the exit status (or signal) reported. What the client sends on
+the channel goes to the command's stdin, and the client's EOF closes it, as
+sshd does: a command that reads stdin until EOF ends when the client says so.
+When the client closes the channel or the connection drops before the command
+ends, every process of that session is SIGKILLed and reaped: nothing started
+over SSH outlives its SSH session. Only the one authorized client key is
+accepted.
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ class SimServer:
             env=self.env,
             cwd=self.root,
             start_new_session=True,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -196,6 +199,8 @@ class _ExecSession(asyncssh.SSHServerSession[bytes]):
         self._command = ""
         self._proc: asyncio.subprocess.Process | None = None
         self._open = True
+        self._stdin: list[bytes] = []  # received before the command started
+        self._eof = False
 
     def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
         self._chan = chan
@@ -207,8 +212,25 @@ class _ExecSession(asyncssh.SSHServerSession[bytes]):
     def session_started(self) -> None:
         self._sim.run_task(self._run())
 
+    def data_received(self, data: bytes, datatype: int | None) -> None:
+        self._stdin.append(data)
+        self._feed()
+
     def eof_received(self) -> bool:
+        self._eof = True
+        self._feed()
         return True  # stdin ended; the command's output may still come
+
+    def _feed(self) -> None:
+        """Pass what the client sent to the command's stdin; close it after the client's EOF."""
+        stdin = self._proc.stdin if self._proc is not None else None
+        if stdin is None or stdin.is_closing():
+            return
+        for chunk in self._stdin:
+            stdin.write(chunk)
+        self._stdin.clear()
+        if self._eof:
+            stdin.close()
 
     def signal_received(self, signal_name: str) -> None:
         with suppress(KeyError):
@@ -231,6 +253,7 @@ class _ExecSession(asyncssh.SSHServerSession[bytes]):
             return
         if not self._open:
             self._signal(signal.SIGKILL)
+        self._feed()
         await self._finish(self._proc)
 
     async def _finish(self, proc: asyncio.subprocess.Process) -> None:
@@ -238,6 +261,8 @@ class _ExecSession(asyncssh.SSHServerSession[bytes]):
             await asyncio.gather(self._forward(proc.stdout, None), self._forward(proc.stderr, _STDERR))
             code = await proc.wait()
         finally:
+            if proc.stdin is not None:
+                proc.stdin.close()
             self._sim.reaped(proc)
         self._exit(code)
 

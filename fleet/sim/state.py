@@ -4,6 +4,7 @@ Everything here is stdlib only: the fake `nvidia-smi`, `systemctl`, unit
 supervisor and worker all import it, and they are started often.
 
     ROOT/config.json            the NodeSpec, as JSON
+    ROOT/libexec/NAME           a link to Python named after a process, its launcher
     ROOT/state/pids.log         every pid ever started on the node, one per line
     ROOT/state/procs/PID.json   a worker's registration (see `Registration`)
     ROOT/state/units/NAME.json  a unit's state, written by its supervisor only
@@ -20,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,6 +70,7 @@ class Registration(TypedDict):
     mib: int
     compute: bool
     unit: NotRequired[str]
+    children: NotRequired[list[int]]
     died_at: NotRequired[float]
 
 
@@ -158,6 +161,20 @@ def locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def launcher(root: Path, name: str) -> str:
+    """ROOT/libexec/NAME, a symlink to this Python (made once): exec'd under that name, a
+    process looks like a program called NAME, as a real daemon does (argv[0] is the path,
+    the kernel's comm its basename cut to 15 characters, /proc/PID/exe the interpreter)."""
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"bad process name {name!r}")
+    path = root / "libexec" / name
+    if not path.is_symlink():
+        path.parent.mkdir(exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.symlink_to(os.path.realpath(sys.executable))
+    return str(path)
 
 
 def append_pid(root: Path, pid: int) -> None:

@@ -3,7 +3,9 @@
     python -m fleet.sim.unitd --node ROOT --unit NAME
 
 `systemctl start` launches one per unit in a new session. It opens no device
-file itself; its worker runs as its child, and it alone writes
+file itself; its worker runs as its child, with `FLEET_SIM_UNIT=NAME` in its
+environment (the simulator's stand-in for the unit's cgroup, which fleet reads
+on simulated nodes only), and it alone writes
 ROOT/state/units/NAME.service.json (see `state.UnitStatus`):
 
 * running: active/running with MainPID;
@@ -33,7 +35,11 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from fleet.sim import state
+from fleet.sim import state, worker
+
+# Read by fleet's unit probe on simulated nodes (fleet.probes.lineage.SIM_UNIT_VAR; not imported:
+# the node's programs stay stdlib only).
+SIM_UNIT_VAR = "FLEET_SIM_UNIT"
 
 CLEAN_SIGNALS = frozenset({signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE})
 
@@ -89,17 +95,19 @@ class Supervisor:
 
     def worker_argv(self) -> list[str]:
         unit = self.unit
-        argv = [sys.executable, "-m", "fleet.sim.worker", "--node", str(self.root)]
-        argv += ["--gpus", ",".join(str(g) for g in unit["gpus"]), "--mib", str(unit["mib"])]
-        argv += ["--name", unit["process_name"], "--unit", self.name]
-        return argv + (["--ignore-term"] if unit["ignore_sigterm"] else [])
+        options = ["--unit", self.name] + (["--ignore-term"] if unit["ignore_sigterm"] else [])
+        return worker.command(self.root, unit["process_name"], unit["gpus"], unit["mib"], *options)
+
+    def worker_env(self) -> dict[str, str]:
+        """The unit's environment: the simulator's stand-in for the cgroup systemd would put it in."""
+        return {**os.environ, SIM_UNIT_VAR: self.name}
 
     # ------------------------------------------------------------ lifecycle
 
     def spawn(self) -> subprocess.Popen[bytes]:
         """Start the worker and publish active/running, under the unit lock."""
         with state.locked(state.unit_lock(self.root, self.name)):
-            child = subprocess.Popen(self.worker_argv(), stdin=subprocess.DEVNULL, cwd=self.root)
+            child = subprocess.Popen(self.worker_argv(), stdin=subprocess.DEVNULL, cwd=self.root, env=self.worker_env())
             state.append_pid(self.root, child.pid)
             self.status.update(
                 {"MainPID": child.pid, "main_starttime": state.starttime(child.pid), "pids": [child.pid]}

@@ -1,0 +1,178 @@
+"""One reset per host at a time: a lock on the node, held for the host's whole reset.
+
+    async with host_lock(remote, run_id):
+        ...  # drain, kill, settle, verify
+
+The lock is `flock` on `host.lock_file` (default /run/lock/fleet-reset.lock),
+held by a remote command that started with its stdin open (`Transport.hold`):
+
+    timeout -k 1 T flock -w WAIT -E 75 LOCK sh -c '...; echo locked; exec cat >/dev/null' fleet-lock RUN_ID OWNER
+
+Once it has the lock it writes the run id to the owner file next to the lock
+file, prints `locked` and waits for EOF on its stdin. Releasing closes stdin.
+If fleet dies, its SSH session ends, sshd closes the command's pipes, `cat`
+sees EOF and the lock goes with it; coreutils' `timeout` (T: twice the longest
+reset the host's variables allow) is the last bound. A second run reaching a
+locked host waits up to LOCK_WAIT_S, then fails that host with `locked by run
+<id>` (`LockBusy`): two runs never interleave kills on one node.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+
+from fleet.errors import CommandTimeout, FleetError, TransportError
+from fleet.models import Host
+from fleet.remote import Remote
+from fleet.steps import ESCALATION_WINDOW_S, SIGKILL_WAIT_S
+from fleet.transport import RELEASE_TIMEOUT_S, Held
+
+# Seconds a run waits for another run's lock on a host before it fails that host.
+LOCK_WAIT_S = 10.0
+# flock's exit status when the lock was not obtained within the wait.
+BUSY_EXIT = 75
+# What the lock command prints once it holds the lock.
+LOCKED_LINE = "locked"
+# Remote commands a reset runs at most, counted generously (drain 2, kill 8, settle 1, verify 4, spare 1).
+RESET_COMMANDS = 16
+# Seconds added to the lock command's bound for connect, logging and scheduling.
+HOLD_MARGIN_S = 60.0
+_RUN_ID = re.compile(r"[A-Za-z0-9T:-]+")
+_SCRIPT = 'printf "%s\\n" "$1" > "$2"; echo locked; exec cat >/dev/null'
+
+
+class LockError(FleetError):
+    """The host's reset lock could not be taken; nothing was changed on the host."""
+
+
+class LockBusy(LockError):
+    """Another run holds the host's reset lock; `owner` is its run id when the node says it."""
+
+    def __init__(self, owner: str | None) -> None:
+        self.owner = owner
+        super().__init__(f"locked by run {owner}" if owner else "locked by another run (owner unknown)")
+
+
+def run_id(value: str) -> str:
+    """A run id safe to write into the owner file: [A-Za-z0-9T:-]+ (ValueError otherwise)."""
+    if not _RUN_ID.fullmatch(value):
+        raise ValueError(f"invalid run id {value!r}: use letters, digits, ':' and '-'")
+    return value
+
+
+def owner_file(lock_file: str) -> str:
+    """Where the holder's run id is written: next to the lock file."""
+    return f"{lock_file}.owner"
+
+
+def lock_argv(lock_file: str, run: str, wait_s: float) -> list[str]:
+    """The lock command (see the module docstring); quoted once by the transport like any argv."""
+    wait = f"{max(wait_s, 0.0):g}"
+    return ["flock", "-w", wait, "-E", str(BUSY_EXIT), lock_file, "sh", "-c", _SCRIPT, "fleet-lock",
+            run_id(run), owner_file(lock_file)]
+
+
+def owner_argv(lock_file: str) -> list[str]:
+    return ["cat", "--", owner_file(lock_file)]
+
+
+def parse_owner(text: str) -> str | None:
+    """The run id in an owner file's text; None when it holds none (empty, garbled)."""
+    first = text.strip().split("\n", 1)[0].strip()
+    return first if _RUN_ID.fullmatch(first) else None
+
+
+def hold_bound_s(host: Host, wait_s: float) -> float:
+    """The lock command's own bound on the node: the wait plus twice the longest reset, and a margin."""
+    windows = host.drain_timeout + ESCALATION_WINDOW_S + host.kill_grace + SIGKILL_WAIT_S + host.settle_timeout
+    return wait_s + 2 * (windows + RESET_COMMANDS * host.command_timeout) + HOLD_MARGIN_S
+
+
+@asynccontextmanager
+async def host_lock(remote: Remote, run: str, wait_s: float | None = None) -> AsyncIterator[Held]:
+    """Hold the host's reset lock for the block; LockBusy or LockError when it cannot be taken.
+
+    The lock is released when the block ends, whatever way (shielded, bounded).
+    """
+    wait = LOCK_WAIT_S if wait_s is None else wait_s
+    started = time.monotonic()
+    try:
+        held = await _acquire(remote, run, wait)
+    except LockBusy:
+        raise
+    except LockError as exc:
+        remote.log.warning("lock_failed", lock_file=remote.host.lock_file, error=str(exc))
+        raise
+    remote.log.info("lock_acquired", lock_file=remote.host.lock_file, waited_s=_since(started))
+    taken = time.monotonic()
+    try:
+        yield held
+    finally:
+        await _release(remote, held, taken)
+
+
+async def _acquire(remote: Remote, run: str, wait_s: float) -> Held:
+    """Start the lock command and wait for its answer (bounded by the wait plus command_timeout)."""
+    host = remote.host
+    argv = lock_argv(host.lock_file, run, wait_s)
+    bound = wait_s + host.command_timeout
+    held: Held | None = None
+    try:
+        with anyio.move_on_after(bound):
+            held = await remote.hold(argv, timeout=hold_bound_s(host, wait_s))
+        if held is None:
+            raise LockError(f"reset lock {host.lock_file}: no answer within {bound:g} s")
+        if held.running and held.first_line == LOCKED_LINE:
+            return held
+        await held.release()
+        raise await _refusal(remote, held)
+    except TransportError as exc:
+        raise LockError(f"cannot take the reset lock: {exc}") from exc
+
+
+async def _refusal(remote: Remote, held: Held) -> LockError:
+    """Why the lock command did not hold: another run (LockBusy), or the lock could not be used."""
+    result = held.result
+    if result is not None and result.exit_status == BUSY_EXIT:
+        owner = await _owner(remote)
+        remote.log.warning("lock_busy", lock_file=remote.host.lock_file, owner=owner)
+        return LockBusy(owner)
+    if result is None:
+        return LockError(f"reset lock {remote.host.lock_file}: unexpected answer {held.first_line[:80]!r}")
+    reason = _first_line(result.stderr) or f"exit status {result.exit_status}"
+    return LockError(f"cannot take the reset lock {remote.host.lock_file}: {reason}")
+
+
+async def _owner(remote: Remote) -> str | None:
+    """The run id of the lock's holder, as its owner file says; None when it cannot be read."""
+    try:
+        result = await remote.run(owner_argv(remote.host.lock_file))
+    except CommandTimeout:
+        return None
+    return parse_owner(result.stdout) if result.ok else None
+
+
+async def _release(remote: Remote, held: Held, taken: float) -> None:
+    """Release the lock (EOF for its holder), shielded and bounded; log how it ended."""
+    result = None
+    with anyio.move_on_after(RELEASE_TIMEOUT_S + 1.0, shield=True):
+        try:
+            result = await held.release()
+        except TransportError as exc:  # the session is gone: so is the holder's stdin
+            remote.log.warning("lock_release_error", error=str(exc))
+    status = result.exit_status if result is not None else None
+    level = remote.log.info if status == 0 else remote.log.warning
+    level("lock_released", lock_file=remote.host.lock_file, held_s=_since(taken), exit_status=status)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().split("\n", 1)[0].strip()[:200]
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 3)

@@ -1,0 +1,135 @@
+"""Who may be killed, and which units may be stopped: pure rules, no I/O.
+
+A holder is left alive, with the reason the report gives, when it is PID 1,
+part of fleet's own session, an sshd, has a protected name, descends from a
+process with a protected name, or belongs to a user outside `kill_users`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fleet import probes
+from fleet.models import Host
+
+# How far up its parent chain a holder inherits protection from a protected daemon.
+ANCESTRY_DEPTH = 8
+# Ancestors of every service and session: inheriting from them would protect everything.
+NOT_INHERITED = frozenset({"systemd", "init"}) | probes.SSHD_NAMES
+# Unit names (without suffix) of OpenSSH's daemon: never stopped, whatever respawns.
+SSHD_UNITS = frozenset({"ssh", "sshd"})
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process holding a GPU device file, with what we know of it.
+
+    `name` is its full name (comm, or the longer name the kernel cut comm
+    from); `protected_by` says why it must be left alive (None: it may be
+    killed); `unit` is the system service it runs in, when it runs in one.
+    """
+
+    pid: int
+    user: str
+    name: str
+    exe: str | None
+    devices: tuple[str, ...]
+    protected_by: str | None = None
+    unit: str | None = None
+    comm: str | None = None  # /proc/PID/comm when it differs from `name` (cut to 15 characters)
+
+    def label(self) -> str:
+        return f"pid {self.pid} {self.name}"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a host protects: process names (built-in and `protected`) and `kill_users`."""
+
+    protected_names: tuple[str, ...]
+    kill_users: tuple[str, ...] = ()  # empty: any user's process may be killed
+
+    @classmethod
+    def of(cls, host: Host) -> Rules:
+        return cls(host.protected_names, host.kill_users)
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """What the probes told about the holders: ps rows, exe links, their lineage, their units."""
+
+    ps: Mapping[int, probes.PsRow]
+    exe: Mapping[int, str]
+    lineage: probes.Lineage = field(default_factory=lambda: probes.Lineage({}))
+    units: Mapping[int, str] = field(default_factory=dict)
+
+
+def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | None:
+    """Why `holder` must be left alive (the first rule that applies), or None.
+
+    Never killed: PID 1; fleet's own session (the probe command's ancestors:
+    a job that runs `fleet reset` on its own node); any sshd; a protected
+    name; a child (grandchild, ...) of a process with a protected name; a
+    process of a user not in `kill_users`, when that is set.
+    """
+    comm = holder.comm or holder.name
+    if holder.pid == 1:
+        return "pid 1"
+    if holder.pid in facts.lineage.own:
+        return "fleet's own session"
+    if probes.is_sshd(comm, holder.exe, holder.name):
+        return "sshd"
+    name = probes.is_protected(comm, holder.exe, rules.protected_names, holder.name)
+    if name is not None:
+        return f"protected name {name}"
+    parent = protected_ancestor(holder.pid, facts, rules.protected_names)
+    if parent is not None:
+        return f"child of {parent[0]} (pid {parent[1]})"
+    if rules.kill_users and holder.user not in rules.kill_users:
+        return f"user {holder.user} not in kill_users"
+    return None
+
+
+def protected_ancestor(pid: int, facts: ProcessFacts, names: Sequence[str]) -> tuple[str, int] | None:
+    """The nearest ancestor (at most ANCESTRY_DEPTH up) with a protected name: (name, pid).
+
+    The walk stops at PID 1, systemd and sshd: every service and session descends from them.
+    """
+    for parent in facts.lineage.ancestors(pid, ANCESTRY_DEPTH):
+        if parent.pid <= 1 or parent.comm in NOT_INHERITED:
+            return None
+        row = facts.ps.get(parent.pid)
+        exe = facts.exe.get(parent.pid)
+        name = probes.full_name(parent.comm, row.argv0 if row else None, exe)
+        matched = probes.is_protected(parent.comm, exe, names, name)
+        if matched is not None:
+            return matched, parent.pid
+    return None
+
+
+def unit_protected_by(unit: str, kept: Sequence[Holder], own_units: Iterable[str], names: Sequence[str]) -> str | None:
+    """Why a unit must not be stopped for a respawned holder, or None.
+
+    Not the unit of a process fleet keeps, nor of fleet's own session, nor
+    sshd's, nor one named after a protected process (nvidia-persistenced.service).
+    """
+    stem = unit.rsplit(".", 1)[0].split("@", 1)[0]
+    if stem in SSHD_UNITS:
+        return "sshd"
+    if unit in set(own_units):
+        return "fleet's own session"
+    if stem in names:
+        return f"protected name {stem}"
+    keeper = next((h for h in kept if h.unit == unit), None)
+    return f"it runs {keeper.label()} ({keeper.protected_by})" if keeper else None
+
+
+def units_to_stop(
+    respawned: Sequence[Holder], kept: Sequence[Holder], own_units: Iterable[str], rules: Rules,
+    services: Sequence[str],
+) -> tuple[str, ...]:
+    """The units `stop_units` may stop: those of respawned holders, known, unprotected, not in services."""
+    own = set(own_units)
+    units = sorted({h.unit for h in respawned if h.unit and h.unit not in services})
+    return tuple(u for u in units if unit_protected_by(u, kept, own, rules.protected_names) is None)

@@ -1,0 +1,101 @@
+"""The kill step over a scripted node: what is kept, what respawns, and `stop_units` (no processes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from fleet import steps
+from fleet.fake import Reply, ScriptedTransport
+from fleet.models import Host, StepStatus
+from fleet.remote import Remote
+
+TRAINER = "0::/system.slice/trainer.service"
+
+
+@pytest.fixture(autouse=True)
+def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted holder is back at the first look after the kill."""
+    monkeypatch.setattr("fleet.steps.RESPAWN_SCANS_S", (0.0,))
+
+
+class Log:
+    """Records every event the step logs."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.events.append((event, fields))
+
+    warning = info
+
+
+def pids_of(argv: Sequence[str]) -> list[int]:
+    """The pids a probe was asked about, whatever its shape."""
+    words = [w for a in argv for w in a.replace("/", " ").replace(",", " ").split()]
+    return [int(w) for w in words if w.isdigit() and int(w) > 1]
+
+
+def node(scans: Iterator[str], cgroup: dict[int, str]) -> ScriptedTransport:
+    """Holders as `scans` yields them; every process a python3 child of init; units per `cgroup`."""
+    return ScriptedTransport([
+        (("find", "/proc", "-mindepth"), lambda argv: Reply(next(scans, ""))),
+        (("ps", "-ww"), lambda argv: Reply("".join(f"{p} 1 root python3 -m trainer\n" for p in pids_of(argv)))),
+        (("find",), lambda argv: Reply("".join(f"/proc/{p}\t/usr/bin/python3.11\n" for p in pids_of(argv)))),
+        (("awk",), lambda argv: Reply("self\t900\n900\t1\tawk\n1\t0\tsystemd\n" + "".join(
+            f"{p}\t1\tpython3\n" for p in pids_of(argv[3:])))),
+        (("grep",), lambda argv: Reply("".join(
+            f"/proc/{p}/cgroup:{cgroup[p]}\n" for p in pids_of(argv) if p in cgroup))),
+        (("kill",), Reply()),
+        (("ps", "-o", "pid=,stat="), Reply(exit_status=1)),
+        (("systemctl", "show", "--property=Restart"), Reply("Restart=always\n")),
+        (("systemctl", "stop"), Reply()),
+        (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
+    ])
+
+
+def holder(pid: int) -> str:
+    return f"root\t/proc/{pid}/fd/3\t/dev/nvidia0\n"
+
+
+def remote(t: ScriptedTransport) -> Remote:
+    host = Host("gpu-01", "127.0.0.1", command_timeout=1.0, kill_grace=0.3, drain_timeout=1.0)
+    return Remote(host, t, Log())
+
+
+async def test_a_respawn_names_the_unit_and_is_not_stopped_without_stop_units() -> None:
+    t = node(iter([holder(100), holder(101)]), {100: TRAINER, 101: TRAINER})
+    outcome = await steps.kill(remote(t))
+    assert outcome.result.status is StepStatus.FAILED
+    assert outcome.result.error == "respawned: pid 101 python3 (trainer.service, Restart=always); add it to services"
+    assert not [argv for argv in t.ran if argv[:2] == ("systemctl", "stop")]
+
+
+async def test_stop_units_stops_the_unit_then_kills_again() -> None:
+    t = node(iter([holder(100), holder(101), ""]), {100: TRAINER, 101: TRAINER})
+    r = remote(t)
+    outcome = await steps.kill(r, stop_units=True)
+    assert outcome.result.status is StepStatus.OK, outcome.result.error
+    assert ("systemctl", "stop", "--no-block", "--", "trainer.service") in t.ran
+    assert "stopped units of respawned holders: trainer.service inactive" in outcome.result.detail
+    assert [k.pid for k in outcome.killed] == [100]
+    assert ("stop_respawning_units", {"step": "kill", "units": ["trainer.service"]}) in r.log.events
+
+
+async def test_stop_units_never_stops_the_unit_fleet_itself_runs_in() -> None:
+    """The probe's own chain (pid 900) is in trainer.service: that unit is fleet's own session."""
+    t = node(iter([holder(100), holder(101)]), {100: TRAINER, 101: TRAINER, 900: TRAINER})
+    outcome = await steps.kill(remote(t), stop_units=True)
+    assert outcome.result.error is not None and outcome.result.error.startswith("respawned: pid 101")
+    assert not [argv for argv in t.ran if argv[:2] == ("systemctl", "stop")]
+
+
+async def test_kept_holders_are_logged_with_why() -> None:
+    t = node(iter([holder(900)]), {})
+    r = remote(t)
+    outcome = await steps.kill(r)
+    assert outcome.result.detail == "no GPU holders to kill; kept pid 900 python3 (fleet's own session)"
+    assert ("kept", {"step": "kill", "pid": 900, "name": "python3", "reason": "fleet's own session"}) in r.log.events

@@ -1,0 +1,41 @@
+"""The marker that lets an interrupted command be found and ended on a node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from fleet.probes import reap
+from fleet.transport import bounded_argv
+
+
+def test_marker_goes_inside_sudo_and_before_timeout() -> None:
+    argv = bounded_argv(["nvidia-smi"], 10, become=True, mark=reap.marker("ab12cd34ef56ab78"))
+    assert argv[:5] == ["sudo", "-n", "env", "FLEET_CMD=ab12cd34ef56ab78", "timeout"]
+
+
+@pytest.mark.parametrize("token", ["", "xyz", "ab12;rm", "AB12CD34", "a" * 65])
+def test_token_must_be_plain_hex(token: str) -> None:
+    with pytest.raises(ValueError, match="bad command token"):
+        reap.marker(token)
+
+
+def test_find_marked_finds_exactly_the_marked_process() -> None:
+    """Run the real find on this machine: it names the marked sleep and nothing else."""
+    token = os.urandom(8).hex()
+    marked = subprocess.Popen(["env", reap.marker(token), "sleep", "30"])
+    other = subprocess.Popen(["env", reap.marker(os.urandom(8).hex()), "sleep", "30"])
+    try:
+        found = subprocess.run(reap.find_marked_argv(token), capture_output=True, text=True, check=False)
+        assert reap.parse_marked(found.stdout) == [marked.pid]
+    finally:
+        for proc in (marked, other):
+            proc.kill()
+            proc.wait()
+
+
+def test_parse_marked_ignores_noise() -> None:
+    noise = "/proc/12/environ\nfind: '/proc/1/environ': Permission denied\n/proc/7/environ\n"
+    assert reap.parse_marked(noise) == [7, 12]
