@@ -107,6 +107,10 @@ def reset(
     deadline: Annotated[
         str | None, typer.Option("--deadline", metavar="DURATION", help="Bound the whole run: 90s, 10m, 1h30m.")
     ] = None,
+    stop_units: Annotated[
+        bool,
+        typer.Option("--stop-units", help="Stop the systemd unit of a holder that respawns after the kill."),
+    ] = False,
     as_json: JsonOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
@@ -120,6 +124,7 @@ def reset(
         max_fail=parse_amount(max_fail, "--max-fail") if max_fail else None,
         canary=canary,
         deadline_s=parse_duration(deadline) if deadline else None,
+        stop_units=stop_units,
     )
     _, targets = _targets(hosts, inventory, group, limit, exclude)
     _confirm(targets, yes, dry_run)

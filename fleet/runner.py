@@ -89,6 +89,7 @@ class RunOptions:
     max_fail: Amount | None = None
     canary: int = 0
     deadline_s: float | None = None
+    stop_units: bool = False  # stop the unit of a holder that respawns (not in services, not protected)
 
 
 @dataclass
@@ -149,7 +150,7 @@ async def _walk(remote: Remote, run: HostRun, options: RunOptions) -> None:
     log = remote.log
     if options.command == "reset":
         await _run_step(run, log, StepName.DRAIN, lambda: steps.drain(remote))
-        kill = await _run_step(run, log, StepName.KILL, lambda: steps.kill(remote))
+        kill = await _run_step(run, log, StepName.KILL, lambda: steps.kill(remote, stop_units=options.stop_units))
         if kill is not None:
             run.killed = kill.killed
         if not _failed(run, StepName.KILL):

@@ -34,6 +34,8 @@ SIGKILL_WAIT_S = 5.0
 RESPAWN_SCANS_S = (0.0, 0.3, 0.7)
 # `systemctl stop` exits 5 for a unit that is not loaded: nothing to stop, not an error.
 STOP_OK_EXITS = (0, 5)
+# Commands verify may run: two nvidia-smi queries and a holder scan (find, ps, exe, lineage, ...).
+VERIFY_COMMANDS = 7
 # A poll is not started with less than this left in the step's budget.
 POLL_MARGIN_S = 0.05
 
@@ -310,7 +312,7 @@ async def settle(remote: Remote) -> GpuOutcome:
 async def verify(remote: Remote, settle_s: dict[int, float] | None = None) -> GpuOutcome:
     """One GPU query, one compute-apps query and one holder scan; clean only if all three say so."""
     started, host = time.monotonic(), remote.host
-    budget = Budget(0.0, slack=4 * host.command_timeout)
+    budget = Budget(0.0, slack=VERIFY_COMMANDS * host.command_timeout)
     rows = await query_gpus(remote, probes.VERIFY_FIELDS, StepName.VERIFY, budget)
     out = await _smi(remote, probes.compute_apps_argv(host.nvidia_smi), StepName.VERIFY, budget)
     try:

@@ -286,3 +286,18 @@ async def test_dry_run_plans_from_the_node_and_touches_nothing(make_fleet: Any, 
     assert (node.compute_pids(), node.gpu_memory()) == before
     assert node.unit_state("sglang.service") == "active"
     assert "would kill pid" in err
+
+
+async def test_cli_stop_units_stops_the_unit_that_respawns(make_fleet: Any, tmp_path: Path) -> None:
+    """`fleet reset --stop-units`: the Restart=always unit fleet was not told about is stopped; the node ends clean."""
+    rogue = UnitSpec("trainer.service", gpus=(2, 3), mib=20000, process_name="python3", restart="always",
+                     restart_sec=0.3)
+    sim = await make_fleet([NodeSpec(name="gpu-h01", units=(rogue,), linger_s=0.2)],
+                           {"gpu-h01": {**FAST, "services": []}})
+    code, out, err = await _cli("reset", "-i", str(sim.inventory_path), "gpu-h01", "--stop-units", "--json",
+                                "--log-dir", str(tmp_path / "logs"))
+    assert code == 0, err
+    assert json.loads(out)["hosts"]["gpu-h01"]["status"] == "clean"
+    node = sim.nodes["gpu-h01"]
+    assert node.unit_state("trainer.service") in ("inactive", "failed")
+    assert node.compute_pids() == set()
