@@ -301,3 +301,37 @@ async def test_cli_stop_units_stops_the_unit_that_respawns(make_fleet: Any, tmp_
     node = sim.nodes["gpu-h01"]
     assert node.unit_state("trainer.service") in ("inactive", "failed")
     assert node.compute_pids() == set()
+
+
+async def test_max_fail_stops_at_the_right_host_and_leaves_the_rest_untouched(make_fleet: Any, tmp_path: Path) -> None:
+    """-j 1 --max-fail 1: b02 and b03 refuse; after the second failure no host starts; b04 and b05 keep running."""
+    names = [f"gpu-b{i:02d}" for i in range(1, 6)]
+    sim = await make_fleet([busy(n) for n in names], fast_vars(names))
+    for down in ("gpu-b02", "gpu-b03"):
+        await sim.stop_server(down)
+    code, out, err = await _cli("reset", "-i", str(sim.inventory_path), "-g", "sim", "-y", "-j", "1",
+                                "--max-fail", "1", "--json", "--log-dir", str(tmp_path / "logs"))
+    assert code == 1
+    hosts = json.loads(out)["hosts"]
+    assert [hosts[n]["status"] for n in names] == ["clean", "unreachable", "unreachable", "skipped", "skipped"]
+    assert hosts["gpu-b04"]["error"] == "failure budget spent: 2 hosts failed or unreachable, 1 tolerated"
+    for untouched in ("gpu-b04", "gpu-b05"):
+        assert sim.nodes[untouched].unit_state("sglang.service") == "active"
+        assert len(sim.nodes[untouched].compute_pids()) == 1
+    assert "stopped starting hosts" in err
+
+
+async def test_failed_canary_leaves_every_other_host_untouched(make_fleet: Any, tmp_path: Path) -> None:
+    names = ["gpu-b01", "gpu-b02", "gpu-b03"]
+    specs = [busy(n, smi_mode="driver-not-loaded" if n == "gpu-b01" else "ok") for n in names]
+    sim = await make_fleet(specs, fast_vars(names))
+    code, out, _ = await _cli("reset", "-i", str(sim.inventory_path), "-g", "sim", "-y", "--canary", "1",
+                              "--batch", "1", "--json", "--log-dir", str(tmp_path / "logs"))
+    assert code == 1
+    hosts = json.loads(out)["hosts"]
+    assert hosts["gpu-b01"]["status"] == "failed"
+    assert "driver" in hosts["gpu-b01"]["error"].lower()
+    for other in ("gpu-b02", "gpu-b03"):
+        assert hosts[other]["status"] == "skipped"
+        assert hosts[other]["error"] == "canary failed on gpu-b01: no other host started"
+        assert sim.nodes[other].unit_state("sglang.service") == "active"

@@ -1,0 +1,106 @@
+"""No inventory value can change a remote command's meaning (property-based).
+
+Every value that reaches a node (unit names, device globs, process names for
+the kill policy, the nvidia-smi path, the lock file) passes a validator first;
+whatever passes is then one argv element, and the command line the transport
+sends parses back, under a POSIX shell's rules, to exactly the argv fleet meant.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet import probes, validate
+from fleet.probes import reap
+from fleet.transport import bounded_argv, command_line
+
+# Text that tries hard: shell metacharacters, quotes, whitespace, globs, option-looking prefixes.
+HOSTILE = st.text(
+    alphabet=st.sampled_from(list("abcXYZ019._-@:/*?[]!$`'\"\\;|&<>(){}~#% \t\n=,+")), min_size=1, max_size=40
+)
+
+
+UNITS = st.one_of(HOSTILE, st.from_regex(r"[a-z][a-z0-9@_.:-]{0,20}\.(service|scope|target)", fullmatch=True))
+GLOBS = st.one_of(HOSTILE, st.from_regex(r"/dev/nvidia[0-9*?]{0,3}|/tmp/[a-z0-9_.-]{1,12}/dev/nvidia\*",
+                                         fullmatch=True))
+EXECUTABLES = st.one_of(HOSTILE, st.from_regex(r"(/usr/(local/)?bin/)?nvidia-smi[a-z0-9._-]{0,6}", fullmatch=True))
+NAMES = st.one_of(HOSTILE, st.from_regex(r"[A-Za-z][A-Za-z0-9._+-]{0,30}", fullmatch=True))
+
+
+def accepted(validator: Callable[[str], str], value: str) -> str | None:
+    try:
+        return validator(value)
+    except ValueError:
+        return None
+
+
+def assert_round_trip(argv: list[str], *, become: bool) -> None:
+    wire = bounded_argv(argv, 10.0, become=become, mark=reap.marker("0123456789abcdef"))
+    assert shlex.split(command_line(wire)) == wire
+    assert wire[-len(argv):] == argv
+
+
+@settings(max_examples=300)
+@given(UNITS, st.booleans())
+def test_unit_names_stay_one_word_in_every_systemctl_command(value: str, become: bool) -> None:
+    unit = accepted(validate.unit_name, value)
+    if unit is None:
+        return
+    assert not unit.startswith("-")
+    for argv in (probes.unit_state_argv(unit), probes.unit_stop_argv(unit), probes.unit_kill_argv(unit)):
+        assert argv[-2:] == ["--", unit]  # after "--": never read as an option
+        assert_round_trip(argv, become=become)
+
+
+@settings(max_examples=300)
+@given(st.lists(GLOBS, min_size=1, max_size=3), st.booleans())
+def test_device_globs_reach_find_as_lname_patterns_only(values: list[str], become: bool) -> None:
+    globs = [g for g in (accepted(validate.device_glob, v) for v in values) if g is not None]
+    if not globs:
+        return
+    argv = probes.holders_scan_argv(globs)
+    for glob in globs:
+        assert argv[argv.index(glob) - 1] == "-lname"
+    assert_round_trip(argv, become=become)
+
+
+@settings(max_examples=300)
+@given(EXECUTABLES)
+def test_nvidia_smi_path_is_the_command_and_nothing_more(value: str) -> None:
+    smi = accepted(validate.executable, value)
+    if smi is None:
+        return
+    for argv in (probes.gpu_query_argv(smi, probes.SETTLE_FIELDS), probes.compute_apps_argv(smi)):
+        assert argv[0] == smi
+        assert_round_trip(argv, become=False)
+
+
+@settings(max_examples=300)
+@given(NAMES)
+def test_process_names_accepted_are_plain_words(value: str) -> None:
+    name = accepted(validate.process_name, value)
+    if name is None:
+        return
+    assert shlex.split(shlex.quote(name)) == [name]
+    assert not set(name) & set(validate.SHELL_METACHARACTERS)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(min_value=2, max_value=4_194_304), min_size=1, max_size=20))
+def test_pid_lists_are_numbers_only(pids: list[int]) -> None:
+    for argv in (probes.kill_argv("SIGKILL", pids), probes.ps_argv(pids), probes.alive_argv(pids)):
+        assert_round_trip(argv, become=True)
+
+
+def test_the_strategies_do_reach_accepted_values() -> None:
+    """Not vacuous: each validator accepts some of what the properties above are fed."""
+    assert accepted(validate.unit_name, "sglang@1.service")
+    assert accepted(validate.device_glob, "/dev/nvidia*")
+    assert accepted(validate.executable, "/usr/bin/nvidia-smi")
+    assert accepted(validate.process_name, "nv-fabricmanager")
+    for bad in ("x.service; rm -rf /", "-x.service", "$(id).service"):
+        assert accepted(validate.unit_name, bad) is None
