@@ -215,7 +215,7 @@ async def _kill_round(remote: Remote) -> KillRound:
         await _signal_and_wait(remote, "SIGKILL", sorted(term.survivors), SIGKILL_WAIT_S, budget)
         if term.survivors else Signalled(frozenset())
     )
-    back = await _watch_for_respawn(remote, budget)
+    back = await _watch_for_respawn(remote, budget, found)
     respawned, _ = policy.split_back(back, targets)
     restart = await restart_settings(remote, {h.unit for h in respawned if h.unit}, StepName.KILL, budget)
     error = policy.kill_error(kill9.survivors, targets, back, denied=kill9.denied or term.denied,
@@ -224,12 +224,15 @@ async def _kill_round(remote: Remote) -> KillRound:
     return KillRound(killed, kept, tuple(back), tuple(respawned), found.own_units, error)
 
 
-async def _watch_for_respawn(remote: Remote, budget: Budget) -> list[policy.Holder]:
-    """Scan again a few times over RESPAWN_WATCH_S: a Restart=always unit brings its process straight back."""
+async def _watch_for_respawn(remote: Remote, budget: Budget, before: Scan) -> list[policy.Holder]:
+    """Scan again a few times over RESPAWN_SCANS_S: a Restart=always unit brings its process straight back.
+
+    Holders judged before the kill (the protected ones) are not described again.
+    """
     back: list[policy.Holder] = []
     for wait in RESPAWN_SCANS_S:
         await anyio.sleep(wait)
-        back = (await scan(remote, StepName.KILL, budget, units=True)).targets
+        back = (await scan(remote, StepName.KILL, budget, units=True, known=before)).targets
         if back:
             break
     return back
