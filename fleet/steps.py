@@ -312,16 +312,20 @@ async def settle(remote: Remote) -> GpuOutcome:
     return GpuOutcome(_result(StepName.SETTLE, started, msg, StepStatus.TIMEOUT, msg), settle_s=settled)
 
 
+async def query_apps(remote: Remote, step: StepName, budget: Budget) -> tuple[probes.ComputeApp, ...]:
+    out = await _smi(remote, probes.compute_apps_argv(remote.host.nvidia_smi), step, budget)
+    try:
+        return probes.parse_compute_apps(out)
+    except probes.ProbeParseError as exc:
+        raise StepFailed(f"unreadable nvidia-smi output: {exc}") from exc
+
+
 async def verify(remote: Remote, settle_s: dict[int, float] | None = None) -> GpuOutcome:
     """One GPU query, one compute-apps query and one holder scan; clean only if all three say so."""
     started, host = time.monotonic(), remote.host
     budget = Budget(0.0, slack=VERIFY_COMMANDS * host.command_timeout)
     rows = await query_gpus(remote, probes.VERIFY_FIELDS, StepName.VERIFY, budget)
-    out = await _smi(remote, probes.compute_apps_argv(host.nvidia_smi), StepName.VERIFY, budget)
-    try:
-        apps = probes.parse_compute_apps(out)
-    except probes.ProbeParseError as exc:
-        raise StepFailed(f"unreadable nvidia-smi output: {exc}") from exc
+    apps = await query_apps(remote, StepName.VERIFY, budget)
     holders = [h for h in await scan_holders(remote, StepName.VERIFY, budget) if h.protected_by is None]
     gpus = policy.gpu_reports(rows, settle_s or {})
     error = policy.verify_error(rows, apps, host.gpus, host.memory_threshold_mib, holders)
@@ -333,15 +337,11 @@ async def verify(remote: Remote, settle_s: dict[int, float] | None = None) -> Gp
 async def survey(remote: Remote) -> HostPlan:
     """A dry run's look at the node: read-only commands only, nothing signalled, stopped or written."""
     host = remote.host
-    budget = Budget(0.0, slack=(len(host.services) + 5) * host.command_timeout)
+    budget = Budget(0.0, slack=(len(host.services) + VERIFY_COMMANDS) * host.command_timeout)
     units = await _unit_states(remote, host.services, budget) if host.services else {}
     holders = await scan_holders(remote, StepName.KILL, budget)
     rows = await query_gpus(remote, probes.VERIFY_FIELDS, StepName.VERIFY, budget)
-    out = await _smi(remote, probes.compute_apps_argv(host.nvidia_smi), StepName.VERIFY, budget)
-    try:
-        apps = probes.parse_compute_apps(out)
-    except probes.ProbeParseError as exc:
-        raise StepFailed(f"unreadable nvidia-smi output: {exc}") from exc
+    apps = await query_apps(remote, StepName.VERIFY, budget)
     return policy.build_plan(units, holders, apps, rows)
 
 
