@@ -71,7 +71,9 @@ def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
         raise UsageError(f"refusing to reset {len(targets)} hosts ({names}) without -y: stdin is not a terminal")
     groups = sorted({g for h in targets for g in h.groups})
     prompt = f"Reset {len(targets)} hosts {names}" + (f" (groups: {', '.join(groups)})" if groups else "") + "?"
-    if not typer.confirm(prompt, default=False, err=True):
+    sys.stderr.write(f"{prompt} [y/N] ")  # all of it on stderr: stdout stays for --json
+    sys.stderr.flush()
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
         _err("fleet: nothing done")
         raise typer.Exit(1)
 

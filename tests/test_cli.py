@@ -182,3 +182,39 @@ def test_local_connection_resets_this_machine_s_simulated_node(tmp_path: Path) -
         assert os.path.exists(tmp_path / "logs" / doc["run_id"] / "self.jsonl")
     finally:
         node.stop()
+
+
+async def test_run_deadline_ends_the_run_and_leaves_nothing_running(hung_fleet: SimFleet, tmp_path: Path) -> None:
+    """--deadline 3s while both hosts sit in a hung drain: exit 1 soon after, report whole, nothing left behind."""
+    started = time.monotonic()
+    result = await anyio.run_process(
+        [sys.executable, "-m", "fleet", "reset", "-i", str(hung_fleet.inventory_path), "-g", "sim", "-y",
+         "--deadline", "3s", "--json", "--log-dir", str(tmp_path / "logs")], check=False)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1
+    assert elapsed < 12
+    doc = json.loads(result.stdout)
+    assert {h["error"] for h in doc["hosts"].values()} == {"run deadline of 3 s reached during drain"}
+    await anyio.sleep(0.5)
+    assert _fleet_commands_on(hung_fleet) == []
+
+
+def test_confirmation_prompt_on_a_terminal_names_count_and_groups(tmp_path: Path) -> None:
+    """Without -y, on a terminal: the prompt shows the count, the hosts and their groups; 'n' does nothing."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "fleet", "reset", "-i", str(SITE), "-g", "hopper",
+                                 "--log-dir", str(tmp_path)], stdin=follower, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        os.write(leader, b"n\n")
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert proc.returncode == 1
+    assert out == ""
+    assert "Reset 5 hosts gpu-h[01-04,07] (groups: canary, hopper, rack-a)? [y/N]" in err
+    assert "nothing done" in err
+    assert not any(tmp_path.iterdir()), "a declined reset writes no run folder"
