@@ -44,7 +44,6 @@ from fleet.waves import Amount, FailureBudget, plan_waves, tolerated
 
 Connector = Callable[[Host], Awaitable[Transport]]
 CLOSE_TIMEOUT_S = 5.0
-RESET_STEPS = (StepName.DRAIN, StepName.KILL, StepName.SETTLE)
 
 
 @dataclass
