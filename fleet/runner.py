@@ -190,7 +190,7 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
             await _connected_walk(run, options, log, connector, logs.run_id)
         finally:
             gate.settle(run)
-            report = run.report()
+            report = run.report(gate.state.cut_short(options))
             log.info("host_end", status=str(report.status), error=report.error, duration_s=report.duration_s)
 
 
