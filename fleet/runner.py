@@ -95,10 +95,13 @@ class RunOptions:
 class RunState:
     interrupted: bool = False
     deadline_hit: bool = False
+    deadline_at: float | None = None  # anyio clock
     stopped: str | None = None  # why no new host starts: the failure budget or the canary
 
     def cut_short(self, options: RunOptions) -> str:
-        if self.deadline_hit and options.deadline_s is not None:
+        """What ends unfinished hosts: the run deadline once it has passed, else an interrupt."""
+        passed = self.deadline_at is not None and anyio.current_time() >= self.deadline_at
+        if (self.deadline_hit or passed) and options.deadline_s is not None and not self.interrupted:
             return f"run deadline of {options.deadline_s:g} s reached"
         return "interrupted"
 
@@ -277,6 +280,8 @@ async def _run_all(runs: list[HostRun], options: RunOptions, logs: RunLogs, conn
     async with anyio.create_task_group() as outer:
         if options.handle_signals:
             outer.start_soon(_watch_signals, outer.cancel_scope, state)
+        if options.deadline_s:
+            state.deadline_at = anyio.current_time() + options.deadline_s
         with anyio.move_on_after(options.deadline_s if options.deadline_s else math.inf) as deadline:
             for number, wave in enumerate(waves):
                 if state.stopped:
