@@ -30,5 +30,18 @@ check: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-bench: install
+# `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes), then benchmarks/fanout.py: fleet
+# against a raw asyncssh floor, pdsh and Ansible behind the real OpenSSH sshd, and a py-spy profile of fleet.
+# BENCH_SIZES=64,256,512 make bench for the full run (about 80 minutes on 2 cores). See benchmarks/README.md.
+BENCH_VENV  ?= benchmarks/.bench-venv
+BENCH_SIZES ?= 16,64
+BENCH_REPS  ?= 3
+
+bench: install $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/scale.py --nodes 16 --rounds 3
+	$(BIN)/python benchmarks/fanout.py --sizes $(BENCH_SIZES) --reps $(BENCH_REPS) --bench-venv $(BENCH_VENV) --profile
+
+$(BENCH_VENV)/.installed:
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet ansible-core py-spy
+	touch $@
