@@ -488,13 +488,29 @@ class Testbed:
 # ============================================================== from fleet's logs to the others' plans
 
 
-def fleet_commands(log_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """host -> the `command` events of its JSONL log, in order (the lock holder is logged when released)."""
+def fleet_commands(log_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """host -> the `command` events of its JSONL log, in order (the lock holder is logged when released);
+    and how many hosts took the lock without a `command` event for it.
+
+    fleet logs the lock command when its release returns a result; when the release times out
+    (RELEASE_TIMEOUT_S, a loaded machine) the holder is killed and no `command` event is written. Such a
+    host's lock command is rebuilt from its `lock_acquired` event (fleet.lock.lock_argv, the run id, the
+    bound the other hosts' lock commands had) so that every replay runs the same commands.
+    """
+    from fleet.lock import LOCK_WAIT_S, lock_argv
     out: dict[str, list[dict[str, Any]]] = {}
+    acquired: dict[str, dict[str, Any]] = {}
     for path in sorted(log_dir.glob("*/*.jsonl")):
         events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         out[path.stem] = [e for e in events if e.get("event") == "command"]
-    return out
+        acquired.update({path.stem: e for e in events if e.get("event") == "lock_acquired"})
+    bounds = [e["timeout_s"] for evs in out.values() for e in evs if e["argv"][0] == "flock"]
+    missing = [h for h, evs in out.items() if h in acquired and not any(e["argv"][0] == "flock" for e in evs)]
+    for host in missing:
+        event = acquired[host]
+        out[host].append({"event": "command", "argv": lock_argv(event["lock_file"], event["run_id"], LOCK_WAIT_S),
+                          "timeout_s": median(bounds), "rebuilt": True})
+    return out, len(missing)
 
 
 def lock_argv(argv: list[str], owner: str | None) -> list[str]:
@@ -606,7 +622,7 @@ class Bench:
         except (ValueError, KeyError, OSError) as exc:
             m["ok_hosts"], m["failed_hosts"] = 0, bed.count
             m["errors"] = [f"no JSON report ({exc}); stderr: {Path(m['stderr_path']).read_text()[-500:]}"]
-        commands = fleet_commands(log_dir)
+        commands, m["lock_command_not_logged"] = fleet_commands(log_dir)
         counts = [len(v) for v in commands.values()]
         m["commands"] = sum(counts)
         m["commands_per_host"] = {"median": median(counts), "min": min(counts, default=0),
@@ -839,6 +855,8 @@ def run_size(bench: Bench, count: int, results: dict[str, Any]) -> None:
                     f"maxrss {m['maxrss_mb']:6.1f} MB  failed {m['failed_hosts']}  "
                     f"verified {m.get('verified_hosts', '?')}/{count}"
                     + (f"  [{m['aborted']}]" if m.get("aborted") else "")
+                    + (f"  ({m['lock_command_not_logged']} lock commands not logged by fleet: rebuilt)"
+                       if m.get("lock_command_not_logged") else "")
                     + (f"  e.g. {m['errors'][0][:160]}" if m.get("errors") else ""))
         # The nodes are clean now (the last run stopped every unit): what a reset of healthy hosts costs.
         time.sleep(args.pause)
@@ -916,6 +934,10 @@ def print_table(results: dict[str, Any]) -> None:
                   f"{row['cpu_ms_per_host']:>8.1f} {row['maxrss_mb']:>9.1f} {row['peak_tree_pss_mb']:>11.1f} "
                   f"{row['server_cpu_s']:>13.1f} {row['commands_per_host']:>9.1f} {int(row['failed_hosts']):>6} "
                   f"{row['verified_min']:>8}")
+        unlogged = [r.get("lock_command_not_logged", 0) for r in size["runs"].get("fleet", [])]
+        if any(unlogged):
+            print(f"      fleet logged no `command` event for the lock of {unlogged} hosts (per repetition): its release "
+                  f"timed out; the replays rebuild it from `lock_acquired`")
         idle = size.get("idle_fleet")
         if idle:
             print(f"      fleet on already clean nodes (1 run): wall {idle['wall_s']:.2f} s, client CPU "
