@@ -24,7 +24,7 @@ test-fast: install
 	$(BIN)/pytest -m 'not sshd'
 
 check: install
-	$(BIN)/ruff check fleet tests
+	$(BIN)/ruff check fleet tests benchmarks
 	$(BIN)/mypy
 
 clean:
