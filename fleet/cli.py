@@ -163,7 +163,7 @@ def inventory_cmd(
     inv, targets = _targets(hosts, inventory, group, limit, exclude)
     if as_json:
         document: dict[str, Any] = {"inventory": str(inv.path), "hosts": {h.name: host_vars(h) for h in targets}}
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")  # one document, not per-host lines: small
         return
     from fleet.tables import inventory_table
 

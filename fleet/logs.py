@@ -7,7 +7,6 @@ last processor writes to that host's file. Each line carries `timestamp`,
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from datetime import UTC, datetime
@@ -63,11 +62,11 @@ class RunLogs:
             run_id=self.run_id,
         )
 
-    def write_summary(self, document: dict[str, Any]) -> Path:
-        """summary.json, written whole or not at all (temp file + rename)."""
+    def write_summary(self, text: str) -> Path:
+        """summary.json (the report's JSON text), written whole or not at all (temp file + rename)."""
         target = self.path / "summary.json"
         tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(target)
         return target
 

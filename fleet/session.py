@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import resource
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +12,28 @@ from fleet.logs import RunLogs, default_log_dir, new_run_id
 from fleet.models import Host
 from fleet.runner import Connector, RunOptions, run_hosts
 from fleet.tables import report_table
+
+# File descriptors a host holds during a run: its connection's socket and its log file.
+FDS_PER_HOST = 2
+FDS_RESERVE = 64
+
+
+def fd_limit_wanted(soft: int, hard: int, hosts: int) -> int | None:
+    """The soft RLIMIT_NOFILE a run of `hosts` needs, within the hard limit; None when soft already suffices.
+
+    Many systems start processes at a soft limit of 1024, which 500 hosts (a socket and a log file each) pass.
+    """
+    need = FDS_PER_HOST * hosts + FDS_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return None
+    return need if hard == resource.RLIM_INFINITY else min(need, hard)
+
+
+def raise_fd_limit(hosts: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = fd_limit_wanted(soft, hard, hosts)
+    if wanted is not None and wanted > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def say(line: str) -> None:
@@ -28,6 +50,7 @@ async def run_and_report(
     connector: Connector | None = None,
 ) -> int:
     """Run, write summary.json (even when interrupted), print the report; return the exit status."""
+    raise_fd_limit(len(targets))
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()
     try:
@@ -35,10 +58,10 @@ async def run_and_report(
         run_report, state = await run_hosts(targets, options, logs, **extra)
     finally:
         logs.close()
-    document = reporting.to_document(run_report)
-    logs.write_summary(document)
+    text = reporting.render(reporting.to_document(run_report))
+    logs.write_summary(text)
     if as_json:
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.write(text)
         sys.stdout.flush()
     if table:
         report_table(run_report)

@@ -9,6 +9,7 @@ GPUs; the commands and parsers are in `fleet.probes`.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,14 +41,15 @@ VERIFY_COMMANDS = 7
 POLL_MARGIN_S = 0.05
 
 
-def backoff() -> list[float]:
-    """The poll waits: 0.1, 0.15, 0.225 ... capped at 1 s (a generator would do; a list is testable)."""
+@functools.cache
+def backoff() -> tuple[float, ...]:
+    """The poll waits: 0.1, 0.15, 0.225 ... capped at 1 s (computed once; a tuple is testable)."""
     waits: list[float] = []
     wait = POLL_FIRST_S
     while len(waits) < 200:
         waits.append(wait)
         wait = min(wait * POLL_FACTOR, POLL_CAP_S)
-    return waits
+    return tuple(waits)
 
 
 def _result(name: StepName, started: float, detail: str, status: StepStatus = StepStatus.OK,

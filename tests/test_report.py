@@ -48,3 +48,19 @@ def test_exit_codes() -> None:
     assert reporting.exit_code(_run({"a": (HostStatus.CLEAN, None), "b": (HostStatus.SKIPPED, None)})) == 1
     assert reporting.exit_code(_run({"a": (HostStatus.UNREACHABLE, "x")})) == 1
     assert reporting.exit_code(_run({"a": (HostStatus.CLEAN, None)}), interrupted=True) == 130
+
+
+def test_render_is_the_document_with_a_host_a_line() -> None:
+    run = _run({"gpu-b01": (HostStatus.CLEAN, None), "gpu-b02": (HostStatus.FAILED, 'say "1523 MiB"\nthen')})
+    document = reporting.to_document(run)
+    text = reporting.render(document)
+    assert json.loads(text) == json.loads(json.dumps(document))
+    assert text.endswith("}\n")
+    host_lines = [line for line in text.splitlines() if line.lstrip().startswith('"gpu-b')]
+    assert len(host_lines) == 2
+    assert json.loads("{" + host_lines[0].rstrip(",") + "}")["gpu-b01"]["status"] == "clean"
+
+
+def test_render_keeps_empty_and_nested_values() -> None:
+    document = {"hosts": {}, "summary": {"total": 0}, "note": None, "list": [1, {"a": [2]}]}
+    assert json.loads(reporting.render(document)) == document

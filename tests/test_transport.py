@@ -23,6 +23,7 @@ import pytest
 import yaml
 from conftest import ClientKey, make_client_key
 
+from fleet import ssh as ssh_module
 from fleet.connect import connect
 from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
 from fleet.local import LocalTransport
@@ -250,6 +251,22 @@ async def test_wrong_host_key_is_host_key_error_and_nothing_runs(node: Node, tmp
     with pytest.raises(HostKeyError, match="host key"):
         await open_ssh(replace(node.host, known_hosts=str(known_hosts)))
     assert node.server.commands == []
+
+
+async def test_known_hosts_is_parsed_once_and_again_when_it_changes(node: Node, tmp_path: Path) -> None:
+    """One parse serves every connection (a fleet's file has a line a host); an edited file is read anew."""
+    right = await anyio.Path(node.host.known_hosts or "").read_text()
+    other = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{node.host.port} {other}\n")
+    host = replace(node.host, known_hosts=str(known_hosts))
+    with pytest.raises(HostKeyError):
+        await open_ssh(host)
+    known_hosts.write_text(right)
+    first, second = await open_ssh(host), await open_ssh(host)
+    await first.close()
+    await second.close()
+    assert ssh_module.connect_options(host)["known_hosts"] is ssh_module.connect_options(host)["known_hosts"]
 
 
 async def test_missing_known_hosts_is_host_key_error(node: Node, tmp_path: Path) -> None:
