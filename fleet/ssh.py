@@ -36,6 +36,19 @@ REAP_TIMEOUT_S = 3.0
 # Extra seconds past connect_timeout before the client itself gives up connecting.
 CONNECT_GRACE_S = 2.0
 
+# Ciphers in order of preference: AES-GCM first. asyncssh's default, chacha20-poly1305, is built from
+# several cipher objects a packet in Python; AES-GCM is one OpenSSL call (AES-NI where the CPU has it):
+# about 30% less client CPU for a connection and eight commands, measured on loopback (benchmarks/).
+# Every one of these is in OpenSSH's default server list; the rest of asyncssh's defaults follow.
+ENCRYPTION_ALGS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+)
+
 _Process = asyncssh.SSHClientProcess[str]
 
 
@@ -73,6 +86,7 @@ def connect_options(host: Host) -> dict[str, object]:
         "login_timeout": host.connect_timeout,
         "keepalive_interval": KEEPALIVE_INTERVAL_S,
         "keepalive_count_max": KEEPALIVE_COUNT_MAX,
+        "encryption_algs": list(ENCRYPTION_ALGS),
     }
     if host.user:
         options["username"] = host.user
@@ -237,13 +251,18 @@ class SshTransport:
 async def _communicate(process: _Process, deadline: float) -> tuple[tuple[str, str], bool]:
     """Both streams until the channel closes or the deadline: (output, timed_out).
 
-    The channel is always ended on the way out, on a deadline or a cancel too.
+    A channel that did not close by itself (a deadline, a cancel) is ended on the way out; one that did
+    needs nothing more (no extra scope, timer or round trip: this runs for every command).
     """
+    closed = False
     try:
         with anyio.CancelScope(deadline=deadline):
-            return await process.communicate(), False
+            output = await process.communicate()
+            closed = True
+            return output, False
     finally:
-        await _abandon(process)
+        if not closed:
+            await _abandon(process)
     return process.collect_output(), True  # what arrived before the deadline
 
 

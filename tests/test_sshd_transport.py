@@ -15,6 +15,7 @@ from conftest import ClientKey, make_client_key
 from sshd import Sshd
 from test_transport import SUDO_WANTS_PASSWORD, fake_bin, gone_within, line_within
 
+from fleet import ssh as ssh_module
 from fleet.errors import AuthError, CommandTimeout, HostKeyError
 from fleet.models import Host
 from fleet.ssh import SshTransport, open_ssh
@@ -48,6 +49,12 @@ async def test_exit_status_and_streams_apart(ssh: SshTransport) -> None:
     result = await ssh.run(["sh", "-c", "echo out; echo err >&2; exit 5"], timeout=5)
     assert (result.exit_status, result.stdout, result.stderr) == (5, "out\n", "err\n")
     assert (await ssh.run(["true"], timeout=5)).ok
+
+
+async def test_openssh_negotiates_aes_gcm(ssh: SshTransport) -> None:
+    """fleet's cipher preference reaches a stock sshd: AES-GCM, one OpenSSL call a packet."""
+    assert ssh._conn.get_extra_info("send_cipher") == ssh_module.ENCRYPTION_ALGS[0]
+    assert ssh._conn.get_extra_info("recv_cipher") == ssh_module.ENCRYPTION_ALGS[0]
 
 
 async def test_death_by_signal_is_data(ssh: SshTransport) -> None:

@@ -23,6 +23,7 @@ def floor_main(argv: list[str]) -> int:
             async with asyncssh.connect(
                 host["address"], port=plan["port"], username=plan["user"], known_hosts=known_hosts,
                 client_keys=[key], agent_path=None, config=None, connect_timeout=120,
+                encryption_algs=plan["encryption_algs"],
             ) as conn:
                 holder = None
                 if host["hold"]:
