@@ -32,9 +32,9 @@ clean:
 
 # `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes), then benchmarks/fanout.py: fleet
 # against a raw asyncssh floor, pdsh and Ansible behind the real OpenSSH sshd, and a py-spy profile of fleet.
-# BENCH_SIZES=64,256,512 make bench for the full run (about 80 minutes on 2 cores). See benchmarks/README.md.
+# Sizes 64, 256 and 512, 3 repetitions (about an hour on 2 cores); BENCH_SIZES=16,64 make bench for a quick look.
 BENCH_VENV  ?= benchmarks/.bench-venv
-BENCH_SIZES ?= 16,64
+BENCH_SIZES ?= 64,256,512
 BENCH_REPS  ?= 3
 
 bench: install $(BENCH_VENV)/.installed

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fanoutlib.common import REPO, RESULTS, TOOLS, UNIT, log
+from fanoutlib.common import REPO, RESULTS, RIVALS, TOOLS, UNIT, log
 from fanoutlib.floor import floor_main
 from fanoutlib.measure import measure_main
 from fanoutlib.procs import descendants, kill_pids, mem_available_mb, set_subreaper
@@ -101,6 +101,8 @@ def run_rep(bench: Bench, bed: Testbed, size: dict[str, Any], rep: int) -> None:
             continue
         if tool != "fleet" and not commands:
             log(f"N={count} rep {rep + 1}: no fleet commands to replay; {tool} skipped")
+            continue
+        if tool in RIVALS and count >= args.rivals_large and rep >= args.rival_reps_large:
             continue
         bed.restart_units()
         time.sleep(args.pause)
@@ -161,6 +163,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="comma-separated node counts (env BENCH_SIZES)")
     p.add_argument("--reps", type=int, default=int(os.environ.get("BENCH_REPS", "3")))
     p.add_argument("--tools", default=",".join(TOOLS))
+    p.add_argument("--rival-reps-large", type=int, default=int(os.environ.get("BENCH_RIVAL_REPS_LARGE", "1")),
+                   help="at sizes from --rivals-large up, pdsh and Ansible run in this many repetitions only "
+                        "(at 512 hosts each costs minutes of CPU on a small machine); fleet and floor run in all")
+    p.add_argument("--rivals-large", type=int, default=512, help="see --rival-reps-large")
     p.add_argument("--bench-venv", default=str(REPO / "benchmarks" / ".bench-venv"),
                    help="venv holding ansible-core and py-spy")
     p.add_argument("--profile", action="store_true", help="py-spy profile of one fleet reset at the largest size")
@@ -217,6 +223,7 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="fo-", dir="/tmp"))  # short: ssh ControlPath must fit 108 bytes
     results: dict[str, Any] = {
         "started_at": args.stamp, "sizes_asked": args.sizes, "reps": args.reps, "tools": args.tools,
+        "rival_reps_large": {"from_size": args.rivals_large, "reps": args.rival_reps_large},
         "skipped": skipped, "machine": {"cores": os.cpu_count(), "mem_available_mb": mem_available_mb(),
                                         "python": platform.python_version(), "kernel": platform.release()},
         "workload": {"unit": UNIT, "gpus": 8, "mib_per_gpu": 70000, "linger_s": args.linger,

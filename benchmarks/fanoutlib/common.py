@@ -15,6 +15,7 @@ ADDRESSES_PER_SSHD = 16
 UNIT = "sglang.service"
 ALL_GPUS = (0, 1, 2, 3, 4, 5, 6, 7)
 TOOLS = ("fleet", "floor", "pdsh", "ansible")
+RIVALS = ("pdsh", "ansible")  # what users would pick instead of fleet
 SIM_NODE_VAR = "FLEET_SIM_NODE"
 
 
