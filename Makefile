@@ -31,7 +31,8 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
 # `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes), then benchmarks/fanout.py: fleet
-# against a raw asyncssh floor, pdsh and Ansible behind the real OpenSSH sshd, and a py-spy profile of fleet.
+# against a raw asyncssh floor, pdsh and Ansible behind the real OpenSSH sshd, and a py-spy profile of fleet;
+# then benchmarks/percommand.py: the client CPU of a connection and of a command (the cost model's terms).
 # Sizes 64, 256 and 512, 3 repetitions (about an hour on 2 cores); BENCH_SIZES=16,64 make bench for a quick look.
 BENCH_VENV  ?= benchmarks/.bench-venv
 BENCH_SIZES ?= 64,256,512
@@ -40,6 +41,7 @@ BENCH_REPS  ?= 3
 bench: install $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/scale.py --nodes 16 --rounds 3
 	$(BIN)/python benchmarks/fanout.py --sizes $(BENCH_SIZES) --reps $(BENCH_REPS) --bench-venv $(BENCH_VENV) --profile
+	$(BIN)/python benchmarks/percommand.py --hosts 64 --rounds 3
 
 $(BENCH_VENV)/.installed:
 	$(PYTHON) -m venv $(BENCH_VENV)
