@@ -14,7 +14,7 @@ from typing import Any
 from fleet import probes
 from fleet.errors import CommandTimeout
 from fleet.models import Host, StepName
-from fleet.transport import CommandResult, Held, Transport
+from fleet.transport import RELEASE_TIMEOUT_S, CommandResult, Held, Transport
 
 # Output kept per stream in the per-node log.
 LOG_OUTPUT_LIMIT = 4096
@@ -104,16 +104,24 @@ class Remote:
         if held.result is not None:
             self._log_result(held.result, None, timeout, timed_out=False)
             return held
-        return Held(held.first_line, release=lambda: self._release(held, timeout))
+        return Held(held.first_line, release=lambda: self._release(held, argv, timeout))
 
-    async def _release(self, held: Held, timeout: float) -> CommandResult | None:
+    async def _release(self, held: Held, argv: Sequence[str], timeout: float) -> CommandResult | None:
+        """Release a held command and log how it ended; one that had to be killed is logged as such."""
+        started = time.monotonic()
         result = await held.release()
         if result is not None:
             self._log_result(result, None, timeout, timed_out=False)
-        return result
+            return result
+        self._log_result(CommandResult(tuple(argv), None, "", "", time.monotonic() - started, "KILL"), None,
+                         timeout, timed_out=True, note=f"did not end within {RELEASE_TIMEOUT_S:g} s of release: killed")
+        return None
 
-    def _log_result(self, result: CommandResult, step: StepName | None, timeout: float, *, timed_out: bool) -> None:
-        where = {"step": str(step)} if step is not None else {}
+    def _log_result(self, result: CommandResult, step: StepName | None, timeout: float, *, timed_out: bool,
+                    note: str | None = None) -> None:
+        where: dict[str, str] = {"step": str(step)} if step is not None else {}
+        if note:
+            where["note"] = note
         self.log.info(
             "command",
             **where,

@@ -292,3 +292,25 @@ async def test_check_takes_no_lock(tmp_path: Path) -> None:
 
 def test_held_that_ended_is_not_running() -> None:
     assert not Held("", None).running
+
+
+class _StubbornHold:
+    """A Transport whose held command never ends on release (Held.release returns None: it was killed)."""
+
+    async def hold(self, argv: Any, *, timeout: float, privileged: bool = False) -> Held:
+        async def release() -> None:
+            return None
+
+        return Held("locked", release=release)
+
+
+async def test_a_held_command_killed_on_release_is_still_logged_as_a_command() -> None:
+    log = Events()
+    remote = Remote(make_host(), _StubbornHold(), log)  # type: ignore[arg-type]
+    held = await remote.hold(["flock", "/run/lock/x", "cat"], timeout=30)
+    assert await held.release() is None
+    assert log.names() == ["command"]
+    fields = log.first("command")
+    assert fields["argv"] == ["flock", "/run/lock/x", "cat"]
+    assert fields["signal"] == "KILL" and fields["timed_out"] is True and fields["exit_status"] is None
+    assert "killed" in fields["note"]
