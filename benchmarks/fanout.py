@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fanoutlib.common import REPO, RESULTS, RIVALS, TOOLS, UNIT, log
+from fanoutlib.common import REPO, RESULTS, RIVALS, SSHD, TOOLS, UNIT, log
 from fanoutlib.floor import floor_main
 from fanoutlib.measure import measure_main
 from fanoutlib.procs import descendants, kill_pids, mem_available_mb, set_subreaper
@@ -145,16 +145,20 @@ def versions(venv: Path) -> dict[str, str]:
             "py-spy": first_line([str(venv / "bin" / "py-spy"), "--version"]), "asyncssh": asyncssh.__version__}
 
 
-def ensure_pdsh() -> str | None:
-    if shutil.which("pdsh"):
+def ensure_installed(command: str, package: str) -> str | None:
+    """None when `command` is there, after `apt-get install package` when root can; else why not."""
+    if shutil.which(command):
         return None
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        log("pdsh missing: apt-get install -y pdsh")
-        done = subprocess.run(["apt-get", "install", "-y", "-q", "pdsh"], capture_output=True, text=True)
-        if done.returncode == 0 and shutil.which("pdsh"):
+        log(f"{command} missing: apt-get install -y {package}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, check=False)
+        done = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", package],
+                              capture_output=True, text=True, env=env, check=False)
+        if done.returncode == 0 and shutil.which(command):
             return None
-        return f"apt-get install pdsh failed: {done.stderr.strip()[-300:]}"
-    return "pdsh not installed (apt-get install pdsh)"
+        return f"apt-get install {package} failed: {done.stderr.strip()[-300:]}"
+    return f"{command} not installed (apt-get install {package})"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -195,7 +199,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def skip_unavailable(args: argparse.Namespace, venv: Path) -> dict[str, str]:
     """Tools (and the profile) whose programs are missing: dropped from args, with the reason."""
     skipped: dict[str, str] = {}
-    if "pdsh" in args.tools and (why := ensure_pdsh()):
+    if why := ensure_installed(str(SSHD), "openssh-server"):
+        sys.exit(f"the testbed needs OpenSSH's sshd: {why}")
+    if "pdsh" in args.tools and (why := ensure_installed("pdsh", "pdsh")):
         skipped["pdsh"] = why
     if "ansible" in args.tools and not (venv / "bin" / "ansible-playbook").exists():
         skipped["ansible"] = (f"{venv}/bin/ansible-playbook missing "
