@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -163,7 +162,7 @@ def inventory_cmd(
     inv, targets = _targets(hosts, inventory, group, limit, exclude)
     if as_json:
         document: dict[str, Any] = {"inventory": str(inv.path), "hosts": {h.name: host_vars(h) for h in targets}}
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")  # one document, not per-host lines: small
+        sys.stdout.write(reporting.render(document))
         return
     from fleet.tables import inventory_table
 

@@ -96,6 +96,7 @@ class Remote:
     async def hold(self, argv: Sequence[str], *, timeout: float) -> Held:
         """Start a long-lived command (see `Transport.hold`); it is logged when it ends."""
         self.commands += 1
+        started = time.monotonic()
         try:
             held = await self.transport.hold(argv, timeout=timeout, privileged=probes.needs_root(argv))
         except CommandTimeout as exc:
@@ -104,11 +105,11 @@ class Remote:
         if held.result is not None:
             self._log_result(held.result, None, timeout, timed_out=False)
             return held
-        return Held(held.first_line, release=lambda: self._release(held, argv, timeout))
+        return Held(held.first_line, release=lambda: self._release(held, argv, timeout, started))
 
-    async def _release(self, held: Held, argv: Sequence[str], timeout: float) -> CommandResult | None:
-        """Release a held command and log how it ended; one that had to be killed is logged as such."""
-        started = time.monotonic()
+    async def _release(self, held: Held, argv: Sequence[str], timeout: float, started: float) -> CommandResult | None:
+        """Release a held command and log how it ended; one that had to be killed is logged as such
+        (its duration, like every command's, counted from its start)."""
         result = await held.release()
         if result is not None:
             self._log_result(result, None, timeout, timed_out=False)

@@ -65,17 +65,18 @@ def known_hosts_path(host: Host) -> Path:
 
 
 # Parsed files, shared by every connection of the run: a fleet's known_hosts has a line a host, so parsing it
-# again for each connection cost O(hosts^2) (3 ms a connection at 512 lines). Keyed by path, mtime and size,
-# so a file that changes is read again.
-_FILE_CACHE: dict[tuple[str, str, int, int], object] = {}
+# again for each connection cost O(hosts^2) (3 ms a connection at 512 lines). One entry a (kind, path),
+# stamped with mtime and size: a file that changes is read again and replaces its old entry.
+_FILE_CACHE: dict[tuple[str, str], tuple[tuple[int, int], object]] = {}
 
 
 def _cached(kind: str, path: Path, load: Callable[[str], object]) -> object:
     stat = path.stat()
-    key = (kind, str(path), stat.st_mtime_ns, stat.st_size)
-    if key not in _FILE_CACHE:
-        _FILE_CACHE[key] = load(str(path))
-    return _FILE_CACHE[key]
+    key, stamp = (kind, str(path)), (stat.st_mtime_ns, stat.st_size)
+    entry = _FILE_CACHE.get(key)
+    if entry is None or entry[0] != stamp:
+        entry = _FILE_CACHE[key] = (stamp, load(str(path)))
+    return entry[1]
 
 
 def connect_options(host: Host) -> dict[str, object]:
