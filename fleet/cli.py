@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
+from fleet import __version__
 from fleet import report as reporting
 from fleet.errors import UsageError
 from fleet.inventory import Inventory, host_vars, inventory_path, load_inventory
@@ -49,6 +50,22 @@ ConcurrencyOpt = Annotated[
 LogDirOpt = Annotated[
     Path | None, typer.Option("--log-dir", metavar="DIR", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")
 ]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"fleet {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print fleet's version and exit."),
+    ] = False,
+) -> None:
+    """Make racks of GPU nodes clean again, many at once, and prove it."""
 
 
 def _err(line: str) -> None:

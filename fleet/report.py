@@ -9,6 +9,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
+from fleet import __version__
 from fleet.models import HostReport, HostStatus, RunReport
 
 SUMMARY_KEYS = (HostStatus.CLEAN, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.SKIPPED)
@@ -65,6 +66,7 @@ def to_document(report: RunReport) -> dict[str, Any]:
     """The CONTRACT's JSON report, for --json and summary.json alike."""
     return {
         "run_id": report.run_id,
+        "fleet_version": __version__,
         "command": report.command,
         "started_at": report.started_at,
         "duration_s": report.duration_s,

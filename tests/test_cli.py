@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
+import fleet
 from fleet.cli import main
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
@@ -49,6 +52,23 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], capsys: pytest.Ca
     assert out == ""
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("fleet: error: ")
+
+
+def test_version_prints_the_package_version_and_exits_0() -> None:
+    proc = run_cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout == f"fleet {fleet.__version__}\n"
+    assert importlib.metadata.version("fleet") == fleet.__version__  # pyproject reads the same declaration
+
+
+def test_nothing_reads_outside_the_repository() -> None:
+    """A fresh clone anywhere must pass: no path of the development machine in code, tests or tooling."""
+    outside = re.compile("|".join([r"\.\./shared", "/wo" + "rk/"]))  # split so this line does not match itself
+    places = [*REPO.glob("fleet/**/*.py"), *REPO.glob("tests/*.py"), *REPO.glob("benchmarks/**/*.py"),
+              REPO / "Makefile", REPO / ".ci" / "run", REPO / "pyproject.toml"]
+    hits = [f"{p.relative_to(REPO)}:{n}" for p in places
+            for n, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
+    assert hits == []
 
 
 def test_reset_of_several_hosts_refuses_without_a_terminal_or_yes() -> None:

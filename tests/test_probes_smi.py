@@ -24,7 +24,7 @@ from fleet.probes import (
     parse_mib,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nvidia-smi"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 H100_IDLE = "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_idle.csv"
 H100_LOAD = "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_load.csv"

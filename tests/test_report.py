@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import fleet
 from fleet import report as reporting
 from fleet.models import HostReport, HostStatus, RunReport, StepName, StepResult, StepStatus
 
@@ -19,7 +20,8 @@ def _run(statuses: dict[str, tuple[HostStatus, str | None]], command: str = "res
 def test_document_matches_the_contract_shape() -> None:
     run = _run({"gpu-b01": (HostStatus.CLEAN, None), "gpu-b02": (HostStatus.FAILED, "gpu 0 holds 1523 MiB")})
     doc = json.loads(json.dumps(reporting.to_document(run)))
-    assert set(doc) == {"run_id", "command", "started_at", "duration_s", "summary", "hosts"}
+    assert set(doc) == {"run_id", "fleet_version", "command", "started_at", "duration_s", "summary", "hosts"}
+    assert doc["fleet_version"] == fleet.__version__
     assert doc["summary"] == {"total": 2, "clean": 1, "failed": 1, "unreachable": 0, "skipped": 0}
     host = doc["hosts"]["gpu-b01"]
     assert set(host) == {"status", "duration_s", "error", "steps", "killed", "gpus"}

@@ -2,7 +2,7 @@
 
 Every command runs as the SSH server runs it: `/bin/sh -c CMD` with
 `env=node.env()` and `cwd=node.root`. The fake nvidia-smi's output is checked
-against the real captures in /work/shared/fixtures/nvidia-smi.
+against the real captures in tests/fixtures/nvidia-smi (see its SOURCES.md).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from fleet.sim import NodeSpec, SimError, SimNode, UnitSpec, WorkerSpec, state
 
-FIXTURES = Path("/work/shared/fixtures/nvidia-smi")
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 H100_IDLE_ALLFIELDS = FIXTURES / "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_idle.csv"
 P100_NOUNITS = FIXTURES / "tesla-p100-pcie-16gb_drv510.47.03_1gpu_query-gpu_csv-nounits.csv"
 APPS_IDLE = FIXTURES / "h100-80gb-hbm3_drv590.48.01_1gpu_query-compute-apps_csv_idle-header-only.csv"

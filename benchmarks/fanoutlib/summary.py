@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .common import TOOLS, median
+from .common import REPO, TOOLS, median
 
 # the targets, checked at the largest size measured: (check, ratio it reads, goal as printed, test)
 RATIO_TARGETS: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
@@ -188,7 +188,7 @@ def _file_of(frame: str) -> str:
     if not match:
         return frame
     path = match.group(1)
-    for marker in ("site-packages/", "lib/python3.11/", "/work/main/"):
+    for marker in ("site-packages/", "lib/python3.11/", f"{REPO}/"):
         if marker in path:
             return path.split(marker, 1)[1]
     return path
