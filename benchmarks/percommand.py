@@ -29,10 +29,10 @@ from fanoutlib.common import log
 from fanoutlib.procs import set_subreaper
 from fanoutlib.testbed import Testbed
 
-from fleet.inventory import load_inventory
-from fleet.models import Host
-from fleet.ssh import open_ssh
-from fleet.targeting import select
+from fleet.inventory.host import Host
+from fleet.inventory.load import load_inventory
+from fleet.inventory.targeting import select
+from fleet.transport.ssh import open_ssh
 
 COUNTS = (0, 4, 8, 16, 32)
 

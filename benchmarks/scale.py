@@ -22,13 +22,13 @@ from pathlib import Path
 
 import anyio
 
-from fleet.inventory import load_inventory
-from fleet.logs import RunLogs, new_run_id
-from fleet.models import HostStatus
-from fleet.runner import RunOptions, run_hosts
+from fleet.graph import RunOptions, run_hosts
+from fleet.inventory.load import load_inventory
+from fleet.inventory.targeting import select
+from fleet.report.logs import RunLogs, new_run_id
+from fleet.report.models import HostStatus
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
-from fleet.targeting import select
 
 ALL = (0, 1, 2, 3, 4, 5, 6, 7)
 

@@ -11,13 +11,13 @@ import anyio
 import typer
 
 from fleet import __version__
-from fleet import report as reporting
 from fleet.errors import UsageError
-from fleet.inventory import Inventory, host_vars, inventory_path, load_inventory
-from fleet.models import Host
-from fleet.runner import RunOptions
-from fleet.session import run_and_report
-from fleet.targeting import select
+from fleet.graph import RunOptions
+from fleet.inventory.host import Host
+from fleet.inventory.load import Inventory, host_vars, inventory_path, load_inventory
+from fleet.inventory.targeting import select
+from fleet.report import render as reporting
+from fleet.run import run_and_report
 from fleet.waves import parse_amount, parse_duration
 
 app = typer.Typer(
@@ -181,7 +181,7 @@ def inventory_cmd(
         document: dict[str, Any] = {"inventory": str(inv.path), "hosts": {h.name: host_vars(h) for h in targets}}
         sys.stdout.write(reporting.render(document))
         return
-    from fleet.tables import inventory_table
+    from fleet.report.tables import inventory_table
 
     inventory_table(targets)
 

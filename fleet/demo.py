@@ -13,12 +13,12 @@ from pathlib import Path
 
 import anyio
 
-from fleet.inventory import load_inventory
-from fleet.runner import RunOptions
-from fleet.session import run_and_report, say
+from fleet.graph import RunOptions
+from fleet.inventory.load import load_inventory
+from fleet.inventory.targeting import select
+from fleet.run import run_and_report, say
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
-from fleet.targeting import select
 
 ALL_GPUS = (0, 1, 2, 3, 4, 5, 6, 7)
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fleet.models import StepStatus
+from fleet.report.models import StepStatus
 
 if TYPE_CHECKING:
-    from fleet.transport import CommandResult
+    from fleet.transport.base import CommandResult
 
 
 class FleetError(Exception):

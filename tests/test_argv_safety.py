@@ -14,9 +14,10 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet import probes, validate
-from fleet.probes import reap
-from fleet.transport import bounded_argv, command_line
+from fleet.inventory import validate
+from fleet.node import probes
+from fleet.transport import reap
+from fleet.transport.base import bounded_argv, command_line
 
 # Text that tries hard: shell metacharacters, quotes, whitespace, globs, option-looking prefixes.
 HOSTILE = st.text(

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from fleet import steps
-from fleet.fake import Reply, ScriptedTransport
-from fleet.models import Host, StepStatus
-from fleet.remote import Remote
+from fleet.inventory.host import Host
+from fleet.node.node import Remote
+from fleet.report.models import StepStatus
+from fleet.reset import steps
+from fleet.transport.scripted import Reply, ScriptedTransport
 
 TRAINER = "0::/system.slice/trainer.service"
 
@@ -18,7 +19,7 @@ TRAINER = "0::/system.slice/trainer.service"
 @pytest.fixture(autouse=True)
 def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scripted holder is back at the first look after the kill."""
-    monkeypatch.setattr("fleet.steps.RESPAWN_SCANS_S", (0.0,))
+    monkeypatch.setattr("fleet.reset.steps.RESPAWN_SCANS_S", (0.0,))
 
 
 class Log:

@@ -21,16 +21,18 @@ from test_runner_logic import make_host, node_script, run
 from test_transport import SUDO_WANTS_PASSWORD, MakeNode, fake_bin, gone_within, line_within
 from test_transport import make_node as make_node  # the fixture: SimServers stopped after the test
 
-from fleet import lock, validate
 from fleet.errors import CommandTimeout, InventoryError
-from fleet.fake import Reply, ScriptedTransport
-from fleet.inventory import load_inventory
-from fleet.local import LocalTransport
-from fleet.lock import LockBusy, LockError, host_lock
-from fleet.models import Host, HostStatus, StepStatus
-from fleet.remote import Remote
-from fleet.ssh import open_ssh
-from fleet.transport import Held, Transport
+from fleet.inventory import validate
+from fleet.inventory.host import Host
+from fleet.inventory.load import load_inventory
+from fleet.node import lock
+from fleet.node.lock import LockBusy, LockError, host_lock
+from fleet.node.node import Remote
+from fleet.report.models import HostStatus, StepStatus
+from fleet.transport.base import Held, Transport
+from fleet.transport.local import LocalTransport
+from fleet.transport.scripted import Reply, ScriptedTransport
+from fleet.transport.ssh import open_ssh
 
 BUSY_OWNER = (("cat", "--"), Reply("run-a\n"))
 OpenTransport = Callable[[Host], Awaitable[Transport]]

@@ -17,13 +17,13 @@ import anyio
 import pytest
 from test_reset_sim import busy, fast_vars
 
-from fleet.inventory import load_inventory
-from fleet.logs import RunLogs
-from fleet.models import HostReport, HostStatus, StepStatus
-from fleet.runner import RunOptions, run_hosts
+from fleet.graph import RunOptions, run_hosts
+from fleet.inventory.load import load_inventory
+from fleet.inventory.targeting import select
+from fleet.report.logs import RunLogs
+from fleet.report.models import HostReport, HostStatus, StepStatus
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import WorkerSpec
-from fleet.targeting import select
 
 NODE = "gpu-l01"
 
@@ -112,7 +112,7 @@ async def test_two_runs_on_one_node_never_interleave(sim: SimFleet, tmp_path: Pa
 async def test_a_run_that_cannot_get_the_lock_says_whose_it_is_and_touches_nothing(
     sim: SimFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fleet.lock.LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr("fleet.node.lock.LOCK_WAIT_S", 0.5)
     node = sim.nodes[NODE]
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:

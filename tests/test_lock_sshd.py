@@ -21,19 +21,19 @@ from conftest import ClientKey
 from sshd import Sshd
 from test_lock import Events, lock_held
 
-from fleet.lock import LockBusy, host_lock
-from fleet.models import Host
-from fleet.remote import Remote
-from fleet.ssh import open_ssh
+from fleet.inventory.host import Host
+from fleet.node.lock import LockBusy, host_lock
+from fleet.node.node import Remote
+from fleet.transport.ssh import open_ssh
 
 pytestmark = pytest.mark.sshd
 
 # A fleet process that takes the lock over SSH, says so, then waits to be killed.
 HOLDER = """
 import sys, anyio
-from fleet.lock import lock_argv
-from fleet.models import Host
-from fleet.ssh import open_ssh
+from fleet.node.lock import lock_argv
+from fleet.inventory.host import Host
+from fleet.transport.ssh import open_ssh
 
 async def main(port, user, key, known_hosts, lock_file):
     host = Host(name="sshd", address="127.0.0.1", port=int(port), user=user, identity_file=key,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fleet import policy
-from fleet.models import BUILTIN_PROTECTED, StepName
-from fleet.plan import describe_plan
-from fleet.probes import ComputeApp, GpuRow, Holder, Lineage, ProcStat, PsRow, UnitState
+from fleet.inventory.host import BUILTIN_PROTECTED
+from fleet.node.probes import ComputeApp, GpuRow, Holder, Lineage, ProcStat, PsRow, UnitState
+from fleet.report.models import StepName
+from fleet.reset import policy
+from fleet.reset.plan import describe_plan
 
 ROWS_CLEAN = (GpuRow(0, 0, "GPU-a"), GpuRow(1, 1, "GPU-b"))
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from test_runner_logic import make_host, node_script, run
 
-from fleet import probes
 from fleet.errors import AuthError
-from fleet.fake import ScriptedTransport
-from fleet.local import finish
-from fleet.lock import lock_argv
-from fleet.models import HostStatus
-from fleet.transport import CommandResult, bounded_argv
+from fleet.node import probes
+from fleet.node.lock import lock_argv
+from fleet.report.models import HostStatus
+from fleet.transport.base import CommandResult, bounded_argv
+from fleet.transport.local import finish
+from fleet.transport.scripted import ScriptedTransport
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.probes import (
+from fleet.node.probes import (
     LINEAGE_AWK,
     SIM_NODE_VAR,
     SIM_UNIT_VAR,

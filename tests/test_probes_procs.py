@@ -11,9 +11,9 @@ from types import ModuleType
 
 import pytest
 
-from fleet import probes
-from fleet.models import BUILTIN_PROTECTED
-from fleet.probes import (
+from fleet.inventory.host import BUILTIN_PROTECTED
+from fleet.node import probes
+from fleet.node.probes import (
     Holder,
     ProbeParseError,
     PsRow,

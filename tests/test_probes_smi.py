@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleet.probes import (
+from fleet.node.probes import (
     SETTLE_FIELDS,
     VERIFY_FIELDS,
     ComputeApp,

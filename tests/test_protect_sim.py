@@ -20,15 +20,15 @@ import pytest
 import yaml
 from test_reset_sim import FAST, busy, step
 
-from fleet import steps
-from fleet.inventory import load_inventory
-from fleet.logs import RunLogs
-from fleet.models import HostStatus, RunReport, StepName, StepStatus
-from fleet.remote import Remote
-from fleet.runner import RunOptions, run_hosts
+from fleet.graph import RunOptions, run_hosts
+from fleet.inventory.load import load_inventory
+from fleet.inventory.targeting import select
+from fleet.node.node import Remote
+from fleet.report.logs import RunLogs
+from fleet.report.models import HostStatus, RunReport, StepName, StepStatus
+from fleet.reset import steps
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
-from fleet.targeting import select
 
 
 @pytest.fixture

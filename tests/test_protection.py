@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet import policy, protection
 from fleet.errors import InventoryError
-from fleet.inventory import load_inventory
-from fleet.models import BUILTIN_PROTECTED, Host
-from fleet.policy import Holder, ProcessFacts, Rules
-from fleet.probes import Holder as Found
-from fleet.probes import Lineage, ProcStat, PsRow
+from fleet.inventory.host import BUILTIN_PROTECTED, Host
+from fleet.inventory.load import load_inventory
+from fleet.node.probes import Holder as Found
+from fleet.node.probes import Lineage, ProcStat, PsRow
+from fleet.reset import policy, protection
+from fleet.reset.policy import Holder, ProcessFacts, Rules
 
 RULES = Rules(BUILTIN_PROTECTED)
 # The node: init (1), sshd (700) > sshd-session (710) > bash (720) > python3 (4242, alice's job);

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from fleet.probes import reap
-from fleet.transport import bounded_argv
+from fleet.transport import reap
+from fleet.transport.base import bounded_argv
 
 
 def test_marker_goes_inside_sudo_and_before_timeout() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import fleet
-from fleet import report as reporting
-from fleet.models import HostReport, HostStatus, RunReport, StepName, StepResult, StepStatus
+from fleet.report import render as reporting
+from fleet.report.models import HostReport, HostStatus, RunReport, StepName, StepResult, StepStatus
 
 
 def _run(statuses: dict[str, tuple[HostStatus, str | None]], command: str = "reset") -> RunReport:

@@ -16,13 +16,13 @@ from typing import Any
 import anyio
 import pytest
 
-from fleet.inventory import load_inventory
-from fleet.logs import RunLogs
-from fleet.models import HostReport, HostStatus, RunReport, StepName, StepStatus
-from fleet.runner import RunOptions, run_hosts
+from fleet.graph import RunOptions, run_hosts
+from fleet.inventory.load import load_inventory
+from fleet.inventory.targeting import select
+from fleet.report.logs import RunLogs
+from fleet.report.models import HostReport, HostStatus, RunReport, StepName, StepStatus
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
-from fleet.targeting import select
 
 ALL = (0, 1, 2, 3, 4, 5, 6, 7)
 FAST = {"drain_timeout": 5, "kill_grace": 2, "settle_timeout": 15, "command_timeout": 5}

@@ -14,9 +14,10 @@ import pytest
 from conftest import ClientKey
 from sshd import Sshd
 
-from fleet.logs import RunLogs
-from fleet.models import Host, HostReport, HostStatus, StepName
-from fleet.runner import RunOptions, run_hosts
+from fleet.graph import RunOptions, run_hosts
+from fleet.inventory.host import Host
+from fleet.report.logs import RunLogs
+from fleet.report.models import HostReport, HostStatus, StepName
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
 pytestmark = pytest.mark.sshd

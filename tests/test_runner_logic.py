@@ -12,17 +12,18 @@ import anyio
 import pytest
 
 from fleet.errors import ConnectError
-from fleet.fake import Reply, ScriptedTransport
-from fleet.logs import RunLogs
-from fleet.models import Host, HostStatus, StepName, StepStatus
-from fleet.runner import RunOptions, run_hosts
+from fleet.graph import RunOptions, run_hosts
+from fleet.inventory.host import Host
+from fleet.report.logs import RunLogs
+from fleet.report.models import HostStatus, StepName, StepStatus
+from fleet.transport.scripted import Reply, ScriptedTransport
 from fleet.waves import Amount
 
 
 @pytest.fixture(autouse=True)
 def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scripted node never respawns anything: one look after the kill is enough here."""
-    monkeypatch.setattr("fleet.steps.RESPAWN_SCANS_S", (0.0,))
+    monkeypatch.setattr("fleet.reset.steps.RESPAWN_SCANS_S", (0.0,))
 
 
 GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0\n"

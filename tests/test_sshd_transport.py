@@ -15,10 +15,10 @@ from conftest import ClientKey, make_client_key
 from sshd import Sshd
 from test_transport import SUDO_WANTS_PASSWORD, fake_bin, gone_within, line_within
 
-from fleet import ssh as ssh_module
 from fleet.errors import AuthError, CommandTimeout, HostKeyError
-from fleet.models import Host
-from fleet.ssh import SshTransport, open_ssh
+from fleet.inventory.host import Host
+from fleet.transport import ssh as ssh_module
+from fleet.transport.ssh import SshTransport, open_ssh
 
 pytestmark = pytest.mark.sshd
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from fleet.errors import UsageError
-from fleet.inventory import Inventory, load_inventory
-from fleet.models import Host
-from fleet.targeting import select
+from fleet.inventory.host import Host
+from fleet.inventory.load import Inventory, load_inventory
+from fleet.inventory.targeting import select
 
 
 def load(tmp_path: Path, text: str, name: str) -> Inventory:

@@ -23,15 +23,15 @@ import pytest
 import yaml
 from conftest import ClientKey, make_client_key
 
-from fleet import ssh as ssh_module
-from fleet.connect import connect
 from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
-from fleet.local import LocalTransport
-from fleet.models import Connection, Host
+from fleet.inventory.host import Connection, Host
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 from fleet.sim.server import SimServer
-from fleet.ssh import SshTransport, open_ssh
+from fleet.transport import ssh as ssh_module
+from fleet.transport.connect import connect
+from fleet.transport.local import LocalTransport
+from fleet.transport.ssh import SshTransport, open_ssh
 
 # Stands in for coreutils' timeout on a node whose own bound does not work:
 # drops `-k K T` and runs the command unbounded, so only the client deadline is left.

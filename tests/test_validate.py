@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleet import validate
+from fleet.inventory import validate
 
 Validator = Callable[[str], str]
 

@@ -21,7 +21,7 @@ def fleet_commands(log_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]
     host's lock command is rebuilt from its `lock_acquired` event (fleet.lock.lock_argv, the run id, the
     bound the other hosts' lock commands had) so that every replay runs the same commands.
     """
-    from fleet.lock import LOCK_WAIT_S, lock_argv
+    from fleet.node.lock import LOCK_WAIT_S, lock_argv
     out: dict[str, list[dict[str, Any]]] = {}
     acquired: dict[str, dict[str, Any]] = {}
     for path in sorted(log_dir.glob("*/*.jsonl")):
@@ -53,8 +53,8 @@ def replay_owner(events: list[dict[str, Any]], tool: str, rep: int) -> str:
 
 def wire_lines(events: list[dict[str, Any]], owner: str | None = None) -> tuple[str | None, list[str]]:
     """(the lock holder's wire line, the other commands' wire lines), rebuilt as fleet.ssh does."""
-    from fleet.probes import reap
-    from fleet.transport import bounded_argv, command_line
+    from fleet.transport import reap
+    from fleet.transport.base import bounded_argv, command_line
     hold, cmds = None, []
     for e in events:
         if e["argv"] and e["argv"][0] == "flock":
@@ -67,8 +67,8 @@ def wire_lines(events: list[dict[str, Any]], owner: str | None = None) -> tuple[
 def generic_line(events: list[dict[str, Any]], index: int, root: str, owner: str | None = None) -> str:
     """One host's command `index` with its node folder written as "$FLEET_SIM_NODE" (expanded by the node's
     login shell to the same path) and a token shared by every host: the same line for every host, for pdsh."""
-    from fleet.probes import reap
-    from fleet.transport import bounded_argv
+    from fleet.transport import reap
+    from fleet.transport.base import bounded_argv
     e = events[index]
     is_hold = e["argv"][0] == "flock"
     mark = None if is_hold else reap.marker(f"{index + 1:016x}")

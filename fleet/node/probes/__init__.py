@@ -16,8 +16,8 @@ public name of them is importable from here.
 
 from __future__ import annotations
 
-from fleet.probes._parse import LINE_CLIP, ProbeParseError
-from fleet.probes.lineage import (
+from fleet.node.probes._parse import LINE_CLIP, ProbeParseError
+from fleet.node.probes.lineage import (
     LINEAGE_AWK,
     LINEAGE_DEPTH,
     SIM_NODE_VAR,
@@ -32,8 +32,8 @@ from fleet.probes.lineage import (
     sim_units_argv,
     unit_of_cgroup,
 )
-from fleet.probes.privilege import needs_root
-from fleet.probes.procs import (
+from fleet.node.probes.privilege import needs_root
+from fleet.node.probes.procs import (
     COMM_LEN,
     SIGNALS,
     SSHD_NAMES,
@@ -59,7 +59,7 @@ from fleet.probes.procs import (
     unit_state_argv,
     unit_stop_argv,
 )
-from fleet.probes.smi import (
+from fleet.node.probes.smi import (
     COMPUTE_APPS_FIELDS,
     NULL_VALUES,
     SETTLE_FIELDS,

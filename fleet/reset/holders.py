@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet import policy, probes
 from fleet.errors import StepFailed
-from fleet.models import StepName
-from fleet.remote import Budget, Remote
+from fleet.node import probes
+from fleet.node.node import Budget, Remote
+from fleet.report.models import StepName
+from fleet.reset import policy
 
 
 @dataclass(frozen=True)

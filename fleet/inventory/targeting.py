@@ -14,9 +14,9 @@ import fnmatch
 from collections.abc import Sequence
 
 from fleet.errors import UsageError
-from fleet.inventory import ALL, Inventory, suggest
-from fleet.models import Host
-from fleet.nodesets import node_set
+from fleet.inventory.host import Host
+from fleet.inventory.load import ALL, Inventory, suggest
+from fleet.inventory.nodesets import node_set
 
 
 def _split(text: str) -> list[str]:

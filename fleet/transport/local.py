@@ -23,8 +23,8 @@ from pathlib import Path
 import anyio
 
 from fleet.errors import AuthError, CommandTimeout, ConnectError
-from fleet.models import Host
-from fleet.transport import (
+from fleet.inventory.host import Host
+from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
     TIMEOUT_EXIT_STATUSES,
     CommandResult,

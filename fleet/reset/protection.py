@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet import probes
-from fleet.models import Host
+from fleet.inventory.host import Host
+from fleet.node import probes
 
 # How far up its parent chain a holder inherits protection from a protected daemon.
 ANCESTRY_DEPTH = 8

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fleet.local import LocalTransport
-from fleet.models import Connection, Host
-from fleet.ssh import open_ssh
-from fleet.transport import Transport
+from fleet.inventory.host import Connection, Host
+from fleet.transport.base import Transport
+from fleet.transport.local import LocalTransport
+from fleet.transport.ssh import open_ssh
 
 
 async def connect(host: Host) -> Transport:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet.probes._parse import ProbeParseError, clip, lines, parse_int
+from fleet.node.probes._parse import ProbeParseError, clip, lines, parse_int
 
 SETTLE_FIELDS = ("index", "memory.used")
 VERIFY_FIELDS = (

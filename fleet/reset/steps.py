@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from fleet import policy, probes, protection
 from fleet.errors import CommandTimeout, StepFailed
-from fleet.holders import Scan, restart_settings, scan, scan_holders
-from fleet.models import GpuReport, HostPlan, KilledProcess, StepName, StepResult, StepStatus
-from fleet.remote import Budget, BudgetSpent, Remote
+from fleet.node import probes
+from fleet.node.node import Budget, BudgetSpent, Remote
+from fleet.report.models import GpuReport, HostPlan, KilledProcess, StepName, StepResult, StepStatus
+from fleet.reset import policy, protection
+from fleet.reset.holders import Scan, restart_settings, scan, scan_holders
 
 # Backoff for polls: first wait, factor, cap (seconds).
 POLL_FIRST_S = 0.1

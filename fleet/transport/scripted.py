@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from fleet.errors import CommandTimeout
-from fleet.transport import CommandResult, Held, bounded_argv
+from fleet.transport.base import CommandResult, Held, bounded_argv
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from fleet import probes
-from fleet.models import GpuReport, HostPlan, KilledProcess, PlannedProcess
-from fleet.protection import Holder as Holder
-from fleet.protection import ProcessFacts as ProcessFacts
-from fleet.protection import Rules as Rules
-from fleet.protection import protected_by
+from fleet.node import probes
+from fleet.report.models import GpuReport, HostPlan, KilledProcess, PlannedProcess
+from fleet.reset.protection import Holder as Holder
+from fleet.reset.protection import ProcessFacts as ProcessFacts
+from fleet.reset.protection import Rules as Rules
+from fleet.reset.protection import protected_by
 
 
 def first_line(text: str, limit: int = 160) -> str:

@@ -28,8 +28,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fleet import validate
-from fleet.probes._parse import ProbeParseError, lines, parse_int
+from fleet.inventory import validate
+from fleet.node.probes._parse import ProbeParseError, lines, parse_int
 
 # The environment variable every command on a simulated node sees (set by fleet.sim).
 SIM_NODE_VAR = "FLEET_SIM_NODE"

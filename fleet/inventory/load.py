@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
-from fleet import validate
-from fleet.datafile import read_data
 from fleet.errors import InventoryError, UsageError
-from fleet.models import DEFAULT_LOCK_FILE, Connection, Host
-from fleet.nodesets import MAX_NODES_PER_PATTERN as MAX_NODES_PER_PATTERN
-from fleet.nodesets import node_order, node_set
+from fleet.inventory import validate
+from fleet.inventory.datafile import read_data
+from fleet.inventory.host import DEFAULT_LOCK_FILE, Connection, Host
+from fleet.inventory.nodesets import MAX_NODES_PER_PATTERN as MAX_NODES_PER_PATTERN
+from fleet.inventory.nodesets import node_order, node_set
 
 if TYPE_CHECKING:
-    from fleet.targeting import select as select
+    from fleet.inventory.targeting import select as select
 
 ALL = "all"
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleet import probes
 from fleet.errors import CommandTimeout
-from fleet.models import Host, StepName
-from fleet.transport import RELEASE_TIMEOUT_S, CommandResult, Held, Transport
+from fleet.inventory.host import Host
+from fleet.node import probes
+from fleet.report.models import StepName
+from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, Held, Transport
 
 # Output kept per stream in the per-node log.
 LOG_OUTPUT_LIMIT = 4096

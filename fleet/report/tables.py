@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from fleet.models import Host, RunReport, StepName, StepStatus
+from fleet.inventory.host import Host
+from fleet.report.models import RunReport, StepName, StepStatus
 
 
 def inventory_table(hosts: Sequence[Host]) -> None:

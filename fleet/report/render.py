@@ -10,7 +10,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from fleet import __version__
-from fleet.models import HostReport, HostStatus, RunReport
+from fleet.report.models import HostReport, HostStatus, RunReport
 
 SUMMARY_KEYS = (HostStatus.CLEAN, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.SKIPPED)
 

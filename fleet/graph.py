@@ -19,14 +19,13 @@ from typing import Any
 
 import anyio
 
-from fleet import steps
-from fleet.connect import connect
 from fleet.errors import CommandTimeout, TransportError
-from fleet.lock import LockError, host_lock
-from fleet.logs import RunLogs
-from fleet.models import (
+from fleet.inventory.host import Host
+from fleet.node.lock import LockError, host_lock
+from fleet.node.node import BudgetSpent, Remote
+from fleet.report.logs import RunLogs
+from fleet.report.models import (
     GpuReport,
-    Host,
     HostPlan,
     HostReport,
     HostStatus,
@@ -36,10 +35,11 @@ from fleet.models import (
     StepResult,
     StepStatus,
 )
-from fleet.plan import describe_plan
-from fleet.remote import BudgetSpent, Remote
-from fleet.report import fold
-from fleet.transport import Transport
+from fleet.report.render import fold
+from fleet.reset import steps
+from fleet.reset.plan import describe_plan
+from fleet.transport.base import Transport
+from fleet.transport.connect import connect
 from fleet.waves import Amount, FailureBudget, plan_waves, tolerated
 
 Connector = Callable[[Host], Awaitable[Transport]]

@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleet import report as reporting
-from fleet.logs import RunLogs, default_log_dir, new_run_id
-from fleet.models import Host
-from fleet.runner import Connector, RunOptions, run_hosts
-from fleet.tables import report_table
+from fleet.graph import Connector, RunOptions, run_hosts
+from fleet.inventory.host import Host
+from fleet.report import render as reporting
+from fleet.report.logs import RunLogs, default_log_dir, new_run_id
+from fleet.report.tables import report_table
 
 # File descriptors a host holds during a run: its connection's socket and its log file.
 FDS_PER_HOST = 2

@@ -20,10 +20,10 @@ import anyio
 import asyncssh
 
 from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
-from fleet.local import finish, make_result
-from fleet.models import Host
-from fleet.probes import reap
-from fleet.transport import RELEASE_TIMEOUT_S, CommandResult, Held, bounded_argv, client_deadline, command_line
+from fleet.inventory.host import Host
+from fleet.transport import reap
+from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, Held, bounded_argv, client_deadline, command_line
+from fleet.transport.local import finish, make_result
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # No SSH keepalives: every command has a client deadline (fleet.transport.client_deadline) and connecting

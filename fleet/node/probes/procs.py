@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet.probes._parse import ProbeParseError, lines, parse_int
+from fleet.node.probes._parse import ProbeParseError, lines, parse_int
 
 # /proc/PID/comm holds at most this many characters (TASK_COMM_LEN - 1).
 COMM_LEN = 15

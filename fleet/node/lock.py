@@ -27,10 +27,10 @@ from contextlib import asynccontextmanager
 import anyio
 
 from fleet.errors import CommandTimeout, FleetError, TransportError
-from fleet.models import Host
-from fleet.remote import Remote
-from fleet.steps import ESCALATION_WINDOW_S, SIGKILL_WAIT_S
-from fleet.transport import RELEASE_TIMEOUT_S, Held
+from fleet.inventory.host import Host
+from fleet.node.node import Remote
+from fleet.reset.steps import ESCALATION_WINDOW_S, SIGKILL_WAIT_S
+from fleet.transport.base import RELEASE_TIMEOUT_S, Held
 
 # Seconds a run waits for another run's lock on a host before it fails that host.
 LOCK_WAIT_S = 10.0

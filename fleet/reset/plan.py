@@ -6,7 +6,7 @@ joined by the pure `policy.build_plan`) found a reset would do.
 
 from __future__ import annotations
 
-from fleet.models import HostPlan, PlannedProcess, StepName
+from fleet.report.models import HostPlan, PlannedProcess, StepName
 
 
 def _process(p: PlannedProcess) -> str:
