@@ -1,7 +1,7 @@
 """What one more host and one more command cost the controller: the two terms of the cost model.
 
 N hosts behind the real OpenSSH sshd (the fan-out testbed: benchmarks/fanoutlib/testbed.py), each
-reached with fleet's own transport (`fleet.ssh.open_ssh`: host key checked, AES-GCM, keepalives, every
+reached with fleet's own transport (`fleet.transport.ssh.open_ssh`: host key checked, AES-GCM, keepalives, every
 command bounded by `timeout` and marked) running K bounded `true` commands in a row, all hosts at
 once. Client CPU (user+sys of this process) is measured for K = 0 (connect and close only), 4, 8, 16
 and 32, interleaved over several rounds; medians. A least-squares line through (K, CPU per host) gives

@@ -1,4 +1,4 @@
-"""The command line: thin wiring over the importable core (`fleet.runner`, `fleet.inventory`)."""
+"""The command line: typer wiring only, over the importable core (`fleet.run`, `fleet.graph`, `fleet.inventory`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, host_vars, inventory_path, load_inventory
 from fleet.inventory.targeting import select
 from fleet.report import render as reporting
+from fleet.reset.host import Mode
 from fleet.run import run_and_report
 from fleet.waves import parse_amount, parse_duration
 
@@ -134,9 +135,8 @@ def reset(
 ) -> None:
     """Drain -> kill -> settle -> verify on every target."""
     options = RunOptions(
-        command="reset",
+        mode=Mode.PLAN if dry_run else Mode.RESET,
         concurrency=concurrency,
-        dry_run=dry_run,
         handle_signals=True,
         batch=parse_amount(batch, "--batch") if batch else None,
         max_fail=parse_amount(max_fail, "--max-fail") if max_fail else None,
@@ -162,7 +162,7 @@ def check(
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean."""
     _, targets = _targets(hosts, inventory, group, limit, exclude)
-    options = RunOptions(command="check", concurrency=concurrency, handle_signals=True)
+    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True)
     raise typer.Exit(execute(targets, options, as_json=as_json, log_dir=log_dir))
 
 

@@ -72,8 +72,8 @@ async def run_and_report(
     say(f"logs: {logs.path}")
     if state.interrupted:
         say("fleet: interrupted; in-flight commands were ended, the report above is complete")
-    elif state.deadline_hit:
-        say(f"fleet: {state.cut_short(options)}; in-flight commands were ended, the report above is complete")
+    elif state.deadline.hit:
+        say(f"fleet: {state.cut_short()}; in-flight commands were ended, the report above is complete")
     elif state.stopped:
         say(f"fleet: stopped starting hosts: {state.stopped}")
     return reporting.exit_code(run_report, interrupted=state.interrupted)

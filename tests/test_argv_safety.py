@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet.inventory import validate
-from fleet.node import probes
+from fleet.node.probes import procs, smi, units
 from fleet.transport import reap
 from fleet.transport.base import bounded_argv, command_line
 
@@ -52,7 +52,7 @@ def test_unit_names_stay_one_word_in_every_systemctl_command(value: str, become:
     if unit is None:
         return
     assert not unit.startswith("-")
-    for argv in (probes.unit_state_argv(unit), probes.unit_stop_argv(unit), probes.unit_kill_argv(unit)):
+    for argv in (units.unit_state_argv(unit), units.unit_stop_argv(unit), units.unit_kill_argv(unit)):
         assert argv[-2:] == ["--", unit]  # after "--": never read as an option
         assert_round_trip(argv, become=become)
 
@@ -63,7 +63,7 @@ def test_device_globs_reach_find_as_lname_patterns_only(values: list[str], becom
     globs = [g for g in (accepted(validate.device_glob, v) for v in values) if g is not None]
     if not globs:
         return
-    argv = probes.holders_scan_argv(globs)
+    argv = procs.holders_scan_argv(globs)
     for glob in globs:
         assert argv[argv.index(glob) - 1] == "-lname"
     assert_round_trip(argv, become=become)
@@ -72,11 +72,11 @@ def test_device_globs_reach_find_as_lname_patterns_only(values: list[str], becom
 @settings(max_examples=300)
 @given(EXECUTABLES)
 def test_nvidia_smi_path_is_the_command_and_nothing_more(value: str) -> None:
-    smi = accepted(validate.executable, value)
-    if smi is None:
+    path = accepted(validate.executable, value)
+    if path is None:
         return
-    for argv in (probes.gpu_query_argv(smi, probes.SETTLE_FIELDS), probes.compute_apps_argv(smi)):
-        assert argv[0] == smi
+    for argv in (smi.gpu_query_argv(path, smi.SETTLE_FIELDS), smi.compute_apps_argv(path)):
+        assert argv[0] == path
         assert_round_trip(argv, become=False)
 
 
@@ -93,7 +93,7 @@ def test_process_names_accepted_are_plain_words(value: str) -> None:
 @settings(max_examples=200)
 @given(st.lists(st.integers(min_value=2, max_value=4_194_304), min_size=1, max_size=20))
 def test_pid_lists_are_numbers_only(pids: list[int]) -> None:
-    for argv in (probes.kill_argv("SIGKILL", pids), probes.ps_argv(pids), probes.alive_argv(pids)):
+    for argv in (procs.kill_argv("SIGKILL", pids), procs.ps_argv(pids), procs.alive_argv(pids)):
         assert_round_trip(argv, become=True)
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from fleet.inventory.host import Host
-from fleet.node.node import Remote
+from fleet.node.node import Node
 from fleet.report.models import StepStatus
-from fleet.reset import steps
+from fleet.reset import kill
 from fleet.transport.scripted import Reply, ScriptedTransport
 
 TRAINER = "0::/system.slice/trainer.service"
@@ -19,7 +19,7 @@ TRAINER = "0::/system.slice/trainer.service"
 @pytest.fixture(autouse=True)
 def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scripted holder is back at the first look after the kill."""
-    monkeypatch.setattr("fleet.reset.steps.RESPAWN_SCANS_S", (0.0,))
+    monkeypatch.setattr("fleet.reset.kill.RESPAWN_SCANS_S", (0.0,))
 
 
 class Log:
@@ -62,14 +62,14 @@ def holder(pid: int) -> str:
     return f"root\t/proc/{pid}/fd/3\t/dev/nvidia0\n"
 
 
-def remote(t: ScriptedTransport) -> Remote:
+def remote(t: ScriptedTransport) -> Node:
     host = Host("gpu-01", "127.0.0.1", command_timeout=1.0, kill_grace=0.3, drain_timeout=1.0)
-    return Remote(host, t, Log())
+    return Node(host, t, Log())
 
 
 async def test_a_respawn_names_the_unit_and_is_not_stopped_without_stop_units() -> None:
     t = node(iter([holder(100), holder(101)]), {100: TRAINER, 101: TRAINER})
-    outcome = await steps.kill(remote(t))
+    outcome = await kill.kill(remote(t))
     assert outcome.result.status is StepStatus.FAILED
     assert outcome.result.error == "respawned: pid 101 python3 (trainer.service, Restart=always); add it to services"
     assert not [argv for argv in t.ran if argv[:2] == ("systemctl", "stop")]
@@ -78,7 +78,7 @@ async def test_a_respawn_names_the_unit_and_is_not_stopped_without_stop_units() 
 async def test_stop_units_stops_the_unit_then_kills_again() -> None:
     t = node(iter([holder(100), holder(101), ""]), {100: TRAINER, 101: TRAINER})
     r = remote(t)
-    outcome = await steps.kill(r, stop_units=True)
+    outcome = await kill.kill(r, stop_respawning=True)
     assert outcome.result.status is StepStatus.OK, outcome.result.error
     assert ("systemctl", "stop", "--no-block", "--", "trainer.service") in t.ran
     assert "stopped units of respawned holders: trainer.service inactive" in outcome.result.detail
@@ -89,7 +89,7 @@ async def test_stop_units_stops_the_unit_then_kills_again() -> None:
 async def test_stop_units_never_stops_the_unit_fleet_itself_runs_in() -> None:
     """The probe's own chain (pid 900) is in trainer.service: that unit is fleet's own session."""
     t = node(iter([holder(100), holder(101)]), {100: TRAINER, 101: TRAINER, 900: TRAINER})
-    outcome = await steps.kill(remote(t), stop_units=True)
+    outcome = await kill.kill(remote(t), stop_respawning=True)
     assert outcome.result.error is not None and outcome.result.error.startswith("respawned: pid 101")
     assert not [argv for argv in t.ran if argv[:2] == ("systemctl", "stop")]
 
@@ -97,6 +97,6 @@ async def test_stop_units_never_stops_the_unit_fleet_itself_runs_in() -> None:
 async def test_kept_holders_are_logged_with_why() -> None:
     t = node(iter([holder(900)]), {})
     r = remote(t)
-    outcome = await steps.kill(r)
+    outcome = await kill.kill(r)
     assert outcome.result.detail == "no GPU holders to kill; kept pid 900 python3 (fleet's own session)"
     assert ("kept", {"step": "kill", "pid": 900, "name": "python3", "reason": "fleet's own session"}) in r.log.events

@@ -25,10 +25,12 @@ from fleet.errors import CommandTimeout, InventoryError
 from fleet.inventory import validate
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
-from fleet.node import lock
-from fleet.node.lock import LockBusy, LockError, host_lock
-from fleet.node.node import Remote
+from fleet.node.node import Node
+from fleet.node.probe import action
 from fleet.report.models import HostStatus, StepStatus
+from fleet.reset import lock
+from fleet.reset.host import Mode
+from fleet.reset.lock import LockBusy, LockError, host_lock
 from fleet.transport.base import Held, Transport
 from fleet.transport.local import LocalTransport
 from fleet.transport.scripted import Reply, ScriptedTransport
@@ -178,11 +180,11 @@ async def test_no_first_line_within_the_remote_bound_is_a_timeout(open_transport
 
 
 @asynccontextmanager
-async def remote_for(open_transport: OpenTransport, host: Host) -> AsyncIterator[tuple[Remote, Events]]:
+async def remote_for(open_transport: OpenTransport, host: Host) -> AsyncIterator[tuple[Node, Events]]:
     events = Events()
     transport = await open_transport(host)
     try:
-        yield Remote(host, transport, events), events
+        yield Node(host, transport, events), events
     finally:
         await transport.close()
 
@@ -241,7 +243,7 @@ async def test_sudo_that_asks_for_the_lock_is_one_line(make_node: MakeNode, tmp_
     events = Events()
     async with await open_ssh(node.host) as ssh:
         with pytest.raises(LockError) as caught:
-            async with host_lock(Remote(node.host, ssh, events), "run-a", wait_s=1):
+            async with host_lock(Node(node.host, ssh, events), "run-a", wait_s=1):
                 pytest.fail("sudo refused, yet locked")
     assert str(caught.value) == (
         f"cannot take the reset lock: sudo -n on {node.host.name} needs a password for flock: "
@@ -288,7 +290,7 @@ async def test_reset_holds_the_lock_and_releases_it_even_after_an_internal_error
 
 async def test_check_takes_no_lock(tmp_path: Path) -> None:
     t = ScriptedTransport(node_script())
-    await run([make_host()], {"gpu-01": t}, tmp_path, command="check")
+    await run([make_host()], {"gpu-01": t}, tmp_path, mode=Mode.CHECK)
     assert t.ran and all(argv[0] != "flock" for argv in t.ran)
 
 
@@ -308,8 +310,8 @@ class _StubbornHold:
 
 async def test_a_held_command_killed_on_release_is_still_logged_as_a_command() -> None:
     log = Events()
-    remote = Remote(make_host(), _StubbornHold(), log)  # type: ignore[arg-type]
-    held = await remote.hold(["flock", "/run/lock/x", "cat"], timeout=30)
+    remote = Node(make_host(), _StubbornHold(), log)  # type: ignore[arg-type]
+    held = await remote.hold(action(["flock", "/run/lock/x", "cat"], "reset lock", needs_root=True), timeout=30)
     assert await held.release() is None
     assert log.names() == ["command"]
     fields = log.first("command")

@@ -55,7 +55,7 @@ async def reset(sim: SimFleet, tmp_path: Path, run_id: str) -> HostReport:
     logs = RunLogs(tmp_path / "logs", run_id)
     logs.create()
     try:
-        report, _ = await run_hosts(hosts, RunOptions(command="reset"), logs)
+        report, _ = await run_hosts(hosts, RunOptions(), logs)
     finally:
         logs.close()
     return report.hosts[NODE]
@@ -112,7 +112,7 @@ async def test_two_runs_on_one_node_never_interleave(sim: SimFleet, tmp_path: Pa
 async def test_a_run_that_cannot_get_the_lock_says_whose_it_is_and_touches_nothing(
     sim: SimFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fleet.node.lock.LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr("fleet.reset.lock.LOCK_WAIT_S", 0.5)
     node = sim.nodes[NODE]
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:

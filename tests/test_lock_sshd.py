@@ -22,8 +22,8 @@ from sshd import Sshd
 from test_lock import Events, lock_held
 
 from fleet.inventory.host import Host
-from fleet.node.lock import LockBusy, host_lock
-from fleet.node.node import Remote
+from fleet.node.node import Node
+from fleet.reset.lock import LockBusy, host_lock
 from fleet.transport.ssh import open_ssh
 
 pytestmark = pytest.mark.sshd
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.sshd
 # A fleet process that takes the lock over SSH, says so, then waits to be killed.
 HOLDER = """
 import sys, anyio
-from fleet.node.lock import lock_argv
+from fleet.reset.lock import lock_argv
 from fleet.inventory.host import Host
 from fleet.transport.ssh import open_ssh
 
@@ -83,15 +83,15 @@ async def test_release_is_eof_and_ends_the_holder_through_openssh(host: Host) ->
     """Held across OpenSSH, refused to a second session with the owner's id, freed by EOF (exit 0, no kill)."""
     first_log, second_log = Events(), Events()
     async with await open_ssh(host) as first, await open_ssh(host) as second:
-        async with host_lock(Remote(host, first, first_log), "run-a", wait_s=2):
+        async with host_lock(Node(host, first, first_log), "run-a", wait_s=2):
             assert lock_held(host.lock_file)
             with pytest.raises(LockBusy, match=r"^locked by run run-a$"):
-                async with host_lock(Remote(host, second, second_log), "run-b", wait_s=0.5):
+                async with host_lock(Node(host, second, second_log), "run-b", wait_s=0.5):
                     pytest.fail("two holders at once")
         released = first_log.first("lock_released")
         assert released["exit_status"] == 0, "the holder did not end by itself at EOF"
         assert not lock_held(host.lock_file)
-        async with host_lock(Remote(host, second, second_log), "run-b", wait_s=0.5):
+        async with host_lock(Node(host, second, second_log), "run-b", wait_s=0.5):
             assert lock_held(host.lock_file)
     assert not lock_held(host.lock_file)
 
@@ -103,5 +103,5 @@ async def test_a_fleet_that_dies_holding_the_lock_frees_it(host: Host, holder: s
     assert lock_held(host.lock_file)
     os.kill(holder.pid, signal.SIGKILL)
     assert await eventually_free(host.lock_file, 5), "sshd's holder outlived the client"
-    async with await open_ssh(host) as ssh, host_lock(Remote(host, ssh, Events()), "run-b", wait_s=1):
+    async with await open_ssh(host) as ssh, host_lock(Node(host, ssh, Events()), "run-b", wait_s=1):
         assert lock_held(host.lock_file)

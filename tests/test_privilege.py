@@ -1,49 +1,46 @@
-"""Privilege: only the commands that need root go through `sudo -n` on a `become` host."""
+"""Privilege: only the probes that declare `needs_root` go through `sudo -n` on a `become` host."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_runner_logic import make_host, node_script, run
 
 from fleet.errors import AuthError
-from fleet.node import probes
-from fleet.node.lock import lock_argv
+from fleet.node.node import Node
+from fleet.node.probe import Probe
+from fleet.node.probes import procs, smi, units
 from fleet.report.models import HostStatus
-from fleet.transport.base import CommandResult, bounded_argv
-from fleet.transport.local import finish
+from fleet.reset import lock
+from fleet.transport.base import CommandResult, Held, bounded_argv, finish
 from fleet.transport.scripted import ScriptedTransport
 
 
 @pytest.mark.parametrize(
-    ("argv", "root"),
+    ("probe", "root"),
     [
-        (probes.kill_argv("SIGTERM", [100, 101]), True),
-        (probes.kill_argv("SIGKILL", [100]), True),
-        (probes.unit_stop_argv("sglang.service"), True),
-        (probes.unit_kill_argv("sglang.service"), True),
-        (["systemctl", "start", "--", "sglang.service"], True),
-        (["systemctl", "restart", "--", "sglang.service"], True),
-        (probes.holders_scan_argv(["/dev/nvidia*"]), True),
-        (probes.exe_argv([100, 101]), True),
-        (lock_argv("/run/lock/fleet-reset.lock", "run-1", 10), True),
-        (lock_argv("/var/lock/fleet-reset.lock", "run-1", 10), True),
-        (probes.unit_state_argv("sglang.service"), False),
-        (probes.ps_argv([100]), False),
-        (probes.alive_argv([100]), False),
-        (probes.gpu_query_argv("nvidia-smi", probes.VERIFY_FIELDS), False),
-        (probes.compute_apps_argv("/usr/bin/nvidia-smi"), False),
-        (lock_argv("/srv/sim/gpu-01/run/fleet-reset.lock", "run-1", 10), False),
-        (["cat", "--", "/run/lock/fleet-reset.lock.owner"], False),
-        (["find", "/srv", "-name", "x"], False),
-        (["find", "/procfs"], False),
-        (["systemctl"], False),
-        ([], False),
+        pytest.param(procs.kill("SIGTERM", [100, 101]), True, id="kill TERM"),
+        pytest.param(procs.kill("SIGKILL", [100]), True, id="kill KILL"),
+        pytest.param(units.unit_stop("sglang.service"), True, id="unit_stop"),
+        pytest.param(units.unit_kill("sglang.service"), True, id="unit_kill"),
+        pytest.param(procs.holder_scan(["/dev/nvidia*"]), True, id="holder_scan"),
+        pytest.param(procs.exe([100, 101]), True, id="exe"),
+        pytest.param(lock.lock_probe("/run/lock/fleet-reset.lock", "run-1", 10), True, id="lock in /run"),
+        pytest.param(lock.lock_probe("/var/lock/fleet-reset.lock", "run-1", 10), True, id="lock in /var/lock"),
+        pytest.param(units.unit_state("sglang.service"), False, id="unit_state"),
+        pytest.param(units.unit_restart("sglang.service"), False, id="unit_restart"),
+        pytest.param(procs.ps([100]), False, id="ps"),
+        pytest.param(procs.alive([100]), False, id="alive"),
+        pytest.param(smi.gpu_query("nvidia-smi", smi.VERIFY_FIELDS), False, id="gpu_query"),
+        pytest.param(smi.compute_apps("/usr/bin/nvidia-smi"), False, id="compute_apps"),
+        pytest.param(lock.lock_probe("/srv/sim/gpu-01/run/fleet-reset.lock", "run-1", 10), False, id="lock in /srv"),
+        pytest.param(lock.owner_probe("/run/lock/fleet-reset.lock"), False, id="lock owner"),
     ],
 )
-def test_needs_root(argv: list[str], root: bool) -> None:
-    assert probes.needs_root(argv) is root
+def test_needs_root(probe: Probe[Any], root: bool) -> None:
+    assert probe.needs_root is root
 
 
 def test_bounded_argv_prefixes_sudo_only_when_asked() -> None:
@@ -66,8 +63,21 @@ def test_a_sudo_that_asks_is_one_auth_error_line(stderr: str) -> None:
     assert finish(result, host, 5, become=False) is result  # no sudo ran: the same stderr is data
 
 
-async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path) -> None:
+async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole reset over the scripted transport: sudo for kill, stop, /proc scans and the lock; nothing else."""
+    asked: list[Probe[Any]] = []  # every probe the node ran or held, in order
+    node_run, node_hold = Node.run, Node.hold
+
+    async def run_probe(self: Node, probe: Probe[Any], **kw: Any) -> CommandResult:
+        asked.append(probe)
+        return await node_run(self, probe, **kw)
+
+    async def hold_probe(self: Node, probe: Probe[Any], **kw: Any) -> Held:
+        asked.append(probe)
+        return await node_hold(self, probe, **kw)
+
+    monkeypatch.setattr(Node, "run", run_probe)
+    monkeypatch.setattr(Node, "hold", hold_probe)
     t = ScriptedTransport(node_script(), become=True)
     report, _ = await run([make_host(become=True)], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN, report.hosts["gpu-01"].error
@@ -75,9 +85,10 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path) -> 
     without = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if wire[0] == "timeout"}
     assert with_sudo == {"flock", "systemctl", "find", "kill"}
     assert without == {"systemctl", "ps", "nvidia-smi", "awk", "grep"}  # awk, grep: world-readable /proc files
-    for argv, wire in zip(t.ran, t.sent, strict=True):
-        assert (wire[:2] == ("sudo", "-n")) is probes.needs_root(argv), argv
-        assert wire[-len(argv):] == argv
+    assert [probe.argv for probe in asked] == t.ran  # every command is a probe that declared its privilege
+    for probe, wire in zip(asked, t.sent, strict=True):
+        assert (wire[:2] == ("sudo", "-n")) is probe.needs_root, probe.argv
+        assert wire[-len(probe.argv):] == probe.argv
     shows = [wire for argv, wire in zip(t.ran, t.sent, strict=True) if argv[:2] == ("systemctl", "show")]
     assert shows and all(wire[0] == "timeout" for wire in shows)
 

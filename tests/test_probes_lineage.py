@@ -1,7 +1,8 @@
-"""Lineage, cgroup and simulated-unit probes: argv shapes, golden parses, and round trips here."""
+"""The lineage probe: its argv and awk program, golden parses, and round trips here."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -10,23 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet.node.probes import (
-    LINEAGE_AWK,
-    SIM_NODE_VAR,
-    SIM_UNIT_VAR,
-    Lineage,
-    ProbeParseError,
-    ProcStat,
-    cgroup_argv,
-    lineage_argv,
-    parse_cgroups,
-    parse_lineage,
-    parse_sim_units,
-    sim_units_argv,
-    unit_of_cgroup,
-)
-from fleet.sim import node as sim_node
+from fleet.node.probes import lineage as lineage_probes
+from fleet.node.probes.lineage import LINEAGE_AWK, LINEAGE_DEPTH, Lineage, ProcStat, lineage_argv, parse_lineage
+from fleet.node.probes.parse import ProbeParseError
 from fleet.sim import unitd
+
+# The variable by which fleet once told a simulated node: it no longer means anything to the lineage walk.
+OLD_SIM_NODE_VAR = "FLEET_SIM_NODE"
 
 
 def _run(argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -58,7 +49,18 @@ def named_child() -> Iterator[Callable[[str], int]]:
 
 
 def test_lineage_argv_shape() -> None:
-    assert lineage_argv([12, 4242]) == ["awk", LINEAGE_AWK, "self", "12", "4242"]
+    assert lineage_argv([12, 4242]) == ["awk", "-v", "depth=64", LINEAGE_AWK, "self", "12", "4242"]
+    assert LINEAGE_DEPTH == 64
+    probe = lineage_probes.lineage([12, 4242])
+    assert (probe.argv, probe.needs_root) == (tuple(lineage_argv([12, 4242])), False)
+
+
+def test_the_awk_program_is_lineage_awk_without_its_comments() -> None:
+    source = (Path(lineage_probes.__file__).parent / "lineage.awk").read_text().splitlines()
+    code = [line for line in source if line.strip() and not line.lstrip().startswith("#")]
+    assert LINEAGE_AWK.splitlines() == code
+    assert any(line.startswith("#") for line in source)
+    assert "ENVIRON" not in LINEAGE_AWK  # it reads /proc/PID/stat only, never an environment variable
 
 
 @pytest.mark.parametrize("pids", [[], [0], [5, -1]])
@@ -80,15 +82,18 @@ def test_parse_lineage_golden() -> None:
     )
     lineage = parse_lineage(text)
     assert lineage.own == (900, 899, 880, 1)
-    assert not lineage.simulated
+    assert set(lineage.procs) == {900, 899, 880, 1, 4242, 12, 77}
     assert lineage.procs[77] == ProcStat(77, 1, "a) S 1 (b\tc")
     assert lineage.ancestors(4242) == [ProcStat(12, 1, "nvidia-persiste"), ProcStat(1, 0, "systemd")]
     assert lineage.ancestors(4242, depth=1) == [ProcStat(12, 1, "nvidia-persiste")]
     assert lineage.ancestors(5) == []
 
 
-def test_parse_lineage_simulated_and_empty() -> None:
-    assert parse_lineage("simulated\n") == Lineage({}, (), True)
+def test_parse_lineage_has_no_simulated_line_and_reads_empty() -> None:
+    """A `simulated` line is no answer of the walk any more: it is malformed like any other stray line."""
+    with pytest.raises(ProbeParseError, match="line 1: expected pid<TAB>ppid<TAB>comm"):
+        parse_lineage("simulated\n")
+    assert [f.name for f in dataclasses.fields(Lineage)] == ["procs", "own"]
     assert parse_lineage("") == Lineage({})
 
 
@@ -122,13 +127,18 @@ def test_lineage_round_trip_walks_from_itself_and_from_each_pid(named_child: Cal
     me = Path("/proc/self/comm").read_text().rstrip("\n")
     assert lineage.procs[os.getpid()] == ProcStat(os.getpid(), os.getppid(), me)
     assert [p.pid for p in lineage.ancestors(odd)] == list(lineage.own[1:])
-    assert not lineage.simulated
+    assert "simulated" not in done.stdout.splitlines()
 
 
-def test_lineage_says_simulated_only_where_the_simulator_said_so() -> None:
-    env = {**os.environ, SIM_NODE_VAR: "/tmp/node"}
-    assert parse_lineage(_run(lineage_argv([os.getpid()]), env).stdout).simulated
-    assert SIM_NODE_VAR == sim_node.SIM_NODE_VAR
+def test_lineage_never_says_simulated_whatever_the_environment() -> None:
+    """fleet no longer tells a simulated node by an environment variable (the host variable `simulated` does)."""
+    env = {**os.environ, OLD_SIM_NODE_VAR: "/tmp/node", unitd.SIM_UNIT_VAR: "trainer.service"}
+    done = _run(lineage_argv([os.getpid()]), env)
+    assert done.returncode == 0, done.stderr
+    assert "simulated" not in done.stdout.splitlines()
+    plain = parse_lineage(_run(lineage_argv([os.getpid()])).stdout)
+    assert parse_lineage(done.stdout).own[1:] == plain.own[1:]  # the same walk, only awk's own pid differs
+    assert not hasattr(lineage_probes, "SIM_NODE_VAR")
 
 
 def test_lineage_of_a_vanished_pid_is_just_missing() -> None:
@@ -137,101 +147,3 @@ def test_lineage_of_a_vanished_pid_is_just_missing() -> None:
     done = _run(lineage_argv([child.pid]))
     assert done.returncode == 0
     assert child.pid not in parse_lineage(done.stdout).procs
-
-
-# --- cgroups -------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("path", "unit"),
-    [
-        ("/system.slice/sglang.service", "sglang.service"),
-        ("/system.slice/sglang.service/payload", "sglang.service"),
-        ("/system.slice/system-vllm.slice/vllm@1.service", "vllm@1.service"),
-        ("/gpu.slice/trainer.service", "trainer.service"),
-        ("/user.slice/user-1000.slice/session-3.scope", None),
-        ("/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service", None),
-        ("/system.slice/docker-4f1c.scope", None),
-        ("/init.scope", None),
-        ("/", None),
-        ("", None),
-        ("/system.slice/foo\\x2dbar.service", None),
-        ("/kubepods.slice/kubepods-pod1.slice/cri-containerd-9ab.scope", None),
-    ],
-)
-def test_unit_of_cgroup(path: str, unit: str | None) -> None:
-    assert unit_of_cgroup(path) == unit
-
-
-def test_cgroup_argv_shape() -> None:
-    assert cgroup_argv([1, 4242]) == ["grep", "-s", "-H", "-e", "", "--", "/proc/1/cgroup", "/proc/4242/cgroup"]
-
-
-def test_parse_cgroups_v2_v1_and_hybrid() -> None:
-    text = (
-        "/proc/4242/cgroup:0::/system.slice/sglang.service\n"  # cgroup v2
-        "/proc/77/cgroup:12:memory:/system.slice/other.service\n"  # v1, not the systemd hierarchy
-        "/proc/77/cgroup:1:name=systemd:/system.slice/trainer.service\n"  # v1
-        "/proc/88/cgroup:1:name=systemd:/system.slice/old.service\n"  # hybrid: v2 line wins
-        "/proc/88/cgroup:0::/system.slice/new.service\n"
-        "/proc/99/cgroup:0::/user.slice/user-1000.slice/session-2.scope\n"
-        "/proc/1/cgroup:0::/init.scope\n"
-    )
-    assert parse_cgroups(text) == {4242: "sglang.service", 77: "trainer.service", 88: "new.service"}
-
-
-def test_parse_cgroups_this_machines_literal_lines() -> None:
-    """A container's hybrid layout, as this machine printed it: every process in the root cgroup."""
-    text = "".join(f"/proc/7/cgroup:{line}\n" for line in (
-        "9:name=systemd:/", "8:pids:/", "4:memory:/process_api/4a7a5d7713c82d12643f3941005508e1", "0::/"))
-    assert parse_cgroups(text) == {}
-
-
-@pytest.mark.parametrize(
-    "line", ["/proc/7/cgroup 0::/", "/proc/self/cgroup:0::/", "0::/system.slice/x.service", "/proc/7/cgroup:x::/"]
-)
-def test_parse_cgroups_malformed(line: str) -> None:
-    with pytest.raises(ProbeParseError, match="line 1: expected /proc/PID/cgroup:ID:CONTROLLERS:PATH"):
-        parse_cgroups(line)
-
-
-def test_cgroup_round_trip_on_this_process() -> None:
-    """The real /proc/self/cgroup here gives what the pure reading of its lines gives; a gone pid is skipped."""
-    child = subprocess.Popen(["true"])
-    child.wait()
-    done = _run(cgroup_argv([os.getpid(), child.pid]))
-    assert done.returncode == 2 and done.stderr == ""  # -s: a vanished pid is no noise
-    lines = Path("/proc/self/cgroup").read_text().splitlines()
-    expected = {os.getpid(): u for u in (unit_of_cgroup(line.split(":", 2)[2]) for line in lines) if u}
-    found = parse_cgroups(done.stdout)
-    assert set(found) <= {os.getpid()}
-    assert found.get(os.getpid()) in {*expected.values(), None}
-    assert len(done.stdout.splitlines()) == len(lines)
-
-
-# --- the simulator's stand-in for cgroups ------------------------------------------
-
-
-def test_sim_units_argv_shape() -> None:
-    assert sim_units_argv([5]) == ["grep", "-a", "-z", "-s", "-H", "-e", "^FLEET_SIM_UNIT=", "--", "/proc/5/environ"]
-
-
-def test_parse_sim_units_golden() -> None:
-    text = "/proc/5/environ:FLEET_SIM_UNIT=trainer.service\0/proc/6/environ:FLEET_SIM_UNIT=bad unit\0"
-    assert parse_sim_units(text) == {5: "trainer.service"}
-    assert parse_sim_units("") == {}
-
-
-def test_parse_sim_units_malformed() -> None:
-    with pytest.raises(ProbeParseError, match="line 1: expected /proc/PID/environ:FLEET_SIM_UNIT=UNIT"):
-        parse_sim_units("/proc/5/environ:HOME=/root\0")
-
-
-def test_sim_units_round_trip_reads_that_variable_and_nothing_else(named_child: Callable[..., int]) -> None:
-    env = {**os.environ, SIM_UNIT_VAR: "trainer.service", "API_TOKEN": "s3cret"}
-    pid = named_child("trainer", env)
-    plain = named_child("stray")
-    done = _run(sim_units_argv([pid, plain]))
-    assert parse_sim_units(done.stdout) == {pid: "trainer.service"}
-    assert "s3cret" not in done.stdout
-    assert SIM_UNIT_VAR == unitd.SIM_UNIT_VAR

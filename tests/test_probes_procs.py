@@ -1,7 +1,9 @@
-"""Process and systemd probes: argv shapes, parsers, and round trips on this machine."""
+"""Process probes: argv shapes, parsers, the probes' declarations, and round trips on this machine."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
 import pwd
 import subprocess
@@ -11,50 +13,56 @@ from types import ModuleType
 
 import pytest
 
-from fleet.inventory.host import BUILTIN_PROTECTED
 from fleet.node import probes
-from fleet.node.probes import (
-    Holder,
-    ProbeParseError,
+from fleet.node.probe import ANY_EXIT
+from fleet.node.probes import lineage, parse, procs, smi, units
+from fleet.node.probes.parse import ProbeParseError
+from fleet.node.probes.procs import (
+    HolderRow,
     PsRow,
-    UnitState,
     alive_argv,
     exe_argv,
-    full_name,
     holders_scan_argv,
-    is_protected,
-    is_sshd,
     kill_argv,
     parse_exe,
     parse_holders,
     parse_pids,
     parse_ps,
-    parse_unit_restart,
-    parse_unit_state,
     ps_argv,
-    unit_kill_argv,
-    unit_restart_argv,
-    unit_state_argv,
-    unit_stop_argv,
 )
 
 # --- the package -------------------------------------------------------
 
+PROBE_MODULES = (parse, smi, procs, units, lineage)
 
-@pytest.mark.parametrize("module", [probes.smi, probes.procs, probes.lineage], ids=["smi", "procs", "lineage"])
-def test_the_package_reexports_every_public_name(module: ModuleType) -> None:
-    """`from fleet import probes; probes.X` reaches every public name that smi and procs define."""
-    defined = {
-        name
-        for name, value in vars(module).items()
-        if not name.startswith("_")
-        and not isinstance(value, ModuleType)
-        and getattr(value, "__module__", module.__name__) == module.__name__
-    }
-    assert defined
-    assert all(getattr(probes, name) is getattr(module, name) for name in defined)
-    assert defined <= set(probes.__all__)
-    assert probes.ProbeParseError is probes._parse.ProbeParseError
+
+def declared(module: ModuleType) -> set[str]:
+    """The public names a module's own source declares at top level (def, class, assignment)."""
+    names: set[str] = set()
+    for node in ast.parse(inspect.getsource(module)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {name for name in names if not name.startswith("_")}
+
+
+def test_the_package_is_no_facade() -> None:
+    """`fleet.node.probes` re-exports nothing: every name is imported from the submodule that declares it."""
+    exported = {name for name, value in vars(probes).items()
+                if not name.startswith("_") and not isinstance(value, ModuleType)}
+    assert exported == set()
+    assert vars(smi)["ProbeParseError"] is vars(procs)["ProbeParseError"] is parse.ProbeParseError
+
+
+@pytest.mark.parametrize("module", [smi, procs, units, lineage], ids=["smi", "procs", "units", "lineage"])
+def test_each_public_name_is_declared_in_one_probe_module(module: ModuleType) -> None:
+    """What moved between modules (UnitState, the unit argvs, ...) lives only where it moved to."""
+    mine = declared(module)
+    assert mine
+    others = {other.__name__: declared(other) & mine for other in PROBE_MODULES if other is not module}
+    assert {name: both for name, both in others.items() if both} == {}
 
 
 # --- GPU holders -------------------------------------------------------
@@ -91,9 +99,9 @@ def test_parse_holders_groups_sorts_and_dedups() -> None:
         "1000\t/proc/99/fd/4\t/dev/nvidia-uvm"
     )
     assert parse_holders(text) == (
-        Holder(17, "bob", ("/dev/nvidiactl",)),
-        Holder(99, "1000", ("/dev/nvidia-uvm",)),
-        Holder(4242, "alice", ("/dev/nvidia0", "/dev/nvidiactl")),
+        HolderRow(17, "bob", ("/dev/nvidiactl",)),
+        HolderRow(99, "1000", ("/dev/nvidia-uvm",)),
+        HolderRow(4242, "alice", ("/dev/nvidia0", "/dev/nvidiactl")),
     )
 
 
@@ -125,7 +133,7 @@ def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
         )
     assert done.returncode in (0, 1), done.stderr
     holders = {h.pid: h for h in parse_holders(done.stdout)}
-    assert holders == {os.getpid(): Holder(os.getpid(), pwd.getpwuid(os.geteuid()).pw_name, (str(device),))}
+    assert holders == {os.getpid(): HolderRow(os.getpid(), pwd.getpwuid(os.geteuid()).pw_name, (str(device),))}
 
 
 # --- process details -------------------------------------------------------
@@ -283,157 +291,16 @@ def test_kill_argv_never_init_or_groups(pids: list[int]) -> None:
         kill_argv("TERM", pids)
 
 
-# --- systemd -------------------------------------------------------
+# --- the probes -------------------------------------------------------
 
 
-def test_unit_argv_shapes() -> None:
-    unit = "-weird@1.service"
-    assert unit_state_argv(unit) == [
-        "systemctl",
-        "show",
-        "--property=ActiveState,SubState,MainPID",
-        "--",
-        unit,
-    ]
-    assert unit_stop_argv(unit) == ["systemctl", "stop", "--no-block", "--", unit]
-    assert unit_kill_argv(unit) == ["systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", "--", unit]
-    assert unit_restart_argv(unit) == ["systemctl", "show", "--property=Restart", "--", unit]
-
-
-@pytest.mark.parametrize(
-    ("text", "restart"),
-    [
-        ("Restart=always\n", "always"),
-        ("Id=x.service\nRestart=on-failure\n", "on-failure"),
-        ("Restart=\n", None),
-        ("", None),
-        ("Failed to get properties: Access denied\n", None),
-    ],
-)
-def test_parse_unit_restart(text: str, restart: str | None) -> None:
-    assert parse_unit_restart(text) == restart
-
-
-@pytest.mark.parametrize("make", [unit_state_argv, unit_stop_argv, unit_kill_argv, unit_restart_argv])
-def test_unit_argv_rejects_empty(make: Callable[[str], list[str]]) -> None:
-    with pytest.raises(ValueError, match="empty unit"):
-        make(" ")
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("ActiveState=active\nSubState=running\nMainPID=1234\n", UnitState("active", "running", 1234)),
-        ("MainPID=0\nActiveState=inactive\nSubState=dead", UnitState("inactive", "dead", None)),
-        ("SubState=failed\nActiveState=failed\nMainPID=0\n", UnitState("failed", "failed", None)),
-        (
-            "ActiveState=deactivating\nSubState=stop-sigterm\nMainPID=77\nId=x.service\n",
-            UnitState("deactivating", "stop-sigterm", 77),
-        ),
-        ("ActiveState=activating\nSubState=\n", UnitState("activating", None, None)),
-    ],
-)
-def test_parse_unit_state(text: str, expected: UnitState) -> None:
-    assert parse_unit_state(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("state", "down"), [("inactive", True), ("failed", True), ("active", False), ("deactivating", False)]
-)
-def test_unit_is_down(state: str, down: bool) -> None:
-    assert UnitState(state, None, None).is_down is down
-
-
-@pytest.mark.parametrize(
-    ("text", "reason"),
-    [
-        ("SubState=dead\nMainPID=0\n", "line 2: no ActiveState"),
-        ("", "line 1: no ActiveState"),
-        ("ActiveState=\nMainPID=0", "line 2: no ActiveState"),
-        ("ActiveState=active\nMainPID=abc\n", "line 2: MainPID is not an integer"),
-        ("ActiveState=active\nFailed to get properties\n", "line 2: expected Key=value"),
-    ],
-)
-def test_parse_unit_state_malformed(text: str, reason: str) -> None:
-    with pytest.raises(ProbeParseError, match=reason):
-        parse_unit_state(text)
-
-
-# --- protection policy -------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", BUILTIN_PROTECTED)
-def test_builtin_names_match_full_and_kernel_cut_comm(name: str) -> None:
-    assert is_protected(name, None, BUILTIN_PROTECTED) == name
-    matched = is_protected(name[:15], None, BUILTIN_PROTECTED)
-    assert matched is not None
-    assert matched[:15] == name[:15]
-
-
-@pytest.mark.parametrize(
-    ("comm", "exe", "names", "expected"),
-    [
-        ("nvidia-persiste", None, ("nvidia-persistenced",), "nvidia-persistenced"),
-        ("nvidia-persiste", None, ("nvidia",), None),
-        ("nvidia", None, ("nvidia-persistenced",), None),
-        ("nvidia-persist", None, ("nvidia-persistenced",), None),
-        ("nvidia-persistenced", None, ("nvidia-persiste",), None),
-        ("nv-hostengine", None, ("nv-hostengine",), "nv-hostengine"),
-        ("python3", "/usr/bin/python3.11", BUILTIN_PROTECTED, None),
-        ("python3", None, BUILTIN_PROTECTED, None),
-        ("sshd-session", "/usr/lib/openssh/sshd-session", ("sshd",), None),
-        ("exporter", "/usr/bin/dcgm-exporter", BUILTIN_PROTECTED, "dcgm-exporter"),
-        ("exporter", "/usr/bin/dcgm-exporter (deleted)", ("dcgm-exporter",), "dcgm-exporter"),
-        ("trainer", "", ("trainer-x",), None),
-        ("my-daemon", None, ("other", "my-daemon"), "my-daemon"),
-    ],
-)
-def test_is_protected(comm: str, exe: str | None, names: tuple[str, ...], expected: str | None) -> None:
-    assert is_protected(comm, exe, names) == expected
-
-
-@pytest.mark.parametrize(
-    ("comm", "argv0", "exe", "name"),
-    [
-        ("nvidia-persiste", "nvidia-persistenced", "/usr/bin/nvidia-persistenced", "nvidia-persistenced"),
-        ("nvidia-persiste", None, "/usr/bin/nvidia-persistenced (deleted)", "nvidia-persistenced"),
-        ("nv-fabricmanage", "nv-fabricmanager", None, "nv-fabricmanager"),
-        ("nvidia-persiste", "python3", "/usr/bin/python3.11", "nvidia-persiste"),  # cut, origin unknown
-        ("python3", "python3.11", "/usr/bin/python3.11", "python3"),  # not cut: comm is the name
-        ("my-daemon", "my-daemon-with-a-long-name", None, "my-daemon"),  # 9 characters: never cut
-        ("nvidia-persiste", "nvidia-persiste", None, "nvidia-persiste"),
-    ],
-)
-def test_full_name_uncuts_comm_from_argv0_or_exe(comm: str, argv0: str | None, exe: str | None, name: str) -> None:
-    assert full_name(comm, argv0, exe) == name
-
-
-@pytest.mark.parametrize(
-    ("comm", "exe", "name", "names", "expected"),
-    [
-        ("nvidia-persiste", None, "nvidia-persistenced", ("nvidia-persistenced",), "nvidia-persistenced"),
-        ("exporter", None, "dcgm-exporter", BUILTIN_PROTECTED, "dcgm-exporter"),  # comm renamed, argv0 tells
-        ("python3", "/usr/bin/python3.11", "python3", ("python3.1",), None),
-        ("my-inference-su", None, "my-inference-supervisor", ("my-inference-supervisor",), "my-inference-supervisor"),
-        ("train", None, "trainer", ("train-x", "trainer-x"), None),
-    ],
-)
-def test_is_protected_by_full_name(
-    comm: str, exe: str | None, name: str, names: tuple[str, ...], expected: str | None
-) -> None:
-    assert is_protected(comm, exe, names, name) == expected
-
-
-@pytest.mark.parametrize(
-    ("comm", "exe", "name", "expected"),
-    [
-        ("sshd", "/usr/sbin/sshd", "sshd:", True),
-        ("sshd-session", "/usr/lib/openssh/sshd-session", "sshd-session", True),
-        ("sshd-auth", None, None, True),
-        ("x", "/usr/lib/openssh/sshd-session", None, True),
-        ("sshd-keygen", "/usr/libexec/openssh/sshd-keygen", "sshd-keygen", False),
-        ("python3", "/usr/bin/python3", "python3", False),
-    ],
-)
-def test_is_sshd_knows_every_name_of_openssh(comm: str, exe: str | None, name: str | None, expected: bool) -> None:
-    assert is_sshd(comm, exe, name) is expected
+def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
+    scan = procs.holder_scan(["/dev/nvidia*"])
+    assert (scan.argv, scan.ok_exits) == (tuple(holders_scan_argv(["/dev/nvidia*"])), frozenset({0, 1}))
+    assert scan.parse("alice\t/proc/7/fd/3\t/dev/nvidia0\n") == (HolderRow(7, "alice", ("/dev/nvidia0",)),)
+    assert (procs.ps([1, 2]).argv, procs.ps([1, 2]).ok_exits) == (tuple(ps_argv([1, 2])), ANY_EXIT)
+    assert (procs.exe([1]).argv, procs.exe([1]).ok_exits) == (tuple(exe_argv([1])), ANY_EXIT)
+    assert (procs.alive([3]).argv, procs.alive([3]).ok_exits) == (tuple(alive_argv([3])), ANY_EXIT)
+    assert procs.alive([3]).parse(" 3 Z\n") == frozenset()
+    kill = procs.kill("SIGTERM", [4242])
+    assert (kill.argv, kill.ok_exits) == (tuple(kill_argv("TERM", [4242])), ANY_EXIT)

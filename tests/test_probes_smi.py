@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleet.node.probes import (
+from fleet.node.probes import smi
+from fleet.node.probes.parse import ProbeParseError
+from fleet.node.probes.smi import (
     SETTLE_FIELDS,
     VERIFY_FIELDS,
     ComputeApp,
     GpuRow,
-    ProbeParseError,
     classify_smi_failure,
     compute_apps_argv,
     gpu_query_argv,
@@ -23,6 +24,7 @@ from fleet.node.probes import (
     parse_gpu_query,
     parse_mib,
 )
+from fleet.transport.base import CommandResult
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"
@@ -321,7 +323,7 @@ def test_compute_apps_any_printable_name_round_trips(name: str, pid: int, used: 
             "error_driver-not-loaded.txt",
             9,
             "NVIDIA driver not loaded (nvidia-smi exited 9): NVIDIA-SMI has failed because it couldn't "
-            "communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is...",
+            "communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is... [23 characters cut]",
         ),
         (
             "error_no-devices-found.txt",
@@ -388,3 +390,18 @@ def test_classify_one_line_always() -> None:
 )
 def test_classify_generic(status: int | None, stdout: str, stderr: str, expected: str) -> None:
     assert classify_smi_failure(status, stdout, stderr) == expected
+
+
+# --- the probes ---------------------------------------------------------------------
+
+
+def test_the_probes_run_those_argvs_read_their_output_and_explain_a_failure() -> None:
+    query = smi.gpu_query("/usr/bin/nvidia-smi", SETTLE_FIELDS)
+    assert query.argv == tuple(gpu_query_argv("/usr/bin/nvidia-smi", SETTLE_FIELDS))
+    assert query.parse("0, 5\n1, [N/A]") == (GpuRow(0, 5), GpuRow(1, None))
+    apps = smi.compute_apps("nvidia-smi")
+    assert apps.argv == tuple(compute_apps_argv("nvidia-smi"))
+    assert apps.parse("GPU-a, 7, x, 3") == (ComputeApp("GPU-a", 7, "x", 3),)
+    text = fixture("error_no-devices-found.txt")
+    for probe in (query, apps):
+        assert probe.failure(CommandResult(probe.argv, 6, text, "", 0.1)) == classify_smi_failure(6, text, "")

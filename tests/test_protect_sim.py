@@ -23,10 +23,8 @@ from test_reset_sim import FAST, busy, step
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
-from fleet.node.node import Remote
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostStatus, RunReport, StepName, StepStatus
-from fleet.reset import steps
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
@@ -49,14 +47,14 @@ async def make_fleet(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Si
             assert not [p for p in node.recorded_pids() if node.alive(p)], "teardown left a process alive"
 
 
-async def reset(sim: SimFleet, tmp_path: Path) -> tuple[RunReport, Path]:
+async def reset(sim: SimFleet, tmp_path: Path, options: RunOptions | None = None) -> tuple[RunReport, Path]:
     """Reset every simulated node; the report and the run's log folder."""
     hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
     run_id = f"run-{os.urandom(3).hex()}"
     logs = RunLogs(tmp_path / "logs", run_id)
     logs.create()
     try:
-        report, _ = await run_hosts(hosts, RunOptions(command="reset"), logs)
+        report, _ = await run_hosts(hosts, options or RunOptions(), logs)
     finally:
         logs.close()
     return report, tmp_path / "logs" / run_id
@@ -146,20 +144,14 @@ async def test_restart_always_unit_not_in_services_is_named_in_the_error(make_fl
 
 
 async def test_stop_units_stops_the_respawning_unit_and_the_node_ends_clean(
-    make_fleet: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_fleet: Any, tmp_path: Path
 ) -> None:
-    """steps.kill(remote, stop_units=True): the unit goes down through drain's path, the node is clean."""
-    kill = steps.kill
-
-    async def kill_stopping_units(remote: Remote, **_: object) -> steps.KillOutcome:
-        return await kill(remote, stop_units=True)
-
-    monkeypatch.setattr(steps, "kill", kill_stopping_units)
+    """--stop-units: the unit goes down through drain's path, the node is clean."""
     sim = await make_fleet([rogue_node("gpu-h01")], {"gpu-h01": {**FAST, "services": []}})
     node = sim.nodes["gpu-h01"]
     first = node.unit_main_pid("trainer.service")
 
-    report, run_dir = await reset(sim, tmp_path)
+    report, run_dir = await reset(sim, tmp_path, RunOptions(stop_units=True))
 
     host = report.hosts["gpu-h01"]
     assert host.status is HostStatus.CLEAN, host.error
@@ -204,7 +196,7 @@ def run_local(tmp_path: Path) -> Callable[[SimNode, Sequence[str]], Awaitable[tu
     async def run(node: SimNode, args: Sequence[str]) -> tuple[str, str]:
         inventory = tmp_path / "local.yaml"
         host = {"connection": "local", "devices": [node.devices_glob], "nvidia_smi": node.nvidia_smi_path,
-                "gpus": node.spec.gpus, "lock_file": node.lock_file, **FAST}
+                "gpus": node.spec.gpus, "lock_file": node.lock_file, "simulated": True, **FAST}
         inventory.write_text(yaml.safe_dump({"hosts": {node.spec.name: host}}))
         argv = [sys.executable, "-c", HARNESS, *args, "reset", "-i", str(inventory), node.spec.name, "-y", "--json",
                 "--log-dir", str(tmp_path / "local-logs")]

@@ -1,4 +1,4 @@
-"""Who is left alive and why, which units may be stopped, and what a respawn says (pure rules)."""
+"""Who is left alive and why, which units may be stopped, and what a process is called (pure rules)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from fleet.errors import InventoryError
 from fleet.inventory.host import BUILTIN_PROTECTED, Host
 from fleet.inventory.load import load_inventory
-from fleet.node.probes import Holder as Found
-from fleet.node.probes import Lineage, ProcStat, PsRow
-from fleet.reset import policy, protection
-from fleet.reset.policy import Holder, ProcessFacts, Rules
+from fleet.node.probes.lineage import Lineage, ProcStat
+from fleet.node.probes.procs import PsRow
+from fleet.reset import protection
+from fleet.reset.protection import Holder, ProcessFacts, Rules, full_name, is_protected, is_sshd
 
 RULES = Rules(BUILTIN_PROTECTED)
 # The node: init (1), sshd (700) > sshd-session (710) > bash (720) > python3 (4242, alice's job);
@@ -95,70 +95,11 @@ def test_inheritance_is_bounded() -> None:
     assert protection.protected_ancestor(101 + protection.ANCESTRY_DEPTH, found, BUILTIN_PROTECTED) is None
 
 
-def test_describe_holders_joins_and_judges() -> None:
-    found = [Found(pid, "root", ("/dev/nvidia0",)) for pid in (12, 13, 4242, 6000)]
-    ps = {12: PsRow(12, 1, "root", "/usr/bin/nvidia-persistenced"), 13: PsRow(13, 12, "root", "helper -d"),
-          4242: PsRow(4242, 720, "alice", "python3 train.py")}  # 6000 exited before ps
-    facts = ProcessFacts(ps, {4242: "/usr/bin/python3.11"}, LINEAGE, {4242: "train.service"})
-    holders = policy.describe_holders(found, facts, Rules.of(Host("h", "h", kill_users=("root",))))
-    assert [(h.pid, h.name, h.unit, h.protected_by) for h in holders] == [
-        (12, "nvidia-persistenced", None, "protected name nvidia-persistenced"),
-        (13, "helper", None, "child of nvidia-persistenced (pid 12)"),
-        (4242, "python3", "train.service", "user alice not in kill_users"),
-    ]
-
-
-def test_describe_kill_names_every_holder_left_alive_with_why() -> None:
-    kept = [Holder(i, "root", f"d{i}", None, (), f"reason {i}") for i in range(6)]
-    detail = policy.describe_kill((), kept, ())
-    assert detail == "no GPU holders to kill; kept " + ", ".join(f"pid {i} d{i} (reason {i})" for i in range(6))
-
-
-# --- respawn -------------------------------------------------------
-
-KILLED = [Holder(4000, "root", "python3", "/usr/bin/python3.11", (), unit="sglang.service"),
-          Holder(4001, "root", "trainer", "/opt/trainer", ())]
+# --- units stop_units may stop ------------------------------------------------
 
 
 def back(pid: int, exe: str | None = None, unit: str | None = None, name: str = "python3") -> Holder:
     return Holder(pid, "root", name, exe, ("/dev/nvidia0",), unit=unit)
-
-
-def test_respawn_by_unit_names_the_unit_and_its_restart_setting() -> None:
-    error = policy.kill_error(frozenset(), KILLED, [back(4242, unit="sglang.service")],
-                              restart={"sglang.service": "always"})
-    assert error == "respawned: pid 4242 python3 (sglang.service, Restart=always); add it to services"
-
-
-def test_respawn_by_executable_without_a_unit() -> None:
-    error = policy.kill_error(frozenset(), KILLED, [back(4243, exe="/opt/trainer", name="trainer")])
-    assert error == "respawned: pid 4243 trainer (no systemd unit); stop what restarts it"
-
-
-def test_respawn_of_a_unit_in_services_says_something_starts_it() -> None:
-    error = policy.kill_error(frozenset(), KILLED, [back(4242, unit="sglang.service")], services=("sglang.service",))
-    assert error == "respawned: pid 4242 python3 (sglang.service); it is in services, yet something starts it again"
-
-
-def test_several_respawned_are_counted() -> None:
-    again = [back(p, unit="sglang.service") for p in (1, 2, 3)] + [back(4, exe="/opt/trainer", name="trainer")]
-    error = policy.kill_error(frozenset(), KILLED, again, restart={"sglang.service": "on-failure"})
-    assert error == ("respawned: pid 1 python3 (sglang.service, Restart=on-failure), pid 2 python3 "
-                     "(sglang.service, Restart=on-failure) and 2 more; add it to services")
-
-
-def test_a_stranger_after_the_kill_is_a_new_holder() -> None:
-    error = policy.kill_error(frozenset(), KILLED, [back(5000, exe="/usr/bin/perl", unit="other.service")])
-    assert error == "new GPU holders after kill: pid 5000 python3"
-    assert policy.split_back([back(4000, unit="sglang.service")], KILLED) == ([], [])  # a target still dying
-
-
-def test_survivors_come_before_respawns() -> None:
-    assert policy.kill_error(frozenset({4001}), KILLED, [back(1, unit="sglang.service")]) == (
-        "survived SIGKILL: pid 4001 trainer")
-
-
-# --- units stop_units may stop ------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -198,3 +139,83 @@ def test_kill_users_in_the_inventory(tmp_path: Path) -> None:
     path.write_text("hosts: {n1: {kill_users: ['alice;reboot']}}\n")
     with pytest.raises(InventoryError, match=r"inv\.yaml: hosts\.n1\.kill_users\[0\]: invalid user name"):
         load_inventory(path)
+
+
+# --- names: a process's full name, protected names, sshd -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", BUILTIN_PROTECTED)
+def test_builtin_names_match_full_and_kernel_cut_comm(name: str) -> None:
+    assert is_protected(name, None, BUILTIN_PROTECTED) == name
+    matched = is_protected(name[:15], None, BUILTIN_PROTECTED)
+    assert matched is not None
+    assert matched[:15] == name[:15]
+
+
+@pytest.mark.parametrize(
+    ("comm", "exe", "names", "expected"),
+    [
+        ("nvidia-persiste", None, ("nvidia-persistenced",), "nvidia-persistenced"),
+        ("nvidia-persiste", None, ("nvidia",), None),
+        ("nvidia", None, ("nvidia-persistenced",), None),
+        ("nvidia-persist", None, ("nvidia-persistenced",), None),
+        ("nvidia-persistenced", None, ("nvidia-persiste",), None),
+        ("nv-hostengine", None, ("nv-hostengine",), "nv-hostengine"),
+        ("python3", "/usr/bin/python3.11", BUILTIN_PROTECTED, None),
+        ("python3", None, BUILTIN_PROTECTED, None),
+        ("sshd-session", "/usr/lib/openssh/sshd-session", ("sshd",), None),
+        ("exporter", "/usr/bin/dcgm-exporter", BUILTIN_PROTECTED, "dcgm-exporter"),
+        ("exporter", "/usr/bin/dcgm-exporter (deleted)", ("dcgm-exporter",), "dcgm-exporter"),
+        ("trainer", "", ("trainer-x",), None),
+        ("my-daemon", None, ("other", "my-daemon"), "my-daemon"),
+    ],
+)
+def test_is_protected(comm: str, exe: str | None, names: tuple[str, ...], expected: str | None) -> None:
+    assert is_protected(comm, exe, names) == expected
+
+
+@pytest.mark.parametrize(
+    ("comm", "argv0", "exe", "name"),
+    [
+        ("nvidia-persiste", "nvidia-persistenced", "/usr/bin/nvidia-persistenced", "nvidia-persistenced"),
+        ("nvidia-persiste", None, "/usr/bin/nvidia-persistenced (deleted)", "nvidia-persistenced"),
+        ("nv-fabricmanage", "nv-fabricmanager", None, "nv-fabricmanager"),
+        ("nvidia-persiste", "python3", "/usr/bin/python3.11", "nvidia-persiste"),  # cut, origin unknown
+        ("python3", "python3.11", "/usr/bin/python3.11", "python3"),  # not cut: comm is the name
+        ("my-daemon", "my-daemon-with-a-long-name", None, "my-daemon"),  # 9 characters: never cut
+        ("nvidia-persiste", "nvidia-persiste", None, "nvidia-persiste"),
+    ],
+)
+def test_full_name_uncuts_comm_from_argv0_or_exe(comm: str, argv0: str | None, exe: str | None, name: str) -> None:
+    assert full_name(comm, argv0, exe) == name
+
+
+@pytest.mark.parametrize(
+    ("comm", "exe", "name", "names", "expected"),
+    [
+        ("nvidia-persiste", None, "nvidia-persistenced", ("nvidia-persistenced",), "nvidia-persistenced"),
+        ("exporter", None, "dcgm-exporter", BUILTIN_PROTECTED, "dcgm-exporter"),  # comm renamed, argv0 tells
+        ("python3", "/usr/bin/python3.11", "python3", ("python3.1",), None),
+        ("my-inference-su", None, "my-inference-supervisor", ("my-inference-supervisor",), "my-inference-supervisor"),
+        ("train", None, "trainer", ("train-x", "trainer-x"), None),
+    ],
+)
+def test_is_protected_by_full_name(
+    comm: str, exe: str | None, name: str, names: tuple[str, ...], expected: str | None
+) -> None:
+    assert is_protected(comm, exe, names, name) == expected
+
+
+@pytest.mark.parametrize(
+    ("comm", "exe", "name", "expected"),
+    [
+        ("sshd", "/usr/sbin/sshd", "sshd:", True),
+        ("sshd-session", "/usr/lib/openssh/sshd-session", "sshd-session", True),
+        ("sshd-auth", None, None, True),
+        ("x", "/usr/lib/openssh/sshd-session", None, True),
+        ("sshd-keygen", "/usr/libexec/openssh/sshd-keygen", "sshd-keygen", False),
+        ("python3", "/usr/bin/python3", "python3", False),
+    ],
+)
+def test_is_sshd_knows_every_name_of_openssh(comm: str, exe: str | None, name: str | None, expected: bool) -> None:
+    assert is_sshd(comm, exe, name) is expected

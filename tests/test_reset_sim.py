@@ -21,6 +21,7 @@ from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, RunReport, StepName, StepStatus
+from fleet.reset.host import Mode
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 
@@ -43,7 +44,7 @@ async def reset(sim: SimFleet, tmp_path: Path, *, groups: Sequence[str] = ("sim"
     logs = RunLogs(tmp_path / "logs", f"run-{os.urandom(3).hex()}")
     logs.create()
     try:
-        report, _ = await run_hosts(hosts, RunOptions(command=command), logs)
+        report, _ = await run_hosts(hosts, RunOptions(mode=Mode(command)), logs)
     finally:
         logs.close()
     return report

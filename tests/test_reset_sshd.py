@@ -18,6 +18,7 @@ from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, StepName
+from fleet.reset.host import Mode
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
 pytestmark = pytest.mark.sshd
@@ -57,7 +58,7 @@ async def _run(host: Host, tmp_path: Path, command: str) -> HostReport:
     logs = RunLogs(tmp_path / "logs", f"sshd-{command}-{next(RUNS)}")
     logs.create()
     try:
-        report, _ = await run_hosts([host], RunOptions(command=command), logs)
+        report, _ = await run_hosts([host], RunOptions(mode=Mode(command)), logs)
     finally:
         logs.close()
     return report.hosts[host.name]

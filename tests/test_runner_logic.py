@@ -16,6 +16,7 @@ from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostStatus, StepName, StepStatus
+from fleet.reset.host import Mode
 from fleet.transport.scripted import Reply, ScriptedTransport
 from fleet.waves import Amount
 
@@ -23,7 +24,7 @@ from fleet.waves import Amount
 @pytest.fixture(autouse=True)
 def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scripted node never respawns anything: one look after the kill is enough here."""
-    monkeypatch.setattr("fleet.reset.steps.RESPAWN_SCANS_S", (0.0,))
+    monkeypatch.setattr("fleet.reset.kill.RESPAWN_SCANS_S", (0.0,))
 
 
 GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0\n"
@@ -54,7 +55,7 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_ki
 
 def lineage(argv: Sequence[str]) -> Reply:
     """The lineage walk: the probe (pid 900) and every holder asked about are children of init."""
-    holders = "".join(f"{pid}\t1\tpython3\n" for pid in argv[3:])
+    holders = "".join(f"{pid}\t1\tpython3\n" for pid in argv[argv.index("self") + 1:])
     return Reply(f"self\t900\n900\t1\tawk\n{holders}1\t0\tsystemd\n")
 
 
@@ -193,7 +194,7 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
 
 async def test_dry_run_reads_the_node_and_changes_nothing(tmp_path: Path) -> None:
     t = ScriptedTransport(node_script())
-    report, _ = await run([make_host()], {"gpu-01": t}, tmp_path, dry_run=True)
+    report, _ = await run([make_host()], {"gpu-01": t}, tmp_path, mode=Mode.PLAN)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.PLANNED
     assert host.plan is not None
@@ -301,7 +302,7 @@ async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> 
     with anyio.fail_after(10):
         report, state = await run([host, make_host("gpu-02")], {"gpu-01": slow}, tmp_path,
                                   deadline_s=0.5, concurrency=1)
-    assert state.deadline_hit and not state.interrupted
+    assert state.deadline.hit and not state.interrupted
     assert report.hosts["gpu-01"].error == "run deadline of 0.5 s reached during drain"
     assert report.hosts["gpu-02"].status is HostStatus.SKIPPED
     assert report.hosts["gpu-02"].error == "run deadline of 0.5 s reached before start"

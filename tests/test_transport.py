@@ -28,8 +28,8 @@ from fleet.inventory.host import Connection, Host
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 from fleet.sim.server import SimServer
+from fleet.transport import connect
 from fleet.transport import ssh as ssh_module
-from fleet.transport.connect import connect
 from fleet.transport.local import LocalTransport
 from fleet.transport.ssh import SshTransport, open_ssh
 

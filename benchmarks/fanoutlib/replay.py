@@ -18,10 +18,10 @@ def fleet_commands(log_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]
 
     fleet logs the lock command when its release returns a result; when the release times out
     (RELEASE_TIMEOUT_S, a loaded machine) the holder is killed and no `command` event is written. Such a
-    host's lock command is rebuilt from its `lock_acquired` event (fleet.lock.lock_argv, the run id, the
+    host's lock command is rebuilt from its `lock_acquired` event (fleet.reset.lock.lock_argv, the run id, the
     bound the other hosts' lock commands had) so that every replay runs the same commands.
     """
-    from fleet.node.lock import LOCK_WAIT_S, lock_argv
+    from fleet.reset.lock import LOCK_WAIT_S, lock_argv
     out: dict[str, list[dict[str, Any]]] = {}
     acquired: dict[str, dict[str, Any]] = {}
     for path in sorted(log_dir.glob("*/*.jsonl")):
@@ -52,7 +52,7 @@ def replay_owner(events: list[dict[str, Any]], tool: str, rep: int) -> str:
 
 
 def wire_lines(events: list[dict[str, Any]], owner: str | None = None) -> tuple[str | None, list[str]]:
-    """(the lock holder's wire line, the other commands' wire lines), rebuilt as fleet.ssh does."""
+    """(the lock holder's wire line, the other commands' wire lines), rebuilt as fleet.transport.ssh does."""
     from fleet.transport import reap
     from fleet.transport.base import bounded_argv, command_line
     hold, cmds = None, []

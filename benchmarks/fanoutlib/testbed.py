@@ -126,7 +126,7 @@ class Testbed:
     def verify(self, owners: dict[str, str]) -> int:
         """Nodes where the run's lock command wrote `owners[name]` and the unit is no longer active:
         proof that the tool's first and its drain commands ran there."""
-        from fleet.node.lock import owner_file
+        from fleet.reset.lock import owner_file
         ok = 0
         for name, owner in owners.items():
             node = self.nodes[name]

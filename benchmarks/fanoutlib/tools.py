@@ -113,7 +113,7 @@ class Bench:
             hold, cmds = wire_lines(events, replay_owner(events, "floor", rep))
             hosts.append({"address": bed.addrs[name], "hold": hold, "cmds": cmds})
         plan = self.tmp / f"plan-{label}.json"
-        # the floor negotiates the cipher fleet does (fleet.ssh.ENCRYPTION_ALGS): both pay the same crypto
+        # the floor negotiates the cipher fleet does (fleet.transport.ssh.ENCRYPTION_ALGS): both pay the same crypto
         from fleet.transport.ssh import ENCRYPTION_ALGS
         plan.write_text(json.dumps({"port": bed.port, "user": "root", "identity_file": str(bed.key),
                                     "known_hosts": str(bed.known_hosts), "hosts": hosts,

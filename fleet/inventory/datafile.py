@@ -1,7 +1,7 @@
 """Inventory files as plain data: YAML (`.yaml`/`.yml`, safe, no key written twice) or TOML (`.toml`).
 
 Reading and syntax are checked here; the shape and the values are checked by
-`fleet.inventory`. Every problem is a one-line `InventoryError`.
+`fleet.inventory.load`. Every problem is a one-line `InventoryError`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,7 @@ from typing import Any
 import yaml
 
 from fleet.errors import InventoryError
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
+from fleet.inventory.messages import one_line
 
 # libyaml's parser when PyYAML was built with it (about 10x faster on a large inventory); same safe constructor.
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -47,9 +43,9 @@ def _parse_yaml(raw: bytes, label: str) -> object:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InventoryError(label, where, f"YAML syntax error: {_one_line(str(e.problem))}") from None
+        raise InventoryError(label, where, f"YAML syntax error: {one_line(str(e.problem))}") from None
     except yaml.YAMLError as e:
-        raise InventoryError(label, "", f"YAML syntax error: {_one_line(str(e))}") from None
+        raise InventoryError(label, "", f"YAML syntax error: {one_line(str(e))}") from None
 
 
 def _parse_toml(raw: bytes, label: str) -> object:
@@ -58,7 +54,7 @@ def _parse_toml(raw: bytes, label: str) -> object:
     except UnicodeDecodeError:
         raise InventoryError(label, "", "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
-        raise InventoryError(label, "", f"TOML syntax error: {_one_line(str(e))}") from None
+        raise InventoryError(label, "", f"TOML syntax error: {one_line(str(e))}") from None
 
 
 def read_data(path: Path, label: str) -> object:
@@ -71,5 +67,5 @@ def read_data(path: Path, label: str) -> object:
     except FileNotFoundError:
         raise InventoryError(label, "", "no such file") from None
     except OSError as e:
-        raise InventoryError(label, "", _one_line(e.strerror or str(e)).lower()) from None
+        raise InventoryError(label, "", one_line(e.strerror or str(e)).lower()) from None
     return _parse_toml(raw, label) if suffix == ".toml" else _parse_yaml(raw, label)

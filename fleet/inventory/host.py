@@ -1,9 +1,20 @@
-"""A target host with every variable resolved: what every layer above the inventory reads."""
+"""A target host with every variable resolved: what every layer above the inventory reads.
+
+Every host variable is declared once, as a field of `Host`: its Python type, its
+default, and in its `Var` the check, bounds and one line of help. The inventory's
+`HostVars` (`fleet.inventory.load`) and the README's table of variables
+(`fleet.inventory.variables`) are both made from these fields.
+"""
 
 from __future__ import annotations
 
+import getpass
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Annotated
+
+from fleet.inventory import validate
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
@@ -33,30 +44,104 @@ class Connection(StrEnum):
 
 
 @dataclass(frozen=True)
+class Var:
+    """How one host variable is checked and documented: the metadata of its `Host` field."""
+
+    help: str  # one line: the README's "meaning"
+    check: Callable[[str], str] | None = None  # a `validate` function for the string, or each string of a list
+    ge: int | None = None  # bounds of a number
+    gt: int | None = None
+    le: int | None = None
+    one_or_more: bool = False  # a list that may be written as one string, and never empty
+    fallback: Callable[[str], str | None] | None = None  # the value, from the host's name, when no level sets it
+    shown: str = ""  # the default as the README says it, where the value itself would not
+
+
+def _host_name(name: str) -> str:
+    return name
+
+
+def _current_user(_name: str) -> str | None:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return None
+
+
+@dataclass(frozen=True)
 class Host:
-    """One target with every variable resolved (defaults < groups < host)."""
+    """One target with every variable resolved (defaults < groups < host).
+
+    Every field but `name` and `groups` (set by the loader) is a host variable.
+    A field typed `... | None` may be set to null in the inventory unless it has a fallback.
+    """
 
     name: str
-    address: str
-    port: int = 22
-    user: str | None = None
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    connection: Connection = Connection.SSH
-    become: bool = False
-    gpus: int | None = None
-    services: tuple[str, ...] = ()
-    devices: tuple[str, ...] = DEFAULT_DEVICES
-    protected: tuple[str, ...] = ()
-    kill_users: tuple[str, ...] = ()  # users whose processes may be killed; empty: any user
-    nvidia_smi: str = "nvidia-smi"
-    memory_threshold_mib: int = 16
-    connect_timeout: float = 10.0
-    command_timeout: float = 10.0
-    drain_timeout: float = 30.0
-    kill_grace: float = 5.0
-    settle_timeout: float = 60.0
-    lock_file: str = DEFAULT_LOCK_FILE
+    address: Annotated[
+        str, Var("where to connect", check=validate.address, fallback=_host_name, shown="the host name")
+    ]
+    port: Annotated[int, Var("SSH port", ge=1, le=65535)] = 22
+    user: Annotated[
+        str | None, Var("SSH user", check=validate.user_name, fallback=_current_user, shown="current user")
+    ] = None
+    identity_file: Annotated[str | None, Var("private key", check=validate.path, shown="ssh defaults")] = None
+    known_hosts: Annotated[
+        str | None,
+        Var(
+            'host keys are always checked; a missing file is an error, never "accept"',
+            check=validate.path,
+            shown="`~/.ssh/known_hosts`",
+        ),
+    ] = None
+    connection: Annotated[
+        Connection,
+        Var("`ssh`, or `local` (run the same commands as local processes: a node resetting itself from a timer)"),
+    ] = Connection.SSH
+    become: Annotated[
+        bool, Var("run the commands that need root (below) through `sudo -n`; the rest run as `user`")
+    ] = False
+    gpus: Annotated[
+        int | None, Var("expected GPU count; verify fails on a mismatch (a GPU fallen off the bus)", ge=0)
+    ] = None
+    services: Annotated[tuple[str, ...], Var("systemd units to stop in drain", check=validate.unit_name)] = ()
+    devices: Annotated[
+        tuple[str, ...],
+        Var("globs of device files whose holders are killed", check=validate.device_glob, one_or_more=True),
+    ] = DEFAULT_DEVICES
+    protected: Annotated[
+        tuple[str, ...],
+        Var("extra process names never killed, added to the built-in list", check=validate.process_name),
+    ] = ()
+    kill_users: Annotated[
+        tuple[str, ...],
+        Var(
+            "when set, only processes of these users are killed; others are kept and named",
+            check=validate.user_name,
+            shown="none (any user)",
+        ),
+    ] = ()
+    nvidia_smi: Annotated[str, Var("the nvidia-smi to run", check=validate.executable)] = "nvidia-smi"
+    memory_threshold_mib: Annotated[int, Var("a GPU at or under this many MiB used is clean", ge=0)] = 16
+    connect_timeout: Annotated[float, Var("seconds to open the SSH session", gt=0)] = 10.0
+    command_timeout: Annotated[float, Var("seconds any one remote command may take", gt=0)] = 10.0
+    drain_timeout: Annotated[float, Var("seconds for the units to stop before they are SIGKILLed", gt=0)] = 30.0
+    kill_grace: Annotated[float, Var("seconds between SIGTERM and SIGKILL", gt=0)] = 5.0
+    settle_timeout: Annotated[float, Var("seconds for GPU memory to come back", gt=0)] = 60.0
+    lock_file: Annotated[
+        str,
+        Var(
+            "the node's reset lock (absolute path); the holder's run id goes to `<lock_file>.owner`",
+            check=validate.lock_file,
+        ),
+    ] = DEFAULT_LOCK_FILE
+    simulated: Annotated[
+        bool,
+        Var(
+            "a `fleet.sim` simulated node: fleet reads each process's systemd unit from the simulator's"
+            " `FLEET_SIM_UNIT` environment entry instead of `/proc/PID/cgroup`,"
+            " since a simulated node has no cgroups of its own"
+        ),
+    ] = False
     groups: tuple[str, ...] = ()
 
     @property

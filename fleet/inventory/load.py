@@ -13,80 +13,83 @@ taken relative to the inventory's folder, so a cron job works from any cwd.
 
 Every problem is an `InventoryError` of one line that names the file and the
 key, such as `site.yaml: groups.blackwell.vars.gpus: expected a whole number,
-got 'eight'`. The file is read by `fleet.datafile` and node sets expand
-with `fleet.nodesets`; targeting (patterns, groups, `--limit`, `--exclude`)
-is `fleet.targeting.select`.
+got 'eight'`. The file is read by `fleet.inventory.datafile` and node sets
+expand with `fleet.inventory.nodesets`; targeting (patterns, groups, `--limit`,
+`--exclude`) is `fleet.inventory.targeting.select`.
+
+`HostVars` is made from the declaration of every variable, the fields of
+`fleet.inventory.host.Host` (read by `fleet.inventory.variables`): a value is
+checked as its `Var` says and comes out as the `Host`'s type (a list as a tuple,
+`connection` as a `Connection`).
 """
 
 from __future__ import annotations
 
 import difflib
-import getpass
 import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
 from fleet.errors import InventoryError, UsageError
 from fleet.inventory import validate
 from fleet.inventory.datafile import read_data
-from fleet.inventory.host import DEFAULT_LOCK_FILE, Connection, Host
-from fleet.inventory.nodesets import MAX_NODES_PER_PATTERN as MAX_NODES_PER_PATTERN
+from fleet.inventory.host import Connection, Host
+from fleet.inventory.messages import one_line
 from fleet.inventory.nodesets import node_order, node_set
-
-if TYPE_CHECKING:
-    from fleet.inventory.targeting import select as select
+from fleet.inventory.variables import HOST_VARIABLES, Variable
 
 ALL = "all"
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+HostName = Annotated[str, AfterValidator(validate.host_name)]
+GroupName = Annotated[str, AfterValidator(validate.group_name)]
+_CONFIG = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _value_type(v: Variable) -> Any:
+    """What a value, or each entry of a list, is checked against; an enum comes out as its member."""
+    kind, var = v.kind, v.var
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return Annotated[Literal.__getitem__(tuple(m.value for m in kind)), AfterValidator(kind)]
+    no_inf_nan = False if kind is float else None
+    bounds = Field(ge=var.ge, gt=var.gt, le=var.le, allow_inf_nan=no_inf_nan)
+    return Annotated[kind, bounds, AfterValidator(var.check)] if var.check else Annotated[kind, bounds]
 
 
 def _one_or_many(value: object) -> object:
     return [value] if isinstance(value, str) else value
 
 
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-HostName = Annotated[str, AfterValidator(validate.host_name)]
-GroupName = Annotated[str, AfterValidator(validate.group_name)]
-LocalPath = Annotated[str, AfterValidator(validate.path)]
-_CONFIG = ConfigDict(extra="forbid", strict=True, frozen=True)
+def _list_type(item: Any, one_or_more: bool) -> Any:
+    """A list of `item`s that comes out as a tuple; `one_or_more`: one string is a list of one, none is refused."""
+    if one_or_more:
+        return Annotated[list[item], BeforeValidator(_one_or_many), Field(min_length=1), AfterValidator(tuple)]
+    return Annotated[list[item], AfterValidator(tuple)]
 
 
-class HostVars(BaseModel):
+def _level_type(v: Variable) -> Any:
+    """What one level (defaults, a group's vars, a host's vars) may write for the variable."""
+    value = _list_type(_value_type(v), v.var.one_or_more) if v.is_list else _value_type(v)
+    return value | None if v.nullable else value
+
+
+def _level_fields() -> dict[str, Any]:
+    """Each variable's type and default; the default is never merged, only what a level wrote."""
+    return {v.name: (_level_type(v), None if v.default is MISSING else v.default) for v in HOST_VARIABLES}
+
+
+# A dynamic base: mypy cannot see fields made from the declaration (it reads `Host` for those).
+class HostVars(create_model("_Variables", __config__=_CONFIG, **_level_fields())):  # type: ignore[misc]
     """The variables one level (defaults, a group, a host) sets; unset ones are not merged."""
-
-    model_config = _CONFIG
-
-    address: Annotated[str, AfterValidator(validate.address)] = ""
-    port: Annotated[int, Field(ge=1, le=65535)] = 22
-    user: Annotated[str, AfterValidator(validate.user_name)] = ""
-    identity_file: LocalPath | None = None
-    known_hosts: LocalPath | None = None
-    connection: Literal["ssh", "local"] = "ssh"
-    become: bool = False
-    gpus: Annotated[int, Field(ge=0)] | None = None
-    services: list[Annotated[str, AfterValidator(validate.unit_name)]] = []
-    devices: Annotated[
-        list[Annotated[str, AfterValidator(validate.device_glob)]],
-        BeforeValidator(_one_or_many),
-        Field(min_length=1),
-    ] = []
-    protected: list[Annotated[str, AfterValidator(validate.process_name)]] = []
-    kill_users: list[Annotated[str, AfterValidator(validate.user_name)]] = []
-    nvidia_smi: Annotated[str, AfterValidator(validate.executable)] = "nvidia-smi"
-    memory_threshold_mib: Annotated[int, Field(ge=0)] = 16
-    connect_timeout: Seconds = 10.0
-    command_timeout: Seconds = 10.0
-    drain_timeout: Seconds = 30.0
-    kill_grace: Seconds = 5.0
-    settle_timeout: Seconds = 60.0
-    lock_file: Annotated[str, AfterValidator(validate.lock_file)] = DEFAULT_LOCK_FILE
 
     def explicit(self) -> dict[str, Any]:
         """Only the variables this level wrote down."""
@@ -127,10 +130,6 @@ class Inventory:
 
 
 # ---------------------------------------------------------------- messages
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _short(value: object) -> str:
@@ -184,12 +183,12 @@ def _message(error: ErrorDetails) -> str:
         known = _KEYS_AT[context]
         return f"unknown {what}{suggest(str(loc[-1]), known)} (known: {', '.join(known)})"
     if kind == "value_error":
-        return _one_line(str(ctx.get("error", error["msg"])))
+        return one_line(str(ctx.get("error", error["msg"])))
     if kind in _TYPE_MESSAGES:
         return f"{_TYPE_MESSAGES[kind]}, got {_short(error['input'])}"
     if kind == "literal_error":
         return f"expected {ctx.get('expected')}, got {_short(error['input'])}"
-    text = _one_line(error["msg"]).replace("Input should be ", "must be ")
+    text = one_line(error["msg"]).replace("Input should be ", "must be ")
     return f"{text}, got {_short(error['input'])}"
 
 
@@ -309,25 +308,13 @@ def _resolved_members(groups: Mapping[str, GroupSpec], direct: Mapping[str, set[
 # ---------------------------------------------------------------- hosts
 
 
-def _current_user() -> str | None:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):
-        return None
-
-
 def _build_host(name: str, values: dict[str, Any], groups: tuple[str, ...], base: Path) -> Host:
-    values.setdefault("address", name)
-    if "user" not in values:
-        values["user"] = _current_user()
-    for key in ("services", "devices", "protected", "kill_users"):
-        if key in values:
-            values[key] = tuple(values[key])
-    if "connection" in values:
-        values["connection"] = Connection(values["connection"])
-    for key in ("identity_file", "known_hosts"):
-        if values.get(key):
-            values[key] = str(base / values[key])
+    """The merged values as a `Host`: fallbacks fill what no level set; local paths follow the inventory."""
+    for v in HOST_VARIABLES:
+        if v.var.fallback is not None and v.name not in values:
+            values[v.name] = v.var.fallback(name)
+        if v.var.check is validate.path and values.get(v.name):
+            values[v.name] = str(base / values[v.name])
     return Host(name=name, groups=groups, **values)
 
 

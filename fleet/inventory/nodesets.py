@@ -1,7 +1,7 @@
 """ClusterShell node sets (`gpu-b[01-16]`), expanded without group lookups and within a size bound.
 
 The inventory expands its `hosts:` entries with `node_set` and orders hosts
-with `node_order`; targeting (`fleet.targeting`) matches host patterns with
+with `node_order`; targeting (`fleet.inventory.targeting`) matches host patterns with
 `node_set`. A pattern that could name more than `MAX_NODES_PER_PATTERN` hosts
 is refused before ClusterShell expands it.
 """
@@ -13,13 +13,11 @@ from collections.abc import Iterable
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
+from fleet.inventory.messages import one_line
+
 MAX_NODES_PER_PATTERN = 100_000
 _BRACKETS = re.compile(r"\[([^\]]*)\]")
 _SPAN = re.compile(r"(\d+)-(\d+)")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _upper_bound(pattern: str) -> int:
@@ -38,7 +36,7 @@ def node_set(pattern: str) -> NodeSet:
     try:
         return NodeSet(pattern, resolver=RESOLVER_NOGROUP)
     except NodeSetException as e:
-        raise ValueError(f"bad node set {pattern!r}: {_one_line(str(e))}") from None
+        raise ValueError(f"bad node set {pattern!r}: {one_line(str(e))}") from None
 
 
 def node_order(names: Iterable[str]) -> list[str]:

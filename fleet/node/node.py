@@ -1,77 +1,30 @@
-"""A host's transport plus its log and a step budget: every command logged, every command bounded.
+"""A node as the steps see it: one host, its transport and its log. It runs probes, bounded and logged.
 
-`Remote` also decides, per command, whether it needs root (`probes.needs_root`):
-steps never say it themselves.
+`Node.ask(probe)` runs a probe within the host's command_timeout and the step's budget, through `sudo -n`
+when the probe needs root (on a `become` host), logs the command, checks its exit status and parses what it
+printed. Every failure is a `StepFailed` with one line; a transport that gives no answer raises
+`TransportError` (the host's boundary deals with it).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from fleet.errors import CommandTimeout
+from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
-from fleet.node import probes
-from fleet.report.models import StepName
-from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, Held, Transport
+from fleet.node.budget import Budget
+from fleet.node.probe import Probe
+from fleet.node.probes.parse import ProbeParseError
+from fleet.report.models import StepName, StepStatus
+from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, Held, Transport, clip
 
+T = TypeVar("T")
 # Output kept per stream in the per-node log.
 LOG_OUTPUT_LIMIT = 4096
 
 
-class BudgetSpent(Exception):
-    """A step ran out of its time budget before it could start a command."""
-
-
-@dataclass
-class Budget:
-    """A step's time on the monotonic clock.
-
-    `window` is how long the step waits for the node to change (a unit to stop,
-    memory to come back); `slack` is room for the command that observes the end
-    of the window. No command runs past `window + slack`.
-    """
-
-    window: float
-    slack: float = 0.0
-    started: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.started = time.monotonic()
-
-    @property
-    def seconds(self) -> float:
-        return self.window + self.slack
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    @property
-    def remaining(self) -> float:
-        return self.seconds - self.elapsed
-
-    @property
-    def window_left(self) -> float:
-        return self.window - self.elapsed
-
-    def command_timeout(self, limit: float) -> float:
-        """A command's timeout: the host's command_timeout, never past the step's end."""
-        left = self.remaining
-        if left <= 0.05:
-            raise BudgetSpent(f"step budget of {self.seconds:g} s spent")
-        return min(limit, left)
-
-
-def _clip_for_log(text: str) -> str:
-    if len(text) <= LOG_OUTPUT_LIMIT:
-        return text
-    return text[:LOG_OUTPUT_LIMIT] + f"[... {len(text) - LOG_OUTPUT_LIMIT} more characters]"
-
-
-class Remote:
+class Node:
     """What the steps talk to: one host, its transport, its log."""
 
     def __init__(self, host: Host, transport: Transport, log: Any) -> None:
@@ -80,42 +33,59 @@ class Remote:
         self.log = log
         self.commands = 0
 
-    async def run(self, argv: Sequence[str], *, step: StepName | None = None,
+    async def ask(self, probe: Probe[T], *, step: StepName | None = None, budget: Budget | None = None) -> T:
+        """Run the probe (see `run`) and parse its stdout; unreadable output fails the step."""
+        result = await self.run(probe, step=step, budget=budget)
+        try:
+            return probe.parse(result.stdout)
+        except ProbeParseError as exc:
+            raise StepFailed(probe.unreadable(exc)) from exc
+
+    async def run(self, probe: Probe[Any], *, step: StepName | None = None,
                   budget: Budget | None = None) -> CommandResult:
-        """Run one command bounded by command_timeout and the step's budget; log it either way."""
+        """Run one probe bounded by command_timeout and the step's budget; log it either way.
+
+        An exit status the probe does not call an answer fails the step; so does a hang of a probe
+        that says what a hang means (`Probe.hang`).
+        """
         limit = self.host.command_timeout
         timeout = budget.command_timeout(limit) if budget else limit
         self.commands += 1
         try:
-            result = await self.transport.run(argv, timeout=timeout, privileged=probes.needs_root(argv))
+            result = await self.transport.run(probe.argv, timeout=timeout, privileged=probe.needs_root)
         except CommandTimeout as exc:
             self._log_result(exc.result, step, timeout, timed_out=True)
+            if probe.hang is not None:
+                raise StepFailed(probe.hang.format(s=f"{exc.deadline_s:g}"), StepStatus.TIMEOUT) from exc
             raise
         self._log_result(result, step, timeout, timed_out=False)
+        if not probe.answered(result):
+            raise StepFailed(probe.failure(result))
         return result
 
-    async def hold(self, argv: Sequence[str], *, timeout: float) -> Held:
+    async def hold(self, probe: Probe[Any], *, timeout: float) -> Held:
         """Start a long-lived command (see `Transport.hold`); it is logged when it ends."""
         self.commands += 1
         started = time.monotonic()
         try:
-            held = await self.transport.hold(argv, timeout=timeout, privileged=probes.needs_root(argv))
+            held = await self.transport.hold(probe.argv, timeout=timeout, privileged=probe.needs_root)
         except CommandTimeout as exc:
             self._log_result(exc.result, None, timeout, timed_out=True)
             raise
         if held.result is not None:
             self._log_result(held.result, None, timeout, timed_out=False)
             return held
-        return Held(held.first_line, release=lambda: self._release(held, argv, timeout, started))
+        return Held(held.first_line, release=lambda: self._release(held, probe.argv, timeout, started))
 
-    async def _release(self, held: Held, argv: Sequence[str], timeout: float, started: float) -> CommandResult | None:
+    async def _release(self, held: Held, argv: tuple[str, ...], timeout: float,
+                       started: float) -> CommandResult | None:
         """Release a held command and log how it ended; one that had to be killed is logged as such
         (its duration, like every command's, counted from its start)."""
         result = await held.release()
         if result is not None:
             self._log_result(result, None, timeout, timed_out=False)
             return result
-        self._log_result(CommandResult(tuple(argv), None, "", "", time.monotonic() - started, "KILL"), None,
+        self._log_result(CommandResult(argv, None, "", "", time.monotonic() - started, "KILL"), None,
                          timeout, timed_out=True, note=f"did not end within {RELEASE_TIMEOUT_S:g} s of release: killed")
         return None
 
@@ -133,6 +103,6 @@ class Remote:
             timed_out=timed_out,
             timeout_s=round(timeout, 3),
             duration_s=round(result.duration_s, 4),
-            stdout=_clip_for_log(result.stdout),
-            stderr=_clip_for_log(result.stderr),
+            stdout=clip(result.stdout, LOG_OUTPUT_LIMIT),
+            stderr=clip(result.stderr, LOG_OUTPUT_LIMIT),
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -36,6 +38,12 @@ class StepResult:
     detail: str = ""
     error: str | None = None  # one line, set when status is failed/timeout
 
+    @classmethod
+    def since(cls, name: StepName, started: float, detail: str, status: StepStatus = StepStatus.OK,
+              error: str | None = None) -> StepResult:
+        """The result of a step that began at `started` (monotonic clock) and ends now."""
+        return cls(name, status, round(time.monotonic() - started, 3), detail, error)
+
 
 @dataclass(frozen=True)
 class KilledProcess:
@@ -53,6 +61,16 @@ class GpuReport:
     name: str | None = None
     memory_total_mib: int | None = None
     settle_s: float | None = None  # seconds from settle start until under threshold
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one step came to: its line in the report (`result`) and what it learned for the host's report."""
+
+    result: StepResult
+    killed: tuple[KilledProcess, ...] = ()
+    gpus: tuple[GpuReport, ...] = ()
+    settle_s: Mapping[int, float] = field(default_factory=dict)  # GPU index -> seconds until it settled
 
 
 @dataclass(frozen=True)

@@ -3,50 +3,47 @@
 `scan` runs the holder scan (find over /proc/PID/fd), then for the holders
 found: ps (user, command line), the exe links, the lineage walk (comm,
 ancestors, fleet's own process chain) and, when asked, their systemd units.
-The judging itself is pure (`fleet.protection`, through `policy.describe_holders`).
+The judging itself is pure (`describe_holders`, with `fleet.reset.protection`).
+kill, verify and the dry run all look through this one scan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
-from fleet.errors import StepFailed
-from fleet.node import probes
-from fleet.node.node import Budget, Remote
+from fleet.node.budget import Budget
+from fleet.node.node import Node
+from fleet.node.probes import lineage, procs, units
 from fleet.report.models import StepName
-from fleet.reset import policy
+from fleet.reset.protection import Holder, ProcessFacts, Rules, full_name, protected_by
 
 
 @dataclass(frozen=True)
 class Scan:
     """One look at the GPU holders, each judged; and the units fleet's own session runs in."""
 
-    holders: tuple[policy.Holder, ...] = ()
+    holders: tuple[Holder, ...] = ()
     own_units: frozenset[str] = frozenset()
 
     @property
-    def targets(self) -> list[policy.Holder]:
+    def targets(self) -> list[Holder]:
         return [h for h in self.holders if h.protected_by is None]
 
     @property
-    def kept(self) -> tuple[policy.Holder, ...]:
+    def kept(self) -> tuple[Holder, ...]:
         return tuple(h for h in self.holders if h.protected_by is not None)
 
 
-async def scan(
-    remote: Remote, step: StepName, budget: Budget, *, units: bool = False, known: Scan | None = None
-) -> Scan:
-    """Every process holding a device file, described (user, name, exe, lineage; with `units`,
+async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool = False,
+               known: Scan | None = None) -> Scan:
+    """Every process holding a device file, described (user, name, exe, lineage; with `with_units`,
     its systemd unit) and judged protected or not.
 
     With `known` (an earlier scan of this step), holders it already judged are not described
     again: a rescan that finds only them costs one command, not five.
     """
-    res = await remote.run(probes.holders_scan_argv(remote.host.devices), step=step, budget=budget)
-    if res.exit_status not in (0, 1):
-        raise StepFailed(f"holder scan exited {res.exit_status}: {policy.first_line(res.stderr)}")
-    found = probes.parse_holders(res.stdout)
+    found = await node.ask(procs.holder_scan(node.host.devices), step=step, budget=budget)
     if not found:
         return Scan()
     if known is not None:
@@ -54,48 +51,43 @@ async def scan(
         if all(h.pid in judged for h in found):
             return Scan(tuple(judged[h.pid] for h in found), known.own_units)
     pids = [h.pid for h in found]
-    ps = await remote.run(probes.ps_argv(pids), step=step, budget=budget)
-    exe = await remote.run(probes.exe_argv(pids), step=step, budget=budget)
-    lineage = await _lineage(remote, pids, step, budget)
-    unit_of = await _units(remote, sorted({*pids, *lineage.own}), lineage.simulated, step, budget) if units else {}
-    facts = policy.ProcessFacts(probes.parse_ps(ps.stdout), probes.parse_exe(exe.stdout), lineage, unit_of)
-    holders = policy.describe_holders(found, facts, policy.Rules.of(remote.host))
-    return Scan(holders, frozenset(unit_of[p] for p in lineage.own if p in unit_of))
+    ps = await node.ask(procs.ps(pids), step=step, budget=budget)
+    exe = await node.ask(procs.exe(pids), step=step, budget=budget)
+    walk = await node.ask(lineage.lineage(pids), step=step, budget=budget)
+    unit_of = await _units(node, sorted({*pids, *walk.own}), step, budget) if with_units else {}
+    holders = describe_holders(found, ProcessFacts(ps, exe, walk, unit_of), Rules.of(node.host))
+    return Scan(holders, frozenset(unit_of[p] for p in walk.own if p in unit_of))
 
 
-async def scan_holders(remote: Remote, step: StepName, budget: Budget) -> tuple[policy.Holder, ...]:
+async def scan_holders(node: Node, step: StepName, budget: Budget) -> tuple[Holder, ...]:
     """The holders of one `scan`, without their units."""
-    return (await scan(remote, step, budget)).holders
+    return (await scan(node, step, budget)).holders
 
 
-async def _lineage(remote: Remote, pids: Sequence[int], step: StepName, budget: Budget) -> probes.Lineage:
-    """The holders' ancestors and fleet's own process chain; without them nothing is judged."""
-    res = await remote.run(probes.lineage_argv(pids), step=step, budget=budget)
-    if not res.ok:
-        raise StepFailed(f"process lineage (awk) exited {res.exit_status}: {policy.first_line(res.stderr)}")
-    try:
-        return probes.parse_lineage(res.stdout)
-    except probes.ProbeParseError as exc:
-        raise StepFailed(f"unreadable process lineage: {exc}") from exc
+async def _units(node: Node, pids: Sequence[int], step: StepName, budget: Budget) -> dict[int, str]:
+    return await node.ask(units.units_of(pids, simulated=node.host.simulated), step=step, budget=budget)
 
 
-async def _units(remote: Remote, pids: Sequence[int], simulated: bool, step: StepName,
-                 budget: Budget) -> dict[int, str]:
-    """pid -> systemd unit, from /proc/PID/cgroup (on a simulated node: from its stand-in)."""
-    argv = probes.sim_units_argv(pids) if simulated else probes.cgroup_argv(pids)
-    res = await remote.run(argv, step=step, budget=budget)
-    try:
-        return probes.parse_sim_units(res.stdout) if simulated else probes.parse_cgroups(res.stdout)
-    except probes.ProbeParseError as exc:
-        raise StepFailed(f"unreadable cgroup listing: {exc}") from exc
+def describe_holders(found: Iterable[procs.HolderRow], facts: ProcessFacts, rules: Rules) -> tuple[Holder, ...]:
+    """Join the scan with what the probes told, and judge each holder; a pid ps no longer
+    knows has exited and is dropped."""
+    out = []
+    for row in found:
+        holder = _describe(row, facts)
+        if holder is not None:
+            out.append(replace(holder, protected_by=protected_by(holder, facts, rules)))
+    return tuple(out)
 
 
-async def restart_settings(remote: Remote, units: set[str], step: StepName, budget: Budget) -> dict[str, str]:
-    """unit -> its Restart= setting, for the units whose processes came back (unreadable: left out)."""
-    settings = {}
-    for unit in sorted(units):
-        res = await remote.run(probes.unit_restart_argv(unit), step=step, budget=budget)
-        setting = probes.parse_unit_restart(res.stdout) if res.ok else None
-        if setting is not None:
-            settings[unit] = setting
-    return settings
+def _describe(found: procs.HolderRow, facts: ProcessFacts) -> Holder | None:
+    row = facts.ps.get(found.pid)
+    if row is None:
+        return None
+    stat = facts.lineage.procs.get(found.pid)
+    comm = stat.comm if stat is not None else row.argv0 or "?"
+    exe = facts.exe.get(found.pid)
+    name = full_name(comm, row.argv0, exe)
+    return Holder(
+        pid=found.pid, user=row.user or found.user, name=name, exe=exe, devices=found.devices,
+        unit=facts.units.get(found.pid), comm=comm if comm != name else None,
+    )

@@ -1,12 +1,63 @@
-"""What a reset would do on a host, as data.
+"""The dry run: what a reset would do on a host, read from the host without changing it.
 
-`describe_plan` says per step what a read-only survey of the node (`steps.survey`,
-joined by the pure `policy.build_plan`) found a reset would do.
+Asks the node only read-only things: each unit's state (`fleet.reset.drain.unit_states`), the holder
+scan (`fleet.reset.holders`), the GPU and compute-app queries. Decides (pure, below): which units a reset
+would stop, which holders it would kill or keep (and why), what the GPUs hold now. Reports: the host's
+`plan` object and one line per step; the host ends `planned`. Nothing is signalled, stopped or written.
 """
 
 from __future__ import annotations
 
-from fleet.report.models import HostPlan, PlannedProcess, StepName
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from fleet.node.budget import Budget
+from fleet.node.node import Node
+from fleet.node.probes import smi, units
+from fleet.report.models import HostPlan, PlannedProcess, StepName, StepResult, StepStatus
+from fleet.reset.drain import unit_states
+from fleet.reset.holders import scan_holders
+from fleet.reset.protection import Holder
+from fleet.reset.verify import VERIFY_COMMANDS
+
+
+async def survey(node: Node) -> HostPlan:
+    """A dry run's look at the node: read-only commands only, nothing signalled, stopped or written."""
+    host = node.host
+    budget = Budget(0.0, slack=(len(host.services) + VERIFY_COMMANDS) * host.command_timeout)
+    states = await unit_states(node, host.services, budget) if host.services else {}
+    holders = await scan_holders(node, StepName.KILL, budget)
+    rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)
+    apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.VERIFY, budget=budget)
+    return build_plan(states, holders, apps, rows)
+
+
+def build_plan(
+    states: Mapping[str, units.UnitState],
+    holders: Sequence[Holder],
+    apps: Sequence[smi.ComputeApp],
+    rows: Sequence[smi.GpuRow],
+) -> HostPlan:
+    """Join a read-only survey into what a reset would do: stop, kill, keep."""
+    mib: dict[int, int] = defaultdict(int)
+    for app in apps:
+        mib[app.pid] += app.used_mib or 0
+
+    def planned(h: Holder) -> PlannedProcess:
+        return PlannedProcess(h.pid, h.user, h.name, mib.get(h.pid), h.protected_by)
+
+    return HostPlan(
+        units=tuple((unit, state.active_state) for unit, state in states.items()),
+        would_kill=tuple(planned(h) for h in holders if h.protected_by is None),
+        kept=tuple(planned(h) for h in holders if h.protected_by is not None),
+        gpu_memory_mib=tuple(r.memory_used_mib for r in rows),
+    )
+
+
+def planned_steps(plan: HostPlan) -> list[StepResult]:
+    """The report's steps for a planned host: none ran (`skipped`), each says what it would do."""
+    lines = describe_plan(plan)
+    return [StepResult(name, StepStatus.SKIPPED, 0.0, lines[name]) for name in StepName]
 
 
 def _process(p: PlannedProcess) -> str:

@@ -7,16 +7,23 @@ process with a protected name, or belongs to a user outside `kill_users`.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.inventory.host import Host
-from fleet.node import probes
+from fleet.node.probes.lineage import Lineage
+from fleet.node.probes.procs import PsRow
 
+# /proc/PID/comm holds at most this many characters (TASK_COMM_LEN - 1).
+COMM_LEN = 15
+# What OpenSSH's daemon is called: since 9.8 it runs sessions as sshd-session (and sshd-auth).
+SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
+_DELETED = " (deleted)"
 # How far up its parent chain a holder inherits protection from a protected daemon.
 ANCESTRY_DEPTH = 8
 # Ancestors of every service and session: inheriting from them would protect everything.
-NOT_INHERITED = frozenset({"systemd", "init"}) | probes.SSHD_NAMES
+NOT_INHERITED = frozenset({"systemd", "init"}) | SSHD_NAMES
 # Unit names (without suffix) of OpenSSH's daemon: never stopped, whatever respawns.
 SSHD_UNITS = frozenset({"ssh", "sshd"})
 
@@ -59,10 +66,53 @@ class Rules:
 class ProcessFacts:
     """What the probes told about the holders: ps rows, exe links, their lineage, their units."""
 
-    ps: Mapping[int, probes.PsRow]
+    ps: Mapping[int, PsRow]
     exe: Mapping[int, str]
-    lineage: probes.Lineage = field(default_factory=lambda: probes.Lineage({}))
+    lineage: Lineage = field(default_factory=lambda: Lineage({}))
     units: Mapping[int, str] = field(default_factory=dict)
+
+
+# --- names: what a process is called, and which names are protected --------------------------
+
+
+def _exe_base(exe: str | None) -> str | None:
+    if not exe:
+        return None
+    return posixpath.basename(exe.removesuffix(_DELETED)) or None
+
+
+def full_name(comm: str, argv0: str | None, exe: str | None) -> str:
+    """The process's name, uncut: comm, unless the kernel cut it to 15 characters and argv[0]'s
+    or the executable's basename is the longer name it was cut from."""
+    if len(comm) == COMM_LEN:
+        for candidate in (argv0, _exe_base(exe)):
+            if candidate and len(candidate) > COMM_LEN and candidate.startswith(comm):
+                return candidate
+    return comm
+
+
+def is_protected(
+    comm: str, exe: str | None, protected_names: Sequence[str], name: str | None = None
+) -> str | None:
+    """The protected name this process matches, or None.
+
+    A name matches exactly the process's full `name` (argv[0]'s basename, or
+    `full_name`), the basename of its executable or its comm, or a comm the
+    kernel cut to 15 characters from it; a shorter prefix never matches.
+    """
+    base = _exe_base(exe)
+    for protected in protected_names:
+        if comm in (protected, protected[:COMM_LEN]) or protected in (base, name):
+            return protected
+    return None
+
+
+def is_sshd(comm: str, exe: str | None, name: str | None = None) -> bool:
+    """Whether the process is OpenSSH's daemon, by any of its names (sshd, sshd-session, sshd-auth)."""
+    return bool({comm, _exe_base(exe), name} & SSHD_NAMES)
+
+
+# --- the rules ---------------------------------------------------------------
 
 
 def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | None:
@@ -78,9 +128,9 @@ def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | Non
         return "pid 1"
     if holder.pid in facts.lineage.own:
         return "fleet's own session"
-    if probes.is_sshd(comm, holder.exe, holder.name):
+    if is_sshd(comm, holder.exe, holder.name):
         return "sshd"
-    name = probes.is_protected(comm, holder.exe, rules.protected_names, holder.name)
+    name = is_protected(comm, holder.exe, rules.protected_names, holder.name)
     if name is not None:
         return f"protected name {name}"
     parent = protected_ancestor(holder.pid, facts, rules.protected_names)
@@ -101,8 +151,8 @@ def protected_ancestor(pid: int, facts: ProcessFacts, names: Sequence[str]) -> t
             return None
         row = facts.ps.get(parent.pid)
         exe = facts.exe.get(parent.pid)
-        name = probes.full_name(parent.comm, row.argv0 if row else None, exe)
-        matched = probes.is_protected(parent.comm, exe, names, name)
+        name = full_name(parent.comm, row.argv0 if row else None, exe)
+        matched = is_protected(parent.comm, exe, names, name)
         if matched is not None:
             return matched, parent.pid
     return None

@@ -143,6 +143,7 @@ class SimFleet:
             "devices": [node.devices_glob],
             "nvidia_smi": node.nvidia_smi_path,
             "lock_file": node.lock_file,
+            "simulated": True,
             "gpus": spec.gpus,
             "services": [unit.name for unit in spec.units],
         }

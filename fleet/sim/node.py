@@ -33,9 +33,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
 PERSISTENCED = "nvidia-persistenced"
-# Set for every command on the node: fleet reads units from the simulator's stand-in for cgroups
-# (FLEET_SIM_UNIT, see fleet.sim.unitd) only where it sees this (fleet.probes.lineage.SIM_NODE_VAR).
-SIM_NODE_VAR = "FLEET_SIM_NODE"
 
 
 class SimError(RuntimeError):
@@ -153,9 +150,8 @@ class SimNode:
         return str(self.root / "run" / "fleet-reset.lock")
 
     def env(self) -> dict[str, str]:
-        """The environment commands on this node run with: bin/ first on PATH, FLEET_SIM_NODE set."""
+        """The environment commands on this node run with: bin/ first on PATH, the repository on PYTHONPATH."""
         env = dict(os.environ)
-        env[SIM_NODE_VAR] = str(self.root)
         env["PATH"] = os.pathsep.join([str(self.bin_dir), env.get("PATH", os.defpath)])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         return env

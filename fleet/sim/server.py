@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import asyncssh
 
-from fleet.transport.local import REAP_TIMEOUT_S, signal_session
+from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
 
 _READ_CHUNK = 64 * 1024
 _STDERR = asyncssh.EXTENDED_DATA_STDERR

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
-UNIT_SUFFIXES = (".service", ".socket", ".target", ".timer", ".scope", ".slice", ".mount", ".path")
+from fleet.inventory.validate import UNIT_SUFFIXES  # systemd's unit types, declared once (stdlib only)
 
 
 class UnitConfig(TypedDict):

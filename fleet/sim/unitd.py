@@ -37,8 +37,8 @@ from types import FrameType
 
 from fleet.sim import state, worker
 
-# Read by fleet's unit probe on simulated nodes (fleet.probes.lineage.SIM_UNIT_VAR; not imported:
-# the node's programs stay stdlib only).
+# The simulator's stand-in for cgroups: the unit a process belongs to, in its environment. Declared here,
+# where it is set; fleet's unit probe (fleet.node.probes.units) reads it on hosts with `simulated: true`.
 SIM_UNIT_VAR = "FLEET_SIM_UNIT"
 
 CLEAN_SIGNALS = frozenset({signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE})

@@ -13,15 +13,22 @@ its stdin (EOF), when its session ends (the client died: the channel closes,
 stdin ends too), or at its own remote bound at the latest.
 
 `privileged` says whether a command needs root; only those go through
-`sudo -n` on a `become` host (see `fleet.probes.needs_root`).
+`sudo -n` on a `become` host (see `Probe.needs_root` in `fleet.node.probe`).
+
+The SSH and local transports build their results with `make_result` and
+interpret them with `finish`, so a timeout or a refused sudo means the same on both.
 """
 
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from fleet.errors import AuthError, CommandTimeout
+from fleet.inventory.host import Host
 
 # Seconds between the remote `timeout`'s SIGTERM and its SIGKILL.
 REMOTE_KILL_AFTER_S = 1.0
@@ -29,10 +36,12 @@ REMOTE_KILL_AFTER_S = 1.0
 CLIENT_GRACE_S = 2.0
 # Exit statuses coreutils' `timeout` uses when it had to end the command.
 TIMEOUT_EXIT_STATUSES = frozenset({124, 137})
-# Output kept per stream in logs and results (bytes of text, not lines).
+# Characters of output a CommandResult keeps per stream.
 OUTPUT_LIMIT = 64 * 1024
 # Seconds a held command gets to end after its stdin closed, before it is killed.
 RELEASE_TIMEOUT_S = 5.0
+# What `sudo -n` says on stderr when it would have to ask for a password.
+SUDO_WANTS_PASSWORD = ("a password is required", "a terminal is required")
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,7 @@ def bounded_argv(argv: Sequence[str], timeout: float, *, become: bool = False, m
     """The argv actually run on the node: `[sudo -n] [env FLEET_CMD=token] timeout -k K T argv...`.
 
     `mark` is an `env` assignment that tags the command's processes so an interrupted
-    command can be found and ended (see `fleet.probes.reap`); inside sudo, which resets the environment.
+    command can be found and ended (see `fleet.transport.reap`); inside sudo, which resets the environment.
     """
     if not argv:
         raise ValueError("empty argv")
@@ -123,8 +132,46 @@ def client_deadline(timeout: float) -> float:
     return timeout + REMOTE_KILL_AFTER_S + CLIENT_GRACE_S
 
 
-def clip(text: str, limit: int = OUTPUT_LIMIT) -> str:
-    """Bound output kept in memory and logs; say how much was cut."""
+def clip(text: str, limit: int) -> str:
+    """At most `limit` characters of text, a cut marked with how many characters were cut."""
     if len(text) <= limit:
         return text
-    return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+    return text[:limit] + f"... [{len(text) - limit} characters cut]"
+
+
+def signal_label(name: str | None) -> str | None:
+    """`KILL` or `SIGKILL` -> `SIGKILL`; None stays None."""
+    if not name:
+        return None
+    return name if name.startswith("SIG") else f"SIG{name}"
+
+
+def make_result(
+    argv: Sequence[str], status: int | None, signal_name: str | None, out: str, err: str, started: float
+) -> CommandResult:
+    """A CommandResult with both streams clipped to OUTPUT_LIMIT and the duration measured."""
+    return CommandResult(
+        argv=tuple(argv),
+        exit_status=status,
+        stdout=clip(out, OUTPUT_LIMIT),
+        stderr=clip(err, OUTPUT_LIMIT),
+        duration_s=round(time.monotonic() - started, 3),
+        signal=signal_label(signal_name),
+    )
+
+
+def finish(result: CommandResult, host: Host, timeout: float, *, become: bool) -> CommandResult:
+    """Raise for what the node's bounds say was no answer, or a sudo that wants a password; else the result.
+
+    `become`: whether this command went through `sudo -n`. This is the one place
+    a refused sudo becomes an AuthError, for every transport.
+    """
+    if result.exit_status in TIMEOUT_EXIT_STATUSES:
+        raise CommandTimeout(result, timeout)
+    if become and result.exit_status != 0 and any(s in result.stderr for s in SUDO_WANTS_PASSWORD):
+        command = result.argv[0] if result.argv else "?"
+        raise AuthError(
+            f"sudo -n on {host.name} needs a password for {command}: "
+            "allow it in sudoers (NOPASSWD) or run as root"
+        )
+    return result

@@ -1,111 +1,34 @@
-"""Run fleet's bounded commands on this machine (`connection: local`).
+"""The local Transport (`connection: local`): fleet's bounded commands run on this machine.
 
 For a node that resets itself (from a timer, say). The same argv as over
 SSH (`[sudo -n] timeout -k K T argv...`) is executed directly, without a
 shell, in a new session; on the client deadline, or when the caller is
 cancelled, every process of that session is SIGKILLed and reaped.
-
-The helpers that end a whole session and turn a finished command into a
-`CommandResult` (or an exception) are shared with `fleet.ssh` and the
-simulated SSH server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections.abc import Sequence
-from contextlib import suppress
-from pathlib import Path
 
 import anyio
 
-from fleet.errors import AuthError, CommandTimeout, ConnectError
+from fleet.errors import CommandTimeout, ConnectError
 from fleet.inventory.host import Host
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
-    TIMEOUT_EXIT_STATUSES,
     CommandResult,
     Held,
     bounded_argv,
     client_deadline,
-    clip,
+    finish,
+    make_result,
 )
+from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
 
-# Seconds allowed for a killed process to be reaped and its pipes drained.
-REAP_TIMEOUT_S = 5.0
 _READ_CHUNK = 64 * 1024
-# What `sudo -n` says on stderr when it would have to ask for a password.
-SUDO_WANTS_PASSWORD = ("a password is required", "a terminal is required")
-
-
-def session_members(sid: int) -> list[int]:
-    """Pids of the live (non-zombie) processes in session `sid` (Linux /proc)."""
-    with os.scandir("/proc") as entries:
-        return [int(e.name) for e in entries if e.name.isdigit() and _session_of(e.path) == sid]
-
-
-def _session_of(proc_dir: str) -> int | None:
-    """The session id of the process at /proc/PID; None for a zombie or a vanished pid."""
-    try:
-        fields = Path(proc_dir, "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else int(fields[3])
-
-
-def signal_session(sid: int, signum: int = signal.SIGKILL) -> None:
-    """Send `signum` to every process of session `sid`, its process group first.
-
-    A session, not just a group: coreutils' `timeout` moves itself into a
-    group of its own when it is not the session leader.
-    """
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(sid, signum)
-    for _ in range(2):  # twice: catch children forked while the first pass ran
-        for pid in session_members(sid):
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
-
-
-def signal_label(name: str | None) -> str | None:
-    """`KILL` or `SIGKILL` -> `SIGKILL`; None stays None."""
-    if not name:
-        return None
-    return name if name.startswith("SIG") else f"SIG{name}"
-
-
-def finish(result: CommandResult, host: Host, timeout: float, *, become: bool) -> CommandResult:
-    """Raise for what the node's bounds say was no answer, or a sudo that wants a password; else the result.
-
-    `become`: whether this command went through `sudo -n`. This is the one place
-    a refused sudo becomes an AuthError, for every transport.
-    """
-    if result.exit_status in TIMEOUT_EXIT_STATUSES:
-        raise CommandTimeout(result, timeout)
-    if become and result.exit_status != 0 and any(s in result.stderr for s in SUDO_WANTS_PASSWORD):
-        command = result.argv[0] if result.argv else "?"
-        raise AuthError(
-            f"sudo -n on {host.name} needs a password for {command}: "
-            "allow it in sudoers (NOPASSWD) or run as root"
-        )
-    return result
-
-
-def make_result(
-    argv: Sequence[str], status: int | None, signal_name: str | None, out: str, err: str, started: float
-) -> CommandResult:
-    """A CommandResult with both streams clipped and the duration measured."""
-    return CommandResult(
-        argv=tuple(argv),
-        exit_status=status,
-        stdout=clip(out),
-        stderr=clip(err),
-        duration_s=round(time.monotonic() - started, 3),
-        signal=signal_label(signal_name),
-    )
 
 
 class _Output:

@@ -1,7 +1,6 @@
 """The SSH Transport: one asyncssh connection per host, reused for every command.
 
-This is the only module outside `fleet.sim` that imports asyncssh. Foreign
-errors are mapped once, here: while connecting to `ConnectError`,
+asyncssh's errors are mapped once, here: while connecting to `ConnectError`,
 `AuthError` or `HostKeyError`; while a command runs to `ConnectionLost`.
 Host keys are always checked against known_hosts; there is no way to turn
 that off.
@@ -22,11 +21,19 @@ import asyncssh
 from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
 from fleet.inventory.host import Host
 from fleet.transport import reap
-from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, Held, bounded_argv, client_deadline, command_line
-from fleet.transport.local import finish, make_result
+from fleet.transport.base import (
+    RELEASE_TIMEOUT_S,
+    CommandResult,
+    Held,
+    bounded_argv,
+    client_deadline,
+    command_line,
+    finish,
+    make_result,
+)
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-# No SSH keepalives: every command has a client deadline (fleet.transport.client_deadline) and connecting
+# No SSH keepalives: every command has a client deadline (fleet.transport.base.client_deadline) and connecting
 # has connect_timeout, so a host that stalls is dropped by those. asyncssh re-arms its keepalive timer on
 # every packet received: at 512 hosts that timer churn was a fifth of the controller's CPU (py-spy).
 
@@ -147,7 +154,7 @@ async def open_ssh(host: Host) -> SshTransport:
 
 
 class SshTransport:
-    """The Transport over one asyncssh connection; see `fleet.transport`."""
+    """The Transport over one asyncssh connection; see `fleet.transport.base`."""
 
     def __init__(self, host: Host, conn: asyncssh.SSHClientConnection) -> None:
         self._host = host

@@ -1,12 +1,17 @@
-"""Node process and systemd probes: who holds the GPU device files, ps, exe, alive, kill, units.
+"""Process probes: who holds the GPU device files (the holder scan), ps, exe, alive, and the signal.
 
-Exit statuses are the caller's business, but some are answers, not failures:
+What each exit status means is declared with the probe:
 
-* `holders_scan_argv` and `exe_argv` run GNU find, which exits 1 when it met
-  an unreadable entry (permission denied, process gone mid-scan): accept exit
-  0 or 1 and parse stdout.
-* `alive_argv` and `ps_argv` run ps, which exits 1 when no listed pid exists:
-  treat that as "none alive" (the parsers return an empty result on "").
+* the holder scan and the exe lookup run GNU find, which exits 1 when it met
+  an unreadable entry (permission denied, process gone mid-scan): 0 and 1 are
+  answers, and stdout is parsed;
+* ps (`ps`, `alive`) exits 1 when no listed pid exists: every status is
+  an answer ("none alive"; the parsers return an empty result on "");
+* `kill` exits 1 when a pid is gone or may not be signalled: the kill step reads
+  its stderr.
+
+Reading other users' /proc/PID/fd and exe links, and signalling their processes,
+needs root; ps does not.
 """
 
 from __future__ import annotations
@@ -16,12 +21,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet.node.probes._parse import ProbeParseError, lines, parse_int
+from fleet.node.probe import ANY_EXIT, Probe
+from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 
-# /proc/PID/comm holds at most this many characters (TASK_COMM_LEN - 1).
-COMM_LEN = 15
-# What OpenSSH's daemon is called: since 9.8 it runs sessions as sshd-session (and sshd-auth).
-SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
 SIGNALS = frozenset({"TERM", "KILL"})
 
 _FD_PATH = re.compile(r"/proc/(\d+)/fd/\d+")
@@ -30,8 +32,9 @@ _DELETED = " (deleted)"
 
 
 @dataclass(frozen=True)
-class Holder:
-    """A process with at least one open file matching the device globs."""
+class HolderRow:
+    """A row of the holder scan: a process with at least one open file matching the device globs
+    (not yet judged: see `fleet.reset.protection.Holder`)."""
 
     pid: int
     user: str
@@ -54,17 +57,6 @@ class PsRow:
         if not words:
             return None
         return posixpath.basename(words[0]) or None
-
-
-@dataclass(frozen=True)
-class UnitState:
-    active_state: str
-    sub_state: str | None
-    main_pid: int | None
-
-    @property
-    def is_down(self) -> bool:
-        return self.active_state in {"inactive", "failed"}
 
 
 def _pid_list(pids: Sequence[int]) -> str:
@@ -95,15 +87,15 @@ def holders_scan_argv(devices: Sequence[str]) -> list[str]:
     return ["find", "/proc", "-mindepth", "1", "-maxdepth", "3", *select, "-o", *prune]
 
 
-def parse_holders(text: str) -> tuple[Holder, ...]:
-    """One Holder per pid, sorted by pid, its devices sorted and unique."""
+def parse_holders(text: str) -> tuple[HolderRow, ...]:
+    """One HolderRow per pid, sorted by pid, its devices sorted and unique."""
     users: dict[int, str] = {}
     devices: dict[int, set[str]] = {}
     for lineno, line in lines(text):
         pid, user, device = _holder_line(lineno, line)
         users.setdefault(pid, user)
         devices.setdefault(pid, set()).add(device)
-    return tuple(Holder(pid, users[pid], tuple(sorted(devices[pid]))) for pid in sorted(users))
+    return tuple(HolderRow(pid, users[pid], tuple(sorted(devices[pid]))) for pid in sorted(users))
 
 
 def _holder_line(lineno: int, line: str) -> tuple[int, str, str]:
@@ -188,94 +180,27 @@ def kill_argv(signal: str, pids: Sequence[int]) -> list[str]:
     return ["kill", "-s", name, "--", *(str(pid) for pid in pids)]
 
 
-# --- systemd -------------------------------------------------------
+# --- the probes -------------------------------------------------------------
+
+FIND_ANSWERS = frozenset({0, 1})  # GNU find: 1 = some entry could not be read; what it printed stands
 
 
-def _unit(unit: str) -> str:
-    if not unit.strip():
-        raise ValueError("empty unit name")
-    return unit
+def holder_scan(devices: Sequence[str]) -> Probe[tuple[HolderRow, ...]]:
+    return Probe(tuple(holders_scan_argv(devices)), "holder scan", parse_holders, needs_root=True,
+                 ok_exits=FIND_ANSWERS)
 
 
-def unit_state_argv(unit: str) -> list[str]:
-    return ["systemctl", "show", "--property=ActiveState,SubState,MainPID", "--", _unit(unit)]
+def ps(pids: Sequence[int]) -> Probe[dict[int, PsRow]]:
+    return Probe(tuple(ps_argv(pids)), "ps", parse_ps, ok_exits=ANY_EXIT)
 
 
-def unit_stop_argv(unit: str) -> list[str]:
-    return ["systemctl", "stop", "--no-block", "--", _unit(unit)]
+def exe(pids: Sequence[int]) -> Probe[dict[int, str]]:
+    return Probe(tuple(exe_argv(pids)), "exe lookup", parse_exe, needs_root=True, ok_exits=ANY_EXIT)
 
 
-def unit_kill_argv(unit: str) -> list[str]:
-    return ["systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", "--", _unit(unit)]
+def alive(pids: Sequence[int]) -> Probe[frozenset[int]]:
+    return Probe(tuple(alive_argv(pids)), "ps", parse_pids, ok_exits=ANY_EXIT)
 
 
-def unit_restart_argv(unit: str) -> list[str]:
-    """`systemctl show --property=Restart`: whether systemd brings the unit's process back."""
-    return ["systemctl", "show", "--property=Restart", "--", _unit(unit)]
-
-
-def parse_unit_restart(text: str) -> str | None:
-    """The Restart= value (`no`, `always`, `on-failure`, ...); None when not shown or empty."""
-    for _, line in lines(text):
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "Restart" and value.strip():
-            return value.strip()
-    return None
-
-
-def parse_unit_state(text: str) -> UnitState:
-    """`Key=value` lines in any order; MainPID=0 means no main process."""
-    props: dict[str, str] = {}
-    last = (1, "")
-    for lineno, line in lines(text):
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ProbeParseError(lineno, line, "expected Key=value")
-        if key == "MainPID":
-            parse_int(value, lineno, line, "MainPID")
-        props[key] = value.strip()
-        last = (lineno, line)
-    if not props.get("ActiveState"):
-        raise ProbeParseError(*last, "no ActiveState")
-    main_pid = int(props.get("MainPID") or 0)
-    return UnitState(props["ActiveState"], props.get("SubState") or None, main_pid or None)
-
-
-# --- protection policy -------------------------------------------------------
-
-
-def _exe_base(exe: str | None) -> str | None:
-    if not exe:
-        return None
-    return posixpath.basename(exe.removesuffix(_DELETED)) or None
-
-
-def full_name(comm: str, argv0: str | None, exe: str | None) -> str:
-    """The process's name, uncut: comm, unless the kernel cut it to 15 characters and argv[0]'s
-    or the executable's basename is the longer name it was cut from."""
-    if len(comm) == COMM_LEN:
-        for candidate in (argv0, _exe_base(exe)):
-            if candidate and len(candidate) > COMM_LEN and candidate.startswith(comm):
-                return candidate
-    return comm
-
-
-def is_protected(
-    comm: str, exe: str | None, protected_names: Sequence[str], name: str | None = None
-) -> str | None:
-    """The protected name this process matches, or None.
-
-    A name matches exactly the process's full `name` (argv[0]'s basename, or
-    `full_name`), the basename of its executable or its comm, or a comm the
-    kernel cut to 15 characters from it; a shorter prefix never matches.
-    """
-    base = _exe_base(exe)
-    for protected in protected_names:
-        if comm in (protected, protected[:COMM_LEN]) or protected in (base, name):
-            return protected
-    return None
-
-
-def is_sshd(comm: str, exe: str | None, name: str | None = None) -> bool:
-    """Whether the process is OpenSSH's daemon, by any of its names (sshd, sshd-session, sshd-auth)."""
-    return bool({comm, _exe_base(exe), name} & SSHD_NAMES)
+def kill(signal: str, pids: Sequence[int]) -> Probe[str]:
+    return Probe(tuple(kill_argv(signal, pids)), "kill", str, needs_root=True, ok_exits=ANY_EXIT)

@@ -10,7 +10,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet.node.probes._parse import ProbeParseError, clip, lines, parse_int
+from fleet.node.probe import Probe
+from fleet.node.probes.parse import LINE_CLIP, ProbeParseError, lines, parse_int
+from fleet.transport.base import CommandResult, clip
 
 SETTLE_FIELDS = ("index", "memory.used")
 VERIFY_FIELDS = (
@@ -190,8 +192,8 @@ def classify_smi_failure(exit_status: int | None, stdout: str, stderr: str) -> s
     for needle, meaning in _SMI_FAILURES:
         detail = _line_with(needle, stderr) or _line_with(needle, stdout)
         if detail is not None:
-            return f"{meaning} (nvidia-smi {status}): {clip(detail)}"
-    return f"nvidia-smi {status}: {clip(first)}"
+            return f"{meaning} (nvidia-smi {status}): {clip(detail, LINE_CLIP)}"
+    return f"nvidia-smi {status}: {clip(first, LINE_CLIP)}"
 
 
 def _first_line(text: str) -> str | None:
@@ -200,3 +202,23 @@ def _first_line(text: str) -> str | None:
 
 def _line_with(needle: str, text: str) -> str | None:
     return next((line.strip() for _, line in lines(text) if needle in line), None)
+
+
+# --- the probes -------------------------------------------------------------
+
+# A query that does not answer: the step fails with this (status timeout), it is not retried.
+SMI_HANG = "nvidia-smi did not answer within {s} s: driver may be wedged"
+
+
+def _explain(result: CommandResult) -> str:
+    return classify_smi_failure(result.exit_status, result.stdout, result.stderr)
+
+
+def gpu_query(nvidia_smi: str, fields: Sequence[str]) -> Probe[tuple[GpuRow, ...]]:
+    return Probe(tuple(gpu_query_argv(nvidia_smi, fields)), "nvidia-smi", lambda text: parse_gpu_query(text, fields),
+                 reads="nvidia-smi output", hang=SMI_HANG, explain=_explain)
+
+
+def compute_apps(nvidia_smi: str) -> Probe[tuple[ComputeApp, ...]]:
+    return Probe(tuple(compute_apps_argv(nvidia_smi)), "nvidia-smi", parse_compute_apps, reads="nvidia-smi output",
+                 hang=SMI_HANG, explain=_explain)

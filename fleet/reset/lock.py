@@ -1,6 +1,6 @@
 """One reset per host at a time: a lock on the node, held for the host's whole reset.
 
-    async with host_lock(remote, run_id):
+    async with host_lock(node, run_id):
         ...  # drain, kill, settle, verify
 
 The lock is `flock` on `host.lock_file` (default /run/lock/fleet-reset.lock),
@@ -28,8 +28,10 @@ import anyio
 
 from fleet.errors import CommandTimeout, FleetError, TransportError
 from fleet.inventory.host import Host
-from fleet.node.node import Remote
-from fleet.reset.steps import ESCALATION_WINDOW_S, SIGKILL_WAIT_S
+from fleet.node.node import Node
+from fleet.node.probe import Probe, first_line
+from fleet.reset.drain import ESCALATION_WINDOW_S
+from fleet.reset.kill import SIGKILL_WAIT_S
 from fleet.transport.base import RELEASE_TIMEOUT_S, Held
 
 # Seconds a run waits for another run's lock on a host before it fails that host.
@@ -42,6 +44,9 @@ LOCKED_LINE = "locked"
 RESET_COMMANDS = 16
 # Seconds added to the lock command's bound for connect, logging and scheduling.
 HOLD_MARGIN_S = 60.0
+# Directories whose lock files belong to root (/var/run and /var/lock are links into /run): taking a lock
+# there needs root, anywhere else (a simulated node's own folder) it does not.
+ROOT_LOCK_DIRS = ("/run", "/var/run", "/var/lock")
 _RUN_ID = re.compile(r"[A-Za-z0-9T:-]+")
 _SCRIPT = 'printf "%s\\n" "$1" > "$2"; echo locked; exec cat >/dev/null'
 
@@ -81,6 +86,22 @@ def owner_argv(lock_file: str) -> list[str]:
     return ["cat", "--", owner_file(lock_file)]
 
 
+def in_root_dir(path: str) -> bool:
+    """Whether `path` lies under a directory only root may write (ROOT_LOCK_DIRS)."""
+    return any(path == d or path.startswith(d + "/") for d in ROOT_LOCK_DIRS)
+
+
+def lock_probe(lock_file: str, run: str, wait_s: float) -> Probe[str]:
+    """The lock command; its first line is all fleet reads (`Node.hold`)."""
+    return Probe(tuple(lock_argv(lock_file, run, wait_s)), f"reset lock {lock_file}", str,
+                 needs_root=in_root_dir(lock_file))
+
+
+def owner_probe(lock_file: str) -> Probe[str | None]:
+    """Read the holder's run id; a missing or unreadable owner file is no owner (any exit is an answer)."""
+    return Probe(tuple(owner_argv(lock_file)), f"owner of {lock_file}", parse_owner, ok_exits=None)
+
+
 def parse_owner(text: str) -> str | None:
     """The run id in an owner file's text; None when it holds none (empty, garbled)."""
     first = text.strip().split("\n", 1)[0].strip()
@@ -94,7 +115,7 @@ def hold_bound_s(host: Host, wait_s: float) -> float:
 
 
 @asynccontextmanager
-async def host_lock(remote: Remote, run: str, wait_s: float | None = None) -> AsyncIterator[Held]:
+async def host_lock(node: Node, run: str, wait_s: float | None = None) -> AsyncIterator[Held]:
     """Hold the host's reset lock for the block; LockBusy or LockError when it cannot be taken.
 
     The lock is released when the block ends, whatever way (shielded, bounded).
@@ -102,76 +123,72 @@ async def host_lock(remote: Remote, run: str, wait_s: float | None = None) -> As
     wait = LOCK_WAIT_S if wait_s is None else wait_s
     started = time.monotonic()
     try:
-        held = await _acquire(remote, run, wait)
+        held = await _acquire(node, run, wait)
     except LockBusy:
         raise
     except LockError as exc:
-        remote.log.warning("lock_failed", lock_file=remote.host.lock_file, error=str(exc))
+        node.log.warning("lock_failed", lock_file=node.host.lock_file, error=str(exc))
         raise
-    remote.log.info("lock_acquired", lock_file=remote.host.lock_file, waited_s=_since(started))
+    node.log.info("lock_acquired", lock_file=node.host.lock_file, waited_s=_since(started))
     taken = time.monotonic()
     try:
         yield held
     finally:
-        await _release(remote, held, taken)
+        await _release(node, held, taken)
 
 
-async def _acquire(remote: Remote, run: str, wait_s: float) -> Held:
+async def _acquire(node: Node, run: str, wait_s: float) -> Held:
     """Start the lock command and wait for its answer (bounded by the wait plus command_timeout)."""
-    host = remote.host
-    argv = lock_argv(host.lock_file, run, wait_s)
+    host = node.host
     bound = wait_s + host.command_timeout
     held: Held | None = None
     try:
         with anyio.move_on_after(bound):
-            held = await remote.hold(argv, timeout=hold_bound_s(host, wait_s))
+            held = await node.hold(lock_probe(host.lock_file, run, wait_s), timeout=hold_bound_s(host, wait_s))
         if held is None:
             raise LockError(f"reset lock {host.lock_file}: no answer within {bound:g} s")
         if held.running and held.first_line == LOCKED_LINE:
             return held
         await held.release()
-        raise await _refusal(remote, held)
+        raise await _refusal(node, held)
     except TransportError as exc:
         raise LockError(f"cannot take the reset lock: {exc}") from exc
 
 
-async def _refusal(remote: Remote, held: Held) -> LockError:
+async def _refusal(node: Node, held: Held) -> LockError:
     """Why the lock command did not hold: another run (LockBusy), or the lock could not be used."""
     result = held.result
     if result is not None and result.exit_status == BUSY_EXIT:
-        owner = await _owner(remote)
-        remote.log.warning("lock_busy", lock_file=remote.host.lock_file, owner=owner)
+        owner = await _owner(node)
+        node.log.warning("lock_busy", lock_file=node.host.lock_file, owner=owner)
         return LockBusy(owner)
     if result is None:
-        return LockError(f"reset lock {remote.host.lock_file}: unexpected answer {held.first_line[:80]!r}")
-    reason = _first_line(result.stderr) or f"exit status {result.exit_status}"
-    return LockError(f"cannot take the reset lock {remote.host.lock_file}: {reason}")
+        return LockError(f"reset lock {node.host.lock_file}: unexpected answer {held.first_line[:80]!r}")
+    reason = first_line(result.stderr, 200) if result.stderr.strip() else f"exit status {result.exit_status}"
+    return LockError(f"cannot take the reset lock {node.host.lock_file}: {reason}")
 
 
-async def _owner(remote: Remote) -> str | None:
+async def _owner(node: Node) -> str | None:
     """The run id of the lock's holder, as its owner file says; None when it cannot be read."""
     try:
-        result = await remote.run(owner_argv(remote.host.lock_file))
+        probe = owner_probe(node.host.lock_file)
+        result = await node.run(probe)
     except CommandTimeout:
         return None
-    return parse_owner(result.stdout) if result.ok else None
+    return probe.parse(result.stdout) if result.ok else None
 
 
-async def _release(remote: Remote, held: Held, taken: float) -> None:
+async def _release(node: Node, held: Held, taken: float) -> None:
     """Release the lock (EOF for its holder), shielded and bounded; log how it ended."""
     result = None
     with anyio.move_on_after(RELEASE_TIMEOUT_S + 1.0, shield=True):
         try:
             result = await held.release()
         except TransportError as exc:  # the session is gone: so is the holder's stdin
-            remote.log.warning("lock_release_error", error=str(exc))
+            node.log.warning("lock_release_error", error=str(exc))
     status = result.exit_status if result is not None else None
-    level = remote.log.info if status == 0 else remote.log.warning
-    level("lock_released", lock_file=remote.host.lock_file, held_s=_since(taken), exit_status=status)
-
-
-def _first_line(text: str) -> str:
-    return text.strip().split("\n", 1)[0].strip()[:200]
+    level = node.log.info if status == 0 else node.log.warning
+    level("lock_released", lock_file=node.host.lock_file, held_s=_since(taken), exit_status=status)
 
 
 def _since(started: float) -> float:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from fleet.transport.base import clip
+
+# Characters of an offending line an error message shows.
 LINE_CLIP = 120
 
 
@@ -14,7 +17,7 @@ class ProbeParseError(ValueError):
         self.lineno = lineno
         self.line = line
         self.reason = reason
-        super().__init__(f"line {lineno}: {reason}: {clip(line)!r}")
+        super().__init__(f"line {lineno}: {reason}: {clip(line, LINE_CLIP)!r}")
 
 
 def lines(text: str) -> Iterator[tuple[int, str]]:
@@ -31,8 +34,3 @@ def parse_int(text: str, lineno: int, line: str, what: str) -> int:
         return int(text.strip())
     except ValueError:
         raise ProbeParseError(lineno, line, f"{what} is not an integer") from None
-
-
-def clip(line: str) -> str:
-    """At most `LINE_CLIP` characters of `line`, `...` marking a cut."""
-    return line if len(line) <= LINE_CLIP else line[:LINE_CLIP] + "..."

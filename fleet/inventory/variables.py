@@ -1,0 +1,109 @@
+"""Every host variable, read from its one declaration (the annotated fields of `Host`), and the README's table.
+
+`python -m fleet.inventory.variables` prints the table; tests/test_variables.py
+fails when README.md's "Host variables" table differs from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import Enum
+from types import NoneType
+from typing import Any, get_args, get_origin, get_type_hints
+
+from fleet.inventory.host import Host, Var
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One host variable: its `Host` field's name, type (without the `Var`) and default, and its `Var`."""
+
+    name: str
+    type: Any  # `int`, `str | None`, `tuple[str, ...]`, ...
+    default: object  # `dataclasses.MISSING` where there is only a fallback
+    var: Var
+
+    @property
+    def nullable(self) -> bool:
+        """Whether the inventory may set it to null (a fallback fills an unset value instead)."""
+        return NoneType in get_args(self.type) and self.var.fallback is None
+
+    @property
+    def is_list(self) -> bool:
+        """A tuple on the `Host`, a list in the inventory."""
+        return get_origin(self._value_type) is tuple
+
+    @property
+    def kind(self) -> Any:
+        """The type of the value, or of each entry of a list: `str`, `int`, `float`, `bool` or an enum."""
+        return get_args(self._value_type)[0] if self.is_list else self._value_type
+
+    @property
+    def _value_type(self) -> Any:
+        if NoneType in get_args(self.type):
+            return next(t for t in get_args(self.type) if t is not NoneType)
+        return self.type
+
+
+def _declared() -> tuple[Variable, ...]:
+    hints = get_type_hints(Host, include_extras=True)
+    found = []
+    for field in fields(Host):
+        hint = hints[field.name]
+        var = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Var)), None)
+        if var is not None:
+            found.append(Variable(field.name, hint.__origin__, field.default, var))
+    return tuple(found)
+
+
+HOST_VARIABLES = _declared()
+
+# ---------------------------------------------------------------- the README's table
+
+_WORDS = {str: "string", int: "integer", float: "number", bool: "true or false"}
+
+
+def _bounds(var: Var) -> str:
+    parts = [f"{op} {n}" for op, n in ((">=", var.ge), (">", var.gt), ("<=", var.le)) if n is not None]
+    return " " + ", ".join(parts) if parts else ""
+
+
+def _type_text(v: Variable) -> str:
+    """`integer >= 0 or null`, `list of unit names`, `` `ssh` or `local` ``: what the inventory may write."""
+    kind, check = v.kind, v.var.check
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        word = " or ".join(f"`{member.value}`" for member in kind)
+    else:
+        word = check.__name__.replace("_", " ") if check else _WORDS[kind]
+    if v.var.one_or_more:
+        word = f"{word}, or a non-empty list of them"
+    elif v.is_list:
+        word = f"list of {word}s"
+    word += _bounds(v.var)
+    return f"{word} or null" if v.nullable else word
+
+
+def _default_text(v: Variable) -> str:
+    value = v.default
+    if v.var.shown:
+        return v.var.shown
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return ", ".join(f"`{item}`" for item in value)
+    return f"`{value}`" if isinstance(value, str) else str(value)
+
+
+def markdown_table() -> str:
+    """The README's table of host variables, one row per variable, in declaration order."""
+    rows = ["| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{v.name}` | {_type_text(v)} | {_default_text(v)} | {v.var.help} |" for v in HOST_VARIABLES]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -1,0 +1,24 @@
+# fleet's lineage walk (fleet/node/probes/lineage.py): POSIX awk only (mawk, gawk, busybox), read-only.
+# Operands are where the walks start: "self" (this awk: its ancestors are fleet's own session), then
+# each pid given. For each, read /proc/PID/stat, print "pid<TAB>ppid<TAB>comm" and go on with the
+# parent, at most `depth` steps and never twice through one process. comm may hold spaces and
+# parentheses, so it ends at the *last* ") ". For "self", also print "self<TAB>pid".
+# Comment lines are dropped before the program is sent.
+BEGIN {
+  for (i = 1; i < ARGC; i++) {
+    pid = ARGV[i]
+    for (step = 0; step < depth && pid != "0" && !(pid in seen); step++) {
+      file = "/proc/" pid "/stat"; line = ""
+      ok = (getline line < file) > 0; close(file)
+      if (!ok || !match(line, /.*\) /)) break
+      open = index(line, " ("); me = substr(line, 1, open - 1)
+      split(substr(line, RLENGTH + 1), rest, " ")
+      if (rest[2] !~ /^[0-9]+$/) break
+      if (pid == "self") print "self\t" me
+      seen[me] = 1
+      print me "\t" rest[2] "\t" substr(line, open + 2, RLENGTH - open - 3)
+      pid = rest[2]
+    }
+  }
+  exit
+}

@@ -1,0 +1,196 @@
+"""systemd probes: a unit's state, stopping and killing it, its Restart= setting, and the unit a process runs in.
+
+* `unit_state`, `unit_restart`: `systemctl show` (no root needed);
+* `unit_stop` (`--no-block`: drain polls the state itself) and `unit_kill`
+  (SIGKILL to every process of the unit): root. `systemctl stop` exits 5 for
+  a unit that is not loaded: nothing to stop, an answer;
+* `units_of`: pid -> the system service it runs in, from /proc/PID/cgroup
+  (`unit_of_cgroup`: cgroup v2 `0::/system.slice/x.service`, v1
+  `1:name=systemd:/system.slice/x.service`). Session scopes, user managers and
+  the root cgroup are no unit fleet may stop: None. On a simulated node (host
+  variable `simulated`), which has no cgroups of its own, the unit is read from
+  the simulator's stand-in: the `FLEET_SIM_UNIT=NAME` entry its unit supervisor
+  (`fleet.sim.unitd`) puts in the environment of a unit's processes. On a real
+  node that entry is never consulted, so no process can name its own unit.
+
+Every reader exits non-zero when a pid vanished mid-read; what it printed is
+still the answer (the parsers read stdout only).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleet.inventory import validate
+from fleet.node.probe import ANY_EXIT, Probe, action
+from fleet.node.probes.parse import ProbeParseError, lines, parse_int
+from fleet.sim.unitd import SIM_UNIT_VAR
+
+# `systemctl stop` exits 5 for a unit that is not loaded: nothing to stop, not an error.
+STOP_ANSWERS = frozenset({0, 5})
+
+_CGROUP_LINE = re.compile(r"/proc/(\d+)/cgroup:(\d+):([^:]*):(.*)")
+_ENVIRON_RECORD = re.compile(r"/proc/(\d+)/environ:" + SIM_UNIT_VAR + "=(.*)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class UnitState:
+    active_state: str
+    sub_state: str | None
+    main_pid: int | None
+
+    @property
+    def is_down(self) -> bool:
+        return self.active_state in {"inactive", "failed"}
+
+
+def _pid_words(pids: Sequence[int]) -> list[str]:
+    if not pids or any(pid < 1 for pid in pids):
+        raise ValueError(f"invalid pids: {list(pids)}")
+    return [str(pid) for pid in pids]
+
+
+def _unit(unit: str) -> str:
+    if not unit.strip():
+        raise ValueError("empty unit name")
+    return unit
+
+
+def unit_state_argv(unit: str) -> list[str]:
+    return ["systemctl", "show", "--property=ActiveState,SubState,MainPID", "--", _unit(unit)]
+
+
+def unit_stop_argv(unit: str) -> list[str]:
+    return ["systemctl", "stop", "--no-block", "--", _unit(unit)]
+
+
+def unit_kill_argv(unit: str) -> list[str]:
+    return ["systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", "--", _unit(unit)]
+
+
+def unit_restart_argv(unit: str) -> list[str]:
+    """`systemctl show --property=Restart`: whether systemd brings the unit's process back."""
+    return ["systemctl", "show", "--property=Restart", "--", _unit(unit)]
+
+
+def parse_unit_restart(text: str) -> str | None:
+    """The Restart= value (`no`, `always`, `on-failure`, ...); None when not shown or empty."""
+    for _, line in lines(text):
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "Restart" and value.strip():
+            return value.strip()
+    return None
+
+
+def parse_unit_state(text: str) -> UnitState:
+    """`Key=value` lines in any order; MainPID=0 means no main process."""
+    props: dict[str, str] = {}
+    last = (1, "")
+    for lineno, line in lines(text):
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ProbeParseError(lineno, line, "expected Key=value")
+        if key == "MainPID":
+            parse_int(value, lineno, line, "MainPID")
+        props[key] = value.strip()
+        last = (lineno, line)
+    if not props.get("ActiveState"):
+        raise ProbeParseError(*last, "no ActiveState")
+    main_pid = int(props.get("MainPID") or 0)
+    return UnitState(props["ActiveState"], props.get("SubState") or None, main_pid or None)
+
+
+def cgroup_argv(pids: Sequence[int]) -> list[str]:
+    """`grep -s -H -e '' -- /proc/PID/cgroup...`: every line, prefixed with its file."""
+    return ["grep", "-s", "-H", "-e", "", "--", *(f"/proc/{pid}/cgroup" for pid in _pid_words(pids))]
+
+
+def unit_of_cgroup(path: str) -> str | None:
+    """The system service a cgroup path lies in, such as `sglang.service`; None outside one.
+
+    The deepest `.service` component names it (a service may delegate subgroups
+    below its own). Anything under user.slice (session scopes, user@UID.service
+    and its user units), scopes, the root and names fleet would refuse are None.
+    """
+    parts = [p for p in path.split("/") if p]
+    if "user.slice" in parts:
+        return None
+    services = [p for p in parts if p.endswith(".service")]
+    return _valid_unit(services[-1]) if services else None
+
+
+def parse_cgroups(text: str) -> dict[int, str]:
+    """pid -> unit from `cgroup_argv` output; the v2 line wins, then v1's name=systemd."""
+    found: dict[int, dict[str, str]] = {}
+    for lineno, line in lines(text):
+        match = _CGROUP_LINE.fullmatch(line)
+        if match is None:
+            raise ProbeParseError(lineno, line, "expected /proc/PID/cgroup:ID:CONTROLLERS:PATH")
+        pid, hierarchy, controllers, path = match.groups()
+        unit = unit_of_cgroup(path)
+        kind = "v2" if (hierarchy, controllers) == ("0", "") else controllers
+        if unit is not None and kind in ("v2", "name=systemd"):
+            found.setdefault(int(pid), {})[kind] = unit
+    return {pid: kinds.get("v2") or kinds["name=systemd"] for pid, kinds in found.items()}
+
+
+def sim_units_argv(pids: Sequence[int]) -> list[str]:
+    """Simulated nodes only: the `FLEET_SIM_UNIT=` record of each /proc/PID/environ, nothing else.
+
+    `grep -z` reads NUL-separated records, so only that one variable is printed
+    (never the rest of a process's environment).
+    """
+    files = [f"/proc/{pid}/environ" for pid in _pid_words(pids)]
+    return ["grep", "-a", "-z", "-s", "-H", "-e", f"^{SIM_UNIT_VAR}=", "--", *files]
+
+
+def parse_sim_units(text: str) -> dict[int, str]:
+    """pid -> unit from `sim_units_argv` output (NUL-terminated `/proc/PID/environ:VAR=unit` records)."""
+    units: dict[int, str] = {}
+    for lineno, record in enumerate(text.split("\0"), start=1):
+        if not record.strip():
+            continue
+        match = _ENVIRON_RECORD.fullmatch(record.strip("\n"))
+        if match is None:
+            raise ProbeParseError(lineno, record, f"expected /proc/PID/environ:{SIM_UNIT_VAR}=UNIT")
+        unit = _valid_unit(match.group(2))
+        if unit is not None:
+            units[int(match.group(1))] = unit
+    return units
+
+
+def _valid_unit(name: str) -> str | None:
+    try:
+        return validate.unit_name(name)
+    except ValueError:
+        return None
+
+
+# --- the probes -------------------------------------------------------------
+
+
+def unit_state(unit: str) -> Probe[UnitState]:
+    return Probe(tuple(unit_state_argv(unit)), f"systemctl show {unit}", parse_unit_state)
+
+
+def unit_stop(unit: str) -> Probe[str]:
+    return action(unit_stop_argv(unit), f"systemctl stop {unit}", needs_root=True, ok_exits=STOP_ANSWERS)
+
+
+def unit_kill(unit: str) -> Probe[str]:
+    return action(unit_kill_argv(unit), f"systemctl kill {unit}", needs_root=True, ok_exits=ANY_EXIT)
+
+
+def unit_restart(unit: str) -> Probe[str | None]:
+    """Its Restart= setting; a failed read is no setting (`ANY_EXIT`: the caller keeps only exit 0's)."""
+    return Probe(tuple(unit_restart_argv(unit)), f"systemctl show {unit}", parse_unit_restart, ok_exits=ANY_EXIT)
+
+
+def units_of(pids: Sequence[int], *, simulated: bool) -> Probe[dict[int, str]]:
+    """pid -> systemd unit: from /proc/PID/cgroup, or on a simulated node from its stand-in."""
+    if simulated:
+        return Probe(tuple(sim_units_argv(pids)), "simulated unit listing", parse_sim_units, ok_exits=ANY_EXIT,
+                     reads="cgroup listing")
+    return Probe(tuple(cgroup_argv(pids)), "cgroup listing", parse_cgroups, ok_exits=ANY_EXIT)

@@ -1,0 +1,95 @@
+"""drain: stop the host's serving units gracefully; SIGKILL a unit only when its stop hangs.
+
+Asks the node: `systemctl stop --no-block` per unit in `services`, then
+`systemctl show` until each is inactive or failed (backoff, within
+`drain_timeout`); for a unit still up, `systemctl kill --signal=SIGKILL` and
+another wait of ESCALATION_WINDOW_S. Decides: a unit is down when inactive or
+failed. Reports: each unit's last state; fails when one is still up.
+kill uses `stop_units` too, for the units of holders that respawn (`--stop-units`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from fleet.node.budget import Budget
+from fleet.node.node import Node
+from fleet.node.probes import units
+from fleet.report.models import StepName, StepOutcome, StepResult, StepStatus
+from fleet.reset.poll import POLL_MARGIN_S, backoff
+
+# Seconds to wait for a unit to go down after `systemctl kill -s SIGKILL`.
+ESCALATION_WINDOW_S = 10.0
+
+
+@dataclass(frozen=True)
+class UnitsStopped:
+    """What stopping units came to: one line of detail, and an error when one is still up."""
+
+    detail: str
+    error: str | None = None
+
+
+async def drain(node: Node) -> StepOutcome:
+    """Stop every unit in `services` gracefully; escalate to SIGKILL only when the stop hangs."""
+    started, services = time.monotonic(), node.host.services
+    if not services:
+        return StepOutcome(StepResult.since(StepName.DRAIN, started, "no services to stop"))
+    stopped = await stop_units(node, services, node.host.drain_timeout)
+    status = StepStatus.FAILED if stopped.error else StepStatus.OK
+    return StepOutcome(StepResult.since(StepName.DRAIN, started, stopped.detail, status, stopped.error))
+
+
+async def stop_units(node: Node, names: Sequence[str], window: float,
+                     step: StepName = StepName.DRAIN) -> UnitsStopped:
+    """Stop units gracefully, polling up to `window` s; SIGKILL only those whose stop hangs."""
+    budget = Budget(window, slack=node.host.command_timeout)
+    for unit in names:  # an exit other than 0 or 5 (e.g. polkit: "Interactive authentication required.") fails
+        await node.run(units.unit_stop(unit), step=step, budget=budget)
+    states = await _wait_down(node, names, budget, step)
+    hung = [u for u in names if not states[u].is_down]
+    if not hung:
+        return UnitsStopped(describe_units(states))
+    node.log.warning("drain_escalate", step=str(step), units=hung, after_s=round(budget.elapsed, 3))
+    return await _escalate(node, hung, states, window, step)
+
+
+async def unit_states(node: Node, names: Sequence[str], budget: Budget,
+                      step: StepName = StepName.DRAIN) -> dict[str, units.UnitState]:
+    """Each unit's ActiveState, SubState and MainPID (the dry run reads them too)."""
+    return {unit: await node.ask(units.unit_state(unit), step=step, budget=budget) for unit in names}
+
+
+async def _wait_down(node: Node, names: Sequence[str], budget: Budget,
+                     step: StepName) -> dict[str, units.UnitState]:
+    """Poll until every unit is inactive or failed, or the budget is spent; return the last states."""
+    states = await unit_states(node, names, budget, step)
+    for wait in backoff():
+        up = [u for u in names if not states[u].is_down]
+        if not up or budget.window_left <= POLL_MARGIN_S:
+            break
+        await anyio.sleep(min(wait, budget.window_left))
+        states.update(await unit_states(node, up, budget, step))
+    return states
+
+
+async def _escalate(node: Node, hung: Sequence[str], states: dict[str, units.UnitState], window: float,
+                    step: StepName) -> UnitsStopped:
+    """`systemctl kill --signal=SIGKILL` the hung units, then poll them for ESCALATION_WINDOW_S."""
+    escalation = Budget(ESCALATION_WINDOW_S, slack=node.host.command_timeout)
+    for unit in hung:
+        await node.run(units.unit_kill(unit), step=step, budget=escalation)
+    states.update(await _wait_down(node, hung, escalation, step))
+    detail = f"{', '.join(hung)} did not stop within {window:g} s: SIGKILLed; " + describe_units(states)
+    still = [u for u in hung if not states[u].is_down]
+    if still:
+        return UnitsStopped(detail, f"{still[0]} still {states[still[0]].active_state} after SIGKILL")
+    return UnitsStopped(detail)
+
+
+def describe_units(states: Mapping[str, units.UnitState]) -> str:
+    return ", ".join(f"{unit} {state.active_state}" for unit, state in states.items())

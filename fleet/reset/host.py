@@ -1,0 +1,154 @@
+"""One host's way through a run: drain -> kill -> settle -> verify (reset), verify alone (check), or the survey
+(plan), and the host's outcome.
+
+`HostRun` is the mutable progress of one host, frozen into a `HostReport` at the end. `walk` runs the
+steps the mode asks for in order: settle only after a kill that succeeded, verify always (it is the
+proof). A step's own failure (`StepFailed`, a spent budget, a command timeout) ends that step, not the
+host; losing the transport ends the host (the task graph, `fleet.graph`, catches it at the host boundary).
+A reset holds the node's lock (`fleet.reset.lock`) for its whole walk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from fleet.errors import CommandTimeout, StepFailed
+from fleet.inventory.host import Host
+from fleet.node.budget import BudgetSpent
+from fleet.node.node import Node
+from fleet.report.models import (
+    GpuReport,
+    HostPlan,
+    HostReport,
+    HostStatus,
+    KilledProcess,
+    StepName,
+    StepOutcome,
+    StepResult,
+    StepStatus,
+)
+from fleet.reset import drain, kill, plan, settle, verify
+from fleet.reset.lock import LockError, host_lock
+
+# What ends a step but not the host: the step says why, the host goes on to verify.
+STEP_ENDERS = (StepFailed, BudgetSpent, CommandTimeout)
+
+
+class Mode(StrEnum):
+    """What a run does to each host."""
+
+    RESET = "reset"  # drain -> kill -> settle -> verify, under the node's lock
+    CHECK = "check"  # verify only, read-only
+    PLAN = "plan"  # the dry run of a reset: a read-only survey, hosts end `planned`
+
+    @property
+    def command(self) -> str:
+        """The command the report names (a dry run is a reset that was only planned)."""
+        return "check" if self is Mode.CHECK else "reset"
+
+
+@dataclass
+class HostRun:
+    """The mutable progress of one host; frozen into a HostReport at the end."""
+
+    host: Host
+    started: float | None = None
+    ended: float | None = None
+    status: HostStatus | None = None
+    error: str | None = None
+    current: StepName | None = None
+    steps: list[StepResult] = field(default_factory=list)
+    killed: tuple[KilledProcess, ...] = ()
+    gpus: tuple[GpuReport, ...] = ()
+    plan: HostPlan | None = None
+
+    def finish(self, status: HostStatus, error: str | None = None) -> None:
+        self.status, self.error, self.ended = status, error, time.monotonic()
+
+    def report(self, cut_short: str = "interrupted") -> HostReport:
+        """Freeze; a host that never finished was cut short (`cut_short` says by what)."""
+        status, error = self.status, self.error
+        if status is None:
+            status = HostStatus.FAILED if self.started is not None else HostStatus.SKIPPED
+            error = f"{cut_short} during {self.current or 'connect'}" if self.started else f"{cut_short} before start"
+        done = {s.name for s in self.steps}
+        skipped = [StepResult(n, StepStatus.SKIPPED) for n in StepName if n not in done]
+        ordered = sorted([*self.steps, *skipped], key=lambda s: list(StepName).index(s.name))
+        end = self.ended or time.monotonic()
+        duration = round(end - self.started, 3) if self.started is not None else 0.0
+        return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan)
+
+
+async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False) -> None:
+    """What `mode` does on this host, start to outcome (a reset under the node's lock)."""
+    if mode is Mode.PLAN:
+        await _survey(node, run)
+    elif mode is Mode.CHECK:
+        await _walk(node, run, mode)
+    else:
+        try:
+            async with host_lock(node, run_id):
+                await _walk(node, run, mode, stop_units=stop_units)
+        except LockError as exc:
+            run.finish(HostStatus.FAILED, str(exc))
+
+
+async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False) -> None:
+    settle_s: dict[int, float] = {}
+    if mode is Mode.RESET:
+        await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
+        killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
+        run.killed = killed.killed
+        if killed.result.status is StepStatus.OK:
+            settled = await _run_step(node, run, StepName.SETTLE, lambda: settle.settle(node))
+            settle_s = dict(settled.settle_s)
+    verified = await _run_step(node, run, StepName.VERIFY, lambda: verify.verify(node, settle_s))
+    run.gpus = verified.gpus
+    run.current = None
+    run.finish(*host_outcome(run.steps))
+
+
+async def _run_step(node: Node, run: HostRun, name: StepName,
+                    body: Callable[[], Awaitable[StepOutcome]]) -> StepOutcome:
+    """Run one step, turning a step's own failure into its outcome; transport loss propagates."""
+    run.current = name
+    started = time.monotonic()
+    node.log.info("step_start", step=name.value)
+    try:
+        outcome = await body()
+    except STEP_ENDERS as exc:
+        status = exc.status if isinstance(exc, StepFailed) else StepStatus.TIMEOUT
+        outcome = StepOutcome(StepResult(name, status, round(time.monotonic() - started, 3), str(exc), str(exc)))
+    result = outcome.result
+    run.steps.append(result)
+    level = node.log.info if result.status is StepStatus.OK else node.log.warning
+    level("step_end", step=name.value, status=result.status.value, duration_s=result.duration_s,
+          detail=result.detail, error=result.error)
+    return outcome
+
+
+async def _survey(node: Node, run: HostRun) -> None:
+    """Dry run: read the node, say per step what a reset would do, change nothing."""
+    run.current = StepName.DRAIN
+    try:
+        run.plan = await plan.survey(node)
+    except STEP_ENDERS as exc:
+        run.finish(HostStatus.FAILED, f"dry run could not read the node: {exc}")
+        return
+    run.steps = plan.planned_steps(run.plan)
+    run.current = None
+    run.finish(HostStatus.PLANNED)
+
+
+def host_outcome(results: Sequence[StepResult]) -> tuple[HostStatus, str | None]:
+    """Clean only when every step that ran is ok; the error is verify's if it failed, else the first failure."""
+    bad = [s for s in results if s.status is not StepStatus.OK]
+    if not bad:
+        return HostStatus.CLEAN, None
+    failed_verify = next((s for s in bad if s.name is StepName.VERIFY), None)
+    first = failed_verify or bad[0]
+    reason = first.error or first.detail or first.status.value
+    return HostStatus.FAILED, reason if first is failed_verify else f"{first.name}: {reason}"

@@ -1,0 +1,253 @@
+"""kill: SIGTERM every GPU holder that may be killed, SIGKILL what survives `kill_grace`, watch for respawns.
+
+Asks the node: the holder scan (`fleet.reset.holders`, with units), `kill -s TERM|KILL -- PID...`, ps
+for who is still alive, the scan again over RESPAWN_SCANS_S, and the Restart= setting of the units whose
+processes came back. Decides (pure, below): who was killed by which signal, whether a holder after the
+kill is a respawn (same unit or executable as a killed one) or new, and the one-line error. Never kills
+what `fleet.reset.protection` protects. With `--stop-units`, the units of respawned holders (known, not
+protected, not in `services`) are stopped the way drain stops services, and the kill runs once more.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from fleet.node.budget import Budget
+from fleet.node.node import Node
+from fleet.node.probe import first_line
+from fleet.node.probes import procs, units
+from fleet.report.models import KilledProcess, StepName, StepOutcome, StepResult, StepStatus
+from fleet.reset.drain import UnitsStopped, stop_units
+from fleet.reset.holders import Scan, scan
+from fleet.reset.poll import POLL_MARGIN_S, backoff
+from fleet.reset.protection import Holder, Rules, units_to_stop
+
+# Seconds to wait for SIGKILLed processes to vanish.
+SIGKILL_WAIT_S = 5.0
+# After the kill, holders are scanned again at these intervals (1 s in all): systemd's default
+# RestartSec is 100 ms, so a Restart=always unit's process is usually back within the window.
+RESPAWN_SCANS_S = (0.0, 0.3, 0.7)
+
+
+@dataclass(frozen=True)
+class Signalled:
+    survivors: frozenset[int]
+    denied: str | None = None  # the node refused to let us signal: its message
+
+
+@dataclass(frozen=True)
+class KillRound:
+    """One pass of the kill: what it killed and kept, what was back after it, and its verdict."""
+
+    killed: tuple[KilledProcess, ...] = ()
+    kept: tuple[Holder, ...] = ()
+    back: tuple[Holder, ...] = ()
+    respawned: tuple[Holder, ...] = ()
+    own_units: frozenset[str] = frozenset()
+    error: str | None = None
+
+
+async def kill(node: Node, *, stop_respawning: bool = False) -> StepOutcome:
+    """SIGTERM every unprotected holder, wait kill_grace, SIGKILL the rest, scan again (see the module)."""
+    started = time.monotonic()
+    rounds = [await _kill_round(node)]
+    names = _respawning_units(node, rounds[0]) if stop_respawning else ()
+    stopped = await _stop_respawning(node, names) if names else None
+    if stopped is not None:
+        rounds.append(await _kill_round(node))
+    return _kill_outcome(started, rounds, stopped)
+
+
+async def _kill_round(node: Node) -> KillRound:
+    """Scan, SIGTERM, SIGKILL what is left, and watch for holders coming back."""
+    host = node.host
+    budget = Budget(host.kill_grace + SIGKILL_WAIT_S, slack=8 * host.command_timeout)
+    found = await scan(node, StepName.KILL, budget, with_units=True)
+    targets, kept = found.targets, found.kept
+    for holder in kept:
+        node.log.info("kept", step="kill", pid=holder.pid, name=holder.name, reason=holder.protected_by)
+    if not targets:
+        return KillRound(kept=kept, own_units=found.own_units)
+    pids = [h.pid for h in targets]
+    node.log.info("kill_targets", step="kill", pids=pids, kept=[h.pid for h in kept])
+    term = await _signal_and_wait(node, "SIGTERM", pids, host.kill_grace, budget)
+    kill9 = (
+        await _signal_and_wait(node, "SIGKILL", sorted(term.survivors), SIGKILL_WAIT_S, budget)
+        if term.survivors else Signalled(frozenset())
+    )
+    back = await _watch_for_respawn(node, budget, found)
+    respawned, _ = split_back(back, targets)
+    restart = await _restart_settings(node, {h.unit for h in respawned if h.unit}, budget)
+    error = kill_error(kill9.survivors, targets, back, denied=kill9.denied or term.denied,
+                       restart=restart, services=host.services)
+    killed = killed_records(targets, term.survivors, kill9.survivors)
+    return KillRound(killed, kept, tuple(back), tuple(respawned), found.own_units, error)
+
+
+async def _signal_and_wait(node: Node, signal: str, pids: Sequence[int], wait_s: float,
+                           budget: Budget) -> Signalled:
+    """Send `signal` to pids, then poll until they are gone or wait_s passes."""
+    res = await node.run(procs.kill(signal, pids), step=StepName.KILL, budget=budget)
+    denied = first_line(res.stderr) if "not permitted" in res.stderr else None
+    deadline = time.monotonic() + wait_s
+    alive = await _alive(node, pids, budget)
+    for wait in backoff():
+        left = deadline - time.monotonic()
+        if not alive or left <= POLL_MARGIN_S:
+            break
+        await anyio.sleep(min(wait, left))
+        alive = await _alive(node, sorted(alive), budget)
+    return Signalled(alive, denied)
+
+
+async def _alive(node: Node, pids: Sequence[int], budget: Budget) -> frozenset[int]:
+    return await node.ask(procs.alive(pids), step=StepName.KILL, budget=budget) & frozenset(pids)
+
+
+async def _watch_for_respawn(node: Node, budget: Budget, before: Scan) -> list[Holder]:
+    """Scan again a few times over RESPAWN_SCANS_S: a Restart=always unit brings its process straight back.
+
+    Holders judged before the kill (the protected ones) are not described again.
+    """
+    back: list[Holder] = []
+    for wait in RESPAWN_SCANS_S:
+        await anyio.sleep(wait)
+        back = (await scan(node, StepName.KILL, budget, with_units=True, known=before)).targets
+        if back:
+            break
+    return back
+
+
+async def _restart_settings(node: Node, names: Iterable[str], budget: Budget) -> dict[str, str]:
+    """unit -> its Restart= setting, for the units whose processes came back (unreadable: left out)."""
+    settings = {}
+    for unit in sorted(names):
+        probe = units.unit_restart(unit)
+        res = await node.run(probe, step=StepName.KILL, budget=budget)
+        setting = probe.parse(res.stdout) if res.ok else None
+        if setting is not None:
+            settings[unit] = setting
+    return settings
+
+
+def _respawning_units(node: Node, first: KillRound) -> tuple[str, ...]:
+    host = node.host
+    return units_to_stop(first.respawned, first.kept, first.own_units, Rules.of(host), host.services)
+
+
+async def _stop_respawning(node: Node, names: Sequence[str]) -> UnitsStopped:
+    """Stop the units whose processes came back, as drain would (its window, its escalation)."""
+    node.log.warning("stop_respawning_units", step="kill", units=list(names))
+    return await stop_units(node, names, node.host.drain_timeout, StepName.KILL)
+
+
+def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsStopped | None) -> StepOutcome:
+    """Every round's kills, the last round's keeps and verdict, and the units stopped between."""
+    last = rounds[-1]
+    killed = tuple(k for r in rounds for k in r.killed)
+    detail = describe_kill(killed, last.kept, last.back)
+    if stopped is not None:
+        detail += f"; stopped units of respawned holders: {stopped.detail}"
+    error = (stopped.error if stopped else None) or last.error
+    status = StepStatus.FAILED if error else StepStatus.OK
+    return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error), killed=killed)
+
+
+# --- what the kill decides and says (pure) -----------------------------------
+
+
+def killed_records(
+    targets: Sequence[Holder], after_term: frozenset[int], after_kill: frozenset[int]
+) -> tuple[KilledProcess, ...]:
+    """The last signal each target needed; a pid that survived SIGKILL was not killed."""
+    records = []
+    for h in targets:
+        if h.pid in after_kill:
+            continue
+        signal = "SIGKILL" if h.pid in after_term else "SIGTERM"
+        records.append(KilledProcess(pid=h.pid, name=h.name, user=h.user, signal=signal))
+    return tuple(records)
+
+
+def labels(holders: Iterable[Holder], limit: int = 4) -> str:
+    """`pid 1 a, pid 2 b and 3 more`."""
+    items = [h.label() for h in holders]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back: Sequence[Holder]) -> str:
+    """What the kill did, every holder it left alive named with why (none elided)."""
+    parts = []
+    if killed:
+        by_signal = {s: sum(1 for k in killed if k.signal == s) for s in ("SIGTERM", "SIGKILL")}
+        parts.append(f"killed {len(killed)} ({by_signal['SIGTERM']} on SIGTERM, {by_signal['SIGKILL']} on SIGKILL)")
+    else:
+        parts.append("no GPU holders to kill")
+    if kept:
+        parts.append("kept " + ", ".join(f"{h.label()} ({h.protected_by})" for h in kept))
+    if back:
+        parts.append("holding after kill: " + labels(back))
+    return "; ".join(parts)
+
+
+def kill_error(
+    after_kill: frozenset[int],
+    targets: Sequence[Holder],
+    back: Sequence[Holder],
+    *,
+    denied: str | None = None,
+    restart: Mapping[str, str] | None = None,
+    services: Sequence[str] = (),
+) -> str | None:
+    """One line when the kill did not leave the GPUs free of unprotected holders.
+
+    `restart` maps a unit to its Restart= setting, for the respawn message.
+    """
+    survivors = [h for h in targets if h.pid in after_kill]
+    if survivors and denied:
+        return f"not permitted to kill {labels(survivors)} ({denied}): run as root or set become: true"
+    if survivors:
+        return f"survived SIGKILL: {labels(survivors)}"
+    respawned, new = split_back(back, targets)
+    if respawned:
+        return respawn_error(respawned, restart or {}, services)
+    if new:
+        return f"new GPU holders after kill: {labels(new)}"
+    return None
+
+
+def split_back(back: Sequence[Holder], targets: Sequence[Holder]) -> tuple[list[Holder], list[Holder]]:
+    """Holders after the kill: (respawned, new). Respawned: same unit or same executable as a killed one."""
+    target_pids = {h.pid for h in targets}
+    unit_names = {h.unit for h in targets if h.unit}
+    exes = {h.exe for h in targets if h.exe}
+    fresh = [h for h in back if h.pid not in target_pids]
+    respawned = [h for h in fresh if (h.unit and h.unit in unit_names) or (h.exe and h.exe in exes)]
+    return respawned, [h for h in fresh if h not in respawned]
+
+
+def respawn_error(respawned: Sequence[Holder], restart: Mapping[str, str], services: Sequence[str]) -> str:
+    """`respawned: pid 4242 python3 (sglang.service, Restart=always); add it to services`."""
+    shown = ", ".join(_respawned_label(h, restart) for h in respawned[:2])
+    more = f" and {len(respawned) - 2} more" if len(respawned) > 2 else ""
+    unit_names = {h.unit for h in respawned if h.unit}
+    missing = unit_names - set(services)
+    if missing:
+        advice = "add it to services" if len(missing) == 1 else "add them to services"
+    elif unit_names:
+        advice = "it is in services, yet something starts it again"
+    else:
+        advice = "stop what restarts it"
+    return f"respawned: {shown}{more}; {advice}"
+
+
+def _respawned_label(holder: Holder, restart: Mapping[str, str]) -> str:
+    if holder.unit is None:
+        return f"{holder.label()} (no systemd unit)"
+    setting = restart.get(holder.unit)
+    return f"{holder.label()} ({holder.unit}, Restart={setting})" if setting else f"{holder.label()} ({holder.unit})"

@@ -1,0 +1,105 @@
+"""verify: the proof. Clean only when the GPUs, the compute apps and the holder scan all say so.
+
+Asks the node: one GPU query (count, memory, ECC), one compute-apps query and one holder scan
+(`fleet.reset.holders`). Decides (pure, below): the problems that keep the node from being clean, most
+telling first: a GPU count that differs from `gpus`, memory over the threshold (with who uses it), a
+compute app still running, an unprotected process still holding a device file. Reports: per GPU its
+memory (`gpus[]`), and the first problem as the host's error. `fleet check` runs this step alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+
+from fleet.node.budget import Budget
+from fleet.node.node import Node
+from fleet.node.probes import smi
+from fleet.report.models import GpuReport, StepName, StepOutcome, StepResult, StepStatus
+from fleet.reset.holders import scan_holders
+from fleet.reset.protection import Holder
+from fleet.reset.settle import first_of, memory_problem
+
+# Commands verify may run: two nvidia-smi queries and a holder scan (find, ps, exe, lineage, ...).
+VERIFY_COMMANDS = 7
+
+
+async def verify(node: Node, settle_s: Mapping[int, float] | None = None) -> StepOutcome:
+    """One GPU query, one compute-apps query and one holder scan; clean only if all three say so."""
+    started, host = time.monotonic(), node.host
+    budget = Budget(0.0, slack=VERIFY_COMMANDS * host.command_timeout)
+    rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)
+    apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.VERIFY, budget=budget)
+    holders = [h for h in await scan_holders(node, StepName.VERIFY, budget) if h.protected_by is None]
+    gpus = gpu_reports(rows, settle_s or {})
+    error = verify_error(rows, apps, host.gpus, host.memory_threshold_mib, holders)
+    detail = describe_verify(rows, apps, holders)
+    status = StepStatus.FAILED if error else StepStatus.OK
+    return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error), gpus=gpus)
+
+
+def _app_label(app: smi.ComputeApp) -> str:
+    return f"pid {app.pid} {os.path.basename(app.process_name) or app.process_name}"
+
+
+def verify_problems(
+    rows: Sequence[smi.GpuRow],
+    apps: Sequence[smi.ComputeApp],
+    expected: int | None,
+    threshold: int,
+    holders: Sequence[Holder] = (),
+) -> list[str]:
+    """Everything that keeps a node from being clean, most telling first."""
+    problems = []
+    if expected is not None and len(rows) != expected:
+        problems.append(f"expected {expected} GPUs, nvidia-smi lists {len(rows)}")
+    by_uuid = {r.uuid: r.index for r in rows if r.uuid}
+    for row in rows:
+        problem = memory_problem(row, threshold)
+        if problem:
+            on_gpu = [a for a in apps if a.gpu_uuid == row.uuid]
+            who = f" ({', '.join(_app_label(a) for a in on_gpu)})" if on_gpu else ""
+            problems.append(problem + who)
+    for app in apps:
+        index = by_uuid.get(app.gpu_uuid) if app.gpu_uuid else None
+        where = f"gpu {index}" if index is not None else "a GPU"
+        problems.append(f"{_app_label(app)} still runs on {where}")
+    named = {a.pid for a in apps}
+    for holder in holders:
+        if holder.pid not in named:
+            problems.append(f"{holder.label()} still holds {', '.join(holder.devices)}")
+    return problems
+
+
+def verify_error(
+    rows: Sequence[smi.GpuRow],
+    apps: Sequence[smi.ComputeApp],
+    expected: int | None,
+    threshold: int,
+    holders: Sequence[Holder] = (),
+) -> str | None:
+    problems = verify_problems(rows, apps, expected, threshold, holders)
+    if not rows and not problems:
+        problems.append("nvidia-smi listed no GPUs")
+    return first_of(problems) if problems else None
+
+
+def describe_verify(
+    rows: Sequence[smi.GpuRow], apps: Sequence[smi.ComputeApp], holders: Sequence[Holder] = ()
+) -> str:
+    used = [r.memory_used_mib for r in rows if r.memory_used_mib is not None]
+    peak = f", max {max(used)} MiB used" if used else ""
+    ecc = [r for r in rows if r.ecc_uncorrected]
+    ecc_note = f", uncorrected ECC errors on gpu {', '.join(str(r.index) for r in ecc)}" if ecc else ""
+    return f"{len(rows)} GPUs{peak}, {len(apps)} compute apps, {len(holders)} unprotected holders{ecc_note}"
+
+
+def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float]) -> tuple[GpuReport, ...]:
+    return tuple(
+        GpuReport(
+            index=r.index, memory_used_mib=r.memory_used_mib, uuid=r.uuid, name=r.name,
+            memory_total_mib=r.memory_total_mib, settle_s=settle_s.get(r.index),
+        )
+        for r in rows
+    )

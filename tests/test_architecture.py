@@ -1,0 +1,102 @@
+"""The shape of the package, checked: no import cycle, no private helper imported across modules,
+one module that imports asyncssh, and the simulator reached only through a host variable."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fleet"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def top_level_imports(path: Path) -> Iterator[ast.ImportFrom | ast.Import]:
+    """Imports that run when the module is imported: not inside functions or `if TYPE_CHECKING:`."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+
+
+def imported_modules(node: ast.ImportFrom | ast.Import, known: dict[str, Path]) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in known}
+    base = node.module or ""
+    found = {base} if base in known else set()
+    found |= {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        deps: set[str] = set()
+        for node in top_level_imports(path):
+            deps |= imported_modules(node, known)
+        # importing a.b.c runs a/__init__ and a/b/__init__ first
+        graph[name] = {parent for dep in deps for parent in _with_parents(dep)} - {name}
+    return graph
+
+
+def _with_parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def test_no_import_cycle() -> None:
+    graph = import_graph()
+    state: dict[str, str] = {}
+    cycles: list[list[str]] = []
+
+    def visit(trail: list[str]) -> None:
+        name = trail[-1]
+        state[name] = "open"
+        for dep in sorted(graph.get(name, ())):
+            if dep.startswith(name + "."):  # a package importing its own submodule is no cycle
+                continue
+            if state.get(dep) == "open":
+                cycles.append([*trail[trail.index(dep):], dep])
+            elif dep not in state:
+                visit([*trail, dep])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit([name])
+    assert cycles == []
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    known = modules()
+    bad = []
+    for name, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fleet"):
+                bad += [f"{name}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and a.name != "__version__"]
+    assert bad == []
+
+
+def test_only_the_ssh_transport_and_the_simulator_import_asyncssh() -> None:
+    users = {name for name, path in modules().items()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Import) and any(a.name == "asyncssh" for a in node.names)}
+    assert {u for u in users if not u.startswith("fleet.sim")} == {"fleet.transport.ssh"}
+
+
+def test_product_code_never_asks_the_environment_whether_it_runs_on_a_simulator() -> None:
+    """The simulator is reached through the host variable `simulated`, not an environment variable."""
+    product = [p for n, p in modules().items() if not n.startswith("fleet.sim")]
+    assert [p.name for p in product if "FLEET_SIM_NODE" in p.read_text()] == []
+    assert "ENVIRON" not in (PACKAGE / "node" / "probes" / "lineage.awk").read_text()

@@ -1,0 +1,76 @@
+"""The kill step's pure part: which signal each target needed, what it says, and what a respawn says."""
+
+from __future__ import annotations
+
+from fleet.reset.kill import describe_kill, kill_error, killed_records, split_back
+from fleet.reset.protection import Holder
+
+
+def test_killed_records_name_the_last_signal_needed() -> None:
+    targets = [Holder(p, "root", "python3", None, ()) for p in (1, 2, 3)]
+    records = killed_records(targets, after_term=frozenset({2, 3}), after_kill=frozenset({3}))
+    assert [(r.pid, r.signal) for r in records] == [(1, "SIGTERM"), (2, "SIGKILL")]
+    assert kill_error(frozenset({3}), targets, []) == "survived SIGKILL: pid 3 python3"
+
+
+def test_new_holder_after_kill_is_an_error() -> None:
+    targets = [Holder(1, "root", "python3", None, ())]
+    after = [Holder(2, "root", "python3", None, ())]
+    assert kill_error(frozenset(), targets, after) == "new GPU holders after kill: pid 2 python3"
+
+
+def test_a_kill_the_node_refused_says_how_to_fix_it() -> None:
+    targets = [Holder(7, "bob", "python3", None, ())]
+    error = kill_error(frozenset({7}), targets, [], denied="kill: (7): Operation not permitted")
+    assert error == (
+        "not permitted to kill pid 7 python3 (kill: (7): Operation not permitted): run as root or set become: true"
+    )
+
+
+def test_describe_kill_names_every_holder_left_alive_with_why() -> None:
+    kept = [Holder(i, "root", f"d{i}", None, (), f"reason {i}") for i in range(6)]
+    detail = describe_kill((), kept, ())
+    assert detail == "no GPU holders to kill; kept " + ", ".join(f"pid {i} d{i} (reason {i})" for i in range(6))
+
+
+# --- respawn -------------------------------------------------------
+
+KILLED = [Holder(4000, "root", "python3", "/usr/bin/python3.11", (), unit="sglang.service"),
+          Holder(4001, "root", "trainer", "/opt/trainer", ())]
+
+
+def back(pid: int, exe: str | None = None, unit: str | None = None, name: str = "python3") -> Holder:
+    return Holder(pid, "root", name, exe, ("/dev/nvidia0",), unit=unit)
+
+
+def test_respawn_by_unit_names_the_unit_and_its_restart_setting() -> None:
+    error = kill_error(frozenset(), KILLED, [back(4242, unit="sglang.service")], restart={"sglang.service": "always"})
+    assert error == "respawned: pid 4242 python3 (sglang.service, Restart=always); add it to services"
+
+
+def test_respawn_by_executable_without_a_unit() -> None:
+    error = kill_error(frozenset(), KILLED, [back(4243, exe="/opt/trainer", name="trainer")])
+    assert error == "respawned: pid 4243 trainer (no systemd unit); stop what restarts it"
+
+
+def test_respawn_of_a_unit_in_services_says_something_starts_it() -> None:
+    error = kill_error(frozenset(), KILLED, [back(4242, unit="sglang.service")], services=("sglang.service",))
+    assert error == "respawned: pid 4242 python3 (sglang.service); it is in services, yet something starts it again"
+
+
+def test_several_respawned_are_counted() -> None:
+    again = [back(p, unit="sglang.service") for p in (1, 2, 3)] + [back(4, exe="/opt/trainer", name="trainer")]
+    error = kill_error(frozenset(), KILLED, again, restart={"sglang.service": "on-failure"})
+    assert error == ("respawned: pid 1 python3 (sglang.service, Restart=on-failure), pid 2 python3 "
+                     "(sglang.service, Restart=on-failure) and 2 more; add it to services")
+
+
+def test_a_stranger_after_the_kill_is_a_new_holder() -> None:
+    error = kill_error(frozenset(), KILLED, [back(5000, exe="/usr/bin/perl", unit="other.service")])
+    assert error == "new GPU holders after kill: pid 5000 python3"
+    assert split_back([back(4000, unit="sglang.service")], KILLED) == ([], [])  # a target still dying
+
+
+def test_survivors_come_before_respawns() -> None:
+    assert kill_error(frozenset({4001}), KILLED, [back(1, unit="sglang.service")]) == (
+        "survived SIGKILL: pid 4001 trainer")

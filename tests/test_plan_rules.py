@@ -1,0 +1,31 @@
+"""The dry run's pure part: what a reset would stop, kill and keep, and how the plan reads."""
+
+from __future__ import annotations
+
+from fleet.node.probes.smi import ComputeApp, GpuRow
+from fleet.node.probes.units import UnitState
+from fleet.report.models import StepName
+from fleet.reset.plan import build_plan, describe_plan
+from fleet.reset.protection import Holder
+
+
+def test_build_plan_splits_kill_and_keep_with_memory_per_process() -> None:
+    holders = [
+        Holder(10, "root", "nvidia-persiste", None, ("/dev/nvidiactl",), "nvidia-persistenced"),
+        Holder(4400, "root", "sglang", None, ("/dev/nvidia0", "/dev/nvidia1")),
+        Holder(4412, "alice", "python3", None, ("/dev/nvidia0",)),
+    ]
+    apps = [ComputeApp("GPU-a", 4400, "sglang", 70000), ComputeApp("GPU-b", 4400, "sglang", 70000),
+            ComputeApp("GPU-a", 4412, "python3", 1523)]
+    units = {"sglang.service": UnitState("active", "running", 4400), "old.service": UnitState("inactive", None, None)}
+    plan = build_plan(units, holders, apps, (GpuRow(0, 71523), GpuRow(1, 70000)))
+    assert plan.would_stop == ("sglang.service",)
+    assert [(p.pid, p.mib) for p in plan.would_kill] == [(4400, 140000), (4412, 1523)]
+    assert [(p.pid, p.kept_because, p.mib) for p in plan.kept] == [(10, "nvidia-persistenced", None)]
+    lines = describe_plan(plan)
+    assert lines[StepName.DRAIN] == "would stop sglang.service; now sglang.service (active), old.service (inactive)"
+    assert lines[StepName.KILL] == (
+        "would kill pid 4400 sglang (root, 140000 MiB), pid 4412 python3 (alice, 1523 MiB); "
+        "would keep pid 10 nvidia-persiste (root): nvidia-persistenced"
+    )
+    assert lines[StepName.SETTLE] == "GPUs now hold 141523 MiB in all (max 71523 MiB on one GPU)"
