@@ -13,6 +13,7 @@ import typer
 from fleet import __version__
 from fleet.errors import UsageError
 from fleet.graph import RunOptions
+from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, host_vars, inventory_path, load_inventory
 from fleet.inventory.targeting import select
@@ -144,7 +145,8 @@ def reset(
         deadline_s=parse_duration(deadline) if deadline else None,
         stop_units=stop_units,
     )
-    _, targets = _targets(hosts, inventory, group, limit, exclude)
+    inv, targets = _targets(hosts, inventory, group, limit, exclude)
+    check_files(inv, targets)  # a missing key or known_hosts: exit 2 before anything is asked or connects
     _confirm(targets, yes, dry_run)
     raise typer.Exit(execute(targets, options, as_json=as_json, log_dir=log_dir))
 
@@ -161,7 +163,8 @@ def check(
     log_dir: LogDirOpt = None,
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean."""
-    _, targets = _targets(hosts, inventory, group, limit, exclude)
+    inv, targets = _targets(hosts, inventory, group, limit, exclude)
+    check_files(inv, targets)  # a missing key or known_hosts: exit 2 before anything connects
     options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True)
     raise typer.Exit(execute(targets, options, as_json=as_json, log_dir=log_dir))
 

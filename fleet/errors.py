@@ -11,6 +11,7 @@ exited non-zero is data (a `CommandResult`), never an exception.
         ├── AuthError         authentication failed (or sudo wants a password)
         ├── HostKeyError      host key unknown or changed
         ├── ConnectionLost    the session dropped mid-run
+        ├── SessionSilent     the session stopped answering (TCP up, nothing answers): no more commands there
         └── CommandTimeout    a command did not finish within its deadline
 
     StepFailed                a step cannot go on (its status and one-line message);
@@ -49,6 +50,10 @@ class InventoryError(UsageError):
 class TransportError(FleetError):
     """A host gave no answer."""
 
+    def during(self, step: object) -> str:
+        """The host's one-line error when this ended it in `step`."""
+        return f"{self} (during {step})"
+
 
 class ConnectError(TransportError):
     """No SSH session: refused, unreachable or timed out while connecting."""
@@ -64,6 +69,22 @@ class HostKeyError(TransportError):
 
 class ConnectionLost(TransportError):
     """The session dropped while a command was running."""
+
+
+class SessionSilent(TransportError):
+    """The SSH session stopped answering: a channel was never confirmed, or a command had no exit status by
+    its deadline and the clean-up after it got no answer either.
+
+    The TCP connection may still be up (a flaky switch, a wedged node); the
+    transport is dead from then on and tries nothing more on the wire.
+    """
+
+    def __init__(self, host_name: str) -> None:
+        self.host_name = host_name
+        super().__init__(f"ssh session to {host_name} went silent")
+
+    def during(self, step: object) -> str:
+        return f"{self} during {step}"
 
 
 class CommandTimeout(TransportError):

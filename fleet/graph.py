@@ -16,6 +16,7 @@ import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,10 +27,11 @@ from fleet.errors import TransportError
 from fleet.inventory.host import Host
 from fleet.node.node import Node
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, RunReport
+from fleet.report.models import HostReport, HostStatus, RunReport
 from fleet.report.render import fold
 from fleet.reset.host import HostRun, Mode, walk_host
 from fleet.transport import Transport, connect
+from fleet.transport.base import notes_of
 from fleet.waves import Amount, FailureBudget, plan_waves, tolerated
 
 Connector = Callable[[Host], Awaitable[Transport]]
@@ -86,25 +88,32 @@ class RunState:
         return "interrupted"
 
 
-async def _close(transport: Transport) -> None:
-    with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_S):
-        await transport.close()
+async def _close(transport: Transport, log: Any) -> None:
+    """Close the host's session (shielded, bounded); a close that fails is logged, never the host's outcome."""
+    try:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_S):
+            await transport.close()
+    except Exception:
+        log.exception("close_error")
 
 
 async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLogs, connector: Connector) -> None:
+    """One host from start to outcome. The host boundary: whatever it raises (but a cancel) is its outcome."""
     async with gate.limiter:
         if gate.state.stopped:
             run.finish(HostStatus.SKIPPED, gate.state.stopped)
             return
         run.started = time.monotonic()
-        log = logs.host_logger(run.host.name)
-        log.info("host_start", command=options.mode.command, address=run.host.address, port=run.host.port)
+        log: Any = None
         try:
+            log = logs.host_logger(run.host.name)
+            log.info("host_start", command=options.mode.command, address=run.host.address, port=run.host.port)
             await _connected_walk(run, options, log, connector, logs.run_id)
+        except Exception as exc:  # connect, the log, a bug: one host never stops the others
+            _internal_error(run, log, exc, run.current or "connect")
         finally:
             gate.settle(run)
-            report = run.report(gate.state.cut_short())
-            log.info("host_end", status=str(report.status), error=report.error, duration_s=report.duration_s)
+            _log_end(log, run.report(gate.state.cut_short()))
 
 
 async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector: Connector, run_id: str) -> None:
@@ -115,15 +124,34 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
         run.finish(HostStatus.UNREACHABLE, str(exc))
         return
     try:
+        for note in notes_of(transport):  # what connecting saw (known_hosts lines skipped), once per host
+            log.warning(note.event, **note.fields)
         await walk_host(Node(run.host, transport, log), run, options.mode, run_id, stop_units=options.stop_units)
     except TransportError as exc:
-        run.finish(HostStatus.FAILED, f"{exc} (during {run.current})")
+        run.finish(HostStatus.FAILED, exc.during(run.current))
         log.error("transport_error", step=str(run.current), error=str(exc))
     except Exception as exc:  # the host boundary: one host's bug never stops the others
-        run.finish(HostStatus.FAILED, f"internal error during {run.current}: {type(exc).__name__}: {exc}")
-        log.exception("internal_error", step=str(run.current))
+        _internal_error(run, log, exc, run.current)
     finally:
-        await _close(transport)
+        await _close(transport, log)
+
+
+def _internal_error(run: HostRun, log: Any, exc: Exception, where: object) -> None:
+    """A host's bug becomes its `failed` outcome with one line; the traceback goes to its log (when it has one).
+
+    Called in the `except` block, so that the log finds the exception being handled.
+    """
+    lines = str(exc).strip().splitlines()
+    run.finish(HostStatus.FAILED, f"internal error during {where}: {type(exc).__name__}: {lines[0] if lines else ''}")
+    if log is not None:
+        with suppress(OSError, ValueError):  # a log that cannot be written: the report still says it
+            log.exception("internal_error", step=str(where))
+
+
+def _log_end(log: Any, report: HostReport) -> None:
+    if log is not None:
+        with suppress(OSError, ValueError):  # a log that cannot be written: the report still says it
+            log.info("host_end", status=str(report.status), error=report.error, duration_s=report.duration_s)
 
 
 async def _watch_signals(scope: anyio.CancelScope, state: RunState) -> None:
@@ -191,8 +219,9 @@ async def _run_all(runs: list[HostRun], options: RunOptions, logs: RunLogs, conn
 
 
 def _canary_verdict(wave: Sequence[HostRun]) -> str | None:
-    """Why the run stops after the canary wave, or None when every canary host ended clean."""
-    bad = [r.host.name for r in wave if r.status is not HostStatus.CLEAN]
+    """Why the run stops after the canary wave, or None when every canary host passed: ended clean, or, in a
+    dry run, planned."""
+    bad = [r.host.name for r in wave if r.status not in (HostStatus.CLEAN, HostStatus.PLANNED)]
     if not bad:
         return None
     return f"canary failed on {fold(bad)}: no other host started"

@@ -43,6 +43,8 @@ def assert_round_trip(argv: list[str], *, become: bool) -> None:
     wire = bounded_argv(argv, 10.0, become=become, mark=reap.marker("0123456789abcdef"))
     assert shlex.split(command_line(wire)) == wire
     assert wire[-len(argv):] == argv
+    assert wire[0] == "timeout" or wire[:3] == ["env", "FLEET_CMD=0123456789abcdef", "timeout"]
+    assert (wire[4:6] == ["sudo", "-n"]) is become  # sudo itself inside the node's bound
 
 
 @settings(max_examples=300)
@@ -90,11 +92,28 @@ def test_process_names_accepted_are_plain_words(value: str) -> None:
     assert not set(name) & set(validate.SHELL_METACHARACTERS)
 
 
+# What a holder's identity may hold: its exe and owner are read off the node, anything at all.
+IDENTITIES = st.builds(
+    procs.Identity,
+    pid=st.integers(min_value=2, max_value=4_194_304),
+    start=st.integers(min_value=0, max_value=2**63),
+    exe=st.one_of(st.none(), HOSTILE),
+    user=st.one_of(HOSTILE, st.from_regex(r"[a-z_][a-z0-9_-]{0,31}", fullmatch=True)),
+)
+
+
 @settings(max_examples=200)
-@given(st.lists(st.integers(min_value=2, max_value=4_194_304), min_size=1, max_size=20))
-def test_pid_lists_are_numbers_only(pids: list[int]) -> None:
-    for argv in (procs.kill_argv("SIGKILL", pids), procs.ps_argv(pids), procs.alive_argv(pids)):
+@given(st.lists(IDENTITIES, min_size=1, max_size=20))
+def test_pid_lists_are_numbers_only(targets: list[procs.Identity]) -> None:
+    """pids (and start times) reach ps and signal.sh as numbers; an exe or user read off the node, whatever
+    it holds, is one argument of signal.sh, never shell code (the program itself is one `sh -c` word)."""
+    pids = [t.pid for t in targets]
+    for name in ("SIGKILL", "TERM", procs.ALIVE):
+        argv = procs.signal_argv(name, targets)
+        assert argv[:4] == ["sh", "-c", procs.SIGNAL_SH, "fleet-signal"]
+        assert argv[5:] == [w for t in targets for w in (str(t.pid), str(t.start), t.exe or "", t.user)]
         assert_round_trip(argv, become=True)
+    assert_round_trip(procs.ps_argv(pids), become=True)
 
 
 def test_the_strategies_do_reach_accepted_values() -> None:

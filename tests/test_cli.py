@@ -26,10 +26,19 @@ REPO = Path(__file__).resolve().parents[1]
 SITE = REPO / "inventory" / "site.yaml"
 
 
-def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fleet", *args], capture_output=True, text=True, stdin=stdin,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env=env)
+
+
+def site_home(tmp_path: Path) -> dict[str, str]:
+    """An environment whose HOME has the known_hosts files inventory/site.yaml names (empty: nothing connects)."""
+    ssh = tmp_path / "home" / ".ssh"
+    ssh.mkdir(parents=True)
+    for name in ("known_hosts", "known_hosts.rack-a"):
+        (ssh / name).touch()
+    return {**os.environ, "HOME": str(tmp_path / "home")}
 
 
 @pytest.mark.parametrize(
@@ -71,8 +80,8 @@ def test_nothing_reads_outside_the_repository() -> None:
     assert hits == []
 
 
-def test_reset_of_several_hosts_refuses_without_a_terminal_or_yes() -> None:
-    proc = run_cli("reset", "-i", str(SITE), "-g", "hopper")
+def test_reset_of_several_hosts_refuses_without_a_terminal_or_yes(tmp_path: Path) -> None:
+    proc = run_cli("reset", "-i", str(SITE), "-g", "hopper", env=site_home(tmp_path))
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
@@ -91,6 +100,38 @@ def test_inventory_table_is_human_readable(capsys: pytest.CaptureFixture[str]) -
     assert main(["inventory", "-i", str(SITE), "gpu-h01"]) == 0
     out = capsys.readouterr().out
     assert "gpu-h01" in out and "address" in out
+
+
+@pytest.mark.parametrize(
+    "command", [["reset", "-y"], ["reset", "--dry-run"], ["check"]], ids=["reset", "dry-run", "check"]
+)
+def test_a_missing_key_or_known_hosts_exits_2_before_connecting(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not an unreachable host at connect time: one line naming the file and the key, no run folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ssh/known_hosts
+    inventory = tmp_path / "site.yaml"
+    inventory.write_text("hosts:\n  gpu-b01: {address: 192.0.2.1, identity_file: /nonexistent/id_fleet}\n"
+                         "  gpu-b02: {address: 192.0.2.2}\n")
+    logs = tmp_path / "logs"
+    base = [command[0], "-i", str(inventory), *command[1:], "--log-dir", str(logs)]
+    assert main([*base, "gpu-b01"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"fleet: error: {inventory}: hosts.gpu-b01.identity_file: /nonexistent/id_fleet does not exist\n"
+    assert main([*base, "gpu-b02"]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith(f"fleet: error: {inventory}: defaults.known_hosts: ~/.ssh/known_hosts (the default, ")
+    assert err.endswith("does not exist (host keys are always checked; set known_hosts or run ssh-keyscan)\n")
+    assert not logs.exists()
+
+
+def test_inventory_lists_hosts_whose_files_are_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fleet inventory` connects to nothing, so it works on a machine without the fleet's keys."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["inventory", "-i", str(SITE), "-g", "all", "--json"]) == 0
+    assert "gpu-b01" in json.loads(capsys.readouterr().out)["hosts"]
 
 
 @pytest.fixture
@@ -226,8 +267,8 @@ def test_confirmation_prompt_on_a_terminal_names_count_and_groups(tmp_path: Path
     leader, follower = pty.openpty()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "fleet", "reset", "-i", str(SITE), "-g", "hopper",
-                                 "--log-dir", str(tmp_path)], stdin=follower, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                 "--log-dir", str(tmp_path / "logs")], stdin=follower, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=site_home(tmp_path))
         os.write(leader, b"n\n")
         out, err = proc.communicate(timeout=30)
     finally:
@@ -237,4 +278,4 @@ def test_confirmation_prompt_on_a_terminal_names_count_and_groups(tmp_path: Path
     assert out == ""
     assert "Reset 5 hosts gpu-h[01-04,07] (groups: canary, hopper, rack-a)? [y/N]" in err
     assert "nothing done" in err
-    assert not any(tmp_path.iterdir()), "a declined reset writes no run folder"
+    assert not (tmp_path / "logs").exists(), "a declined reset writes no run folder"

@@ -6,7 +6,7 @@ from test_protection import LINEAGE
 
 from fleet.inventory.host import BUILTIN_PROTECTED, Host
 from fleet.node.probes.lineage import Lineage, ProcStat
-from fleet.node.probes.procs import HolderRow, PsRow
+from fleet.node.probes.procs import HolderRow, Identity, PsRow
 from fleet.reset.holders import describe_holders
 from fleet.reset.protection import ProcessFacts, Rules
 
@@ -42,3 +42,17 @@ def test_describe_holders_joins_and_judges() -> None:
         (13, "helper", None, "child of nvidia-persistenced (pid 12)"),
         (4242, "python3", "train.service", "user alice not in kill_users"),
     ]
+
+
+def test_each_holder_carries_who_it_is_for_the_signal() -> None:
+    """Its start time from the lineage walk and the owner of its fd table from the scan: with pid and exe,
+    the identity every signal checks on the node first."""
+    found = (HolderRow(4242, "alice", ("/dev/nvidia0",)), HolderRow(77, "bob", ("/dev/nvidia1",)))
+    ps = {4242: PsRow(4242, 1, "alice", "python3 train.py"), 77: PsRow(77, 1, "bob", "trainer")}
+    lineage = Lineage({4242: ProcStat(4242, 1, "python3", 9001), 1: ProcStat(1, 0, "systemd", 2)})
+    facts = ProcessFacts(ps, {4242: "/usr/bin/python3.11"}, lineage)
+    python, trainer = describe_holders(found, facts, Rules(BUILTIN_PROTECTED))
+    assert (python.start, python.owner) == (9001, "alice")
+    assert python.identity() == Identity(4242, 9001, "/usr/bin/python3.11", "alice")
+    assert (trainer.start, trainer.owner) == (None, "bob")  # not in the walk: its start time is unknown
+    assert trainer.identity() is None  # and it is never signalled

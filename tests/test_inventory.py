@@ -111,13 +111,13 @@ def test_lists_replace_rather_than_append(tmp_path: Path) -> None:
     inv = load(
         tmp_path,
         """
-        groups: {g: {hosts: [n1, n2], vars: {services: [a.service, b.service], devices: /dev/dri/card*}}}
+        groups: {g: {hosts: [n1, n2], vars: {services: [a.service, b.service], devices: /dev/nvidia-caps/*}}}
         hosts: {n1: {services: [c.service]}}
         """,
     )
     assert inv.hosts["n1"].services == ("c.service",)
     assert inv.hosts["n2"].services == ("a.service", "b.service")
-    assert inv.hosts["n2"].devices == ("/dev/dri/card*",)
+    assert inv.hosts["n2"].devices == ("/dev/nvidia-caps/*",)
 
 
 def test_values_convert_to_host_types(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+import scripted_node
 
 from fleet.inventory.host import Host
 from fleet.node.node import Node
@@ -43,15 +44,14 @@ def pids_of(argv: Sequence[str]) -> list[int]:
 def node(scans: Iterator[str], cgroup: dict[int, str]) -> ScriptedTransport:
     """Holders as `scans` yields them; every process a python3 child of init; units per `cgroup`."""
     return ScriptedTransport([
-        (("find", "/proc", "-mindepth"), lambda argv: Reply(next(scans, ""))),
-        (("ps", "-ww"), lambda argv: Reply("".join(f"{p} 1 root python3 -m trainer\n" for p in pids_of(argv)))),
+        (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
+        (("ps", "-ww"), lambda argv: Reply(scripted_node.ps("".join(
+            f"{p} 1 root python3 -m trainer\n" for p in pids_of(argv))))),
         (("find",), lambda argv: Reply("".join(f"/proc/{p}\t/usr/bin/python3.11\n" for p in pids_of(argv)))),
-        (("awk",), lambda argv: Reply("self\t900\n900\t1\tawk\n1\t0\tsystemd\n" + "".join(
-            f"{p}\t1\tpython3\n" for p in pids_of(argv[3:])))),
+        (("awk",), scripted_node.lineage),
         (("grep",), lambda argv: Reply("".join(
             f"/proc/{p}/cgroup:{cgroup[p]}\n" for p in pids_of(argv) if p in cgroup))),
-        (("kill",), Reply()),
-        (("ps", "-o", "pid=,stat="), Reply(exit_status=1)),
+        (("sh", "-c"), scripted_node.signal()),
         (("systemctl", "show", "--property=Restart"), Reply("Restart=always\n")),
         (("systemctl", "stop"), Reply()),
         (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
@@ -100,3 +100,35 @@ async def test_kept_holders_are_logged_with_why() -> None:
     outcome = await kill.kill(r)
     assert outcome.result.detail == "no GPU holders to kill; kept pid 900 python3 (fleet's own session)"
     assert ("kept", {"step": "kill", "pid": 900, "name": "python3", "reason": "fleet's own session"}) in r.log.events
+
+
+BATCH = "0::/system.slice/batch.service"
+
+
+async def test_stop_units_never_stops_an_unrelated_service_running_the_same_python() -> None:
+    """After the kill the trainer is back in its unit, and a batch job started in another unit: both run
+    /usr/bin/python3.11. Only the trainer's own unit is stopped; the batch job is a new holder, not a respawn."""
+    t = node(iter([holder(100), holder(101) + holder(102), ""]), {100: TRAINER, 101: TRAINER, 102: BATCH})
+    outcome = await kill.kill(remote(t), stop_respawning=True)
+    stopped = [argv[-1] for argv in t.ran if argv[:2] == ("systemctl", "stop")]
+    assert stopped == ["trainer.service"]
+    assert outcome.result.status is StepStatus.OK, outcome.result.error
+
+
+async def test_a_pid_that_is_someone_else_after_sigterm_is_never_sigkilled() -> None:
+    """The holder ignores SIGTERM; by the time of the next look its pid belongs to another process
+    (signal.sh says `changed`): it counts as gone, and SIGKILL is never sent to that pid."""
+    looks = iter(["alive", "changed"])
+
+    def answer(argv: Sequence[str]) -> Reply:
+        sig, pids = scripted_node.targets(argv)
+        verdict = next(looks, "changed") if sig == "-" else "sent"
+        return Reply("".join(f"{verdict} {pid}\n" for pid in pids))
+
+    t = node(iter([holder(100), ""]), {})
+    t.script.insert(0, (("sh", "-c"), answer))
+    outcome = await kill.kill(remote(t))
+    signals = [scripted_node.targets(argv)[0] for argv in t.ran if argv[:2] == ("sh", "-c")]
+    assert "KILL" not in signals
+    assert outcome.result.status is StepStatus.OK, outcome.result.error
+    assert [(k.pid, k.signal) for k in outcome.killed] == [(100, "SIGTERM")]

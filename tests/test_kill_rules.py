@@ -7,7 +7,7 @@ from fleet.reset.protection import Holder
 
 
 def test_killed_records_name_the_last_signal_needed() -> None:
-    targets = [Holder(p, "root", "python3", None, ()) for p in (1, 2, 3)]
+    targets = [Holder(p, "root", "python3", None, (), start=100 + p) for p in (1, 2, 3)]
     records = killed_records(targets, after_term=frozenset({2, 3}), after_kill=frozenset({3}))
     assert [(r.pid, r.signal) for r in records] == [(1, "SIGTERM"), (2, "SIGKILL")]
     assert kill_error(frozenset({3}), targets, []) == "survived SIGKILL: pid 3 python3"
@@ -20,11 +20,29 @@ def test_new_holder_after_kill_is_an_error() -> None:
 
 
 def test_a_kill_the_node_refused_says_how_to_fix_it() -> None:
-    targets = [Holder(7, "bob", "python3", None, ())]
-    error = kill_error(frozenset({7}), targets, [], denied="kill: (7): Operation not permitted")
-    assert error == (
-        "not permitted to kill pid 7 python3 (kill: (7): Operation not permitted): run as root or set become: true"
-    )
+    targets = [Holder(7, "bob", "python3", None, (), start=700)]
+    error = kill_error(frozenset({7}), targets, [], denied=frozenset({7}))
+    assert error == "not permitted to kill pid 7 python3: run as root or set become: true"
+
+
+def test_only_the_pids_whose_kill_was_refused_are_named_as_refused() -> None:
+    """signal.sh says per process what it did: a refusal names just those pids, before any other survivor."""
+    targets = [Holder(7, "bob", "python3", None, (), start=700), Holder(8, "root", "trainer", None, (), start=800),
+               Holder(9, "bob", "python3", None, (), start=900)]
+    error = kill_error(frozenset({7, 8, 9}), targets, [], denied=frozenset({7, 9}))
+    assert error == "not permitted to kill pid 7 python3, pid 9 python3: run as root or set become: true"
+    assert kill_error(frozenset({8}), targets, [], denied=frozenset({7})) == "survived SIGKILL: pid 8 trainer"
+
+
+def test_a_survivor_whose_start_time_is_unknown_was_never_signalled() -> None:
+    """Without its start time fleet cannot tell the process from a later one with its pid: it is left alone,
+    and the error says so (it did not survive SIGKILL: it never got one)."""
+    targets = [Holder(7, "bob", "python3", None, (), start=700), Holder(8, "root", "trainer", None, ())]
+    assert targets[1].identity() is None
+    assert kill_error(frozenset({8}), targets, []) == (
+        "not signalled, its start time could not be read (who it is is unknown): pid 8 trainer")
+    assert kill_error(frozenset({7, 8}), targets, [], denied=frozenset({7})) == (
+        "not permitted to kill pid 7 python3: run as root or set become: true")
 
 
 def test_describe_kill_names_every_holder_left_alive_with_why() -> None:
@@ -35,8 +53,8 @@ def test_describe_kill_names_every_holder_left_alive_with_why() -> None:
 
 # --- respawn -------------------------------------------------------
 
-KILLED = [Holder(4000, "root", "python3", "/usr/bin/python3.11", (), unit="sglang.service"),
-          Holder(4001, "root", "trainer", "/opt/trainer", ())]
+KILLED = [Holder(4000, "root", "python3", "/usr/bin/python3.11", (), unit="sglang.service", start=9000),
+          Holder(4001, "root", "trainer", "/opt/trainer", (), start=9001)]
 
 
 def back(pid: int, exe: str | None = None, unit: str | None = None, name: str = "python3") -> Holder:
@@ -69,6 +87,24 @@ def test_a_stranger_after_the_kill_is_a_new_holder() -> None:
     error = kill_error(frozenset(), KILLED, [back(5000, exe="/usr/bin/perl", unit="other.service")])
     assert error == "new GPU holders after kill: pid 5000 python3"
     assert split_back([back(4000, unit="sglang.service")], KILLED) == ([], [])  # a target still dying
+
+
+def test_the_same_executable_in_another_unit_is_new_not_respawned() -> None:
+    """Every python is /usr/bin/python3.11: another service's python after the kill is not the killed one back
+    (`--stop-units` would stop that unrelated service)."""
+    other = back(5001, exe="/usr/bin/python3.11", unit="jupyter.service")
+    assert split_back([other], KILLED) == ([], [other])
+    assert kill_error(frozenset(), KILLED, [other]) == "new GPU holders after kill: pid 5001 python3"
+
+
+def test_the_same_executable_outside_a_unit_is_a_respawn_only_of_a_killed_holder_outside_one() -> None:
+    loose = back(5002, exe="/usr/bin/python3.11")  # the killed python3.11 ran in sglang.service
+    assert split_back([loose], KILLED) == ([], [loose])
+    trainer = back(5003, exe="/opt/trainer", name="trainer")  # the killed trainer ran in no unit
+    assert split_back([trainer], KILLED) == ([trainer], [])
+    in_a_unit = back(5004, exe="/opt/trainer", unit="other.service", name="trainer")
+    assert split_back([in_a_unit], KILLED) == ([], [in_a_unit])
+    assert split_back([back(5005)], KILLED) == ([], [back(5005)])  # no exe, no unit: nothing ties it to a kill
 
 
 def test_survivors_come_before_respawns() -> None:

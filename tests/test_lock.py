@@ -249,7 +249,7 @@ async def test_sudo_that_asks_for_the_lock_is_one_line(make_node: MakeNode, tmp_
         f"cannot take the reset lock: sudo -n on {node.host.name} needs a password for flock: "
         "allow it in sudoers (NOPASSWD) or run as root"
     )
-    assert node.server.commands[0].startswith("sudo -n timeout ")
+    assert node.server.commands[0].startswith("timeout -k 1 ") and " sudo -n timeout " in node.server.commands[0]
 
 
 # --- the runner -------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ async def test_an_unusable_lock_fails_the_host_with_the_reason(tmp_path: Path) -
 
 async def test_reset_holds_the_lock_and_releases_it_even_after_an_internal_error(tmp_path: Path) -> None:
     clean = ScriptedTransport(node_script())
-    broken = ScriptedTransport([s for s in node_script() if s[0][0] != "kill"])  # kill unscripted: a bug
+    broken = ScriptedTransport([s for s in node_script() if s[0][0] != "sh"])  # the signal unscripted: a bug
     report, _ = await run([make_host("gpu-01"), make_host("gpu-02")], {"gpu-01": clean, "gpu-02": broken}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     assert "internal error during kill" in (report.hosts["gpu-02"].error or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +12,28 @@ from test_runner_logic import make_host, node_script, run
 from fleet.errors import AuthError
 from fleet.node.node import Node
 from fleet.node.probe import Probe
-from fleet.node.probes import procs, smi, units
+from fleet.node.probes import lineage, procs, smi, units
 from fleet.report.models import HostStatus
 from fleet.reset import lock
 from fleet.transport.base import CommandResult, Held, bounded_argv, finish
 from fleet.transport.scripted import ScriptedTransport
 
 
+ID_100 = procs.Identity(100, 4242, "/usr/bin/python3.11", "root")
+ID_101 = procs.Identity(101, 4243, None, "alice")
+
+
+def through_sudo(wire: Sequence[str]) -> bool:
+    """Whether a command went on the wire through sudo: `timeout -k K T sudo -n ...` (sudo inside the bound)."""
+    return list(wire[:6]) == ["timeout", "-k", wire[2], wire[3], "sudo", "-n"]
+
+
 @pytest.mark.parametrize(
     ("probe", "root"),
     [
-        pytest.param(procs.kill("SIGTERM", [100, 101]), True, id="kill TERM"),
-        pytest.param(procs.kill("SIGKILL", [100]), True, id="kill KILL"),
+        pytest.param(procs.signal("SIGTERM", [ID_100, ID_101]), True, id="signal TERM"),
+        pytest.param(procs.signal("SIGKILL", [ID_100]), True, id="signal KILL"),
+        pytest.param(procs.signal(procs.ALIVE, [ID_100]), True, id="alive (same identity)"),
         pytest.param(units.unit_stop("sglang.service"), True, id="unit_stop"),
         pytest.param(units.unit_kill("sglang.service"), True, id="unit_kill"),
         pytest.param(procs.holder_scan(["/dev/nvidia*"]), True, id="holder_scan"),
@@ -31,8 +42,9 @@ from fleet.transport.scripted import ScriptedTransport
         pytest.param(lock.lock_probe("/var/lock/fleet-reset.lock", "run-1", 10), True, id="lock in /var/lock"),
         pytest.param(units.unit_state("sglang.service"), False, id="unit_state"),
         pytest.param(units.unit_restart("sglang.service"), False, id="unit_restart"),
-        pytest.param(procs.ps([100]), False, id="ps"),
-        pytest.param(procs.alive([100]), False, id="alive"),
+        pytest.param(procs.ps([100]), True, id="ps (sees every process, hidepid too)"),
+        pytest.param(lineage.lineage([100]), True, id="lineage"),
+        pytest.param(units.units_of([100], simulated=False), True, id="units_of"),
         pytest.param(smi.gpu_query("nvidia-smi", smi.VERIFY_FIELDS), False, id="gpu_query"),
         pytest.param(smi.compute_apps("/usr/bin/nvidia-smi"), False, id="compute_apps"),
         pytest.param(lock.lock_probe("/srv/sim/gpu-01/run/fleet-reset.lock", "run-1", 10), False, id="lock in /srv"),
@@ -43,11 +55,11 @@ def test_needs_root(probe: Probe[Any], root: bool) -> None:
     assert probe.needs_root is root
 
 
-def test_bounded_argv_prefixes_sudo_only_when_asked() -> None:
+def test_bounded_argv_prefixes_sudo_only_when_asked_and_bounds_sudo_itself() -> None:
     assert bounded_argv(["kill", "-s", "TERM", "--", "7"], 5) == ["timeout", "-k", "1", "5.0", "kill", "-s", "TERM",
                                                                   "--", "7"]
-    assert bounded_argv(["kill", "--", "7"], 2.5, become=True) == ["sudo", "-n", "timeout", "-k", "1", "2.5",
-                                                                   "kill", "--", "7"]
+    assert bounded_argv(["kill", "--", "7"], 2.5, become=True) == ["timeout", "-k", "1", "2.5", "sudo", "-n",
+                                                                   "timeout", "-k", "1", "2.5", "kill", "--", "7"]
 
 
 @pytest.mark.parametrize("stderr", ["sudo: a password is required\n", "sudo: a terminal is required to read the"
@@ -64,7 +76,7 @@ def test_a_sudo_that_asks_is_one_auth_error_line(stderr: str) -> None:
 
 
 async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A whole reset over the scripted transport: sudo for kill, stop, /proc scans and the lock; nothing else."""
+    """A whole reset over the scripted transport: sudo for signals, stop, /proc reads and the lock; nothing else."""
     asked: list[Probe[Any]] = []  # every probe the node ran or held, in order
     node_run, node_hold = Node.run, Node.hold
 
@@ -81,20 +93,22 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
     t = ScriptedTransport(node_script(), become=True)
     report, _ = await run([make_host(become=True)], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN, report.hosts["gpu-01"].error
-    with_sudo = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if wire[:2] == ("sudo", "-n")}
-    without = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if wire[0] == "timeout"}
-    assert with_sudo == {"flock", "systemctl", "find", "kill"}
-    assert without == {"systemctl", "ps", "nvidia-smi", "awk", "grep"}  # awk, grep: world-readable /proc files
+    with_sudo = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if through_sudo(wire)}
+    without = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if not through_sudo(wire)}
+    # sudo: the lock, systemctl stop, and everything that reads other users' /proc entries (the holder
+    # scan, ps, exe, lineage, cgroups: under hidepid, all of them) or signals (sh: the identity-checked signal)
+    assert with_sudo == {"flock", "systemctl", "find", "sh", "ps", "awk", "grep"}
+    assert without == {"systemctl", "nvidia-smi"}
     assert [probe.argv for probe in asked] == t.ran  # every command is a probe that declared its privilege
     for probe, wire in zip(asked, t.sent, strict=True):
-        assert (wire[:2] == ("sudo", "-n")) is probe.needs_root, probe.argv
+        assert through_sudo(wire) is probe.needs_root, probe.argv
         assert wire[-len(probe.argv):] == probe.argv
     shows = [wire for argv, wire in zip(t.ran, t.sent, strict=True) if argv[:2] == ("systemctl", "show")]
-    assert shows and all(wire[0] == "timeout" for wire in shows)
+    assert shows and not any(through_sudo(wire) for wire in shows)
 
 
 async def test_without_become_nothing_gets_sudo(tmp_path: Path) -> None:
     t = ScriptedTransport(node_script())
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
-    assert t.sent and all(wire[0] == "timeout" for wire in t.sent)
+    assert t.sent and all(wire[0] == "timeout" and not through_sudo(wire) for wire in t.sent)

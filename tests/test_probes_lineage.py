@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from test_signal_identity import start_time
 
 from fleet.node.probes import lineage as lineage_probes
 from fleet.node.probes.lineage import LINEAGE_AWK, LINEAGE_DEPTH, Lineage, ProcStat, lineage_argv, parse_lineage
@@ -52,7 +53,7 @@ def test_lineage_argv_shape() -> None:
     assert lineage_argv([12, 4242]) == ["awk", "-v", "depth=64", LINEAGE_AWK, "self", "12", "4242"]
     assert LINEAGE_DEPTH == 64
     probe = lineage_probes.lineage([12, 4242])
-    assert (probe.argv, probe.needs_root) == (tuple(lineage_argv([12, 4242])), False)
+    assert (probe.argv, probe.needs_root) == (tuple(lineage_argv([12, 4242])), True)  # /proc/PID/stat under hidepid
 
 
 def test_the_awk_program_is_lineage_awk_without_its_comments() -> None:
@@ -72,47 +73,51 @@ def test_lineage_argv_rejects_bad_pids(pids: list[int]) -> None:
 def test_parse_lineage_golden() -> None:
     text = (
         "self\t900\n"
-        "900\t899\tawk\n"
-        "899\t880\ttimeout\n"
-        "880\t1\tpython3\n"
-        "1\t0\tsystemd\n"
-        "4242\t12\tpython3\n"
-        "12\t1\tnvidia-persiste\n"
-        "77\t1\ta) S 1 (b\tc\n"
+        "900\t899\t88001\tawk\n"
+        "899\t880\t88000\ttimeout\n"
+        "880\t1\t87000\tpython3\n"
+        "1\t0\t2\tsystemd\n"
+        "4242\t12\t9001\tpython3\n"
+        "12\t1\t350\tnvidia-persiste\n"
+        "77\t1\t400\ta) S 1 (b\tc\n"
     )
     lineage = parse_lineage(text)
     assert lineage.own == (900, 899, 880, 1)
     assert set(lineage.procs) == {900, 899, 880, 1, 4242, 12, 77}
-    assert lineage.procs[77] == ProcStat(77, 1, "a) S 1 (b\tc")
-    assert lineage.ancestors(4242) == [ProcStat(12, 1, "nvidia-persiste"), ProcStat(1, 0, "systemd")]
-    assert lineage.ancestors(4242, depth=1) == [ProcStat(12, 1, "nvidia-persiste")]
+    assert lineage.procs[77] == ProcStat(77, 1, "a) S 1 (b\tc", 400)
+    assert lineage.procs[4242].start == 9001
+    assert lineage.ancestors(4242) == [ProcStat(12, 1, "nvidia-persiste", 350), ProcStat(1, 0, "systemd", 2)]
+    assert lineage.ancestors(4242, depth=1) == [ProcStat(12, 1, "nvidia-persiste", 350)]
     assert lineage.ancestors(5) == []
 
 
 def test_parse_lineage_has_no_simulated_line_and_reads_empty() -> None:
     """A `simulated` line is no answer of the walk any more: it is malformed like any other stray line."""
-    with pytest.raises(ProbeParseError, match="line 1: expected pid<TAB>ppid<TAB>comm"):
+    with pytest.raises(ProbeParseError, match="line 1: expected pid<TAB>ppid<TAB>starttime<TAB>comm"):
         parse_lineage("simulated\n")
     assert [f.name for f in dataclasses.fields(Lineage)] == ["procs", "own"]
     assert parse_lineage("") == Lineage({})
 
 
 def test_lineage_chain_stops_at_a_loop() -> None:
-    assert parse_lineage("self\t5\n5\t6\tx\n6\t5\ty\n").own == (5, 6)
+    assert parse_lineage("self\t5\n5\t6\t100\tx\n6\t5\t90\ty\n").own == (5, 6)
 
 
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("12\t1", "expected pid<TAB>ppid<TAB>comm"),
-        ("x\t1\tsh", "pid is not"),
-        ("12\ty\tsh", "ppid is not"),
+        ("12\t1", "expected pid<TAB>ppid<TAB>starttime<TAB>comm"),
+        ("12\t1\tsh", "expected pid<TAB>ppid<TAB>starttime<TAB>comm"),  # the old 3-field line: no start time
+        ("x\t1\t5\tsh", "pid is not"),
+        ("12\ty\t5\tsh", "ppid is not"),
+        ("12\t1\tsh\t5", "starttime is not"),
+        ("12\t1\t\tsh", "starttime is not"),
         ("self\tme", "self pid is not"),
     ],
 )
 def test_parse_lineage_malformed(line: str, reason: str) -> None:
     with pytest.raises(ProbeParseError, match=f"line 2: {reason}"):
-        parse_lineage("1\t0\tinit\n" + line)
+        parse_lineage("1\t0\t2\tinit\n" + line)
 
 
 def test_lineage_round_trip_walks_from_itself_and_from_each_pid(named_child: Callable[[str], int]) -> None:
@@ -123,9 +128,10 @@ def test_lineage_round_trip_walks_from_itself_and_from_each_pid(named_child: Cal
     lineage = parse_lineage(done.stdout)
     assert lineage.own[1] == os.getpid()  # awk's parent is this process
     assert lineage.own[-1] == 1
-    assert lineage.procs[odd] == ProcStat(odd, os.getpid(), "a) S 1 (b) x")
+    assert lineage.procs[odd] == ProcStat(odd, os.getpid(), "a) S 1 (b) x", start_time(odd))
     me = Path("/proc/self/comm").read_text().rstrip("\n")
-    assert lineage.procs[os.getpid()] == ProcStat(os.getpid(), os.getppid(), me)
+    assert lineage.procs[os.getpid()] == ProcStat(os.getpid(), os.getppid(), me, start_time(os.getpid()))
+    assert lineage.procs[1].start == start_time(1)
     assert [p.pid for p in lineage.ancestors(odd)] == list(lineage.own[1:])
     assert "simulated" not in done.stdout.splitlines()
 

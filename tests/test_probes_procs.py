@@ -6,29 +6,36 @@ import ast
 import inspect
 import os
 import pwd
+import re
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from test_signal_identity import Children, dead_pid, identity_of, run_signal, state
+from test_signal_identity import children as children  # the fixture: children killed by pid after the test
 
 from fleet.node import probes
 from fleet.node.probe import ANY_EXIT
 from fleet.node.probes import lineage, parse, procs, smi, units
 from fleet.node.probes.parse import ProbeParseError
 from fleet.node.probes.procs import (
+    ALIVE,
+    SIGNAL_SH,
     HolderRow,
+    HolderScan,
+    Identity,
     PsRow,
-    alive_argv,
     exe_argv,
     holders_scan_argv,
-    kill_argv,
     parse_exe,
     parse_holders,
-    parse_pids,
     parse_ps,
+    parse_scan,
+    parse_verdicts,
     ps_argv,
+    signal_argv,
 )
 
 # --- the package -------------------------------------------------------
@@ -74,6 +81,9 @@ def test_holders_scan_argv_shape() -> None:
         "(", "-regex", "/proc/[0-9]+/fd/[0-9]+",
         "(", "-lname", "/dev/nvidia*", "-o", "-lname", "/dev/dri/*", ")",
         "-printf", "%u\\t%p\\t%l\\n", ")",
+        "-o", "(", "-regex", "/proc/[0-9]+/fd", "-not", "-readable",
+        "-printf", "unreadable\\t%u\\t%h\\n", "-prune", ")",
+        "-o", "(", "-path", "/proc/1", "-printf", "init\\n", ")",
         "-o", "(", "-not", "-regex", "/proc/[0-9]+\\(/fd\\)?", "-prune", ")",
     ]  # fmt: skip
 
@@ -107,6 +117,30 @@ def test_parse_holders_groups_sorts_and_dedups() -> None:
 
 def test_parse_holders_empty() -> None:
     assert parse_holders("") == ()
+    assert parse_scan("") == HolderScan((), init_seen=False, unreadable=())
+
+
+def test_parse_scan_tells_what_the_scan_could_not_see() -> None:
+    """`init` (it saw /proc/1) and `unreadable` (an fd table it may not read) lines beside the holders."""
+    text = (
+        "alice\t/proc/4242/fd/7\t/dev/nvidia0\n"
+        "init\n"
+        "unreadable\tbob\t/proc/77\n"
+        "unreadable\troot\t/proc/12\n"
+        "unreadable\tbob\t/proc/77\n"
+        "unreadable\tuser with spaces\t/proc/5\n"
+    )
+    assert parse_scan(text) == HolderScan(
+        rows=(HolderRow(4242, "alice", ("/dev/nvidia0",)),), init_seen=True, unreadable=(5, 12, 77)
+    )
+    assert parse_holders(text) == (HolderRow(4242, "alice", ("/dev/nvidia0",)),)
+    assert parse_scan("alice\t/proc/4242/fd/7\t/dev/nvidia0\n").init_seen is False
+
+
+@pytest.mark.parametrize("line", ["unreadable\tbob\t/proc/self", "unreadable\tbob\t/proc/77/fd", "unreadable\tbob"])
+def test_parse_scan_malformed_unreadable_line(line: str) -> None:
+    with pytest.raises(ProbeParseError, match="line 2: expected unreadable<TAB>user<TAB>/proc/PID"):
+        parse_scan("init\n" + line)
 
 
 @pytest.mark.parametrize(
@@ -134,6 +168,9 @@ def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
     assert done.returncode in (0, 1), done.stderr
     holders = {h.pid: h for h in parse_holders(done.stdout)}
     assert holders == {os.getpid(): HolderRow(os.getpid(), pwd.getpwuid(os.geteuid()).pw_name, (str(device),))}
+    seen = parse_scan(done.stdout)
+    assert seen.init_seen  # /proc/1 is there for every scan that ran (no hidepid here)
+    assert os.getpid() not in seen.unreadable
 
 
 # --- process details -------------------------------------------------------
@@ -150,10 +187,16 @@ def test_process_argv_shapes() -> None:
         "-printf",
         "%h\\t%l\\n",
     ]
-    assert alive_argv([1, 2]) == ["ps", "-o", "pid=,stat=", "-p", "1,2"]
+    assert signal_argv(ALIVE, [Identity(2, 77, None, "root")]) == [
+        "sh", "-c", SIGNAL_SH, "fleet-signal", "-", "2", "77", "", "root"]
 
 
-@pytest.mark.parametrize("make", [ps_argv, exe_argv, alive_argv])
+def looks_at(pids: Sequence[int]) -> list[str]:
+    """The identity-checked look (signal.sh with ALIVE) at these pids."""
+    return signal_argv(ALIVE, [Identity(pid, 100, None, "root") for pid in pids])
+
+
+@pytest.mark.parametrize("make", [ps_argv, exe_argv, looks_at])
 @pytest.mark.parametrize("pids", [[], [0], [5, -1]])
 def test_process_argv_rejects_bad_pids(make: Callable[[Sequence[int]], list[str]], pids: list[int]) -> None:
     with pytest.raises(ValueError, match="pid"):
@@ -223,18 +266,33 @@ def test_parse_exe_malformed(line: str) -> None:
         parse_exe(line)
 
 
-def test_parse_pids() -> None:
-    assert parse_pids("    1\n 4242\n\n77777") == frozenset({1, 4242, 77777})
-    assert parse_pids("") == frozenset()
+def test_parse_verdicts() -> None:
+    text = "sent 4242\ngone 77\n\nchanged 78\ndenied 79\nalive 80"
+    assert parse_verdicts(text) == {4242: "sent", 77: "gone", 78: "changed", 79: "denied", 80: "alive"}
+    assert parse_verdicts("") == {}
 
 
-def test_parse_pids_counts_a_zombie_as_dead() -> None:
-    assert parse_pids("    1 Ss\n 4242 Z\n 4243 Sl+\n") == frozenset({1, 4243})
+def test_a_real_zombie_child_is_gone(children: Children) -> None:
+    """A child that exited and is not reaped yet holds nothing: signal.sh says `gone` and signals nothing."""
+    zombie, judged = children.zombie()
+    assert run_signal(ALIVE, [judged]) == {zombie.pid: "gone"}
+    assert run_signal("KILL", [judged]) == {zombie.pid: "gone"}
+    assert state(zombie.pid) == "Z"
 
 
-def test_parse_pids_malformed() -> None:
-    with pytest.raises(ProbeParseError, match="line 2: pid is not an integer: 'zombie'"):
-        parse_pids("1\nzombie\n")
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("zombie", "expected '<sent|alive|gone|changed|denied> PID'"),
+        ("killed 7", "expected '<sent|alive|gone|changed|denied> PID'"),
+        ("kill: (7): Operation not permitted", "expected '<sent|"),
+        ("sent seven", "pid is not an integer: 'sent seven'"),
+        ("sent", "pid is not an integer"),
+    ],
+)
+def test_parse_verdicts_malformed(line: str, reason: str) -> None:
+    with pytest.raises(ProbeParseError, match=f"line 2: {re.escape(reason)}"):
+        parse_verdicts("sent 1\n" + line)
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -262,33 +320,44 @@ def test_exe_round_trip_on_this_process() -> None:
     assert parse_exe(done.stdout) == {pid: os.readlink(f"/proc/{pid}/exe")}
 
 
-def test_alive_round_trip() -> None:
-    pid, dead = os.getpid(), _dead_pid()
-    assert parse_pids(_run(alive_argv([pid, dead])).stdout) == frozenset({pid})
-    done = _run(alive_argv([dead]))
-    assert (done.returncode, parse_pids(done.stdout)) == (1, frozenset())
+def test_alive_round_trip(children: Children) -> None:
+    """signal.sh's look, run here: a live child is alive (and not signalled), a dead pid is gone."""
+    child = children.plain()
+    dead = dead_pid()
+    live = identity_of(child.pid)
+    assert run_signal(ALIVE, [live, Identity(dead, live.start, None, live.user)]) == {child.pid: "alive", dead: "gone"}
+    assert run_signal(ALIVE, [Identity(dead, 1, None, "root")]) == {dead: "gone"}
+    assert child.poll() is None
 
 
 # --- signals -------------------------------------------------------
 
+TARGETS = [Identity(4242, 9001, "/usr/bin/python3.11", "alice"), Identity(77, 12, None, "root")]
+
 
 @pytest.mark.parametrize(
-    ("signal", "name"), [("TERM", "TERM"), ("SIGTERM", "TERM"), ("KILL", "KILL"), ("sigkill", "KILL")]
+    ("signal", "name"),
+    [("TERM", "TERM"), ("SIGTERM", "TERM"), ("KILL", "KILL"), ("sigkill", "KILL"), (ALIVE, "-")],
 )
-def test_kill_argv(signal: str, name: str) -> None:
-    assert kill_argv(signal, [4242, 77]) == ["kill", "-s", name, "--", "4242", "77"]
+def test_signal_argv(signal: str, name: str) -> None:
+    assert signal_argv(signal, TARGETS) == [
+        "sh", "-c", SIGNAL_SH, "fleet-signal", name,
+        "4242", "9001", "/usr/bin/python3.11", "alice",
+        "77", "12", "", "root",
+    ]  # fmt: skip
 
 
-@pytest.mark.parametrize("signal", ["HUP", "SIGINT", "9", "", "SIGSIGTERM"])
-def test_kill_argv_rejects_other_signals(signal: str) -> None:
+@pytest.mark.parametrize("signal", ["HUP", "SIGINT", "9", "", "SIGSIGTERM", "--", "SIG-"])
+def test_signal_argv_rejects_other_signals(signal: str) -> None:
     with pytest.raises(ValueError, match="only TERM and KILL"):
-        kill_argv(signal, [4242])
+        signal_argv(signal, TARGETS)
 
 
 @pytest.mark.parametrize("pids", [[], [1], [0], [-1], [4242, 1], [-4242]])
-def test_kill_argv_never_init_or_groups(pids: list[int]) -> None:
+@pytest.mark.parametrize("signal", ["TERM", "KILL", ALIVE])
+def test_signal_argv_never_init_or_groups(signal: str, pids: list[int]) -> None:
     with pytest.raises(ValueError, match="must be > 1"):
-        kill_argv("TERM", pids)
+        signal_argv(signal, [Identity(pid, 5, None, "root") for pid in pids])
 
 
 # --- the probes -------------------------------------------------------
@@ -296,11 +365,21 @@ def test_kill_argv_never_init_or_groups(pids: list[int]) -> None:
 
 def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
     scan = procs.holder_scan(["/dev/nvidia*"])
-    assert (scan.argv, scan.ok_exits) == (tuple(holders_scan_argv(["/dev/nvidia*"])), frozenset({0, 1}))
-    assert scan.parse("alice\t/proc/7/fd/3\t/dev/nvidia0\n") == (HolderRow(7, "alice", ("/dev/nvidia0",)),)
+    assert (scan.argv, scan.ok_exits, scan.needs_root) == (
+        tuple(holders_scan_argv(["/dev/nvidia*"])), frozenset({0, 1}), True)
+    assert scan.parse("alice\t/proc/7/fd/3\t/dev/nvidia0\ninit\n") == HolderScan(
+        (HolderRow(7, "alice", ("/dev/nvidia0",)),), init_seen=True)
     assert (procs.ps([1, 2]).argv, procs.ps([1, 2]).ok_exits) == (tuple(ps_argv([1, 2])), ANY_EXIT)
     assert (procs.exe([1]).argv, procs.exe([1]).ok_exits) == (tuple(exe_argv([1])), ANY_EXIT)
-    assert (procs.alive([3]).argv, procs.alive([3]).ok_exits) == (tuple(alive_argv([3])), ANY_EXIT)
-    assert procs.alive([3]).parse(" 3 Z\n") == frozenset()
-    kill = procs.kill("SIGTERM", [4242])
-    assert (kill.argv, kill.ok_exits) == (tuple(kill_argv("TERM", [4242])), ANY_EXIT)
+    look = procs.signal(ALIVE, TARGETS)
+    assert (look.argv, look.ok_exits, look.needs_root) == (tuple(signal_argv(ALIVE, TARGETS)), frozenset({0}), True)
+    assert look.parse("gone 4242\nalive 77\n") == {4242: "gone", 77: "alive"}
+    kill = procs.signal("SIGTERM", TARGETS)
+    assert (kill.argv, kill.ok_exits, kill.needs_root) == (tuple(signal_argv("TERM", TARGETS)), frozenset({0}), True)
+
+
+def test_ps_is_always_asked_about_pid_1_too() -> None:
+    """A ps that cannot see every process (hidepid) shows it by leaving pid 1 out."""
+    assert procs.ps([4242, 77]).argv == tuple(ps_argv([1, 77, 4242]))
+    assert procs.ps([1, 4242]).argv == tuple(ps_argv([1, 4242]))
+    assert procs.ps([4242]).needs_root is True

@@ -55,13 +55,13 @@ def project_noheader(text: str, fields: Sequence[str]) -> str:
 def test_gpu_query_argv_shapes() -> None:
     assert gpu_query_argv("nvidia-smi", SETTLE_FIELDS) == [
         "nvidia-smi",
-        "--query-gpu=index,memory.used",
+        "--query-gpu=index,uuid,memory.used,mig.mode.current",
         "--format=csv,noheader,nounits",
     ]
     assert gpu_query_argv("/usr/bin/nvidia-smi", VERIFY_FIELDS) == [
         "/usr/bin/nvidia-smi",
         "--query-gpu=index,uuid,pci.bus_id,name,memory.used,memory.total,"
-        "ecc.errors.uncorrected.volatile.total",
+        "ecc.errors.uncorrected.volatile.total,mig.mode.current",
         "--format=csv,noheader,nounits",
     ]
 
@@ -85,16 +85,35 @@ def test_verify_query_on_real_h100_rows(name: str, used: int) -> None:
             name="NVIDIA H100 80GB HBM3",
             memory_total_mib=81559,
             ecc_uncorrected=0,
+            mig=False,  # the capture says `Disabled`
         ),
     )
 
 
 def test_settle_query_on_eight_gpus_without_trailing_newline() -> None:
-    text = "0, 1\n1, 1\n2, 0\n3, 1\n4, 9221\n5, 1\n6, 1\n7, [N/A]"
+    used = ["1", "1", "0", "1", "9221", "1", "1", "[N/A]"]
+    text = "\n".join(f"{i}, GPU-{i}, {mib}, Disabled" for i, mib in enumerate(used))
     rows = parse_gpu_query(text, SETTLE_FIELDS)
     assert [r.index for r in rows] == list(range(8))
     assert [r.memory_used_mib for r in rows] == [1, 1, 0, 1, 9221, 1, 1, None]
-    assert rows[0] == GpuRow(index=0, memory_used_mib=1)
+    assert [r.uuid for r in rows] == [f"GPU-{i}" for i in range(8)]
+    assert rows[0] == GpuRow(index=0, memory_used_mib=1, uuid="GPU-0", mig=False)
+
+
+@pytest.mark.parametrize(
+    ("mode", "mig"), [("Enabled", True), ("Disabled", False), ("[N/A]", False), ("N/A", False), ("", False)]
+)
+def test_settle_query_reads_the_mig_mode(mode: str, mig: bool) -> None:
+    """An idle MIG GPU holds memory with no process: settle and verify allow it more (`Allowance`)."""
+    (row,) = parse_gpu_query(f"0, GPU-a, 55, {mode}", SETTLE_FIELDS)
+    assert row == GpuRow(index=0, memory_used_mib=55, uuid="GPU-a", mig=mig)
+
+
+def test_settle_and_verify_fields_both_ask_for_uuid_and_mig_mode() -> None:
+    """The allowance needs the GPU (uuid: what kept processes hold on it) and its MIG mode, in both steps."""
+    for fields in (SETTLE_FIELDS, VERIFY_FIELDS):
+        assert {"index", "uuid", "memory.used", "mig.mode.current"} <= set(fields)
+    assert VERIFY_FIELDS[-1] == "mig.mode.current"
 
 
 @pytest.mark.parametrize(
@@ -129,19 +148,19 @@ def test_empty_gpu_query_is_no_rows(text: str) -> None:
 
 
 def test_wrong_column_count_names_the_line() -> None:
-    with pytest.raises(ProbeParseError, match=r"line 2: expected 2 columns, got 3: '1, 5, 7'") as info:
-        parse_gpu_query("0, 5\n1, 5, 7\n", SETTLE_FIELDS)
-    assert (info.value.lineno, info.value.line) == (2, "1, 5, 7")
+    with pytest.raises(ProbeParseError, match=r"line 2: expected 4 columns, got 3: '1, GPU-b, 5'") as info:
+        parse_gpu_query("0, GPU-a, 5, Disabled\n1, GPU-b, 5\n", SETTLE_FIELDS)
+    assert (info.value.lineno, info.value.line) == (2, "1, GPU-b, 5")
 
 
 @pytest.mark.parametrize("index", ["[N/A]", "GPU0", "", "0x1"])
 def test_non_integer_index_is_an_error(index: str) -> None:
     with pytest.raises(ProbeParseError, match="line 1: GPU index is not an integer"):
-        parse_gpu_query(f"{index}, 5", SETTLE_FIELDS)
+        parse_gpu_query(f"{index}, GPU-a, 5, Disabled", SETTLE_FIELDS)
 
 
 def test_error_text_instead_of_rows_is_an_error() -> None:
-    with pytest.raises(ProbeParseError, match="line 1: expected 2 columns, got 1"):
+    with pytest.raises(ProbeParseError, match="line 1: expected 4 columns, got 1"):
         parse_gpu_query(fixture("error_no-devices-found.txt"), SETTLE_FIELDS)
 
 
@@ -398,7 +417,8 @@ def test_classify_generic(status: int | None, stdout: str, stderr: str, expected
 def test_the_probes_run_those_argvs_read_their_output_and_explain_a_failure() -> None:
     query = smi.gpu_query("/usr/bin/nvidia-smi", SETTLE_FIELDS)
     assert query.argv == tuple(gpu_query_argv("/usr/bin/nvidia-smi", SETTLE_FIELDS))
-    assert query.parse("0, 5\n1, [N/A]") == (GpuRow(0, 5), GpuRow(1, None))
+    assert query.parse("0, GPU-a, 5, Enabled\n1, GPU-b, [N/A], [N/A]") == (
+        GpuRow(0, 5, "GPU-a", mig=True), GpuRow(1, None, "GPU-b"))
     apps = smi.compute_apps("nvidia-smi")
     assert apps.argv == tuple(compute_apps_argv("nvidia-smi"))
     assert apps.parse("GPU-a, 7, x, 3") == (ComputeApp("GPU-a", 7, "x", 3),)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from fleet.node.probes.units import (
 )
 from fleet.sim import unitd
 from fleet.sim.unitd import SIM_UNIT_VAR
+from fleet.transport.base import CommandResult
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -51,8 +53,25 @@ def test_unit_argv_shapes() -> None:
         unit,
     ]
     assert unit_stop_argv(unit) == ["systemctl", "stop", "--no-block", "--", unit]
-    assert unit_kill_argv(unit) == ["systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", "--", unit]
+    assert unit_kill_argv(unit) == ["systemctl", "kill", "--kill-who=all", "--signal=SIGKILL", "--", unit]
     assert unit_restart_argv(unit) == ["systemctl", "show", "--property=Restart", "--", unit]
+
+
+def test_unit_kill_uses_the_spelling_every_systemd_accepts() -> None:
+    """`--kill-whom=` is unknown before systemd 252 (Debian 11, Ubuntu 22.04, RHEL 8): `--kill-who=` works on all."""
+    argv = unit_kill_argv("sglang.service")
+    assert "--kill-who=all" in argv
+    assert not [word for word in argv if word.startswith("--kill-whom")]
+
+
+def test_this_machines_systemctl_accepts_the_kill_option() -> None:
+    """systemctl reads its options in order: an unknown one fails before `--help` is reached."""
+    if shutil.which("systemctl") is None:
+        pytest.skip("systemctl is not installed here")
+    options = [w for w in unit_kill_argv("x.service") if w.startswith("--") and w != "--"]
+    done = _run(["systemctl", *options, "--help"])
+    assert done.returncode == 0, done.stderr
+    assert _run(["systemctl", "--kill-no-such-option=all", "--help"]).returncode != 0  # not vacuous
 
 
 @pytest.mark.parametrize(
@@ -133,6 +152,10 @@ def test_parse_unit_state_malformed(text: str, reason: str) -> None:
         ("", None),
         ("/system.slice/foo\\x2dbar.service", None),
         ("/kubepods.slice/kubepods-pod1.slice/cri-containerd-9ab.scope", None),
+        # a delegated sub-cgroup: the service's own subgroups may be named *.service; the unit is the top one
+        ("/system.slice/containerd.service/kubepods-x.service", "containerd.service"),
+        ("/system.slice/docker.service/inner.service/payload", "docker.service"),
+        ("/system.slice/user-jobs.service/bad\\x2dname.service", "user-jobs.service"),
     ],
 )
 def test_unit_of_cgroup(path: str, unit: str | None) -> None:
@@ -154,6 +177,12 @@ def test_parse_cgroups_v2_v1_and_hybrid() -> None:
         "/proc/1/cgroup:0::/init.scope\n"
     )
     assert parse_cgroups(text) == {4242: "sglang.service", 77: "trainer.service", 88: "new.service"}
+
+
+def test_parse_cgroups_names_the_unit_of_a_delegated_sub_cgroup() -> None:
+    """containerd delegates its cgroup; a pod below it is no unit systemctl could stop: containerd is."""
+    text = "/proc/4242/cgroup:0::/system.slice/containerd.service/kubepods-x.service\n"
+    assert parse_cgroups(text) == {4242: "containerd.service"}
 
 
 def test_parse_cgroups_this_machines_literal_lines() -> None:
@@ -240,7 +269,12 @@ def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
     assert units.unit_state(unit).parse("ActiveState=failed\n") == UnitState("failed", None, None)
     assert (units.unit_stop(unit).argv, units.unit_stop(unit).ok_exits) == (tuple(unit_stop_argv(unit)),
                                                                            frozenset({0, 5}))
-    assert (units.unit_kill(unit).argv, units.unit_kill(unit).ok_exits) == (tuple(unit_kill_argv(unit)), ANY_EXIT)
+    kill = units.unit_kill(unit)
+    assert (kill.argv, kill.ok_exits, kill.needs_root) == (tuple(unit_kill_argv(unit)), frozenset({0}), True)
+    refused = CommandResult(kill.argv, 1, "", "systemctl: unrecognized option '--kill-whom=all'\n", 0.01)
+    assert not kill.answered(refused)  # a kill systemctl refused is no answer: the step fails with why
+    assert kill.failure(refused) == (
+        "systemctl kill sglang.service exited 1: systemctl: unrecognized option '--kill-whom=all'")
     restart = units.unit_restart(unit)
     assert (restart.argv, restart.ok_exits, restart.parse("Restart=always\n")) == (
         tuple(unit_restart_argv(unit)), ANY_EXIT, "always")

@@ -10,7 +10,7 @@ from fleet.errors import InventoryError
 from fleet.inventory.host import BUILTIN_PROTECTED, Host
 from fleet.inventory.load import load_inventory
 from fleet.node.probes.lineage import Lineage, ProcStat
-from fleet.node.probes.procs import PsRow
+from fleet.node.probes.procs import Identity, PsRow
 from fleet.reset import protection
 from fleet.reset.protection import Holder, ProcessFacts, Rules, full_name, is_protected, is_sshd
 
@@ -142,6 +142,22 @@ def test_kill_users_in_the_inventory(tmp_path: Path) -> None:
 
 
 # --- names: a process's full name, protected names, sshd -------------------------------------------------------
+
+
+def test_nvidia_imex_is_protected_by_default() -> None:
+    """The IMEX daemon (multi-node NVLink memory export) holds the GPUs on GB200/H200 NVL nodes."""
+    assert "nvidia-imex" in BUILTIN_PROTECTED
+    assert "nvidia-imex" in Host("h", "h").protected_names
+    assert judge(5003, name="nvidia-imex", exe="/usr/bin/nvidia-imex") == "protected name nvidia-imex"
+
+
+def test_a_holders_identity_is_its_pid_start_exe_and_the_owner_of_its_fd_table() -> None:
+    holder = Holder(4242, "alice", "python3", "/usr/bin/python3.11", (), start=9001, owner="alice")
+    assert holder.identity() == Identity(4242, 9001, "/usr/bin/python3.11", "alice")
+    assert Holder(4242, "alice", "python3", None, (), start=9001).identity() == Identity(4242, 9001, None, "alice")
+    assert Holder(4242, "alice", "python3", None, (), start=9001, owner="1000").identity() == Identity(
+        4242, 9001, None, "1000")  # the scan's owner (find prints a number for a user with no name) is what is checked
+    assert Holder(4242, "alice", "python3", None, ()).identity() is None  # start time unknown: no signal at all
 
 
 @pytest.mark.parametrize("name", BUILTIN_PROTECTED)

@@ -11,9 +11,12 @@ from fleet.transport import reap
 from fleet.transport.base import bounded_argv
 
 
-def test_marker_goes_inside_sudo_and_before_timeout() -> None:
+def test_marker_goes_inside_sudo_and_before_the_inner_timeout() -> None:
     argv = bounded_argv(["nvidia-smi"], 10, become=True, mark=reap.marker("ab12cd34ef56ab78"))
-    assert argv[:5] == ["sudo", "-n", "env", "FLEET_CMD=ab12cd34ef56ab78", "timeout"]
+    assert argv == ["timeout", "-k", "1", "10.0", "sudo", "-n", "env", "FLEET_CMD=ab12cd34ef56ab78",
+                    "timeout", "-k", "1", "10.0", "nvidia-smi"]
+    plain = bounded_argv(["nvidia-smi"], 10, mark=reap.marker("ab12cd34ef56ab78"))
+    assert plain == ["env", "FLEET_CMD=ab12cd34ef56ab78", "timeout", "-k", "1", "10.0", "nvidia-smi"]
 
 
 @pytest.mark.parametrize("token", ["", "xyz", "ab12;rm", "AB12CD34", "a" * 65])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import scripted_node
 
 from fleet.errors import ConnectError
 from fleet.graph import RunOptions, run_hosts
@@ -27,7 +28,7 @@ def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("fleet.reset.kill.RESPAWN_SCANS_S", (0.0,))
 
 
-GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0\n"
+GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0, Disabled\n"
 # The host's reset lock, taken at once.
 LOCK = (("flock",), Reply("locked\n"))
 
@@ -35,28 +36,21 @@ LOCK = (("flock",), Reply("locked\n"))
 def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_kill: str = "") -> list:
     """A one-GPU node: one unit that stops, one stray holder that dies on SIGTERM."""
     scans = iter(["root\t/proc/100/fd/3\t/dev/nvidia0\n", holders_after_kill])
-    alive = iter(["", ""])
     return [
         (("systemctl", "stop"), Reply()),
         (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
-        (("find", "/proc", "-mindepth"), lambda argv: Reply(next(scans, ""))),
-        (("ps", "-ww"), Reply("  100     1 root     python3\n")),
+        (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
+        (("ps", "-ww"), Reply(scripted_node.ps("  100     1 root     python3\n"))),
         (("find", "/proc/100/exe"), Reply("/proc/100\t/usr/bin/python3.11\n")),
-        (("kill",), Reply()),
-        (("ps", "-o", "pid=,stat="), lambda argv: Reply(next(alive, ""), exit_status=1)),
-        (("nvidia-smi", "--query-gpu=index,memory.used"), Reply(f"0, {settle_mib}\n", delay_s=smi_delay)),
+        (("sh", "-c"), scripted_node.signal()),
+        (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"), Reply(f"0, GPU-aaaa, {settle_mib}, Disabled\n",
+                                                                delay_s=smi_delay)),
         (("nvidia-smi", "--query-gpu="), Reply(GPU.format(mib=settle_mib), delay_s=smi_delay)),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
         LOCK,
-        (("awk",), lineage),
+        (("awk",), scripted_node.lineage),
         (("grep",), Reply("")),  # cgroups: no process in a unit
     ]
-
-
-def lineage(argv: Sequence[str]) -> Reply:
-    """The lineage walk: the probe (pid 900) and every holder asked about are children of init."""
-    holders = "".join(f"{pid}\t1\tpython3\n" for pid in argv[argv.index("self") + 1:])
-    return Reply(f"self\t900\n900\t1\tawk\n{holders}1\t0\tsystemd\n")
 
 
 def make_host(name: str = "gpu-01", **kw: object) -> Host:
@@ -128,8 +122,8 @@ async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> N
 async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) -> None:
     t = ScriptedTransport(node_script(holders_after_kill="root\t/proc/101/fd/3\t/dev/nvidia0\n"))
     script = t.script
-    script.insert(2, (("ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "101"),
-                      Reply("  101     1 root     python3\n")))
+    script.insert(2, (("ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "1,101"),
+                      Reply(scripted_node.ps("  101     1 root     python3\n"))))
     script.insert(3, (("find", "/proc/101/exe"), Reply("/proc/101\t/usr/bin/python3.11\n")))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
@@ -200,7 +194,7 @@ async def test_dry_run_reads_the_node_and_changes_nothing(tmp_path: Path) -> Non
     assert host.plan is not None
     assert [p.pid for p in host.plan.would_kill] == [100]
     assert host.steps[1].detail.startswith("would kill pid 100 python3")
-    assert not [argv for argv in t.ran if argv[0] == "kill" or argv[:2] == ("systemctl", "stop")]
+    assert not [argv for argv in t.ran if argv[0] == "sh" or argv[:2] == ("systemctl", "stop")]
 
 
 @pytest.mark.parametrize("status", ["inactive", "failed"])
@@ -209,6 +203,22 @@ async def test_unit_already_down_counts_as_drained(tmp_path: Path, status: str) 
     t.script[1] = (("systemctl", "show"), Reply(f"ActiveState={status}\nSubState=dead\nMainPID=0\n"))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].steps[0].status is StepStatus.OK
+
+
+async def test_an_escalation_the_node_refuses_fails_drain_with_its_message(tmp_path: Path) -> None:
+    """A stop that hangs is escalated with `systemctl kill`; a systemctl that refuses it (an older systemd and
+    an option it does not know) fails drain with what it said, not with "still active after SIGKILL"."""
+    t = ScriptedTransport(node_script())
+    t.script[1] = (("systemctl", "show"), Reply("ActiveState=deactivating\nSubState=stop-sigterm\nMainPID=7\n"))
+    t.script.insert(0, (("systemctl", "kill"), Reply(stderr="systemctl: unrecognized option '--kill-whom=all'\n",
+                                                     exit_status=1)))
+    report, _ = await run([make_host(drain_timeout=0.3)], {"gpu-01": t}, tmp_path)
+    drain = report.hosts["gpu-01"].steps[0]
+    assert drain.status is StepStatus.FAILED
+    assert drain.error == ("systemctl kill sglang.service exited 1: systemctl: unrecognized option "
+                           "'--kill-whom=all'")
+    kills = [argv for argv in t.ran if argv[:2] == ("systemctl", "kill")]
+    assert kills == [("systemctl", "kill", "--kill-who=all", "--signal=SIGKILL", "--", "sglang.service")]
 
 
 async def test_stop_refused_by_the_node_fails_drain_at_once(tmp_path: Path) -> None:
@@ -227,8 +237,8 @@ async def test_stop_refused_by_the_node_fails_drain_at_once(tmp_path: Path) -> N
 
 async def test_a_kill_the_node_refuses_is_reported_as_such(tmp_path: Path) -> None:
     t = ScriptedTransport(node_script())
-    t.script[5] = (("kill",), Reply(stderr="kill: (100): Operation not permitted\n", exit_status=1))
-    t.script[6] = (("ps", "-o", "pid=,stat="), Reply("  100 S\n"))
+    t.script[5] = (("sh", "-c"), scripted_node.signal(alive_after=lambda sig, pid: True,
+                                                      verdict=lambda sig, pid: "denied"))
     report, _ = await run([make_host(kill_grace=0.2)], {"gpu-01": t}, tmp_path)
     kill = report.hosts["gpu-01"].steps[1]
     assert kill.status is StepStatus.FAILED

@@ -30,6 +30,7 @@ from fleet.sim.node import NodeSpec, UnitSpec
 from fleet.sim.server import SimServer
 from fleet.transport import connect
 from fleet.transport import ssh as ssh_module
+from fleet.transport.base import Note
 from fleet.transport.local import LocalTransport
 from fleet.transport.ssh import SshTransport, open_ssh
 
@@ -224,7 +225,8 @@ async def test_sudo_wanting_a_password_is_auth_error(make_node: MakeNode, tmp_pa
         f"sudo -n on {node.host.name} needs a password for kill: allow it in sudoers (NOPASSWD) or run as root"
     )
     assert re.match(r"env FLEET_CMD=[0-9a-f]{16} timeout ", node.server.commands[0])
-    assert re.match(r"sudo -n env FLEET_CMD=[0-9a-f]{16} timeout ", node.server.commands[1])
+    assert re.match(r"timeout -k 1 5\.0 sudo -n env FLEET_CMD=[0-9a-f]{16} timeout -k 1 5\.0 kill ",
+                    node.server.commands[1])
 
 
 async def test_refused_port_is_connect_error(node: Node) -> None:
@@ -267,6 +269,27 @@ async def test_known_hosts_is_parsed_once_and_again_when_it_changes(node: Node, 
     await first.close()
     await second.close()
     assert ssh_module.connect_options(host)["known_hosts"] is ssh_module.connect_options(host)["known_hosts"]
+
+
+def test_known_hosts_is_read_as_openssh_reads_it(tmp_path: Path) -> None:
+    """Lines that cannot be parsed are skipped (and named, from 1); comments and blank lines are no lines."""
+    key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    path = tmp_path / "known_hosts"
+    path.write_text(f"# fleet\n@cert-authority\n\n[127.0.0.1]:2222 {key}\r\n|1|c2FsdA== {key}\nhost\n")
+    known = ssh_module.read_known_hosts(str(path))
+    assert known.skipped == (2, 5, 6)
+    assert known.notes() == (Note("known_hosts_skipped", {"path": str(path), "lines": [2, 5, 6]}),)
+    assert known.entries is not None
+    path.write_text(f"# fleet\n[127.0.0.1]:2222 {key}\n")
+    assert ssh_module.read_known_hosts(str(path)).notes() == ()
+
+
+async def test_known_hosts_without_a_usable_line_is_host_key_error(node: Node, tmp_path: Path) -> None:
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("@cert-authority\n# only this\n")
+    with pytest.raises(HostKeyError, match=r"has no line that can be read \(lines skipped: 1\)"):
+        await open_ssh(replace(node.host, known_hosts=str(known_hosts)))
+    assert node.server.connection_count == 0
 
 
 async def test_missing_known_hosts_is_host_key_error(node: Node, tmp_path: Path) -> None:

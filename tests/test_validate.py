@@ -28,7 +28,21 @@ Validator = Callable[[str], str]
         (validate.unit_name, "nvidia-persistenced.service"),
         (validate.device_glob, "/dev/nvidia*"),
         (validate.device_glob, "/dev/nvidia[0-7]"),
-        (validate.device_glob, "/dev/dri/renderD?"),
+        (validate.device_glob, "/dev/nvidiactl"),
+        (validate.device_glob, "/dev/nvidia-caps/*"),
+        (validate.device_glob, "/dev/nvidia-caps/nvidia-cap[0-9]"),
+        (validate.device_glob, "/dev/nvidia-caps-imex-channels/channel*"),
+        (validate.device_glob, "/tmp/fleet-sim/gpu-b01/dev/nvidia*"),
+        (validate.service_unit, "sglang.service"),
+        (validate.service_unit, "vllm@8000.service"),
+        (validate.service_unit, "sshguard.service"),
+        (validate.lock_file, "/run/lock/fleet-reset.lock"),
+        (validate.lock_file, "/var/lock/fleet.lock"),
+        (validate.lock_file, "/run/fleet.lock"),
+        (validate.lock_file, "/var/run/fleet.lock"),
+        (validate.lock_file, "/tmp/fleet.lock"),
+        (validate.lock_file, "/var/tmp/fleet.lock"),
+        (validate.lock_file, "/tmp/fleet-sim/gpu-b01/run/fleet-reset.lock"),
         (validate.process_name, "python3"),
         (validate.process_name, "ray::IDLE"),
         (validate.process_name, "node_exporter"),
@@ -76,6 +90,45 @@ def test_accepts_valid_values_unchanged(check: Validator, value: str) -> None:
         (validate.device_glob, "/*/nvidia0"),
         (validate.device_glob, "/dev/nvidia*;reboot"),
         (validate.device_glob, "/dev/nvidia 0"),
+        (validate.device_glob, "/dev/*"),
+        (validate.device_glob, "/dev/pts/*"),
+        (validate.device_glob, "/dev/*nvidia*"),
+        (validate.device_glob, "/dev/?vidia*"),
+        (validate.device_glob, "/dev/[n]vidia*"),
+        (validate.device_glob, "/dev/dri/card*"),
+        (validate.device_glob, "/dev/dri/renderD?"),
+        (validate.device_glob, "/dev/sda"),
+        (validate.device_glob, "/dev/nvidia*/x"),
+        (validate.device_glob, "/dev/*/nvidia0"),
+        (validate.device_glob, "/home/nvidia/*"),
+        (validate.device_glob, "/dev/nvidia/*"),
+        (validate.service_unit, "user.slice"),
+        (validate.service_unit, "session-4.scope"),
+        (validate.service_unit, "ssh.socket"),
+        (validate.service_unit, "home.mount"),
+        (validate.service_unit, "proc-sys-fs-binfmt_misc.automount"),
+        (validate.service_unit, "dev-sda2.swap"),
+        (validate.service_unit, "sys-devices-pci0000:00.device"),
+        (validate.service_unit, "multi-user.target"),
+        (validate.service_unit, "sglang.path"),
+        (validate.service_unit, "sglang.timer"),
+        (validate.service_unit, "ssh.service"),
+        (validate.service_unit, "sshd.service"),
+        (validate.service_unit, "sshd@0-10.0.0.1:22-10.0.0.2:5555.service"),
+        (validate.service_unit, "ssh@1.service"),
+        (validate.service_unit, "sshd-keygen.service"),
+        (validate.service_unit, "sglang"),
+        (validate.service_unit, "x.service;reboot"),
+        (validate.lock_file, "/etc/nologin"),
+        (validate.lock_file, "/etc/run/fleet.lock"),
+        (validate.lock_file, "/dev/shm/run/fleet.lock"),
+        (validate.lock_file, "/dev/null"),
+        (validate.lock_file, "/proc/self/run/lock"),
+        (validate.lock_file, "/sys/run/fleet.lock"),
+        (validate.lock_file, "/var/lib/fleet.lock"),
+        (validate.lock_file, "/home/me/fleet.lock"),
+        (validate.lock_file, "/fleet.lock"),
+        (validate.lock_file, "/run"),
         (validate.process_name, ""),
         (validate.process_name, "-9"),
         (validate.process_name, "python3;reboot"),
@@ -106,6 +159,53 @@ def test_rejects_invalid_values(check: Validator, value: str) -> None:
     """A bad value raises ValueError with a one-line reason."""
     with pytest.raises(ValueError, match=r"^[^\n]+$"):
         check(value)
+
+
+@pytest.mark.parametrize(
+    ("unit", "why"),
+    [
+        ("user.slice", "user.slice is a slice: drain's SIGKILL escalation would kill every process in it"),
+        ("session-4.scope", "session-4.scope is a scope"),
+        ("ssh.socket", "ssh.socket is a socket"),
+        ("home.mount", "home.mount is a mount"),
+        ("multi-user.target", "multi-user.target is a target: it owns no processes"),
+        ("sglang.timer", "sglang.timer is a timer: it owns no processes"),
+        ("sshd.service", "sshd.service is an SSH server unit"),
+        ("sshd@0-10.0.0.1:22-10.0.0.2:5555.service", "is an SSH server unit"),
+    ],
+)
+def test_services_refuse_units_whose_stop_turns_against_the_node(unit: str, why: str) -> None:
+    """Only a .service drain may stop, never sshd's; the reason says why and what to name instead."""
+    with pytest.raises(ValueError, match=r"^[^\n]+$") as caught:
+        validate.service_unit(unit)
+    assert why in str(caught.value)
+    assert validate.unit_name(unit) == unit  # a valid unit name all the same (the probes read such names)
+
+
+def test_unit_stem_is_the_name_before_instance_and_suffix() -> None:
+    assert validate.unit_stem("sglang.service") == "sglang"
+    assert validate.unit_stem("vllm@8000.service") == "vllm"
+    assert validate.unit_stem("nvidia-persistenced.service") == "nvidia-persistenced"
+    assert validate.unit_stem("a@b.c.service") == "a"
+
+
+@pytest.mark.parametrize("glob", ["/dev/*", "/dev/pts/*", "/dev/*nvidia*", "/dev/dri/card*"])
+def test_device_globs_that_reach_past_nvidia_files_say_so(glob: str) -> None:
+    with pytest.raises(ValueError, match=r"more than NVIDIA device files|too broad"):
+        validate.device_glob(glob)
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("/etc/nologin", "must not be under /etc"),
+        ("/dev/shm/run/fleet.lock", "must not be under /dev"),
+        ("/var/lib/fleet.lock", "must be in a lock, run or tmp directory"),
+    ],
+)
+def test_lock_file_outside_a_lock_run_or_tmp_directory_says_where_it_belongs(path: str, why: str) -> None:
+    with pytest.raises(ValueError, match=f"^lock file '{path}' {why}"):
+        validate.lock_file(path)
 
 
 def test_rejects_non_strings() -> None:

@@ -112,3 +112,10 @@ def test_loading_an_inventory_does_not_import_targeting() -> None:
     code = "import sys, fleet.inventory.load; print('fleet.inventory.targeting' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
+
+
+def test_the_readme_lists_the_built_in_protected_names_as_declared() -> None:
+    from fleet.inventory.host import BUILTIN_PROTECTED
+
+    text = " ".join(README.read_text().split())
+    assert f"Built-in protected names: {', '.join(BUILTIN_PROTECTED)}." in text

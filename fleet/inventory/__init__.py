@@ -5,5 +5,6 @@
 one frozen `host.Host` per node, whose fields declare every host variable once
 (`variables` reads that declaration back, for the README's table); `nodesets` expands
 ClusterShell node sets; `targeting.select` picks the hosts a command works on;
-`validate` holds the checks every value reaching a remote command passes.
+`validate` holds the checks every value reaching a remote command passes;
+`files.check_files` refuses, before anything connects, a missing key or known_hosts.
 """

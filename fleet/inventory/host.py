@@ -19,6 +19,8 @@ from fleet.inventory import validate
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
 DEFAULT_LOCK_FILE = "/run/lock/fleet-reset.lock"
+# Where host keys are read from when `known_hosts` is not set (as fleet.transport.ssh reads them).
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 # Process names never killed, whatever the inventory says. Matched against the
 # full name and against /proc/PID/comm, which the kernel cuts to 15 characters.
@@ -31,6 +33,7 @@ BUILTIN_PROTECTED = (
     "nvidia-fabricmanager",
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
+    "nvidia-imex",
     "Xorg",
     "Xwayland",
     "sshd",
@@ -84,13 +87,15 @@ class Host:
     user: Annotated[
         str | None, Var("SSH user", check=validate.user_name, fallback=_current_user, shown="current user")
     ] = None
-    identity_file: Annotated[str | None, Var("private key", check=validate.path, shown="ssh defaults")] = None
+    identity_file: Annotated[
+        str | None, Var("private key; a missing file is an inventory error", check=validate.path, shown="ssh defaults")
+    ] = None
     known_hosts: Annotated[
         str | None,
         Var(
-            'host keys are always checked; a missing file is an error, never "accept"',
+            'host keys are always checked; a missing file is an inventory error, never "accept"',
             check=validate.path,
-            shown="`~/.ssh/known_hosts`",
+            shown=f"`{DEFAULT_KNOWN_HOSTS}`",
         ),
     ] = None
     connection: Annotated[
@@ -101,12 +106,23 @@ class Host:
         bool, Var("run the commands that need root (below) through `sudo -n`; the rest run as `user`")
     ] = False
     gpus: Annotated[
-        int | None, Var("expected GPU count; verify fails on a mismatch (a GPU fallen off the bus)", ge=0)
+        int | None, Var("expected GPU count; verify fails on a mismatch (a GPU fallen off the bus)", ge=0, le=1024)
     ] = None
-    services: Annotated[tuple[str, ...], Var("systemd units to stop in drain", check=validate.unit_name)] = ()
+    services: Annotated[
+        tuple[str, ...],
+        Var(
+            "systemd services to stop in drain: `.service` units only, never sshd's, never a protected process's",
+            check=validate.service_unit,
+        ),
+    ] = ()
     devices: Annotated[
         tuple[str, ...],
-        Var("globs of device files whose holders are killed", check=validate.device_glob, one_or_more=True),
+        Var(
+            "globs of NVIDIA device files whose holders are killed: the file name starts with `nvidia`,"
+            " or its folder with `nvidia-caps`",
+            check=validate.device_glob,
+            one_or_more=True,
+        ),
     ] = DEFAULT_DEVICES
     protected: Annotated[
         tuple[str, ...],
@@ -121,16 +137,30 @@ class Host:
         ),
     ] = ()
     nvidia_smi: Annotated[str, Var("the nvidia-smi to run", check=validate.executable)] = "nvidia-smi"
-    memory_threshold_mib: Annotated[int, Var("a GPU at or under this many MiB used is clean", ge=0)] = 16
-    connect_timeout: Annotated[float, Var("seconds to open the SSH session", gt=0)] = 10.0
-    command_timeout: Annotated[float, Var("seconds any one remote command may take", gt=0)] = 10.0
-    drain_timeout: Annotated[float, Var("seconds for the units to stop before they are SIGKILLed", gt=0)] = 30.0
-    kill_grace: Annotated[float, Var("seconds between SIGTERM and SIGKILL", gt=0)] = 5.0
-    settle_timeout: Annotated[float, Var("seconds for GPU memory to come back", gt=0)] = 60.0
+    memory_threshold_mib: Annotated[
+        int, Var("a GPU at or under this many MiB used is clean", ge=0, le=1_048_576)
+    ] = 16
+    mig_memory_threshold_mib: Annotated[
+        int,
+        Var(
+            "the same for a GPU in MIG mode: its GPU instances reserve memory with no process"
+            " (an idle H200 with 4 instances: 55 MiB)",
+            ge=0,
+            le=1_048_576,
+        ),
+    ] = 256
+    connect_timeout: Annotated[float, Var("seconds to open the SSH session", gt=0, le=300)] = 10.0
+    command_timeout: Annotated[float, Var("seconds any one remote command may take", gt=0, le=3600)] = 10.0
+    drain_timeout: Annotated[
+        float, Var("seconds for the units to stop before they are SIGKILLed", gt=0, le=3600)
+    ] = 30.0
+    kill_grace: Annotated[float, Var("seconds between SIGTERM and SIGKILL", gt=0, le=300)] = 5.0
+    settle_timeout: Annotated[float, Var("seconds for GPU memory to come back", gt=0, le=3600)] = 60.0
     lock_file: Annotated[
         str,
         Var(
-            "the node's reset lock (absolute path); the holder's run id goes to `<lock_file>.owner`",
+            "the node's reset lock: an absolute path in a lock, run or tmp folder (never under /dev, /proc, /sys"
+            " or /etc); the holder's run id goes to `<lock_file>.owner`",
             check=validate.lock_file,
         ),
     ] = DEFAULT_LOCK_FILE

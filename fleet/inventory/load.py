@@ -11,6 +11,11 @@ same depth are applied by name, as Ansible does. A value replaces what came
 before it, lists included. Relative `identity_file`/`known_hosts` paths are
 taken relative to the inventory's folder, so a cron job works from any cwd.
 
+After merging, a host whose `services` names the unit of a protected process
+(built in, or in its own `protected`) is refused, naming the key that set
+`services` for it: the `Inventory` keeps, per host and variable, the key that set
+the value (`Inventory.source`), for that and for `fleet.inventory.files`.
+
 Every problem is an `InventoryError` of one line that names the file and the
 key, such as `site.yaml: groups.blackwell.vars.gpus: expected a whole number,
 got 'eight'`. The file is read by `fleet.inventory.datafile` and node sets
@@ -30,7 +35,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -41,7 +46,7 @@ from pydantic_core import ErrorDetails
 from fleet.errors import InventoryError, UsageError
 from fleet.inventory import validate
 from fleet.inventory.datafile import read_data
-from fleet.inventory.host import Connection, Host
+from fleet.inventory.host import BUILTIN_PROTECTED, Connection, Host
 from fleet.inventory.messages import one_line
 from fleet.inventory.nodesets import node_order, node_set
 from fleet.inventory.variables import HOST_VARIABLES, Variable
@@ -122,11 +127,20 @@ _KEYS_AT = {
 
 @dataclass(frozen=True)
 class Inventory:
-    """Every host with its variables resolved, and every group's resolved members."""
+    """Every host with its variables resolved, every group's resolved members, and where each value came from."""
 
     path: Path
     hosts: dict[str, Host]
     groups: dict[str, tuple[str, ...]]
+    sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # host -> variable -> key that set it
+
+    def source(self, host: str, variable: str) -> str:
+        """The key that set the host's variable (`groups.g.vars.services`); `defaults.<variable>` where none did."""
+        return self.sources.get(host, {}).get(variable) or _key("defaults", variable)
+
+    def is_default(self, host: str, variable: str) -> bool:
+        """Whether no level set the host's variable: it has its built-in default (or its fallback)."""
+        return variable not in self.sources.get(host, {})
 
 
 # ---------------------------------------------------------------- messages
@@ -318,29 +332,67 @@ def _build_host(name: str, values: dict[str, Any], groups: tuple[str, ...], base
     return Host(name=name, groups=groups, **values)
 
 
+def _check_services(host: Host, sources: Mapping[str, str], label: str) -> None:
+    """No unit in `services` runs a protected process: drain would stop (and SIGKILL) what kill always keeps."""
+    for i, unit in enumerate(host.services):
+        stem = validate.unit_stem(unit)
+        if stem in BUILTIN_PROTECTED:
+            whose = "a built-in protected process"
+        elif stem in host.protected:
+            whose = f"which {host.name} protects ({sources['protected']})"
+        else:
+            continue
+        message = f"{unit} is the unit of {stem}, {whose}: fleet never kills it, so drain must not stop it"
+        raise InventoryError(label, f"{sources['services']}[{i}]", message)
+
+
+@dataclass(frozen=True)
+class _Level:
+    """What one level (defaults, a group's vars, a host's vars) wrote, and the key of each variable it wrote."""
+
+    values: dict[str, Any]
+    keys: dict[str, str]
+
+    @classmethod
+    def of(cls, hv: HostVars | None, *where: str) -> _Level:
+        values = (hv or HostVars()).explicit()
+        return cls(values, {name: _key(*where, name) for name in values})
+
+
+def _merge(levels: Iterable[_Level]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The merged values, later levels winning, and the key each value came from."""
+    values: dict[str, Any] = {}
+    keys: dict[str, str] = {}
+    for level in levels:
+        values.update(level.values)
+        keys.update(level.keys)
+    return values, keys
+
+
 def _resolve(spec: InventoryFile, path: Path, label: str) -> Inventory:
     groups = {name: group or GroupSpec() for name, group in (spec.groups or {}).items()}
     if ALL in groups:
         raise InventoryError(label, _key("groups", ALL), f"{ALL!r} is reserved for every host; use defaults")
     _check_children(groups, label)
     _check_cycles(groups, label)
-    per_host = {name: (hv or HostVars()).explicit() for name, hv in (spec.hosts or {}).items()}
+    per_host = {name: _Level.of(hv, "hosts", name) for name, hv in (spec.hosts or {}).items()}
     for name in per_host:
         _check_host_name(name, _key("hosts", name), label)
     members = _resolved_members(groups, _direct_members(groups, label))
     order = node_order(set(per_host).union(*members.values()))
     depth = _depths(groups)
-    defaults = (spec.defaults or HostVars()).explicit()
+    defaults = _Level.of(spec.defaults, "defaults")
+    group_vars = {name: _Level.of(group.vars, "groups", name, "vars") for name, group in groups.items()}
     hosts: dict[str, Host] = {}
+    sources: dict[str, dict[str, str]] = {}
     for name in order:
         mine = sorted((g for g in groups if name in members[g]), key=lambda g: (depth[g], g))
-        values = dict(defaults)
-        for group in mine:
-            values.update(groups[group].vars.explicit())
-        values.update(per_host.get(name, {}))
+        own = [per_host[name]] if name in per_host else []
+        values, sources[name] = _merge([defaults, *(group_vars[g] for g in mine), *own])
         hosts[name] = _build_host(name, values, tuple(sorted(mine)), path.parent)
+        _check_services(hosts[name], sources[name], label)
     resolved = {g: tuple(n for n in order if n in members[g]) for g in sorted(groups)}
-    return Inventory(path=path, hosts=hosts, groups=resolved)
+    return Inventory(path=path, hosts=hosts, groups=resolved, sources=sources)
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -363,11 +415,11 @@ def inventory_path(cli_value: str | None) -> Path:
 def host_vars(host: Host) -> dict[str, Any]:
     """The resolved variables of one host, as JSON-able values (its name is the caller's key)."""
     out: dict[str, Any] = {}
-    for field in fields(host):
-        value = getattr(host, field.name)
-        if field.name == "name":
+    for var in fields(host):
+        value = getattr(host, var.name)
+        if var.name == "name":
             continue
         if isinstance(value, tuple):
             value = list(value)
-        out[field.name] = str(value) if isinstance(value, Connection) else value
+        out[var.name] = str(value) if isinstance(value, Connection) else value
     return out

@@ -82,6 +82,40 @@ def unit_name(s: str) -> str:
     return value
 
 
+# Why `services` may name only a .service: drain stops each unit, then SIGKILLs what is left in its cgroup.
+_NOT_A_SERVICE = {
+    ".slice": "a slice: drain's SIGKILL escalation would kill every process in it (fleet's own session included)",
+    ".scope": "a scope: drain's SIGKILL escalation would kill every process in it (a login's scope holds fleet's)",
+    ".socket": "a socket: stopping it closes a listening socket (ssh.socket would refuse the next SSH login)",
+    ".mount": "a mount: stopping it unmounts a file system",
+    ".automount": "an automount: stopping it unmounts a file system",
+    ".swap": "a swap unit: stopping it turns swap off",
+    ".device": "a device unit: it stands for a kernel device, stopping it stops whatever is bound to it",
+    ".target": "a target: it owns no processes, and stopping it stops every unit bound to it",
+    ".path": "a path unit: it owns no processes (it only starts a service)",
+    ".timer": "a timer: it owns no processes (it only starts a service)",
+}
+_SSH_UNITS = ("ssh", "sshd")  # and sshd-*: sshd-keygen, sshd-session
+
+
+def unit_stem(unit: str) -> str:
+    """The name a unit runs under: `vllm@8000.service` -> `vllm`, `sglang.service` -> `sglang`."""
+    return unit.rsplit(".", 1)[0].split("@", 1)[0]
+
+
+def service_unit(s: str) -> str:
+    """A unit drain may stop: a `.service` (a valid `unit_name`) that is not an SSH server's."""
+    value = unit_name(s)
+    suffix = "." + value.rsplit(".", 1)[1]
+    if suffix != ".service":
+        why = _NOT_A_SERVICE.get(suffix, "not a service")
+        raise ValueError(f"{value} is {why}; name the .service")
+    stem = unit_stem(value)
+    if stem in _SSH_UNITS or stem.startswith("sshd-"):
+        raise ValueError(f"{value} is an SSH server unit: stopping sshd cuts fleet's own connection and every login")
+    return value
+
+
 def _components(value: str, what: str) -> list[str]:
     parts = value.split("/")[1:]
     if ".." in parts:
@@ -89,14 +123,28 @@ def _components(value: str, what: str) -> list[str]:
     return parts
 
 
+def _has_wildcard(text: str) -> bool:
+    return any(c in text for c in "*?[]")
+
+
 def device_glob(s: str) -> str:
-    """An absolute device path or glob, such as `/dev/nvidia*`."""
+    """An absolute glob of NVIDIA device files, such as `/dev/nvidia*` or `/dev/nvidia-caps/*`.
+
+    Every directory is written out (no wildcard), and the file name starts with `nvidia`
+    as written, or the directory holding it with `nvidia-caps` (`nvidia-caps-imex-channels`
+    too): the holders of what it matches are killed.
+    """
     value = _require_str(s)
     if len(value) > 1024 or not _DEVICE_GLOB.fullmatch(value):
         raise ValueError(f"invalid device glob {value!r}: an absolute path of [A-Za-z0-9_./*?[]-]")
     parts = [p for p in _components(value, "device glob") if p]
-    if len(parts) < 2 or any(c in parts[0] for c in "*?[]"):
-        raise ValueError(f"device glob {value!r} is too broad: name a directory, then the devices")
+    if len(parts) < 2 or any(_has_wildcard(p) for p in parts[:-1]):
+        raise ValueError(f"device glob {value!r} is too broad: write out every directory, then the devices")
+    if not (parts[-1].startswith("nvidia") or parts[-2].startswith("nvidia-caps")):
+        raise ValueError(
+            f"device glob {value!r} could match more than NVIDIA device files: the holders of what it matches"
+            " are killed; start the file name with 'nvidia' (/dev/nvidia*) or name /dev/nvidia-caps/*"
+        )
     return value
 
 
@@ -125,12 +173,26 @@ def executable(s: str) -> str:
     return value
 
 
+# Where a lock file may live: some directory of the path is one of these (/run, /var/lock, /tmp, <node>/run, ...).
+_LOCK_DIRECTORIES = frozenset({"run", "lock", "tmp"})
+# Never under these, whatever the rest of the path: devices, kernel files, system configuration (/etc/nologin).
+_NO_LOCK_UNDER = frozenset({"dev", "proc", "sys", "etc"})
+
+
 def lock_file(s: str) -> str:
-    """The absolute path of a lock file on the node, such as `/run/lock/fleet-reset.lock`."""
+    """The absolute path of a lock file on the node, in a lock, run or tmp directory: `/run/lock/fleet-reset.lock`.
+
+    fleet creates it (and `<lock_file>.owner`) on the node, as root with `become`.
+    """
     value = _require_str(s)
     if not value.startswith("/"):
         raise ValueError(f"lock file {value!r} must be an absolute path")
-    return _absolute_file(value, "lock file")
+    folders = [p for p in _components(_absolute_file(value, "lock file"), "lock file") if p][:-1]
+    if folders and folders[0] in _NO_LOCK_UNDER:
+        raise ValueError(f"lock file {value!r} must not be under /{folders[0]}: fleet creates and writes it")
+    if not _LOCK_DIRECTORIES.intersection(folders):
+        raise ValueError(f"lock file {value!r} must be in a lock, run or tmp directory (/run/lock, /var/lock, /tmp)")
+    return value
 
 
 def _absolute_file(value: str, what: str) -> str:

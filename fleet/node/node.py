@@ -15,7 +15,6 @@ from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.probe import Probe
-from fleet.node.probes.parse import ProbeParseError
 from fleet.report.models import StepName, StepStatus
 from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, Held, Transport, clip
 
@@ -35,11 +34,7 @@ class Node:
 
     async def ask(self, probe: Probe[T], *, step: StepName | None = None, budget: Budget | None = None) -> T:
         """Run the probe (see `run`) and parse its stdout; unreadable output fails the step."""
-        result = await self.run(probe, step=step, budget=budget)
-        try:
-            return probe.parse(result.stdout)
-        except ProbeParseError as exc:
-            raise StepFailed(probe.unreadable(exc)) from exc
+        return probe.read(await self.run(probe, step=step, budget=budget))
 
     async def run(self, probe: Probe[Any], *, step: StepName | None = None,
                   budget: Budget | None = None) -> CommandResult:

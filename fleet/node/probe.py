@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from fleet.errors import StepFailed
+from fleet.node.probes.parse import ProbeParseError
 from fleet.transport.base import CommandResult
 
 T = TypeVar("T")
@@ -64,6 +66,13 @@ class Probe(Generic[T]):
 
     def unreadable(self, reason: object) -> str:
         return f"unreadable {self.reads or self.what}: {reason}"
+
+    def read(self, result: CommandResult) -> T:
+        """Parse what the command printed; output the parser cannot read fails the step."""
+        try:
+            return self.parse(result.stdout)
+        except ProbeParseError as exc:
+            raise StepFailed(self.unreadable(exc)) from exc
 
 
 def action(argv: list[str] | tuple[str, ...], what: str, *, needs_root: bool = False,

@@ -71,6 +71,7 @@ class StepOutcome:
     killed: tuple[KilledProcess, ...] = ()
     gpus: tuple[GpuReport, ...] = ()
     settle_s: Mapping[int, float] = field(default_factory=dict)  # GPU index -> seconds until it settled
+    kept: frozenset[int] = frozenset()  # pids of GPU holders left alive on purpose (protected)
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,23 @@ found: ps (user, command line), the exe links, the lineage walk (comm,
 ancestors, fleet's own process chain) and, when asked, their systemd units.
 The judging itself is pure (`describe_holders`, with `fleet.reset.protection`).
 kill, verify and the dry run all look through this one scan.
+
+A scan that could not see every process (another user's fd table it may not
+read, /proc/1 hidden by hidepid, a sudo that refused to run it, a ps that
+cannot see pid 1) fails the step with one line saying why and what to do:
+"nothing found" is never read as "nothing there".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from fleet.errors import StepFailed
+from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.node import Node
+from fleet.node.probe import first_line
 from fleet.node.probes import lineage, procs, units
 from fleet.report.models import StepName
 from fleet.reset.protection import Holder, ProcessFacts, Rules, full_name, protected_by
@@ -43,7 +51,11 @@ async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool =
     With `known` (an earlier scan of this step), holders it already judged are not described
     again: a rescan that finds only them costs one command, not five.
     """
-    found = await node.ask(procs.holder_scan(node.host.devices), step=step, budget=budget)
+    probe = procs.holder_scan(node.host.devices)
+    result = await node.run(probe, step=step, budget=budget)
+    seen = probe.read(result)
+    _check_sight(node.host, scan_blindness(seen, result.exit_status, result.stderr))
+    found = seen.rows
     if not found:
         return Scan()
     if known is not None:
@@ -51,7 +63,10 @@ async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool =
         if all(h.pid in judged for h in found):
             return Scan(tuple(judged[h.pid] for h in found), known.own_units)
     pids = [h.pid for h in found]
-    ps = await node.ask(procs.ps(pids), step=step, budget=budget)
+    ps_probe = procs.ps(pids)
+    ps_result = await node.run(ps_probe, step=step, budget=budget)
+    ps = ps_probe.read(ps_result)
+    _check_sight(node.host, ps_blindness(ps, ps_result.exit_status, ps_result.stderr))
     exe = await node.ask(procs.exe(pids), step=step, budget=budget)
     walk = await node.ask(lineage.lineage(pids), step=step, budget=budget)
     unit_of = await _units(node, sorted({*pids, *walk.own}), step, budget) if with_units else {}
@@ -66,6 +81,43 @@ async def scan_holders(node: Node, step: StepName, budget: Budget) -> tuple[Hold
 
 async def _units(node: Node, pids: Sequence[int], step: StepName, budget: Budget) -> dict[int, str]:
     return await node.ask(units.units_of(pids, simulated=node.host.simulated), step=step, budget=budget)
+
+
+# --- seeing everything: an incomplete look never supports "clean" --------------------------------
+
+
+def scan_blindness(seen: procs.HolderScan, exit_status: int | None, stderr: str) -> str | None:
+    """Why the holder scan did not see every process (None: it did), from what it printed and its status."""
+    if seen.unreadable:
+        count = len(seen.unreadable)
+        return f"permission denied on /proc/*/fd of {count} process{'es' if count > 1 else ''}"
+    if not seen.init_seen:
+        if not seen.rows and exit_status != 0:
+            return f"the holder scan did not run: exit {exit_status}: {first_line(stderr)}"
+        return "/proc/1 is hidden from it (hidepid)"
+    return None
+
+
+def ps_blindness(rows: Mapping[int, procs.PsRow], exit_status: int | None, stderr: str) -> str | None:
+    """Why ps cannot vouch for the holders (it must list pid 1, which it is always asked about)."""
+    if 1 in rows:
+        return None
+    if exit_status not in (0, 1) or not rows:
+        return f"ps did not run: exit {exit_status}: {first_line(stderr)}"
+    return "ps cannot see pid 1 (hidepid)"
+
+
+def blind_error(host: Host, why: str) -> str:
+    """`cannot see every process on gpu-b02 as fleetops (permission denied ...): run as root or set become`."""
+    who = f"{host.user or 'the login user'}{' through sudo' if host.become else ''}"
+    advice = "allow fleet's commands in sudoers (NOPASSWD) or run as root" if host.become else \
+        "run as root or set become"
+    return f"cannot see every process on {host.name} as {who} ({why}): {advice}"
+
+
+def _check_sight(host: Host, why: str | None) -> None:
+    if why is not None:
+        raise StepFailed(blind_error(host, why))
 
 
 def describe_holders(found: Iterable[procs.HolderRow], facts: ProcessFacts, rules: Rules) -> tuple[Holder, ...]:
@@ -90,4 +142,5 @@ def _describe(found: procs.HolderRow, facts: ProcessFacts) -> Holder | None:
     return Holder(
         pid=found.pid, user=row.user or found.user, name=name, exe=exe, devices=found.devices,
         unit=facts.units.get(found.pid), comm=comm if comm != name else None,
+        start=stat.start if stat is not None else None, owner=found.user,
     )

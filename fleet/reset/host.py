@@ -103,7 +103,7 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
         run.killed = killed.killed
         if killed.result.status is StepStatus.OK:
-            settled = await _run_step(node, run, StepName.SETTLE, lambda: settle.settle(node))
+            settled = await _run_step(node, run, StepName.SETTLE, lambda: settle.settle(node, killed.kept))
             settle_s = dict(settled.settle_s)
     verified = await _run_step(node, run, StepName.VERIFY, lambda: verify.verify(node, settle_s))
     run.gpus = verified.gpus

@@ -1,7 +1,10 @@
 """kill: SIGTERM every GPU holder that may be killed, SIGKILL what survives `kill_grace`, watch for respawns.
 
-Asks the node: the holder scan (`fleet.reset.holders`, with units), `kill -s TERM|KILL -- PID...`, ps
-for who is still alive, the scan again over RESPAWN_SCANS_S, and the Restart= setting of the units whose
+Asks the node: the holder scan (`fleet.reset.holders`, with units), the identity-checked signal
+(`fleet.node.probes.procs.signal`: TERM, then KILL after `kill_grace`, each only to a process that still
+has the pid, start time, executable and owner it had when judged; a pid that is someone else now counts
+as gone and is never signalled) and the same check without a signal for who is still alive, the scan
+again over RESPAWN_SCANS_S, and the Restart= setting of the units whose
 processes came back. Decides (pure, below): who was killed by which signal, whether a holder after the
 kill is a respawn (same unit or executable as a killed one) or new, and the one-line error. Never kills
 what `fleet.reset.protection` protects. With `--stop-units`, the units of respawned holders (known, not
@@ -18,7 +21,6 @@ import anyio
 
 from fleet.node.budget import Budget
 from fleet.node.node import Node
-from fleet.node.probe import first_line
 from fleet.node.probes import procs, units
 from fleet.report.models import KilledProcess, StepName, StepOutcome, StepResult, StepStatus
 from fleet.reset.drain import UnitsStopped, stop_units
@@ -35,8 +37,11 @@ RESPAWN_SCANS_S = (0.0, 0.3, 0.7)
 
 @dataclass(frozen=True)
 class Signalled:
+    """What a signal and the wait after it came to: who is still the judged process and alive, and who
+    the node refused to signal. A pid that is someone else now (`changed`) counts as gone."""
+
     survivors: frozenset[int]
-    denied: str | None = None  # the node refused to let us signal: its message
+    denied: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -72,40 +77,46 @@ async def _kill_round(node: Node) -> KillRound:
         node.log.info("kept", step="kill", pid=holder.pid, name=holder.name, reason=holder.protected_by)
     if not targets:
         return KillRound(kept=kept, own_units=found.own_units)
-    pids = [h.pid for h in targets]
-    node.log.info("kill_targets", step="kill", pids=pids, kept=[h.pid for h in kept])
-    term = await _signal_and_wait(node, "SIGTERM", pids, host.kill_grace, budget)
-    kill9 = (
-        await _signal_and_wait(node, "SIGKILL", sorted(term.survivors), SIGKILL_WAIT_S, budget)
-        if term.survivors else Signalled(frozenset())
-    )
+    node.log.info("kill_targets", step="kill", pids=[h.pid for h in targets], kept=[h.pid for h in kept])
+    term = await _signal_and_wait(node, "SIGTERM", targets, host.kill_grace, budget)
+    left = [t for t in targets if t.pid in term.survivors]
+    kill9 = await _signal_and_wait(node, "SIGKILL", left, SIGKILL_WAIT_S, budget) if left else Signalled(frozenset())
     back = await _watch_for_respawn(node, budget, found)
     respawned, _ = split_back(back, targets)
     restart = await _restart_settings(node, {h.unit for h in respawned if h.unit}, budget)
-    error = kill_error(kill9.survivors, targets, back, denied=kill9.denied or term.denied,
+    error = kill_error(kill9.survivors, targets, back, denied=kill9.denied | term.denied,
                        restart=restart, services=host.services)
     killed = killed_records(targets, term.survivors, kill9.survivors)
     return KillRound(killed, kept, tuple(back), tuple(respawned), found.own_units, error)
 
 
-async def _signal_and_wait(node: Node, signal: str, pids: Sequence[int], wait_s: float,
+async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], wait_s: float,
                            budget: Budget) -> Signalled:
-    """Send `signal` to pids, then poll until they are gone or wait_s passes."""
-    res = await node.run(procs.kill(signal, pids), step=StepName.KILL, budget=budget)
-    denied = first_line(res.stderr) if "not permitted" in res.stderr else None
+    """Send `signal` to each target that is still the process judged, then poll until they are gone or
+    wait_s passes. Every look and every signal checks the process's identity on the node first."""
+    known = [t for t in targets if t.identity() is not None]
+    verdicts = await node.ask(procs.signal(signal, _identities(known)), step=StepName.KILL, budget=budget)
+    denied = frozenset(p for p, v in verdicts.items() if v == "denied")
+    alive = [t for t in known if verdicts.get(t.pid) in ("sent", "denied")]
     deadline = time.monotonic() + wait_s
-    alive = await _alive(node, pids, budget)
     for wait in backoff():
         left = deadline - time.monotonic()
         if not alive or left <= POLL_MARGIN_S:
             break
         await anyio.sleep(min(wait, left))
-        alive = await _alive(node, sorted(alive), budget)
-    return Signalled(alive, denied)
+        alive = await _alive(node, alive, budget)
+    unknown = {t.pid for t in targets if t.identity() is None}  # never signalled: still there, as far as we know
+    return Signalled(frozenset({t.pid for t in alive} | unknown), denied)
 
 
-async def _alive(node: Node, pids: Sequence[int], budget: Budget) -> frozenset[int]:
-    return await node.ask(procs.alive(pids), step=StepName.KILL, budget=budget) & frozenset(pids)
+async def _alive(node: Node, targets: Sequence[Holder], budget: Budget) -> list[Holder]:
+    """The targets still alive and still the processes judged (a zombie or a reused pid is gone)."""
+    verdicts = await node.ask(procs.signal(procs.ALIVE, _identities(targets)), step=StepName.KILL, budget=budget)
+    return [t for t in targets if verdicts.get(t.pid) == "alive"]
+
+
+def _identities(targets: Sequence[Holder]) -> list[procs.Identity]:
+    return [i for i in (t.identity() for t in targets) if i is not None]
 
 
 async def _watch_for_respawn(node: Node, budget: Budget, before: Scan) -> list[Holder]:
@@ -154,7 +165,8 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
         detail += f"; stopped units of respawned holders: {stopped.detail}"
     error = (stopped.error if stopped else None) or last.error
     status = StepStatus.FAILED if error else StepStatus.OK
-    return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error), killed=killed)
+    kept = frozenset(h.pid for h in last.kept if h.part_of_the_machine)
+    return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error), killed=killed, kept=kept)
 
 
 # --- what the kill decides and says (pure) -----------------------------------
@@ -200,7 +212,7 @@ def kill_error(
     targets: Sequence[Holder],
     back: Sequence[Holder],
     *,
-    denied: str | None = None,
+    denied: frozenset[int] = frozenset(),
     restart: Mapping[str, str] | None = None,
     services: Sequence[str] = (),
 ) -> str | None:
@@ -209,8 +221,12 @@ def kill_error(
     `restart` maps a unit to its Restart= setting, for the respawn message.
     """
     survivors = [h for h in targets if h.pid in after_kill]
-    if survivors and denied:
-        return f"not permitted to kill {labels(survivors)} ({denied}): run as root or set become: true"
+    refused = [h for h in survivors if h.pid in denied]
+    unknown = [h for h in survivors if h.start is None]
+    if refused:
+        return f"not permitted to kill {labels(refused)}: run as root or set become: true"
+    if unknown:
+        return f"not signalled, its start time could not be read (who it is is unknown): {labels(unknown)}"
     if survivors:
         return f"survived SIGKILL: {labels(survivors)}"
     respawned, new = split_back(back, targets)
@@ -222,12 +238,18 @@ def kill_error(
 
 
 def split_back(back: Sequence[Holder], targets: Sequence[Holder]) -> tuple[list[Holder], list[Holder]]:
-    """Holders after the kill: (respawned, new). Respawned: same unit or same executable as a killed one."""
+    """Holders after the kill: (respawned, new).
+
+    Respawned: in the same systemd unit as a killed one; or, for a holder in no unit, the same
+    executable as a killed one that was in no unit either. The same executable alone is not enough
+    (every python is /usr/bin/python3.11): `--stop-units` stops a respawned holder's unit, and must
+    never stop an unrelated service.
+    """
     target_pids = {h.pid for h in targets}
     unit_names = {h.unit for h in targets if h.unit}
-    exes = {h.exe for h in targets if h.exe}
+    loose_exes = {h.exe for h in targets if h.exe and not h.unit}
     fresh = [h for h in back if h.pid not in target_pids]
-    respawned = [h for h in fresh if (h.unit and h.unit in unit_names) or (h.exe and h.exe in exes)]
+    respawned = [h for h in fresh if ((h.unit in unit_names) if h.unit else (h.exe in loose_exes))]
     return respawned, [h for h in fresh if h not in respawned]
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from fleet.inventory.host import Host
 from fleet.node.probes.lineage import Lineage
-from fleet.node.probes.procs import PsRow
+from fleet.node.probes.procs import Identity, PsRow
 
 # /proc/PID/comm holds at most this many characters (TASK_COMM_LEN - 1).
 COMM_LEN = 15
@@ -35,6 +35,9 @@ class Holder:
     `name` is its full name (comm, or the longer name the kernel cut comm
     from); `protected_by` says why it must be left alive (None: it may be
     killed); `unit` is the system service it runs in, when it runs in one.
+    `start` (clock ticks since boot) and `owner` (the owner of its fd table, as
+    the scan saw it) are, with the pid and exe, who it is: every signal checks
+    them on the node first (`identity`).
     """
 
     pid: int
@@ -45,9 +48,24 @@ class Holder:
     protected_by: str | None = None
     unit: str | None = None
     comm: str | None = None  # /proc/PID/comm when it differs from `name` (cut to 15 characters)
+    start: int | None = None
+    owner: str | None = None
 
     def label(self) -> str:
         return f"pid {self.pid} {self.name}"
+
+    @property
+    def part_of_the_machine(self) -> bool:
+        """Kept as part of the machine (a protected daemon, its helpers, sshd, fleet's own session): what it
+        holds does not make the node unclean. A process kept only because `kill_users` leaves its user
+        alone is someone's work on the GPUs: it still does."""
+        return self.protected_by is not None and self.protected_by != outside_kill_users(self.user)
+
+    def identity(self) -> Identity | None:
+        """Who this process is, for a signal that must reach only it; None when its start time is unknown."""
+        if self.start is None:
+            return None
+        return Identity(self.pid, self.start, self.exe, self.owner or self.user)
 
 
 @dataclass(frozen=True)
@@ -115,6 +133,11 @@ def is_sshd(comm: str, exe: str | None, name: str | None = None) -> bool:
 # --- the rules ---------------------------------------------------------------
 
 
+def outside_kill_users(user: str) -> str:
+    """The reason a holder of a user `kill_users` does not name is left alive."""
+    return f"user {user} not in kill_users"
+
+
 def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | None:
     """Why `holder` must be left alive (the first rule that applies), or None.
 
@@ -137,7 +160,7 @@ def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | Non
     if parent is not None:
         return f"child of {parent[0]} (pid {parent[1]})"
     if rules.kill_users and holder.user not in rules.kill_users:
-        return f"user {holder.user} not in kill_users"
+        return outside_kill_users(holder.user)
     return None
 
 

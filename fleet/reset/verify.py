@@ -1,10 +1,14 @@
 """verify: the proof. Clean only when the GPUs, the compute apps and the holder scan all say so.
 
-Asks the node: one GPU query (count, memory, ECC), one compute-apps query and one holder scan
-(`fleet.reset.holders`). Decides (pure, below): the problems that keep the node from being clean, most
-telling first: a GPU count that differs from `gpus`, memory over the threshold (with who uses it), a
-compute app still running, an unprotected process still holding a device file. Reports: per GPU its
-memory (`gpus[]`), and the first problem as the host's error. `fleet check` runs this step alone.
+Asks the node: one GPU query (count, memory, ECC, MIG mode), one compute-apps query and one holder scan
+(`fleet.reset.holders`; a scan that could not see every process fails verify, never passes it). Decides
+(pure, below): the problems that keep the node from being clean, most telling first: a GPU count that
+differs from `gpus`, memory over the GPU's allowance (`fleet.reset.settle.Allowance`: the threshold, the
+MIG one on a MIG GPU, plus what processes fleet keeps on purpose hold), a compute app still running that
+fleet would kill, an unprotected process still holding a device file. Processes fleet keeps (protected,
+such as the MPS server) are reported with what they hold, and never make a node unclean by themselves.
+Reports: per GPU its memory (`gpus[]`), and the first problem as the host's error. `fleet check` runs
+this step alone.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from fleet.node.probes import smi
 from fleet.report.models import GpuReport, StepName, StepOutcome, StepResult, StepStatus
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
-from fleet.reset.settle import first_of, memory_problem
+from fleet.reset.settle import Allowance, first_of
 
 # Commands verify may run: two nvidia-smi queries and a holder scan (find, ps, exe, lineage, ...).
 VERIFY_COMMANDS = 7
@@ -31,10 +35,14 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None) -> Ste
     budget = Budget(0.0, slack=VERIFY_COMMANDS * host.command_timeout)
     rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)
     apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.VERIFY, budget=budget)
-    holders = [h for h in await scan_holders(node, StepName.VERIFY, budget) if h.protected_by is None]
+    judged = await scan_holders(node, StepName.VERIFY, budget)
+    kept = {h.pid for h in judged if h.part_of_the_machine}
+    holders = [h for h in judged if h.protected_by is None]
+    kept_apps = [a for a in apps if a.pid in kept]
+    apps = tuple(a for a in apps if a.pid not in kept)
     gpus = gpu_reports(rows, settle_s or {})
-    error = verify_error(rows, apps, host.gpus, host.memory_threshold_mib, holders)
-    detail = describe_verify(rows, apps, holders)
+    error = verify_error(rows, apps, host.gpus, Allowance.of(host, kept_apps), holders)
+    detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps)
     status = StepStatus.FAILED if error else StepStatus.OK
     return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error), gpus=gpus)
 
@@ -47,7 +55,7 @@ def verify_problems(
     rows: Sequence[smi.GpuRow],
     apps: Sequence[smi.ComputeApp],
     expected: int | None,
-    threshold: int,
+    allowance: Allowance,
     holders: Sequence[Holder] = (),
 ) -> list[str]:
     """Everything that keeps a node from being clean, most telling first."""
@@ -56,7 +64,7 @@ def verify_problems(
         problems.append(f"expected {expected} GPUs, nvidia-smi lists {len(rows)}")
     by_uuid = {r.uuid: r.index for r in rows if r.uuid}
     for row in rows:
-        problem = memory_problem(row, threshold)
+        problem = allowance.problem(row)
         if problem:
             on_gpu = [a for a in apps if a.gpu_uuid == row.uuid]
             who = f" ({', '.join(_app_label(a) for a in on_gpu)})" if on_gpu else ""
@@ -76,10 +84,12 @@ def verify_error(
     rows: Sequence[smi.GpuRow],
     apps: Sequence[smi.ComputeApp],
     expected: int | None,
-    threshold: int,
+    allowance: Allowance,
     holders: Sequence[Holder] = (),
 ) -> str | None:
-    problems = verify_problems(rows, apps, expected, threshold, holders)
+    """The first problem (and how many more), or None when the node is clean. `apps` and `holders` are
+    those fleet would kill; what kept processes hold is in the allowance."""
+    problems = verify_problems(rows, apps, expected, allowance, holders)
     if not rows and not problems:
         problems.append("nvidia-smi listed no GPUs")
     return first_of(problems) if problems else None
@@ -93,6 +103,13 @@ def describe_verify(
     ecc = [r for r in rows if r.ecc_uncorrected]
     ecc_note = f", uncorrected ECC errors on gpu {', '.join(str(r.index) for r in ecc)}" if ecc else ""
     return f"{len(rows)} GPUs{peak}, {len(apps)} compute apps, {len(holders)} unprotected holders{ecc_note}"
+
+
+def describe_kept(kept_apps: Sequence[smi.ComputeApp]) -> str:
+    """`; kept pid 77 nvidia-cuda-mps-server (300 MiB)`: what processes fleet keeps on purpose hold."""
+    if not kept_apps:
+        return ""
+    return "; kept " + ", ".join(f"{_app_label(a)} ({a.used_mib or 0} MiB)" for a in kept_apps)
 
 
 def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float]) -> tuple[GpuReport, ...]:

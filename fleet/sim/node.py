@@ -88,6 +88,8 @@ class NodeSpec:
     na_memory_gpus: tuple[int, ...] = ()
     ecc_error_gpus: tuple[int, ...] = ()
     driver_version: str = "550.90.07"
+    mig_gpus: tuple[int, ...] = ()  # GPUs in MIG mode: mig.mode.current Enabled, MIG_IDLE_MIB used when idle
+    systemd_version: int = 255  # what the fake systemctl accepts (before 252: no --kill-whom=)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1) + "\n"

@@ -82,6 +82,7 @@ class Gpu(NamedTuple):
     driver: str
     gpu_count: int
     timestamp: str
+    mig: bool = False
 
     @property
     def free(self) -> int | None:
@@ -116,7 +117,7 @@ GPU_FIELDS: dict[str, tuple[str | None, Getter]] = {
     "persistence_mode": (None, lambda g: "Enabled" if g.persistence else "Disabled"),
     "pstate": (None, lambda g: "P0"),
     "compute_mode": (None, lambda g: "Default"),
-    "mig.mode.current": (None, lambda g: "Disabled"),
+    "mig.mode.current": (None, lambda g: "Enabled" if g.mig else "Disabled"),
     "memory.total": ("MiB", lambda g: g.total),
     "memory.reserved": ("MiB", lambda g: RESERVED_MIB),
     "memory.used": ("MiB", lambda g: g.used),
@@ -182,6 +183,7 @@ def make_gpu(config: state.NodeConfig, index: int, used: int | None, stamp: str)
         driver=config["driver_version"],
         gpu_count=config["gpus"],
         timestamp=stamp,
+        mig=index in config["mig_gpus"],
     )
 
 

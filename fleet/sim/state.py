@@ -58,6 +58,13 @@ class NodeConfig(TypedDict):
     na_memory_gpus: list[int]
     ecc_error_gpus: list[int]
     driver_version: str
+    mig_gpus: list[int]
+    systemd_version: int
+
+
+# What an idle MIG-enabled GPU reports used with no process at all: its GPU instances' reservations
+# (tests/fixtures/nvidia-smi/h200-mig_drv590.48.01_1gpu_table_idle-mig-55MiB-no-procs.txt).
+MIG_IDLE_MIB = 55
 
 
 class Registration(TypedDict):
@@ -310,7 +317,8 @@ def holding(root: Path, linger_s: float, now: float | None = None) -> tuple[list
 def gpu_memory(root: Path, config: NodeConfig) -> list[int | None]:
     """memory.used per GPU index as nvidia-smi reports it (None = `[N/A]`)."""
     live, lingering = holding(root, config["linger_s"])
-    used = [config["idle_mib"]] * config["gpus"]
+    mig = set(config["mig_gpus"])
+    used = [config["idle_mib"] + (MIG_IDLE_MIB if i in mig else 0) for i in range(config["gpus"])]
     for reg in live + lingering:
         for gpu in reg["gpus"]:
             if 0 <= gpu < len(used):

@@ -2,7 +2,7 @@
 
     systemctl show [--property=A,B | -p A] [--value] [--] UNIT...
     systemctl [--no-block] stop [--] UNIT...
-    systemctl kill [--kill-whom=main|all] [--signal=SIGKILL | -s KILL] [--] UNIT...
+    systemctl kill [--kill-who=main|all] [--signal=SIGKILL | -s KILL] [--] UNIT...
     systemctl start [--] UNIT...
     systemctl is-active [-q] [--] UNIT...
 
@@ -11,7 +11,9 @@ ROOT/bin/systemctl runs `python -m fleet.sim.systemctl --node ROOT ARGS...`.
 sends that supervisor SIGTERM (and, without --no-block, waits until the unit
 is down); `kill` signals the unit's processes directly, as systemd would.
 Output and exit codes follow systemd: unknown units show as inactive/dead,
-`is-active` exits 3 unless active, an unknown verb exits 1.
+`is-active` exits 3 unless active, an unknown verb exits 1. `--kill-whom=` (the
+newer spelling of `--kill-who=`) is known from systemd 252 on: a node whose
+`systemd_version` is older rejects it as real systemd does.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ PROPERTY_ORDER = ("Type", "Restart", "MainPID", "Result", "Id", "LoadState", "Ac
 FLAGS = frozenset({"--no-block", "--value", "--quiet", "-q", "--no-pager", "--no-legend", "--system"})
 VALUE_OPTIONS = {"--property": "properties", "-p": "properties", "--kill-whom": "kill_whom"}
 VALUE_OPTIONS |= {"--kill-who": "kill_whom", "--signal": "signal", "-s": "signal"}
+# The first systemd that knows `--kill-whom=` (older ones: Debian 11's 247, Ubuntu 22.04's 249, RHEL 8's 239).
+KILL_WHOM_SINCE = 252
 START_TIMEOUT_S = 10.0
 STOP_ACK_TIMEOUT_S = 2.0
 
@@ -70,14 +74,17 @@ def _split_option(token: str) -> tuple[str, str | None]:
     return token, None
 
 
-def parse(argv: list[str]) -> Invocation:
-    """Options anywhere, `--` ends them; the first positional word is the verb."""
+def parse(argv: list[str], version: int = KILL_WHOM_SINCE) -> Invocation:
+    """Options anywhere, `--` ends them; the first positional word is the verb. `version`: the systemd
+    this systemctl pretends to be (options newer than it are unrecognized)."""
     inv, positional, tokens = Invocation(), [], iter(argv)
     for token in tokens:
         if token == "--":
             positional += list(tokens)
             break
         name, value = _split_option(token)
+        if name == "--kill-whom" and version < KILL_WHOM_SINCE:
+            raise SystemctlError(f"systemctl: unrecognized option '{token}'", 1)
         if name in FLAGS:
             inv.flags.add("--quiet" if name == "-q" else name)
         elif name in VALUE_OPTIONS:
@@ -260,7 +267,7 @@ COMMANDS: dict[str, Callable[[Path, Invocation], int]] = {
 def run(root: Path, argv: list[str]) -> int:
     """Execute one systemctl command line against the node at `root`; the exit status."""
     try:
-        inv = parse(argv)
+        inv = parse(argv, state.load_config(root)["systemd_version"])
         command = COMMANDS.get(inv.verb)
         if command is None:
             raise SystemctlError(f"Unknown command verb {inv.verb}.", 1)

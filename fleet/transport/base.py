@@ -13,7 +13,11 @@ its stdin (EOF), when its session ends (the client died: the channel closes,
 stdin ends too), or at its own remote bound at the latest.
 
 `privileged` says whether a command needs root; only those go through
-`sudo -n` on a `become` host (see `Probe.needs_root` in `fleet.node.probe`).
+`sudo -n` on a `become` host (see `Probe.needs_root` in `fleet.node.probe`),
+and sudo itself runs inside the remote `timeout` too (see `bounded_argv`).
+
+A transport may have `notes`: what it saw while connecting that the host's log
+should say once (`Note`, read with `notes_of`), such as known_hosts lines it skipped.
 
 The SSH and local transports build their results with `make_result` and
 interpret them with `finish`, so a timeout or a refused sudo means the same on both.
@@ -23,8 +27,8 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from fleet.errors import AuthError, CommandTimeout
@@ -61,6 +65,20 @@ class CommandResult:
 
 
 Release = Callable[[], Awaitable[CommandResult | None]]
+
+
+@dataclass(frozen=True)
+class Note:
+    """One thing a transport saw while connecting, for the host's log: an event name and its fields."""
+
+    event: str
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
+def notes_of(transport: object) -> tuple[Note, ...]:
+    """The notes a transport has for the host's log (its `notes` attribute); none when it has no such attribute."""
+    notes = getattr(transport, "notes", ())
+    return tuple(n for n in notes if isinstance(n, Note))
 
 
 class Held:
@@ -110,17 +128,22 @@ class Transport(Protocol):
 
 
 def bounded_argv(argv: Sequence[str], timeout: float, *, become: bool = False, mark: str | None = None) -> list[str]:
-    """The argv actually run on the node: `[sudo -n] [env FLEET_CMD=token] timeout -k K T argv...`.
+    """The argv actually run on the node.
 
-    `mark` is an `env` assignment that tags the command's processes so an interrupted
-    command can be found and ended (see `fleet.transport.reap`); inside sudo, which resets the environment.
+    Without become: `[env FLEET_CMD=token] timeout -k K T argv...`. With become:
+    `timeout -k K T sudo -n [env FLEET_CMD=token] timeout -k K T argv...`: the outer
+    `timeout` bounds sudo itself (a hung NSS or LDAP lookup), the inner one, as root,
+    bounds the command. `mark` is an `env` assignment that tags the command's processes
+    so an interrupted command can be found and ended (see `fleet.transport.reap`);
+    inside sudo, which resets the environment.
     """
     if not argv:
         raise ValueError("empty argv")
-    wrapped = ["timeout", "-k", f"{REMOTE_KILL_AFTER_S:g}", f"{max(timeout, 0.1):.1f}", *argv]
+    bound = ["timeout", "-k", f"{REMOTE_KILL_AFTER_S:g}", f"{max(timeout, 0.1):.1f}"]
+    wrapped = [*bound, *argv]
     if mark is not None:
         wrapped = ["env", mark, *wrapped]
-    return ["sudo", "-n", *wrapped] if become else wrapped
+    return [*bound, "sudo", "-n", *wrapped] if become else wrapped
 
 
 def command_line(argv: Sequence[str]) -> str:

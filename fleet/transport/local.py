@@ -1,8 +1,9 @@
 """The local Transport (`connection: local`): fleet's bounded commands run on this machine.
 
 For a node that resets itself (from a timer, say). The same argv as over
-SSH (`[sudo -n] timeout -k K T argv...`) is executed directly, without a
-shell, in a new session; on the client deadline, or when the caller is
+SSH (`timeout -k K T argv...`, or `timeout -k K T sudo -n timeout -k K T argv...`
+for a privileged command on a `become` host; see `fleet.transport.base.bounded_argv`)
+is executed directly, without a shell, in a new session; on the client deadline, or when the caller is
 cancelled, every process of that session is SIGKILLed and reaped.
 """
 

@@ -7,8 +7,9 @@ states every command the logic may run.
 `hold` answers from the same script: a reply with exit status 0 and a first
 stdout line is a command that now holds (until `release()`); any other reply is
 a command that ended at once. `ran` records every argv as the logic asked for
-it, `sent` as it would go on the wire (`[sudo -n] timeout -k K T argv...`, sudo
-only for privileged commands on a `become` transport).
+it, `sent` as it would go on the wire (`fleet.transport.base.bounded_argv`:
+`timeout -k K T argv...`, or `timeout -k K T sudo -n timeout -k K T argv...` for
+privileged commands on a `become` transport).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 # fleet's lineage walk (fleet/node/probes/lineage.py): POSIX awk only (mawk, gawk, busybox), read-only.
 # Operands are where the walks start: "self" (this awk: its ancestors are fleet's own session), then
-# each pid given. For each, read /proc/PID/stat, print "pid<TAB>ppid<TAB>comm" and go on with the
+# each pid given. For each, read /proc/PID/stat, print "pid<TAB>ppid<TAB>starttime<TAB>comm" (starttime:
+# field 22, clock ticks since boot: with the pid, who the process is) and go on with the
 # parent, at most `depth` steps and never twice through one process. comm may hold spaces and
 # parentheses, so it ends at the *last* ") ". For "self", also print "self<TAB>pid".
 # Comment lines are dropped before the program is sent.
@@ -13,10 +14,10 @@ BEGIN {
       if (!ok || !match(line, /.*\) /)) break
       open = index(line, " ("); me = substr(line, 1, open - 1)
       split(substr(line, RLENGTH + 1), rest, " ")
-      if (rest[2] !~ /^[0-9]+$/) break
+      if (rest[2] !~ /^[0-9]+$/ || rest[20] !~ /^[0-9]+$/) break
       if (pid == "self") print "self\t" me
       seen[me] = 1
-      print me "\t" rest[2] "\t" substr(line, open + 2, RLENGTH - open - 3)
+      print me "\t" rest[2] "\t" rest[20] "\t" substr(line, open + 2, RLENGTH - open - 3)
       pid = rest[2]
     }
   }

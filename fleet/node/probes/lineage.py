@@ -3,7 +3,7 @@
 `lineage_argv` runs the awk program in `lineage.awk` (beside this file) over
 /proc/PID/stat. It walks up the ppid chain from itself (`/proc/self`: the probe
 command, whose ancestors are the session fleet runs in, alive while it runs)
-and from each pid given, and prints `pid<TAB>ppid<TAB>comm` once per process it
+and from each pid given, and prints `pid<TAB>ppid<TAB>starttime<TAB>comm` once per process it
 met. A chain cannot be read later, one command at a time: `timeout` and the
 shell between fleet and the probe are gone once the probe has exited, and the
 chain breaks there. A pid that vanished mid-walk just ends its chain.
@@ -29,11 +29,13 @@ LINEAGE_AWK = "\n".join(
 
 @dataclass(frozen=True)
 class ProcStat:
-    """One process as /proc/PID/stat tells it: its parent and its comm (15 characters at most)."""
+    """One process as /proc/PID/stat tells it: its parent, its comm (15 characters at most) and its start
+    time (clock ticks since boot; with the pid, the process's identity: a reused pid starts later)."""
 
     pid: int
     ppid: int
     comm: str
+    start: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def lineage_argv(pids: Sequence[int]) -> list[str]:
 
 
 def parse_lineage(text: str) -> Lineage:
-    """`self<TAB>PID` and `pid<TAB>ppid<TAB>comm` lines into a Lineage."""
+    """`self<TAB>PID` and `pid<TAB>ppid<TAB>starttime<TAB>comm` lines into a Lineage."""
     procs: dict[int, ProcStat] = {}
     me: int | None = None
     for lineno, line in lines(text):
@@ -79,10 +81,11 @@ def parse_lineage(text: str) -> Lineage:
 
 
 def _stat_line(lineno: int, line: str) -> ProcStat:
-    parts = line.split("\t", 2)
-    if len(parts) != 3:
-        raise ProbeParseError(lineno, line, "expected pid<TAB>ppid<TAB>comm")
-    return ProcStat(parse_int(parts[0], lineno, line, "pid"), parse_int(parts[1], lineno, line, "ppid"), parts[2])
+    parts = line.split("\t", 3)
+    if len(parts) != 4:
+        raise ProbeParseError(lineno, line, "expected pid<TAB>ppid<TAB>starttime<TAB>comm")
+    pid, ppid = parse_int(parts[0], lineno, line, "pid"), parse_int(parts[1], lineno, line, "ppid")
+    return ProcStat(pid, ppid, parts[3], parse_int(parts[2], lineno, line, "starttime"))
 
 
 def _chain(pid: int | None, procs: Mapping[int, ProcStat]) -> tuple[int, ...]:
@@ -95,4 +98,5 @@ def _chain(pid: int | None, procs: Mapping[int, ProcStat]) -> tuple[int, ...]:
 
 def lineage(pids: Sequence[int]) -> Probe[Lineage]:
     """The holders' ancestors and fleet's own chain; without them nothing is judged."""
-    return Probe(tuple(lineage_argv(pids)), "process lineage (awk)", parse_lineage, reads="process lineage")
+    return Probe(tuple(lineage_argv(pids)), "process lineage (awk)", parse_lineage, needs_root=True,
+                 reads="process lineage")

@@ -1,17 +1,18 @@
-"""Process probes: who holds the GPU device files (the holder scan), ps, exe, alive, and the signal.
+"""Process probes: who holds the GPU device files (the holder scan), ps, exe, and the identity-checked signal.
 
 What each exit status means is declared with the probe:
 
 * the holder scan and the exe lookup run GNU find, which exits 1 when it met
   an unreadable entry (permission denied, process gone mid-scan): 0 and 1 are
-  answers, and stdout is parsed;
-* ps (`ps`, `alive`) exits 1 when no listed pid exists: every status is
-  an answer ("none alive"; the parsers return an empty result on "");
-* `kill` exits 1 when a pid is gone or may not be signalled: the kill step reads
-  its stderr.
+  answers, and stdout is parsed. Whether the scan saw every process is decided
+  from what it printed (`HolderScan`), never from find's localised messages;
+* ps exits 1 when no listed pid exists: every status is an answer (ps is always
+  asked about pid 1 too, so a ps that cannot see every process shows it);
+* `signal` runs signal.sh, which says per process what it did (sent, alive,
+  gone, changed, denied): a refused kill is a verdict, not an English message.
 
-Reading other users' /proc/PID/fd and exe links, and signalling their processes,
-needs root; ps does not.
+Reading other users' /proc entries (fd tables, exe links, and under hidepid any
+of them) and signalling their processes needs root: all of these probes say so.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 
 from fleet.node.probe import ANY_EXIT, Probe
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
@@ -70,12 +72,28 @@ def _pid_list(pids: Sequence[int]) -> str:
 # --- processes holding GPU device files ----------------------------------------
 
 
+@dataclass(frozen=True)
+class HolderScan:
+    """What one holder scan saw: the holders, and whether it saw everything.
+
+    `init_seen`: /proc/1 was visible to the scan (it is not, when /proc is mounted
+    hidepid=2 for a user, or when sudo refused to run the scan: nothing ran at all).
+    `unreadable`: pids whose fd table the scan could not read (another user's
+    process, for a scan that does not run as root).
+    """
+
+    rows: tuple[HolderRow, ...] = ()
+    init_seen: bool = False
+    unreadable: tuple[int, ...] = ()
+
+
 def holders_scan_argv(devices: Sequence[str]) -> list[str]:
-    """One GNU find over /proc listing fds whose link target matches a device glob.
+    """One GNU find over /proc listing fds whose link target matches a device glob, and what it could not see.
 
     It descends only into /proc/PID and /proc/PID/fd and prunes everything else.
-    Each hit prints `user<TAB>/proc/PID/fd/N<TAB>target`. Exit 1 with stdout is
-    still an answer (fds it could not read).
+    Each hit prints `user<TAB>/proc/PID/fd/N<TAB>target`; an fd table it may not read
+    prints `unreadable<TAB>user<TAB>/proc/PID` (and is not entered); /proc/1 prints
+    `init`, so that a scan that saw nothing can be told from one that saw no holder.
     """
     if not devices or not all(devices):
         raise ValueError(f"bad device globs: {list(devices)}")
@@ -83,19 +101,40 @@ def holders_scan_argv(devices: Sequence[str]) -> list[str]:
     for glob in devices:
         lname += ["-o", "-lname", glob] if lname else ["-lname", glob]
     select = ["(", "-regex", "/proc/[0-9]+/fd/[0-9]+", "(", *lname, ")", "-printf", r"%u\t%p\t%l\n", ")"]
+    blind = ["(", "-regex", "/proc/[0-9]+/fd", "-not", "-readable", "-printf", r"unreadable\t%u\t%h\n", "-prune", ")"]
+    init = ["(", "-path", "/proc/1", "-printf", r"init\n", ")"]
     prune = ["(", "-not", "-regex", r"/proc/[0-9]+\(/fd\)?", "-prune", ")"]
-    return ["find", "/proc", "-mindepth", "1", "-maxdepth", "3", *select, "-o", *prune]
+    return ["find", "/proc", "-mindepth", "1", "-maxdepth", "3", *select, "-o", *blind, "-o", *init, "-o", *prune]
+
+
+def parse_scan(text: str) -> HolderScan:
+    """The holders (one HolderRow per pid, sorted, devices sorted and unique), `init` and `unreadable` lines."""
+    users: dict[int, str] = {}
+    devices: dict[int, set[str]] = {}
+    init_seen, unreadable = False, set()
+    for lineno, line in lines(text):
+        if line == "init":
+            init_seen = True
+        elif line.startswith("unreadable\t"):
+            unreadable.add(_unreadable_pid(lineno, line))
+        else:
+            pid, user, device = _holder_line(lineno, line)
+            users.setdefault(pid, user)
+            devices.setdefault(pid, set()).add(device)
+    rows = tuple(HolderRow(pid, users[pid], tuple(sorted(devices[pid]))) for pid in sorted(users))
+    return HolderScan(rows, init_seen, tuple(sorted(unreadable)))
 
 
 def parse_holders(text: str) -> tuple[HolderRow, ...]:
-    """One HolderRow per pid, sorted by pid, its devices sorted and unique."""
-    users: dict[int, str] = {}
-    devices: dict[int, set[str]] = {}
-    for lineno, line in lines(text):
-        pid, user, device = _holder_line(lineno, line)
-        users.setdefault(pid, user)
-        devices.setdefault(pid, set()).add(device)
-    return tuple(HolderRow(pid, users[pid], tuple(sorted(devices[pid]))) for pid in sorted(users))
+    """Just the holders of a scan's output."""
+    return parse_scan(text).rows
+
+
+def _unreadable_pid(lineno: int, line: str) -> int:
+    match = _PID_DIR.fullmatch(line.rsplit("\t", 1)[-1])
+    if match is None:
+        raise ProbeParseError(lineno, line, "expected unreadable<TAB>user<TAB>/proc/PID")
+    return int(match.group(1))
 
 
 def _holder_line(lineno: int, line: str) -> tuple[int, str, str]:
@@ -152,32 +191,49 @@ def parse_exe(text: str) -> dict[int, str]:
     return exes
 
 
-def alive_argv(pids: Sequence[int]) -> list[str]:
-    """`ps -o pid=,stat= -p ...`: the state column tells a zombie (dead, not yet reaped) apart."""
-    return ["ps", "-o", "pid=,stat=", "-p", _pid_list(pids)]
+# --- signals: only to the process that was judged ----------------------------------------------------------
+
+# The identity-checked signal, a POSIX sh program (signal.sh beside this file), its comment lines dropped.
+SIGNAL_SH = "\n".join(
+    line for line in (resources.files("fleet.node.probes") / "signal.sh").read_text().splitlines()
+    if line.strip() and not line.lstrip().startswith("#")
+)
+# Only ask who of them is still alive (and still the same process): no signal is sent.
+ALIVE = "-"
+VERDICTS = frozenset({"sent", "alive", "gone", "changed", "denied"})
 
 
-def parse_pids(text: str) -> frozenset[int]:
-    """Pids that are alive; a zombie (stat Z) holds no files and no GPU memory, so it counts as dead."""
-    alive = set()
-    for lineno, line in lines(text):
-        pid, _, stat = line.strip().partition(" ")
-        if not stat.strip().startswith("Z"):
-            alive.add(parse_int(pid, lineno, line, "pid"))
-    return frozenset(alive)
+@dataclass(frozen=True)
+class Identity:
+    """A process as fleet judged it: its pid, start time (clock ticks since boot), executable and owner."""
+
+    pid: int
+    start: int
+    exe: str | None
+    user: str
 
 
-# --- signals -------------------------------------------------------
-
-
-def kill_argv(signal: str, pids: Sequence[int]) -> list[str]:
-    """`kill -s TERM|KILL -- PID...`; never init, never a process group."""
-    name = signal.upper().removeprefix("SIG")
-    if name not in SIGNALS:
+def signal_argv(signal: str, targets: Sequence[Identity]) -> list[str]:
+    """`sh -c SIGNAL_SH fleet-signal SIG PID START EXE USER ...`: TERM or KILL (or ALIVE: no signal) to each
+    target that is still the process fleet judged; never init, never a process group."""
+    name = signal if signal == ALIVE else signal.upper().removeprefix("SIG")
+    if name not in SIGNALS and signal != ALIVE:
         raise ValueError(f"refusing to send {signal!r}: only TERM and KILL")
-    if not pids or any(pid <= 1 for pid in pids):
-        raise ValueError(f"refusing to signal pids {list(pids)}: each must be > 1")
-    return ["kill", "-s", name, "--", *(str(pid) for pid in pids)]
+    if not targets or any(t.pid <= 1 for t in targets):
+        raise ValueError(f"refusing to signal pids {[t.pid for t in targets]}: each must be > 1")
+    words = [w for t in targets for w in (str(t.pid), str(t.start), t.exe or "", t.user)]
+    return ["sh", "-c", SIGNAL_SH, "fleet-signal", name, *words]
+
+
+def parse_verdicts(text: str) -> dict[int, str]:
+    """pid -> what signal.sh did with it: sent, alive, gone, changed or denied."""
+    verdicts = {}
+    for lineno, line in lines(text):
+        verdict, _, pid = line.partition(" ")
+        if verdict not in VERDICTS:
+            raise ProbeParseError(lineno, line, "expected '<sent|alive|gone|changed|denied> PID'")
+        verdicts[parse_int(pid, lineno, line, "pid")] = verdict
+    return verdicts
 
 
 # --- the probes -------------------------------------------------------------
@@ -185,22 +241,22 @@ def kill_argv(signal: str, pids: Sequence[int]) -> list[str]:
 FIND_ANSWERS = frozenset({0, 1})  # GNU find: 1 = some entry could not be read; what it printed stands
 
 
-def holder_scan(devices: Sequence[str]) -> Probe[tuple[HolderRow, ...]]:
-    return Probe(tuple(holders_scan_argv(devices)), "holder scan", parse_holders, needs_root=True,
+def holder_scan(devices: Sequence[str]) -> Probe[HolderScan]:
+    """Exit 1 is an answer (an entry vanished or could not be read); whether the scan saw everything is
+    in what it printed (`HolderScan`), never in find's (localised) messages."""
+    return Probe(tuple(holders_scan_argv(devices)), "holder scan", parse_scan, needs_root=True,
                  ok_exits=FIND_ANSWERS)
 
 
 def ps(pids: Sequence[int]) -> Probe[dict[int, PsRow]]:
-    return Probe(tuple(ps_argv(pids)), "ps", parse_ps, ok_exits=ANY_EXIT)
+    """ps on the pids and on pid 1: a ps that does not list pid 1 cannot see every process (hidepid)."""
+    return Probe(tuple(ps_argv(sorted({1, *pids}))), "ps", parse_ps, needs_root=True, ok_exits=ANY_EXIT)
 
 
 def exe(pids: Sequence[int]) -> Probe[dict[int, str]]:
     return Probe(tuple(exe_argv(pids)), "exe lookup", parse_exe, needs_root=True, ok_exits=ANY_EXIT)
 
 
-def alive(pids: Sequence[int]) -> Probe[frozenset[int]]:
-    return Probe(tuple(alive_argv(pids)), "ps", parse_pids, ok_exits=ANY_EXIT)
-
-
-def kill(signal: str, pids: Sequence[int]) -> Probe[str]:
-    return Probe(tuple(kill_argv(signal, pids)), "kill", str, needs_root=True, ok_exits=ANY_EXIT)
+def signal(name: str, targets: Sequence[Identity]) -> Probe[dict[int, str]]:
+    """Signal (or, with ALIVE, look at) each target that is still the process fleet judged."""
+    return Probe(tuple(signal_argv(name, targets)), "signal", parse_verdicts, needs_root=True)

@@ -14,7 +14,8 @@ from fleet.node.probe import Probe
 from fleet.node.probes.parse import LINE_CLIP, ProbeParseError, lines, parse_int
 from fleet.transport.base import CommandResult, clip
 
-SETTLE_FIELDS = ("index", "memory.used")
+# mig.mode.current: an idle MIG-enabled GPU holds some MiB with no process (its instances' reservations).
+SETTLE_FIELDS = ("index", "uuid", "memory.used", "mig.mode.current")
 VERIFY_FIELDS = (
     "index",
     "uuid",
@@ -23,6 +24,7 @@ VERIFY_FIELDS = (
     "memory.used",
     "memory.total",
     "ecc.errors.uncorrected.volatile.total",
+    "mig.mode.current",
 )
 COMPUTE_APPS_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
 SMI_FORMAT = "--format=csv,noheader,nounits"
@@ -54,6 +56,7 @@ class GpuRow:
     name: str | None = None
     memory_total_mib: int | None = None
     ecc_uncorrected: int | None = None
+    mig: bool = False  # MIG mode is enabled (mig.mode.current; `[N/A]` on a GPU without MIG: not enabled)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ def _gpu_row(values: dict[str, str | None], lineno: int, line: str) -> GpuRow:
         name=values.get("name"),
         memory_total_mib=parse_mib(values.get("memory.total")),
         ecc_uncorrected=_optional_int(values.get("ecc.errors.uncorrected.volatile.total")),
+        mig=values.get("mig.mode.current") == "Enabled",
     )
 
 

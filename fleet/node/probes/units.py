@@ -67,7 +67,9 @@ def unit_stop_argv(unit: str) -> list[str]:
 
 
 def unit_kill_argv(unit: str) -> list[str]:
-    return ["systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", "--", _unit(unit)]
+    """SIGKILL to every process of the unit. `--kill-who=` is the spelling every systemd accepts (the
+    newer `--kill-whom=` is unknown before systemd 252: Debian 11, Ubuntu 22.04 and RHEL 8 reject it)."""
+    return ["systemctl", "kill", "--kill-who=all", "--signal=SIGKILL", "--", _unit(unit)]
 
 
 def unit_restart_argv(unit: str) -> list[str]:
@@ -110,15 +112,18 @@ def cgroup_argv(pids: Sequence[int]) -> list[str]:
 def unit_of_cgroup(path: str) -> str | None:
     """The system service a cgroup path lies in, such as `sglang.service`; None outside one.
 
-    The deepest `.service` component names it (a service may delegate subgroups
-    below its own). Anything under user.slice (session scopes, user@UID.service
-    and its user units), scopes, the root and names fleet would refuse are None.
+    The top-level `.service` component names it: the unit systemd manages. A
+    service may delegate subgroups below its own, and those may be named
+    `*.service` too (a container runtime's, a user's): they are not units
+    `systemctl stop` knows. Anything under user.slice (session scopes,
+    user@UID.service and its user units), scopes, the root and names fleet would
+    refuse are None.
     """
     parts = [p for p in path.split("/") if p]
     if "user.slice" in parts:
         return None
     services = [p for p in parts if p.endswith(".service")]
-    return _valid_unit(services[-1]) if services else None
+    return _valid_unit(services[0]) if services else None
 
 
 def parse_cgroups(text: str) -> dict[int, str]:
@@ -180,7 +185,7 @@ def unit_stop(unit: str) -> Probe[str]:
 
 
 def unit_kill(unit: str) -> Probe[str]:
-    return action(unit_kill_argv(unit), f"systemctl kill {unit}", needs_root=True, ok_exits=ANY_EXIT)
+    return action(unit_kill_argv(unit), f"systemctl kill {unit}", needs_root=True)
 
 
 def unit_restart(unit: str) -> Probe[str | None]:
@@ -191,6 +196,6 @@ def unit_restart(unit: str) -> Probe[str | None]:
 def units_of(pids: Sequence[int], *, simulated: bool) -> Probe[dict[int, str]]:
     """pid -> systemd unit: from /proc/PID/cgroup, or on a simulated node from its stand-in."""
     if simulated:
-        return Probe(tuple(sim_units_argv(pids)), "simulated unit listing", parse_sim_units, ok_exits=ANY_EXIT,
-                     reads="cgroup listing")
-    return Probe(tuple(cgroup_argv(pids)), "cgroup listing", parse_cgroups, ok_exits=ANY_EXIT)
+        return Probe(tuple(sim_units_argv(pids)), "simulated unit listing", parse_sim_units, needs_root=True,
+                     ok_exits=ANY_EXIT, reads="cgroup listing")
+    return Probe(tuple(cgroup_argv(pids)), "cgroup listing", parse_cgroups, needs_root=True, ok_exits=ANY_EXIT)

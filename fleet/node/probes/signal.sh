@@ -1,0 +1,36 @@
+# fleet's identity-checked signal (fleet/node/probes/procs.py): POSIX sh, run as `sh -c PROGRAM fleet-signal
+# SIG PID START EXE USER [PID START EXE USER ...]`. SIG is TERM or KILL, or "-" to only say who is alive.
+# Each process is signalled only if it is still the one fleet judged: the same start time (/proc/PID/stat
+# field 22, clock ticks since boot), the same executable (when one was recorded) and the same owner,
+# checked right before the signal, in this one command. One line a process: "<verdict> <pid>" where
+# verdict is sent | alive | gone (no such process, or a zombie) | changed (the pid is someone else now)
+# | denied (kill refused). Comment lines are dropped before the program is sent.
+sig=$1
+shift
+while [ "$#" -ge 4 ]; do
+  pid=$1; start=$2; exe=$3; owner=$4
+  shift 4
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || { echo "gone $pid"; continue; }
+  # after the comm (which ends at the last ") "): state is field 3, starttime field 22
+  read -r state _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ now _ <<FIELDS
+${stat##*") "}
+FIELDS
+  if [ "$state" = Z ]; then echo "gone $pid"; continue; fi
+  if [ "$now" != "$start" ]; then echo "changed $pid"; continue; fi
+  if [ -n "$exe" ]; then
+    link=$(readlink "/proc/$pid/exe" 2>/dev/null)
+    if [ "${link% (deleted)}" != "$exe" ]; then echo "changed $pid"; continue; fi
+  fi
+  # the owner as the scan recorded it: a name, or the uid of a user without one (find's %u)
+  case "$owner" in
+    "$(stat -c %U "/proc/$pid/fd" 2>/dev/null)" | "$(stat -c %u "/proc/$pid/fd" 2>/dev/null)") ;;
+    *) echo "changed $pid"; continue ;;
+  esac
+  if [ "$sig" = - ]; then
+    echo "alive $pid"
+  elif kill -s "$sig" "$pid" 2>/dev/null; then
+    echo "sent $pid"
+  else
+    echo "denied $pid"
+  fi
+done

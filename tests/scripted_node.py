@@ -1,0 +1,61 @@
+"""Answers a scripted node gives to fleet's process probes, in the shapes the real commands print.
+
+The holder scan says `init` (it saw /proc/1), ps lists pid 1 (it sees every process), the lineage walk
+prints `pid ppid starttime comm`, and the identity-checked signal (signal.sh) says per target what it did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fleet.transport.scripted import Reply
+
+INIT_PS = "    1     0 root     /sbin/init\n"
+START = 4242  # every scripted process's start time (clock ticks since boot)
+
+
+def scan(holders: str = "") -> str:
+    """A holder scan's output that saw every process: the holder lines, and /proc/1."""
+    return holders + "init\n"
+
+
+def ps(rows: str) -> str:
+    """ps output for the holders, and pid 1 (ps is always asked about it)."""
+    return INIT_PS + rows
+
+
+def pids_after(argv: Sequence[str], marker: str) -> list[int]:
+    return [int(w) for w in argv[list(argv).index(marker) + 1:] if w.isdigit()]
+
+
+def lineage(argv: Sequence[str], comm: str = "python3") -> Reply:
+    """The lineage walk: the probe (pid 900) and every holder asked about are children of init."""
+    holders = "".join(f"{pid}\t1\t{START}\t{comm}\n" for pid in pids_after(argv, "self"))
+    return Reply(f"self\t900\n900\t1\t{START}\tawk\n{holders}1\t0\t1\tsystemd\n")
+
+
+def targets(argv: Sequence[str]) -> tuple[str, list[int]]:
+    """(signal, pids) of a signal.sh command: `sh -c PROGRAM fleet-signal SIG PID START EXE USER ...`."""
+    at = list(argv).index("fleet-signal")
+    words = list(argv[at + 2:])
+    return argv[at + 1], [int(words[i]) for i in range(0, len(words), 4)]
+
+
+def signal(alive_after: Callable[[str, int], bool] = lambda sig, pid: False,
+           verdict: Callable[[str, int], str] | None = None) -> Callable[[Sequence[str]], Reply]:
+    """signal.sh's answers: `sent` to TERM and KILL; to a look (`-`), `alive` while `alive_after(last signal,
+    pid)` says so, else `gone`. `verdict`, when given, decides a signal's verdict instead of `sent`."""
+    last: dict[int, str] = {}
+
+    def answer(argv: Sequence[str]) -> Reply:
+        sig, pids = targets(argv)
+        lines = []
+        for pid in pids:
+            if sig == "-":
+                lines.append(f"{'alive' if alive_after(last.get(pid, ''), pid) else 'gone'} {pid}")
+            else:
+                last[pid] = sig
+                lines.append(f"{verdict(sig, pid) if verdict else 'sent'} {pid}")
+        return Reply("".join(f"{line}\n" for line in lines))
+
+    return answer
