@@ -18,7 +18,6 @@ from fleet.reset import lock
 from fleet.transport.base import CommandResult, Held, bounded_argv, finish
 from fleet.transport.scripted import ScriptedTransport
 
-
 ID_100 = procs.Identity(100, 4242, "/usr/bin/python3.11", "root")
 ID_101 = procs.Identity(101, 4243, None, "alice")
 
