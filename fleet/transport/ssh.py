@@ -35,7 +35,7 @@ import anyio
 import asyncssh
 
 from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError, SessionSilent
-from fleet.inventory.host import Host
+from fleet.inventory.host import DEFAULT_KNOWN_HOSTS, Host
 from fleet.transport import reap
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
@@ -49,7 +49,6 @@ from fleet.transport.base import (
     make_result,
 )
 
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # No SSH keepalives: every command has a client deadline (fleet.transport.base.client_deadline) and connecting
 # has connect_timeout, so a host that stalls is dropped by those. asyncssh re-arms its keepalive timer on
 # every packet received: at 512 hosts that timer churn was a fifth of the controller's CPU (py-spy).
