@@ -131,6 +131,10 @@ def reset(
         bool,
         typer.Option("--stop-units", help="Stop the systemd unit of a holder that respawns after the kill."),
     ] = False,
+    gpu_reset: Annotated[
+        bool,
+        typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify."),
+    ] = False,
     as_json: JsonOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
@@ -144,6 +148,7 @@ def reset(
         canary=canary,
         deadline_s=parse_duration(deadline) if deadline else None,
         stop_units=stop_units,
+        gpu_reset=gpu_reset,
     )
     inv, targets = _targets(hosts, inventory, group, limit, exclude)
     check_files(inv, targets)  # a missing key or known_hosts: exit 2 before anything is asked or connects

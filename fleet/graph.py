@@ -50,6 +50,7 @@ class RunOptions:
     canary: int = 0
     deadline_s: float | None = None
     stop_units: bool = False  # stop the unit of a holder that respawns (not in services, not protected)
+    gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
 
 
 @dataclass
@@ -126,7 +127,8 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
     try:
         for note in notes_of(transport):  # what connecting saw (known_hosts lines skipped), once per host
             log.warning(note.event, **note.fields)
-        await walk_host(Node(run.host, transport, log), run, options.mode, run_id, stop_units=options.stop_units)
+        await walk_host(Node(run.host, transport, log), run, options.mode, run_id, stop_units=options.stop_units,
+                        gpu_reset=options.gpu_reset)
     except TransportError as exc:
         run.finish(HostStatus.FAILED, exc.during(run.current))
         log.error("transport_error", step=str(run.current), error=str(exc))

@@ -11,6 +11,7 @@ from fleet.graph import Connector, RunOptions, run_hosts
 from fleet.inventory.host import Host
 from fleet.report import render as reporting
 from fleet.report.logs import RunLogs, default_log_dir, new_run_id
+from fleet.report.models import RunReport
 from fleet.report.tables import report_table
 
 # File descriptors a host holds during a run: its connection's socket and its log file.
@@ -50,6 +51,21 @@ async def run_and_report(
     connector: Connector | None = None,
 ) -> int:
     """Run, write summary.json (even when interrupted), print the report; return the exit status."""
+    code, _ = await run_reported(targets, options, as_json=as_json, log_dir=log_dir, table=table,
+                                 connector=connector)
+    return code
+
+
+async def run_reported(
+    targets: Sequence[Host],
+    options: RunOptions,
+    *,
+    as_json: bool,
+    log_dir: Path | None,
+    table: bool = False,
+    connector: Connector | None = None,
+) -> tuple[int, RunReport]:
+    """`run_and_report`, and the report itself (for the demo, which checks what it showed)."""
     raise_fd_limit(len(targets))
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()
@@ -76,4 +92,4 @@ async def run_and_report(
         say(f"fleet: {state.cut_short()}; in-flight commands were ended, the report above is complete")
     elif state.stopped:
         say(f"fleet: stopped starting hosts: {state.stopped}")
-    return reporting.exit_code(run_report, interrupted=state.interrupted)
+    return reporting.exit_code(run_report, interrupted=state.interrupted), run_report

@@ -7,6 +7,7 @@ prints `pid ppid starttime comm`, and the identity-checked signal (signal.sh) sa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from fleet.transport.scripted import Reply
 
@@ -59,3 +60,20 @@ def signal(alive_after: Callable[[str, int], bool] = lambda sig, pid: False,
         return Reply("".join(f"{line}\n" for line in lines))
 
     return answer
+
+
+# A real `nvidia-smi -q` of one healthy GPU (tests/fixtures/nvidia-smi/SOURCES.md) and its bus id.
+Q_CAPTURE = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi" / "h200_drv590.48.01_1gpu_q_idle.txt"
+Q_BUS_ID = "00000000:83:00.0"
+
+
+def healthy_q(bus_id: str) -> str:
+    """`nvidia-smi -q` of one healthy GPU at `bus_id`: the real capture, its bus id replaced."""
+    return Q_CAPTURE.read_text().replace(Q_BUS_ID, bus_id)
+
+
+# The health gate's two reads on a healthy one-GPU node: -q, and a kernel log with no Xid (journalctl exits 1).
+HEALTH = [
+    (("nvidia-smi", "-q"), Reply(healthy_q("00000000:18:00.0"))),
+    (("journalctl",), Reply(exit_status=1)),
+]

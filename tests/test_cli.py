@@ -279,3 +279,12 @@ def test_confirmation_prompt_on_a_terminal_names_count_and_groups(tmp_path: Path
     assert "Reset 5 hosts gpu-h[01-04,07] (groups: canary, hopper, rack-a)? [y/N]" in err
     assert "nothing done" in err
     assert not (tmp_path / "logs").exists(), "a declined reset writes no run folder"
+
+
+def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
+    """`make demo`'s job, small: a simulated fleet reset over SSH, one node failed by its health gate, torn down."""
+    proc = run_cli("demo", "--nodes", "2", "--log-dir", str(tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "gpu-b01 clean" in proc.stderr
+    assert "gpu-b02 failed: gpu 5: Xid 79" in proc.stderr
+    assert "simulated fleet torn down" in proc.stderr

@@ -95,8 +95,9 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
     with_sudo = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if through_sudo(wire)}
     without = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if not through_sudo(wire)}
     # sudo: the lock, systemctl stop, and everything that reads other users' /proc entries (the holder
-    # scan, ps, exe, lineage, cgroups: under hidepid, all of them) or signals (sh: the identity-checked signal)
-    assert with_sudo == {"flock", "systemctl", "find", "sh", "ps", "awk", "grep"}
+    # scan, ps, exe, lineage, cgroups: under hidepid, all of them) or signals (sh: the identity-checked signal),
+    # and the kernel log (journalctl: the Xids)
+    assert with_sudo == {"flock", "systemctl", "find", "sh", "ps", "awk", "grep", "journalctl"}
     assert without == {"systemctl", "nvidia-smi"}
     assert [probe.argv for probe in asked] == t.ran  # every command is a probe that declared its privilege
     for probe, wire in zip(asked, t.sent, strict=True):

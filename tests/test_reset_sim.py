@@ -338,9 +338,10 @@ async def test_failed_canary_leaves_every_other_host_untouched(make_fleet: Any, 
         assert sim.nodes[other].unit_state("sglang.service") == "active"
 
 
-async def test_an_already_clean_host_costs_eight_remote_commands(make_fleet: Any, tmp_path: Path) -> None:
+async def test_an_already_clean_host_costs_eleven_remote_commands(make_fleet: Any, tmp_path: Path) -> None:
     """The count README states (and the benchmark reports): it must not grow without a reason.
-    (No nvidia-persistenced here: a kept holder costs the commands that describe it.)"""
+    (No nvidia-persistenced here: a kept holder costs the commands that describe it.) Eleven: the eight of
+    the reset, and the health gate's three reads (the kernel log before, `nvidia-smi -q` and the log after)."""
     sim = await make_fleet([busy("gpu-c01", protected_daemon=False)], fast_vars(["gpu-c01"]))
     first = await reset(sim, tmp_path)
     assert first.hosts["gpu-c01"].status is HostStatus.CLEAN, first.hosts["gpu-c01"].error
@@ -350,6 +351,6 @@ async def test_an_already_clean_host_costs_eight_remote_commands(make_fleet: Any
     events = [json.loads(line) for line in logs[-1].read_text().splitlines()]
     steps = [e.get("step", "lock") + ":" + Path(e["argv"][0]).name for e in events if e["event"] == "command"]
     assert sorted(steps) == sorted([
-        "lock:flock", "drain:systemctl", "drain:systemctl", "kill:find", "settle:nvidia-smi",
-        "verify:nvidia-smi", "verify:nvidia-smi", "verify:find",
+        "lock:flock", "drain:journalctl", "drain:systemctl", "drain:systemctl", "kill:find", "settle:nvidia-smi",
+        "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:journalctl", "verify:find",
     ])

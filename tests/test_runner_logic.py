@@ -47,6 +47,7 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_ki
          Reply(f"0, GPU-aaaa, {settle_mib}, Disabled\n", delay_s=smi_delay)),
         (("nvidia-smi", "--query-gpu="), Reply(GPU.format(mib=settle_mib), delay_s=smi_delay)),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
+        *scripted_node.HEALTH,
         LOCK,
         (("awk",), scripted_node.lineage),
         (("grep",), Reply("")),  # cgroups: no process in a unit
@@ -136,7 +137,7 @@ async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) 
 
 async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) -> None:
     """Ctrl-C: in-flight hosts fail as interrupted, connections are closed, the report is whole."""
-    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK])
+    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, *scripted_node.HEALTH])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
 
     async def interrupt() -> None:
@@ -307,7 +308,7 @@ async def test_a_clean_canary_lets_the_rest_run(tmp_path: Path) -> None:
 
 
 async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> None:
-    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK])
+    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, *scripted_node.HEALTH])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
     with anyio.fail_after(10):
         report, state = await run([host, make_host("gpu-02")], {"gpu-01": slow}, tmp_path,
@@ -317,3 +318,18 @@ async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> 
     assert report.hosts["gpu-02"].status is HostStatus.SKIPPED
     assert report.hosts["gpu-02"].error == "run deadline of 0.5 s reached before start"
     assert slow.closed
+
+
+async def test_memory_that_survives_a_gpu_reset_needs_a_reboot(tmp_path: Path) -> None:
+    """--gpu-reset: the reset runs (no process holds the GPU), yet the memory stays: the host fails with
+    `needs_reboot`, and nothing more is tried."""
+    script = node_script(settle_mib=2048)
+    script.insert(0, (("nvidia-smi", "-r"), Reply("GPU 00000000:18:00.0 was successfully reset.\nAll done.\n")))
+    t = ScriptedTransport(script)
+    report, _ = await run([make_host(settle_timeout=0.3)], {"gpu-01": t}, tmp_path, gpu_reset=True)
+    host = report.hosts["gpu-01"]
+    settle = next(s for s in host.steps if s.name is StepName.SETTLE)
+    assert settle.status is StepStatus.FAILED
+    assert settle.error is not None and settle.error.startswith("needs_reboot: gpu 0 holds 2048 MiB")
+    assert [argv for argv in t.ran if argv[:2] == ("nvidia-smi", "-r")] == [("nvidia-smi", "-r")]
+    assert host.status is HostStatus.FAILED

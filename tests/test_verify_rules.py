@@ -118,6 +118,8 @@ def mps_node(used_mib: int) -> Node:
         (("ps", "-ww"), Reply(scripted_node.ps("   77     1 root     nvidia-cuda-mps-server -d\n"))),
         (("find",), Reply("/proc/77\t/usr/bin/nvidia-cuda-mps-server\n")),
         (("awk",), lambda argv: scripted_node.lineage(argv, comm="nvidia-cuda-mps")),
+        (("nvidia-smi", "-q"), Reply(scripted_node.healthy_q("00000000:01:00.0"))),
+        (("journalctl",), Reply(exit_status=1)),
     ])
     return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, Log())
 

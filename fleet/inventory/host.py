@@ -60,6 +60,27 @@ class Var:
     shown: str = ""  # the default as the README says it, where the value itself would not
 
 
+# The health checks verify runs (their levels and reasons: fleet.reset.health); `health_warn` and
+# `health_ignore` name them.
+HEALTH_CHECKS = (
+    "ecc_uncorrected",
+    "ecc_corrected",
+    "retired_pending",
+    "remap_pending",
+    "remap_failed",
+    "persistence",
+    "fabric",
+    "pcie_width",
+    "xid",
+)
+
+
+def _health_check(name: str) -> str:
+    if name not in HEALTH_CHECKS:
+        raise ValueError(f"unknown health check {name!r} (known: {', '.join(HEALTH_CHECKS)})")
+    return name
+
+
 def _host_name(name: str) -> str:
     return name
 
@@ -135,6 +156,14 @@ class Host:
             check=validate.user_name,
             shown="none (any user)",
         ),
+    ] = ()
+    health_warn: Annotated[
+        tuple[str, ...],
+        Var("health checks that only warn on this host instead of failing it", check=_health_check),
+    ] = ()
+    health_ignore: Annotated[
+        tuple[str, ...],
+        Var("health checks not judged on this host (reported nowhere)", check=_health_check),
     ] = ()
     nvidia_smi: Annotated[str, Var("the nvidia-smi to run", check=validate.executable)] = "nvidia-smi"
     memory_threshold_mib: Annotated[

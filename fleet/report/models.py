@@ -53,6 +53,22 @@ class KilledProcess:
     signal: str  # "SIGTERM" or "SIGKILL": the last signal it needed
 
 
+class Level(StrEnum):
+    """How much a health finding weighs: `fail` keeps the host from being clean, `warn` is reported only."""
+
+    FAIL = "fail"
+    WARN = "warn"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One health fact about a GPU (or the node) and what it weighs: `{"check", "level", "detail"}`."""
+
+    check: str
+    level: Level
+    detail: str
+
+
 @dataclass(frozen=True)
 class GpuReport:
     index: int
@@ -61,6 +77,7 @@ class GpuReport:
     name: str | None = None
     memory_total_mib: int | None = None
     settle_s: float | None = None  # seconds from settle start until under threshold
+    health: tuple[Finding, ...] = ()  # what verify's health gate found on this GPU
 
 
 @dataclass(frozen=True)

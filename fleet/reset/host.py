@@ -17,8 +17,9 @@ from enum import StrEnum
 
 from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
-from fleet.node.budget import BudgetSpent
+from fleet.node.budget import Budget, BudgetSpent
 from fleet.node.node import Node
+from fleet.node.probes import health
 from fleet.report.models import (
     GpuReport,
     HostPlan,
@@ -82,7 +83,8 @@ class HostRun:
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan)
 
 
-async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False) -> None:
+async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
+                    gpu_reset: bool = False) -> None:
     """What `mode` does on this host, start to outcome (a reset under the node's lock)."""
     if mode is Mode.PLAN:
         await _survey(node, run)
@@ -91,24 +93,39 @@ async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_u
     else:
         try:
             async with host_lock(node, run_id):
-                await _walk(node, run, mode, stop_units=stop_units)
+                await _walk(node, run, mode, stop_units=stop_units, gpu_reset=gpu_reset)
         except LockError as exc:
             run.finish(HostStatus.FAILED, str(exc))
 
 
-async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False) -> None:
+async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False) -> None:
     settle_s: dict[int, float] = {}
+    xids_before = await _xids_now(node) if mode is Mode.RESET else None
     if mode is Mode.RESET:
         await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
         run.killed = killed.killed
         if killed.result.status is StepStatus.OK:
-            settled = await _run_step(node, run, StepName.SETTLE, lambda: settle.settle(node, killed.kept))
+            settled = await _run_step(node, run, StepName.SETTLE,
+                                      lambda: settle.settle(node, killed.kept, gpu_reset=gpu_reset))
             settle_s = dict(settled.settle_s)
-    verified = await _run_step(node, run, StepName.VERIFY, lambda: verify.verify(node, settle_s))
+    verified = await _run_step(node, run, StepName.VERIFY, lambda: verify.verify(node, settle_s, xids_before))
     run.gpus = verified.gpus
     run.current = None
     run.finish(*host_outcome(run.steps))
+
+
+async def _xids_now(node: Node) -> frozenset[health.Xid] | None:
+    """The Xids the kernel log holds as the reset begins: verify calls any other one "during the reset".
+    None (so none is) when the host ignores Xids or the log cannot be read now (verify will say so)."""
+    if "xid" in node.host.health_ignore:
+        return None
+    try:
+        found = await node.ask(health.xids(), step=StepName.DRAIN, budget=Budget(0.0, slack=node.host.command_timeout))
+        return frozenset(found)
+    except STEP_ENDERS as exc:
+        node.log.warning("xids_unread", error=str(exc))
+        return None
 
 
 async def _run_step(node: Node, run: HostRun, name: StepName,

@@ -23,7 +23,11 @@ from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import smi
 from fleet.report.models import StepName, StepOutcome, StepResult, StepStatus
+from fleet.reset import remedy
 from fleet.reset.poll import POLL_MARGIN_S, backoff
+
+# Commands the reset may run: a holder scan (up to 5), nvidia-smi -q, and a reset per GPU.
+REMEDY_COMMANDS = 16
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,62 @@ def kept_usage(apps: Iterable[smi.ComputeApp]) -> dict[str, int]:
     return dict(used)
 
 
-async def settle(node: Node, kept: Collection[int] = ()) -> StepOutcome:
+async def settle(node: Node, kept: Collection[int] = (), *, gpu_reset: bool = False) -> StepOutcome:
     """Poll GPU memory with backoff until every GPU is under its allowance; no fixed sleep.
 
     `kept`: pids of GPU holders the kill left alive on purpose; what they use does not count.
+    `gpu_reset` (`--gpu-reset`): when the window passes with memory still held, reset those GPUs
+    (`fleet.reset.remedy`) and wait once more; memory that survives a reset needs a reboot.
     """
     started, host = time.monotonic(), node.host
+    waited = await _wait_free(node, kept)
+    if waited.free:
+        detail = f"{len(waited.rows)} GPUs at or under {host.memory_threshold_mib} MiB after {waited.elapsed:.1f} s"
+        return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=waited.settled)
+    msg = unsettled_error(waited.rows, waited.allowance, host.settle_timeout)
+    if not gpu_reset or not waited.rows:
+        return StepOutcome(StepResult.since(StepName.SETTLE, started, msg, StepStatus.TIMEOUT, msg),
+                           settle_s=waited.settled)
+    return await _after_reset(node, kept, waited, msg, started)
+
+
+async def _after_reset(node: Node, kept: Collection[int], before: Waited, msg: str, started: float) -> StepOutcome:
+    """Reset the GPUs still holding memory, then wait once more: a reboot is the next remedy, not fleet's."""
+    host = node.host
+    leaked = [r.index for r in before.rows if before.allowance.problem(r) is not None]
+    budget = Budget(0.0, slack=REMEDY_COMMANDS * host.command_timeout)
+    reset = await remedy.reset_gpus(node, leaked, [r.index for r in before.rows], budget)
+    if not reset.ran:
+        line = f"{msg}; {reset.line}"
+        return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.TIMEOUT, line),
+                           settle_s=before.settled)
+    after = await _wait_free(node, kept)
+    if after.free:
+        detail = f"{reset.line}; {len(after.rows)} GPUs at or under {host.memory_threshold_mib} MiB after it"
+        return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=before.settled)
+    still = unsettled_error(after.rows, after.allowance, host.settle_timeout)
+    line = f"needs_reboot: {still}, even after {reset.line}"
+    return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.FAILED, line),
+                       settle_s=before.settled)
+
+
+@dataclass(frozen=True)
+class Waited:
+    """One settle window: the last rows read, when each GPU went free, the allowance, and whether all are."""
+
+    rows: tuple[smi.GpuRow, ...]
+    settled: dict[int, float]
+    allowance: Allowance
+    elapsed: float
+
+    @property
+    def free(self) -> bool:
+        return bool(self.rows) and len(self.settled) == len(self.rows)
+
+
+async def _wait_free(node: Node, kept: Collection[int]) -> Waited:
+    """Poll (backoff) until every GPU is under its allowance or `settle_timeout` passes."""
+    host = node.host
     budget = Budget(host.settle_timeout, slack=2 * host.command_timeout)
     settled: dict[int, float] = {}
     rows: tuple[smi.GpuRow, ...] = ()
@@ -85,14 +139,10 @@ async def settle(node: Node, kept: Collection[int] = ()) -> StepOutcome:
             apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.SETTLE, budget=budget)
             allowance = Allowance.of(host, [a for a in apps if a.pid in kept])
         note_settled(rows, allowance, budget.elapsed, settled)
-        if rows and len(settled) == len(rows):
-            detail = f"{len(rows)} GPUs at or under {host.memory_threshold_mib} MiB after {budget.elapsed:.1f} s"
-            return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=settled)
-        if budget.window_left <= POLL_MARGIN_S:
+        if (rows and len(settled) == len(rows)) or budget.window_left <= POLL_MARGIN_S:
             break
         await anyio.sleep(min(wait, budget.window_left))
-    msg = unsettled_error(rows, allowance, host.settle_timeout)
-    return StepOutcome(StepResult.since(StepName.SETTLE, started, msg, StepStatus.TIMEOUT, msg), settle_s=settled)
+    return Waited(rows, settled, allowance, budget.elapsed)
 
 
 def note_settled(rows: Iterable[smi.GpuRow], allowance: Allowance, elapsed: float,

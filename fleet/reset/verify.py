@@ -15,34 +15,41 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from fleet.node.budget import Budget
 from fleet.node.node import Node
-from fleet.node.probes import smi
-from fleet.report.models import GpuReport, StepName, StepOutcome, StepResult, StepStatus
+from fleet.node.probes import health, smi
+from fleet.report.models import Finding, GpuReport, Level, StepName, StepOutcome, StepResult, StepStatus
+from fleet.reset.health import HealthPolicy, judge
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance, first_of
 
-# Commands verify may run: two nvidia-smi queries and a holder scan (find, ps, exe, lineage, ...).
-VERIFY_COMMANDS = 7
+# Commands verify may run: two nvidia-smi queries, a holder scan (find, ps, exe, lineage, ...), and the
+# health gate's two reads (nvidia-smi -q, the kernel log).
+VERIFY_COMMANDS = 9
 
 
-async def verify(node: Node, settle_s: Mapping[int, float] | None = None) -> StepOutcome:
-    """One GPU query, one compute-apps query and one holder scan; clean only if all three say so."""
+async def verify(node: Node, settle_s: Mapping[int, float] | None = None,
+                 xids_before: Collection[health.Xid] | None = None) -> StepOutcome:
+    """One GPU query, one compute-apps query, one holder scan and the health gate; clean only if all say so.
+
+    `xids_before`: the Xids the kernel log held when the reset began (None for `check`: no reset ran).
+    """
     started, host = time.monotonic(), node.host
     budget = Budget(0.0, slack=VERIFY_COMMANDS * host.command_timeout)
     rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)
     apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.VERIFY, budget=budget)
+    findings = await health_findings(node, budget, xids_before)
     judged = await scan_holders(node, StepName.VERIFY, budget)
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]
     kept_apps = [a for a in apps if a.pid in kept]
     apps = tuple(a for a in apps if a.pid not in kept)
-    gpus = gpu_reports(rows, settle_s or {})
-    error = verify_error(rows, apps, host.gpus, Allowance.of(host, kept_apps), holders)
-    detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps)
+    gpus = gpu_reports(rows, settle_s or {}, findings)
+    error = verify_error(rows, apps, host.gpus, Allowance.of(host, kept_apps), holders, findings)
+    detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps) + describe_health(rows, findings)
     status = StepStatus.FAILED if error else StepStatus.OK
     return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error), gpus=gpus)
 
@@ -57,11 +64,14 @@ def verify_problems(
     expected: int | None,
     allowance: Allowance,
     holders: Sequence[Holder] = (),
+    findings: Mapping[str, Sequence[Finding]] | None = None,
 ) -> list[str]:
     """Everything that keeps a node from being clean, most telling first."""
     problems = []
     if expected is not None and len(rows) != expected:
         problems.append(f"expected {expected} GPUs, nvidia-smi lists {len(rows)}")
+    problems += [f"{_where(rows, bus_id)}{f.detail}" for bus_id, found in (findings or {}).items()
+                 for f in found if f.level is Level.FAIL]
     by_uuid = {r.uuid: r.index for r in rows if r.uuid}
     for row in rows:
         problem = allowance.problem(row)
@@ -86,10 +96,11 @@ def verify_error(
     expected: int | None,
     allowance: Allowance,
     holders: Sequence[Holder] = (),
+    findings: Mapping[str, Sequence[Finding]] | None = None,
 ) -> str | None:
     """The first problem (and how many more), or None when the node is clean. `apps` and `holders` are
     those fleet would kill; what kept processes hold is in the allowance."""
-    problems = verify_problems(rows, apps, expected, allowance, holders)
+    problems = verify_problems(rows, apps, expected, allowance, holders, findings)
     if not rows and not problems:
         problems.append("nvidia-smi listed no GPUs")
     return first_of(problems) if problems else None
@@ -112,11 +123,39 @@ def describe_kept(kept_apps: Sequence[smi.ComputeApp]) -> str:
     return "; kept " + ", ".join(f"{_app_label(a)} ({a.used_mib or 0} MiB)" for a in kept_apps)
 
 
-def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float]) -> tuple[GpuReport, ...]:
+def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float],
+                findings: Mapping[str, Sequence[Finding]] | None = None) -> tuple[GpuReport, ...]:
+    found = findings or {}
     return tuple(
         GpuReport(
             index=r.index, memory_used_mib=r.memory_used_mib, uuid=r.uuid, name=r.name,
             memory_total_mib=r.memory_total_mib, settle_s=settle_s.get(r.index),
+            health=tuple(found.get(r.pci_bus_id or "", ())),
         )
         for r in rows
     )
+
+
+# --- the health gate ----------------------------------------------------------
+
+
+async def health_findings(node: Node, budget: Budget,
+                          xids_before: Collection[health.Xid] | None) -> dict[str, tuple[Finding, ...]]:
+    """`nvidia-smi -q` and (unless `xid` is ignored) the kernel log's Xids, judged by the host's policy;
+    findings by GPU bus id ("" for an Xid on no listed GPU)."""
+    host = node.host
+    policy = HealthPolicy.of(host)
+    gpus = await node.ask(health.health(host.nvidia_smi), step=StepName.VERIFY, budget=budget)
+    xids = () if "xid" in policy.ignore else await node.ask(health.xids(), step=StepName.VERIFY, budget=budget)
+    return judge(gpus, xids, policy, before=xids_before)
+
+
+def _where(rows: Sequence[smi.GpuRow], bus_id: str) -> str:
+    index = next((r.index for r in rows if r.pci_bus_id == bus_id), None)
+    return f"gpu {index}: " if index is not None else ("" if not bus_id else f"{bus_id}: ")
+
+
+def describe_health(rows: Sequence[smi.GpuRow], findings: Mapping[str, Sequence[Finding]]) -> str:
+    """`; health: gpu 0 persistence mode off (warn)`: every finding, folded into one line."""
+    parts = [f"{_where(rows, bus_id)}{f.detail} ({f.level})" for bus_id, found in findings.items() for f in found]
+    return "; health: " + ", ".join(parts) if parts else ""

@@ -6,11 +6,18 @@
     node.stop()                     # SIGKILL everything the node ever started
 
 Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for
-the device nodes), bin/nvidia-smi and bin/systemctl (wrappers around
-`fleet.sim.nvidia_smi` and `fleet.sim.systemctl`), config.json (the spec),
-state/ (see `fleet.sim.state`), log/ and run/ (fleet's reset lock: `lock_file`,
-as /run/lock is not writable for every user). Everything else a command on the
-node uses (find over /proc, ps, kill, timeout, flock) is the real tool.
+the device nodes), bin/nvidia-smi, bin/systemctl and bin/journalctl (wrappers
+around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl` and `fleet.sim.journalctl`),
+config.json (the spec), state/ (see `fleet.sim.state`), log/ (log/kern.log: the
+kernel log of this boot) and run/ (fleet's reset lock: `lock_file`, as /run/lock
+is not writable for every user). Everything else a command on the node uses
+(find over /proc, ps, kill, timeout, flock) is the real tool.
+
+GPU health is part of the spec (a healthy node by default): Xids in the kernel
+log (`xids`, and `log_xid` for one now), ECC and row-remapping counters, the
+NVSwitch fabric's state, a PCIe link trained narrow, MIG mode, and a leaked
+allocation (`leaked_mib`) that only `nvidia-smi -r` frees; the reset is refused
+while anything holds that GPU, as the real one is.
 """
 
 from __future__ import annotations
@@ -23,11 +30,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from fleet.sim import nvidia_smi, state, systemctl, worker
+from fleet.sim import journalctl, nvidia_smi, state, systemctl, worker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 5.0
@@ -73,7 +81,16 @@ class WorkerSpec:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """Everything about one simulated node; stored as ROOT/config.json."""
+    """Everything about one simulated node; stored as ROOT/config.json.
+
+    GPU health (defaults: healthy): `ecc_error_gpus` report 1 uncorrected and `ecc_corrected_gpus` 3
+    corrected ECC errors (volatile and aggregate); `remap_pending_gpus` have a row remapping pending (a
+    reset applies it), `remap_failed_gpus` a remapping failure; `fabric` is every GPU's NVSwitch fabric
+    "STATE/STATUS" ("In Progress/N/A"; "N/A" for a node without NVSwitch); `narrow_pcie_gpus` run their
+    PCIe link at x8 of x16; `leaked_mib` ((gpu, MiB), ...) stays in memory.used with no process until
+    `nvidia-smi -r`; `xids` ((gpu, code, text), ...) are in the kernel log from the node's start, `text`
+    what follows the code (see `journalctl.xid_message`).
+    """
 
     name: str
     gpus: int = 8
@@ -90,9 +107,23 @@ class NodeSpec:
     driver_version: str = "550.90.07"
     mig_gpus: tuple[int, ...] = ()  # GPUs in MIG mode: mig.mode.current Enabled, MIG_IDLE_MIB used when idle
     systemd_version: int = 255  # what the fake systemctl accepts (before 252: no --kill-whom=)
+    ecc_corrected_gpus: tuple[int, ...] = ()
+    remap_pending_gpus: tuple[int, ...] = ()
+    remap_failed_gpus: tuple[int, ...] = ()
+    fabric: str = "Completed/Success"
+    narrow_pcie_gpus: tuple[int, ...] = ()
+    leaked_mib: tuple[tuple[int, int], ...] = ()
+    xids: tuple[tuple[int, int, str], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1) + "\n"
+
+
+TOOLS = (
+    ("nvidia-smi", "fleet.sim.nvidia_smi"),
+    ("systemctl", "fleet.sim.systemctl"),
+    ("journalctl", "fleet.sim.journalctl"),
+)
 
 
 def _wrapper(module: str, root: Path) -> str:
@@ -159,17 +190,23 @@ class SimNode:
         return env
 
     def setup(self) -> None:
-        """Create the directories, device files, wrappers and config.json (idempotent)."""
+        """Create the directories, device files, wrappers and config.json (idempotent); boot the GPUs:
+        their health as the spec says (no reset yet) and a kernel log holding the spec's Xids."""
         for sub in ("bin", "dev", "log", "run", "state/procs", "state/units"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         devices = [f"nvidia{i}" for i in range(self.spec.gpus)] + ["nvidiactl", "nvidia-uvm"]
         for device in devices:
             (self.dev_dir / device).touch()
-        for tool, module in (("nvidia-smi", "fleet.sim.nvidia_smi"), ("systemctl", "fleet.sim.systemctl")):
+        for tool, module in TOOLS:
             path = self.bin_dir / tool
             path.write_text(_wrapper(module, self.root))
             path.chmod(0o755)
         self._write_config()
+        state.write_health(self.root, state.initial_health(state.load_config(self.root)))
+        state.kern_log(self.root).write_text("")
+        booted = time.time()
+        for gpu, code, text in self.spec.xids:
+            self._log_xid(gpu, code, text, booted)
 
     def _write_config(self) -> None:
         state.write_json(state.config_path(self.root), json.loads(self.spec.to_json()))
@@ -244,6 +281,20 @@ class SimNode:
             raise SimError(f"unknown smi_mode {mode!r}; expected one of {', '.join(nvidia_smi.SMI_MODES)}")
         self.spec = dataclasses.replace(self.spec, smi_mode=mode)
         self._write_config()
+
+    def log_xid(self, gpu: int, code: int, message: str) -> None:
+        """Log Xid `code` on GPU `gpu` in the node's kernel log now; `message` is what follows the code
+        ("pid=1234, name=python3, GPU has fallen off the bus.")."""
+        self._log_xid(gpu, code, message, time.time())
+
+    def _log_xid(self, gpu: int, code: int, message: str, when: float) -> None:
+        if not 0 <= gpu < self.spec.gpus:
+            raise SimError(f"{self.spec.name}: no GPU {gpu} (it has {self.spec.gpus})")
+        state.log_kernel(self.root, journalctl.xid_message(nvidia_smi.bus_id(gpu), code, message), when)
+
+    def gpu_resets(self) -> list[int]:
+        """The GPU indexes `nvidia-smi -r` reset so far, in order (one entry per GPU per reset)."""
+        return list(state.read_health(self.root, state.load_config(self.root))["resets"])
 
     def gpu_memory(self) -> list[int | None]:
         """memory.used per GPU, as nvidia-smi would print it now (None = [N/A])."""

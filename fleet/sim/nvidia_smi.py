@@ -6,6 +6,8 @@ Supported:
     nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits] [-i IDS]
     nvidia-smi --query-compute-apps=FIELDS --format=... [-i IDS]
     nvidia-smi -L
+    nvidia-smi -q [-i IDS]          (every GPU's section of a real 590-driver capture, see below)
+    nvidia-smi -r [-i IDS]          (a GPU reset: refused while anything holds the GPU)
     nvidia-smi                      (the summary table, 550-driver layout)
 
 CSV: `, ` between values, a newline after every line, the header keeps its
@@ -14,6 +16,16 @@ compute apps the output is the header alone (or nothing with noheader).
 config.json's `smi_mode` makes it fail as the real one does: "hang" blocks
 until signalled; "driver-not-loaded" (exit 9), "no-devices" (6) and
 "nvml-mismatch" (18) print the real messages. Stdlib only: it is polled.
+
+`-q` is rendered from q_template.txt, a real `nvidia-smi -q` of one idle H200 on driver 590.48.01
+(utkuozdemir/nvidia_gpu_exporter, MIT; the same text as
+tests/fixtures/nvidia-smi/h200_drv590.48.01_1gpu_q_idle.txt): one `GPU <bus id>` section per GPU,
+every line kept, the node's values put where the real tool prints them (`q_values`).
+
+`-r` resets the selected GPUs (all without `-i`) at once: refused, with the real message and exit
+status 255, while any process holds one of their device files or a registration is on one;
+otherwise it frees their leaked memory, applies their pending row remaps, records the reset
+(state/health.json) and prints what the real tool prints.
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -83,6 +95,11 @@ class Gpu(NamedTuple):
     gpu_count: int
     timestamp: str
     mig: bool = False
+    corrected: int = 0  # volatile (and aggregate) correctable ECC errors
+    remap_pending: bool = False
+    remap_failed: bool = False
+    fabric: tuple[str, str] = ("Completed", "Success")  # (state, status)
+    narrow: bool = False  # the PCIe link trained at x8 instead of x16
 
     @property
     def free(self) -> int | None:
@@ -97,6 +114,28 @@ class App(NamedTuple):
     pid: int
     name: str
     mib: int
+
+
+def yes_no(flag: bool) -> str:
+    return "Yes" if flag else "No"
+
+
+FULL_LINK_WIDTH = 16
+NARROW_LINK_WIDTH = 8
+CORRECTED_ERRORS = 3  # what a GPU of NodeSpec.ecc_corrected_gpus reports
+
+
+def link_width(gpu: Gpu) -> int:
+    return NARROW_LINK_WIDTH if gpu.narrow else FULL_LINK_WIDTH
+
+
+def fabric_of(spec: str) -> tuple[str, str]:
+    """NodeSpec.fabric as (state, status): "Completed/Success", "In Progress/N/A"; "N/A" alone is a
+    node without an NVSwitch fabric (both N/A, as -q prints on such a GPU)."""
+    if spec == "N/A":
+        return ("N/A", "N/A")
+    fabric_state, _, status = spec.partition("/")
+    return (fabric_state, status or "N/A")
 
 
 def temperature(gpu: Gpu) -> int:
@@ -124,8 +163,14 @@ GPU_FIELDS: dict[str, tuple[str | None, Getter]] = {
     "memory.free": ("MiB", lambda g: g.free),
     "utilization.gpu": ("%", lambda g: 0),
     "temperature.gpu": (None, temperature),
-    "ecc.errors.corrected.volatile.total": (None, lambda g: 0),
+    "ecc.errors.corrected.volatile.total": (None, lambda g: g.corrected),
     "ecc.errors.uncorrected.volatile.total": (None, lambda g: g.ecc),
+    "ecc.errors.corrected.aggregate.total": (None, lambda g: g.corrected),
+    "ecc.errors.uncorrected.aggregate.total": (None, lambda g: g.ecc),
+    "remapped_rows.pending": (None, lambda g: yes_no(g.remap_pending)),
+    "remapped_rows.failure": (None, lambda g: yes_no(g.remap_failed)),
+    "pcie.link.width.current": (None, link_width),
+    "pcie.link.width.max": (None, lambda g: FULL_LINK_WIDTH),
 }
 GPU_ALIASES = {"gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}
 GPU_FIELDS |= {alias: GPU_FIELDS[field] for alias, field in GPU_ALIASES.items()}
@@ -168,7 +213,9 @@ def timestamp() -> str:
     return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
 
 
-def make_gpu(config: state.NodeConfig, index: int, used: int | None, stamp: str) -> Gpu:
+def make_gpu(
+    config: state.NodeConfig, index: int, used: int | None, stamp: str, remap_pending: Collection[int] = ()
+) -> Gpu:
     node = config["name"]
     return Gpu(
         number=index,
@@ -184,13 +231,19 @@ def make_gpu(config: state.NodeConfig, index: int, used: int | None, stamp: str)
         gpu_count=config["gpus"],
         timestamp=stamp,
         mig=index in config["mig_gpus"],
+        corrected=CORRECTED_ERRORS if index in config["ecc_corrected_gpus"] else 0,
+        remap_pending=index in remap_pending,
+        remap_failed=index in config["remap_failed_gpus"],
+        fabric=fabric_of(config["fabric"]),
+        narrow=index in config["narrow_pcie_gpus"],
     )
 
 
 def gpus(root: Path, config: state.NodeConfig) -> list[Gpu]:
-    """Every GPU of the node with its memory.used right now."""
+    """Every GPU of the node with its memory.used (and what a reset changes) right now."""
     stamp = timestamp()
-    return [make_gpu(config, i, used, stamp) for i, used in enumerate(state.gpu_memory(root, config))]
+    pending = state.read_health(root, config)["remap_pending"]
+    return [make_gpu(config, i, used, stamp, pending) for i, used in enumerate(state.gpu_memory(root, config))]
 
 
 def compute_apps(root: Path, config: state.NodeConfig, selected: list[Gpu]) -> list[App]:
@@ -312,6 +365,153 @@ def list_gpus(gpus_shown: list[Gpu]) -> str:
     return "".join(f"GPU {g.number}: {g.name} (UUID: {g.uuid})\n" for g in gpus_shown)
 
 
+# ---------------------------------------------------------------- -q (the full query)
+
+Q_TEMPLATE = Path(__file__).with_name("q_template.txt")
+Q_INDENT = 4
+# The Processes entries keep the older, narrower key column (the colon at index 42, where the rest of
+# -q has it at 55 on recent drivers): so print the real 535.183.01 capture
+# (tests/fixtures/nvidia-smi/8x-h100-80gb-hbm3_drv535.183.01_q_one-gpu-busy.txt) and a public 580.173.02 one.
+Q_PROCESS_KEY_WIDTH = 42
+KeyPath = tuple[str, ...]
+
+
+def q_template() -> tuple[list[str], list[str]]:
+    """(the header up to `Attached GPUs`, one GPU's section after its `GPU <bus id>` line)."""
+    lines = Q_TEMPLATE.read_text().split("\n")[:-1]  # the capture ends with a newline
+    first = next(i for i, line in enumerate(lines) if line.startswith("GPU "))
+    return lines[:first], lines[first + 1 :]
+
+
+def q_fill(
+    lines: list[str], values: Mapping[KeyPath, str], base: int, blocks: Mapping[KeyPath, list[str]] | None = None
+) -> list[str]:
+    """`lines` with the value of each `Key : value` line whose key path (its enclosing sections by
+    indentation, minus `base` levels) is in `values` replaced, key and padding kept; a line whose
+    path is in `blocks` is replaced by those lines."""
+    out: list[str] = []
+    path: list[str] = []
+    for line in lines:
+        level = max(0, (len(line) - len(line.lstrip(" "))) // Q_INDENT - base)
+        key, sep, _ = line.partition(" : ")
+        del path[level:]
+        path.append(key.strip())
+        block = (blocks or {}).get(tuple(path))
+        value = values.get(tuple(path)) if sep else None
+        if block is not None:
+            out += block
+        else:
+            out.append(line if value is None else f"{key} : {value}")
+    return out
+
+
+def q_processes(apps: list[App]) -> list[str]:
+    """The `Processes` section with one entry per compute app, as the real tool lists them."""
+
+    def row(indent: int, key: str, value: object) -> str:
+        return f"{' ' * indent + key:<{Q_PROCESS_KEY_WIDTH}}: {value}"
+
+    lines = [" " * Q_INDENT + "Processes"]
+    for app in apps:
+        lines += [
+            row(8, "GPU instance ID", "N/A"),
+            row(8, "Compute instance ID", "N/A"),
+            row(8, "Process ID", app.pid),
+            row(12, "Type", "C"),
+            row(12, "Name", app.name),
+            row(12, "Used GPU Memory", f"{app.mib} MiB"),
+        ]
+    return lines
+
+
+def q_values(gpu: Gpu) -> dict[KeyPath, str]:
+    """What the node puts in one GPU's -q section, by key path (the rest stays as captured)."""
+    _, bus, device_fn = gpu.bus_id.split(":")
+    enabled = {True: "Enabled", False: "Disabled"}
+    mib = {"Total": gpu.total, "Reserved": RESERVED_MIB, "Used": gpu.used, "Free": gpu.free}
+    fabric_state, fabric_status = gpu.fabric
+    values: dict[KeyPath, str] = {
+        ("Product Name",): gpu.name,
+        ("Persistence Mode",): enabled[gpu.persistence],
+        ("MIG Mode", "Current"): enabled[gpu.mig],
+        ("MIG Mode", "Pending"): enabled[gpu.mig],
+        ("Serial Number",): gpu.serial,
+        ("GPU UUID",): gpu.uuid,
+        ("Minor Number",): str(gpu.number),
+        ("Board ID",): f"0x{bus}00",  # as real HGX boards show it (the 535.183.01 8-GPU capture)
+        ("GSP Firmware Version",): gpu.driver,
+        ("PCI", "Bus"): f"0x{bus}",
+        ("PCI", "Device"): f"0x{device_fn.split('.')[0]}",
+        ("PCI", "Domain"): "0x0000",
+        ("PCI", "Bus Id"): gpu.bus_id,
+        ("PCI", "GPU Link Info", "Link Width", "Current"): f"{link_width(gpu)}x",
+        **{("FB Memory Usage", key): "N/A" if v is None else f"{v} MiB" for key, v in mib.items()},
+        ("Remapped Rows", "Pending"): yes_no(gpu.remap_pending),
+        ("Remapped Rows", "Remapping Failure Occurred"): yes_no(gpu.remap_failed),
+        ("Fabric", "State"): fabric_state,
+        ("Fabric", "Status"): fabric_status,
+    }
+    for scope in ("Volatile", "Aggregate"):
+        values[("ECC Errors", scope, "SRAM Correctable")] = str(gpu.corrected)
+        values[("ECC Errors", scope, "DRAM Uncorrectable")] = str(gpu.ecc)
+    if fabric_state == "N/A":  # no fabric: no clique either
+        values[("Fabric", "CliqueId")] = values[("Fabric", "ClusterUUID")] = "N/A"
+    return values
+
+
+def query(gpus_shown: list[Gpu], apps: list[App], config: state.NodeConfig) -> str:
+    """`nvidia-smi -q`: the header, then one section per GPU shown, a blank line between two."""
+    head, section = q_template()
+    header: dict[KeyPath, str] = {
+        ("Timestamp",): time.strftime("%a %b %e %H:%M:%S %Y"),
+        ("Driver Version",): config["driver_version"],
+        ("CUDA Version",): CUDA_VERSION,
+        ("Attached GPUs",): str(config["gpus"]),
+    }
+    lines = q_fill(head, header, 0)
+    for n, gpu in enumerate(gpus_shown):
+        own = [app for app in apps if app.gpu.number == gpu.number]
+        # With none, the line stays as captured: "Processes : None".
+        processes: dict[KeyPath, list[str]] = {("Processes",): q_processes(own)} if own else {}
+        lines += ([""] if n else []) + [f"GPU {gpu.bus_id}", *q_fill(section, q_values(gpu), 1, processes)]
+    return "".join(f"{line}\n" for line in lines)
+
+
+# ---------------------------------------------------------------- -r (GPU reset)
+
+# The refusal: tests/fixtures/nvidia-smi/error_gpu-reset-in-use.txt (one GPU, exit 255 per
+# NVIDIA/NVSentinel#1690); the plural form as yandex-cloud/docs quotes `sudo nvidia-smi -r` on two GPUs
+# (en/_includes/compute/gpu-mig-troubleshooting.md @ e7ba56b8: "2 devices are ... using these devices").
+IN_USE_STATUS = 255
+IN_USE_CAUSE = (
+    "currently being used by one or more other processes (e.g., Fabric Manager, CUDA application, graphics "
+    "application such as an X server, or a monitoring application such as another instance of nvidia-smi). "
+    "Please first kill all processes using {these} and all compute applications running in the system."
+)
+
+
+def in_use(bus_ids: list[str]) -> Failure:
+    n = len(bus_ids)
+    count = "1 device is " if n == 1 else f"{n} devices are "
+    cause = IN_USE_CAUSE.format(these="this device" if n == 1 else "these devices")
+    rows = [f"  GPU {bus}: In use by another client" for bus in bus_ids]
+    lines = ["", "The following GPUs could not be reset:", *rows, "", count + cause]
+    return Failure("".join(f"{line}\n" for line in lines), IN_USE_STATUS)
+
+
+def reset(root: Path, config: state.NodeConfig, targets: list[Gpu]) -> str:
+    """`nvidia-smi -r`: all of `targets` at once, or none while any is in use.
+
+    The success text: one line per GPU, then "All done." -- as yandex-cloud/docs shows `sudo nvidia-smi -r`
+    on two GPUs (ru/compute/operations/enable-mig.md @ 1de839a5: "GPU 00000000:8B:00.0 was successfully
+    reset." ... "All done.") and a public MIG walkthrough `nvidia-smi -i 2 --gpu-reset` on one."""
+    busy = set(state.gpus_in_use(root, config, [g.number for g in targets]))
+    if busy:
+        raise in_use([g.bus_id for g in targets if g.number in busy])
+    state.reset_gpus(root, config, [g.number for g in targets])
+    return "".join(f"GPU {g.bus_id} was successfully reset.\n" for g in targets) + "All done.\n"
+
+
 # ---------------------------------------------------------------- command line
 
 OPTIONS = {
@@ -322,7 +522,12 @@ OPTIONS = {
     "--id": "id",
     "-L": "list",
     "--list-gpus": "list",
+    "-q": "query",
+    "--query": "query",
+    "-r": "reset",
+    "--gpu-reset": "reset",
 }
+FLAGS = {"list", "query", "reset"}  # options without a value
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
@@ -334,7 +539,7 @@ def parse_args(argv: list[str]) -> dict[str, str]:
         key = OPTIONS.get(name)
         if key is None:
             raise usage_failure(f"ERROR: Option {token} is not recognized. Please run 'nvidia-smi -h'.")
-        if key != "list" and not has_value:
+        if key not in FLAGS and not has_value:
             value = next(tokens, "")
         opts[key] = value
     return opts
@@ -357,12 +562,16 @@ def answer(root: Path, opts: dict[str, str]) -> str:
     if config["smi_mode"] in FAILURES:
         raise mode_failure(config["smi_mode"])
     shown = select_gpus(gpus(root, config), opts.get("id"))
+    if "reset" in opts:
+        return reset(root, config, shown)
     if gpu_fields is not None and fmt is not None:
         return render_csv(gpu_fields, GPU_FIELDS, shown, fmt)
     if app_fields is not None and fmt is not None:
         return render_csv(app_fields, APP_FIELDS, compute_apps(root, config, shown), fmt)
     if "list" in opts:
         return list_gpus(shown)
+    if "query" in opts:
+        return query(shown, compute_apps(root, config, shown), config)
     return summary(shown, compute_apps(root, config, shown), config["driver_version"])
 
 

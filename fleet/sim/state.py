@@ -8,7 +8,9 @@ supervisor and worker all import it, and they are started often.
     ROOT/state/pids.log         every pid ever started on the node, one per line
     ROOT/state/procs/PID.json   a worker's registration (see `Registration`)
     ROOT/state/units/NAME.json  a unit's state, written by its supervisor only
+    ROOT/state/health.json      what a GPU reset changes (see `Health`), seeded from config.json
     ROOT/state/*.lock           fcntl locks guarding read-modify-write updates
+    ROOT/log/kern.log           the kernel log this boot, one JSON record a line (see `KernelRecord`)
 
 A registration counts while its process is alive (same start time, not a
 zombie) and for `linger_s` seconds after it died, like a driver tearing down
@@ -23,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -60,6 +62,13 @@ class NodeConfig(TypedDict):
     driver_version: str
     mig_gpus: list[int]
     systemd_version: int
+    ecc_corrected_gpus: list[int]
+    remap_pending_gpus: list[int]
+    remap_failed_gpus: list[int]
+    fabric: str
+    narrow_pcie_gpus: list[int]
+    leaked_mib: list[tuple[int, int]]
+    xids: list[tuple[int, int, str]]
 
 
 # What an idle MIG-enabled GPU reports used with no process at all: its GPU instances' reservations
@@ -79,6 +88,21 @@ class Registration(TypedDict):
     unit: NotRequired[str]
     children: NotRequired[list[int]]
     died_at: NotRequired[float]
+
+
+class Health(TypedDict):
+    """state/health.json: the GPU state a reset (`nvidia-smi -r`) changes."""
+
+    leaked_mib: list[int]  # per GPU index: MiB used with no process (a leaked context)
+    remap_pending: list[int]  # GPU indexes with a row remapping pending (a reset applies it)
+    resets: list[int]  # GPU indexes reset so far, in order
+
+
+class KernelRecord(TypedDict):
+    """One line of log/kern.log: a kernel message and when it was logged (µs since the epoch)."""
+
+    usec: int
+    message: str
 
 
 class UnitStatus(TypedDict):
@@ -125,6 +149,14 @@ def pids_log(root: Path) -> Path:
 
 def config_path(root: Path) -> Path:
     return root / "config.json"
+
+
+def health_path(root: Path) -> Path:
+    return state_dir(root) / "health.json"
+
+
+def kern_log(root: Path) -> Path:
+    return root / "log" / "kern.log"
 
 
 def canonical_unit(name: str) -> str:
@@ -315,10 +347,12 @@ def holding(root: Path, linger_s: float, now: float | None = None) -> tuple[list
 
 
 def gpu_memory(root: Path, config: NodeConfig) -> list[int | None]:
-    """memory.used per GPU index as nvidia-smi reports it (None = `[N/A]`)."""
+    """memory.used per GPU index as nvidia-smi reports it (None = `[N/A]`): the idle base, MIG's
+    reservation, a leaked allocation (until a reset) and every live or lingering registration."""
     live, lingering = holding(root, config["linger_s"])
     mig = set(config["mig_gpus"])
-    used = [config["idle_mib"] + (MIG_IDLE_MIB if i in mig else 0) for i in range(config["gpus"])]
+    leaked = read_health(root, config)["leaked_mib"]
+    used = [config["idle_mib"] + (MIG_IDLE_MIB if i in mig else 0) + leaked[i] for i in range(config["gpus"])]
     for reg in live + lingering:
         for gpu in reg["gpus"]:
             if 0 <= gpu < len(used):
@@ -331,6 +365,99 @@ def compute_apps(root: Path, config: NodeConfig) -> list[Registration]:
     """Live compute registrations (what `--query-compute-apps` lists)."""
     live, _ = holding(root, config["linger_s"])
     return [reg for reg in live if reg["compute"]]
+
+
+def device_holders(root: Path, gpus: Collection[int]) -> dict[int, set[int]]:
+    """{GPU index: pids with ROOT/dev/nvidia<index> open}, from a scan of /proc/*/fd (as `fuser`
+    would; processes this user may not inspect are skipped)."""
+    dev = Path(os.path.realpath(root)) / "dev"
+    wanted = {str(dev / f"nvidia{gpu}"): gpu for gpu in gpus}
+    held: dict[int, set[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fd_dir = f"/proc/{entry.name}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                gpu = wanted.get(os.readlink(f"{fd_dir}/{fd}"))
+                if gpu is not None:
+                    held.setdefault(gpu, set()).add(int(entry.name))
+    return held
+
+
+def gpus_in_use(root: Path, config: NodeConfig, gpus: Collection[int]) -> list[int]:
+    """Those of `gpus` a reset must refuse: a process holds the GPU's device file, or a registration
+    (live, or lingering while its context is torn down) is on it."""
+    live, lingering = holding(root, config["linger_s"])
+    registered = {gpu for reg in live + lingering for gpu in reg["gpus"]}
+    opened = device_holders(root, gpus)
+    return sorted(gpu for gpu in set(gpus) if gpu in registered or gpu in opened)
+
+
+# ---------------------------------------------------------------- GPU health (what a reset changes)
+
+
+def initial_health(config: NodeConfig) -> Health:
+    """The health a node starts with, from its spec: leaked allocations, pending remaps, no reset."""
+    leaked = [0] * config["gpus"]
+    for gpu, mib in config["leaked_mib"]:
+        if 0 <= gpu < len(leaked):
+            leaked[gpu] += mib
+    return {"leaked_mib": leaked, "remap_pending": sorted(set(config["remap_pending_gpus"])), "resets": []}
+
+
+def read_health(root: Path, config: NodeConfig) -> Health:
+    """state/health.json, or (before the node wrote one) the health its spec starts with."""
+    health = cast(Health | None, read_json(health_path(root)))
+    return initial_health(config) if health is None else health
+
+
+def write_health(root: Path, health: Health) -> None:
+    write_json(health_path(root), health)
+
+
+def reset_gpus(root: Path, config: NodeConfig, gpus: Collection[int]) -> None:
+    """Record a successful reset of `gpus`: their leaked memory is freed, pending remaps applied."""
+    done = sorted(set(gpus))
+    with locked(state_dir(root) / "health.lock"):
+        health = read_health(root, config)
+        for gpu in done:
+            if 0 <= gpu < len(health["leaked_mib"]):
+                health["leaked_mib"][gpu] = 0
+        health["resets"] += done
+        health["remap_pending"] = [gpu for gpu in health["remap_pending"] if gpu not in done]
+        write_health(root, health)
+
+
+# ---------------------------------------------------------------- the kernel log
+
+
+def log_kernel(root: Path, message: str, when: float | None = None) -> None:
+    """Append one kernel message to log/kern.log with one O_APPEND write."""
+    stamp = time.time() if when is None else when
+    record: KernelRecord = {"usec": int(stamp * 1_000_000), "message": message}
+    fd = os.open(kern_log(root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def kernel_records(root: Path) -> list[KernelRecord]:
+    """Every kernel message this boot, oldest first (a torn last line is skipped)."""
+    try:
+        lines = kern_log(root).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    records: list[KernelRecord] = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            records.append(cast(KernelRecord, json.loads(line)))
+    return records
 
 
 # ---------------------------------------------------------------- units

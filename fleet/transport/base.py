@@ -41,7 +41,7 @@ CLIENT_GRACE_S = 2.0
 # Exit statuses coreutils' `timeout` uses when it had to end the command.
 TIMEOUT_EXIT_STATUSES = frozenset({124, 137})
 # Characters of output a CommandResult keeps per stream.
-OUTPUT_LIMIT = 64 * 1024
+OUTPUT_LIMIT = 1024 * 1024  # `nvidia-smi -q` of 8 GPUs is 150-250 KB; logs keep 4 KiB of it
 # Seconds a held command gets to end after its stdin closed, before it is killed.
 RELEASE_TIMEOUT_S = 5.0
 # What `sudo -n` says on stderr when it would have to ask for a password.

@@ -1,0 +1,295 @@
+"""GPU health facts for verify's health gate: `nvidia-smi -q` and the kernel log's Xid events.
+
+* `health`: one `nvidia-smi -q` for every GPU, read into a `GpuHealth` per `GPU 00000000:83:00.0`
+  section: persistence mode, volatile ECC counts, pending page retirement, row remapping, the fabric
+  (NVLink/NVSwitch) registration, and the PCIe link. The text differs by driver and GPU: ECC counts are
+  `SRAM/DRAM ...` on Ampere and newer (`SRAM Uncorrectable` before driver ~535 split it into `Parity`
+  and `SEC-DED`) and `Single Bit` / `Double Bit` ... `Total` on Volta and older; `Remapped Rows` is one
+  `: N/A` line where the GPU has no row remapper, and `Fabric` is missing before driver ~525. A value
+  or section that is missing, `N/A` or a note (`[N/A]`, `Unknown Error`, `Not Supported`) reads as None.
+* `xids`: the `NVRM: Xid (PCI:0000:1b:00): 79, ...` lines of this boot's kernel log, read-only and
+  bounded (`journalctl -k -b --grep`), with their time (`-o short-unix`: seconds since the epoch).
+
+Section names are matched without regard to case (`Ecc Mode` on older drivers, `ECC Mode` on newer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from fleet.node.probe import Probe
+from fleet.node.probes.parse import ProbeParseError, lines, parse_int
+from fleet.node.probes.smi import SMI_HANG, classify_smi_failure, field_value
+from fleet.transport.base import CommandResult
+
+# Notes nvidia-smi -q prints without brackets where a value is not there; read as None.
+NOTES = frozenset({"Unknown Error", "Not Supported", "Not Available", "Insufficient Permissions",
+                   "Requested functionality has been deprecated", "GPU is lost"})
+
+# What -q prints, unindented, for a GPU it cannot read (the others' sections may follow).
+_UNREADABLE_GPU = ("Unable to determine the device handle", "GPU is lost", "fallen off the bus")
+
+# `-q`'s indentation step.
+INDENT = 4
+
+XID_GREP = "NVRM: Xid"
+XID_HANG = "journalctl did not answer within {s} s"
+
+_GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
+_BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
+_KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
+_BANNER = re.compile(r"=+NVSMI LOG=+")
+_WIDTH = re.compile(r"(\d+)x")
+_SHORT_UNIX = re.compile(r"(\d+(?:\.\d+)?)\s+(.*)")
+_XID = re.compile(
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\): "
+    r"(\d+)(?:,\s*(.*))?"
+)
+
+# Where each fact is in a GPU section: paths of lowercased section names and key.
+_PERSISTENCE = ("persistence mode",)
+_ECC_VOLATILE = ("ecc errors", "volatile")
+_CORRECTED = (("sram correctable",), ("dram correctable",), ("single bit", "total"))
+_UNCORRECTED = (("sram uncorrectable",), ("sram uncorrectable parity",), ("sram uncorrectable sec-ded",),
+                ("dram uncorrectable",), ("double bit", "total"))
+_RETIRED = ("retired pages",)
+_REMAP_PENDING = ("remapped rows", "pending")
+_REMAP_FAILED = ("remapped rows", "remapping failure occurred")
+_FABRIC_STATE = ("fabric", "state")
+_FABRIC_STATUS = ("fabric", "status")
+_LINK = ("pci", "gpu link info")
+_GEN = (*_LINK, "pcie generation")
+_WIDTH_PATH = (*_LINK, "link width")
+
+Path = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """What one GPU's `nvidia-smi -q` section says about its health; None where the driver did not say."""
+
+    bus_id: str                     # as -q prints it: "00000000:83:00.0"
+    persistence: bool | None        # Persistence Mode: Enabled / Disabled
+    ecc_corrected: int | None       # volatile correctable: SRAM + DRAM Correctable, or Single Bit Total
+    ecc_uncorrected: int | None     # volatile uncorrectable: SRAM (Parity + SEC-DED) + DRAM, or Double Bit Total
+    retired_pending: bool | None    # Retired Pages: Pending Page Blacklist (or Retirement): Yes
+    remap_pending: bool | None      # Remapped Rows: Pending: Yes
+    remap_failed: bool | None       # Remapped Rows: Remapping Failure Occurred: Yes
+    fabric_state: str | None        # Fabric: State ("Completed", "In Progress", "Not Started", ...)
+    fabric_status: str | None       # Fabric: Status ("Success", or the error)
+    pcie_gen: int | None
+    pcie_gen_max: int | None
+    pcie_width: int | None          # Link Width Current ("16x" -> 16)
+    pcie_width_max: int | None
+
+
+@dataclass(frozen=True)
+class Xid:
+    """One Xid event from the kernel log."""
+
+    at: float        # seconds since the epoch (journalctl -o short-unix)
+    pci: str         # "0000:1b:00" (domain:bus:device, lowercase), the key `pci_of_bus_id` gives a GPU
+    code: int
+    detail: str      # the message after the code: "pid=1234, name=python3, GPU has fallen off the bus."
+
+
+@dataclass(frozen=True)
+class _Value:
+    lineno: int
+    line: str
+    text: str | None  # None: N/A or a note
+
+
+# --- nvidia-smi -q ------------------------------------------------------------
+
+
+def health_argv(nvidia_smi: str) -> list[str]:
+    """One `nvidia-smi -q` answers for every GPU."""
+    return [nvidia_smi, "-q"]
+
+
+def parse_health(text: str) -> tuple[GpuHealth, ...]:
+    """One `GpuHealth` per `GPU <bus id>` section of `nvidia-smi -q`, in order."""
+    return tuple(_gpu_health(bus_id, values) for bus_id, values in _sections(text))
+
+
+def parse_all_health(text: str) -> tuple[GpuHealth, ...]:
+    """`parse_health`, and the banner's `Attached GPUs : N` must match the sections that follow: output cut
+    short (a transport's bound, a tool that died mid-way) is never read as fewer GPUs to judge."""
+    found = parse_health(text)
+    attached = next(((n, line) for n, line in lines(text) if line.startswith("Attached GPUs")), None)
+    if attached is not None:
+        said = attached[1].partition(":")[2].strip()
+        if said.isdigit() and int(said) != len(found):
+            raise ProbeParseError(*attached, f"{said} GPUs attached, {len(found)} GPU sections follow (output cut?)")
+    return found
+
+
+def _sections(text: str) -> Iterator[tuple[str, dict[Path, _Value]]]:
+    bus_id: str | None = None
+    values: dict[Path, _Value] = {}
+    stack: list[str] = []
+    seen: set[str] = set()
+    for lineno, line in lines(text):
+        if not line[0].isspace():
+            if bus_id is not None:
+                yield bus_id, values
+            bus_id, values, stack = _top_level(lineno, line, bus_id, seen), {}, []
+        elif bus_id is None:
+            raise ProbeParseError(lineno, line, "indented line before the first GPU section")
+        else:
+            _section_line(lineno, line, stack, values)
+    if bus_id is not None:
+        yield bus_id, values
+
+
+def _top_level(lineno: int, line: str, bus_id: str | None, seen: set[str]) -> str | None:
+    """An unindented line: a GPU section's header, or (before the first one) the banner and `Key : value`."""
+    header = _GPU_HEADER.fullmatch(line.rstrip())
+    if header is not None:
+        if header.group(1) in seen:
+            raise ProbeParseError(lineno, line, "GPU listed twice")
+        seen.add(header.group(1))
+        return header.group(1)
+    if line.startswith("GPU "):
+        raise ProbeParseError(lineno, line, "GPU section header without a PCI bus id")
+    if any(needle in line for needle in _UNREADABLE_GPU):
+        raise ProbeParseError(lineno, line, "nvidia-smi names a GPU it cannot read")
+    if bus_id is None and (_BANNER.fullmatch(line.strip()) or _KEY_VALUE.fullmatch(line)):
+        return None
+    raise ProbeParseError(lineno, line, "expected a 'GPU <bus id>' section header")
+
+
+def _section_line(lineno: int, line: str, stack: list[str], values: dict[Path, _Value]) -> None:
+    """A line inside a GPU section: a `Key : value`, or the header of a nested section."""
+    indent = len(line) - len(line.lstrip(" "))
+    depth, rest = divmod(indent, INDENT)
+    if rest or depth == 0 or depth > len(stack) + 1:
+        raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
+    del stack[depth - 1:]
+    pair = _KEY_VALUE.fullmatch(line.strip())
+    name = (line.strip() if pair is None else pair.group(1)).lower()
+    if pair is not None:
+        values[(*stack, name)] = _Value(lineno, line, _present(pair.group(2)))
+    stack.append(name)  # a key may have lines under it too (`Process ID : 25384` > `Type : C`)
+
+
+def _present(raw: str) -> str | None:
+    value = field_value(raw)
+    return None if value is None or value in NOTES else value
+
+
+def _gpu_health(bus_id: str, values: Mapping[Path, _Value]) -> GpuHealth:
+    return GpuHealth(
+        bus_id=bus_id,
+        persistence=_switch(values.get(_PERSISTENCE), on="Enabled", off="Disabled"),
+        ecc_corrected=_total(values, _CORRECTED),
+        ecc_uncorrected=_total(values, _UNCORRECTED),
+        retired_pending=_switch(_retired_pending(values), on="Yes", off="No"),
+        remap_pending=_switch(values.get(_REMAP_PENDING), on="Yes", off="No"),
+        remap_failed=_switch(values.get(_REMAP_FAILED), on="Yes", off="No"),
+        fabric_state=_text(values.get(_FABRIC_STATE)),
+        fabric_status=_text(values.get(_FABRIC_STATUS)),
+        pcie_gen=_number(values.get((*_GEN, "current")), "PCIe generation"),
+        pcie_gen_max=_number(values.get((*_GEN, "max")), "PCIe generation"),
+        pcie_width=_width(values.get((*_WIDTH_PATH, "current"))),
+        pcie_width_max=_width(values.get((*_WIDTH_PATH, "max"))),
+    )
+
+
+def _text(value: _Value | None) -> str | None:
+    return None if value is None else value.text
+
+
+def _switch(value: _Value | None, *, on: str, off: str) -> bool | None:
+    if value is None or value.text is None:
+        return None
+    if value.text not in (on, off):
+        raise ProbeParseError(value.lineno, value.line, f"expected {on!r} or {off!r}")
+    return value.text == on
+
+
+def _number(value: _Value | None, what: str) -> int | None:
+    if value is None or value.text is None:
+        return None
+    return parse_int(value.text, value.lineno, value.line, what)
+
+
+def _width(value: _Value | None) -> int | None:
+    if value is None or value.text is None:
+        return None
+    match = _WIDTH.fullmatch(value.text)
+    if match is None:
+        raise ProbeParseError(value.lineno, value.line, "PCIe link width is not like '16x'")
+    return int(match.group(1))
+
+
+def _total(values: Mapping[Path, _Value], keys: tuple[Path, ...]) -> int | None:
+    """The sum of the volatile ECC counters `keys` this driver prints; None when it prints none."""
+    counts = [_number(values.get((*_ECC_VOLATILE, *key)), "ECC error count") for key in keys]
+    present = [n for n in counts if n is not None]
+    return sum(present) if present else None
+
+
+def _retired_pending(values: Mapping[Path, _Value]) -> _Value | None:
+    """`Pending Page Blacklist` (most drivers) or `Pending Page Retirement` (newer ones) under Retired Pages."""
+    return next((v for path, v in values.items()
+                 if path[:-1] == _RETIRED and path[-1].startswith("pending")), None)
+
+
+# --- the kernel log's Xids ----------------------------------------------------
+
+
+def xid_argv() -> list[str]:
+    """This boot's kernel messages that name an Xid, with their time in seconds since the epoch. Read-only;
+    `--grep` keeps the answer to the matching lines. journalctl exits 1 when no entry matches."""
+    return ["journalctl", "-k", "-b", "-o", "short-unix", "--no-pager", "-q", "--grep", XID_GREP]
+
+
+def parse_xids(text: str) -> tuple[Xid, ...]:
+    """The `NVRM: Xid (...)` lines of `journalctl -o short-unix` output; other lines are ignored."""
+    return tuple(_xid(lineno, line) for lineno, line in lines(text) if XID_GREP in line)
+
+
+def _xid(lineno: int, line: str) -> Xid:
+    stamped = _SHORT_UNIX.fullmatch(line.strip())
+    if stamped is None:
+        raise ProbeParseError(lineno, line, "no short-unix timestamp")
+    found = _XID.search(stamped.group(2))
+    if found is None:
+        raise ProbeParseError(lineno, line, "Xid line without '(PCI:dddd:bb:dd): code'")
+    domain, bus, device, code, detail = found.groups()
+    return Xid(at=float(stamped.group(1)), pci=_pci(domain, bus, device), code=int(code),
+               detail=(detail or "").strip())
+
+
+def pci_of_bus_id(bus_id: str) -> str:
+    """`00000000:1B:00.0` (nvidia-smi's bus id) -> `0000:1b:00`, the address an Xid line names."""
+    match = _BUS_ID.fullmatch(bus_id.strip())
+    if match is None:
+        raise ValueError(f"not a PCI bus id: {bus_id!r}")
+    return _pci(*match.groups())
+
+
+def _pci(domain: str, bus: str, device: str) -> str:
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
+
+
+# --- the probes -------------------------------------------------------------
+
+
+def _explain(result: CommandResult) -> str:
+    return classify_smi_failure(result.exit_status, result.stdout, result.stderr)
+
+
+def health(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
+    return Probe(tuple(health_argv(nvidia_smi)), "nvidia-smi -q", parse_all_health, reads="nvidia-smi -q output",
+                 hang=SMI_HANG, explain=_explain)
+
+
+def xids() -> Probe[tuple[Xid, ...]]:
+    """The kernel log needs root on most systems (systemd-journal group otherwise). Exit 1: nothing matched."""
+    return Probe(tuple(xid_argv()), "journalctl -k", parse_xids, needs_root=True, ok_exits=frozenset({0, 1}),
+                 reads="kernel log", hang=XID_HANG)
