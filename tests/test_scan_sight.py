@@ -248,11 +248,23 @@ async def look(n: Node) -> Scan:
 
 async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
     """Nothing found among what could be read is not "no holders": the step fails, saying why and what to do."""
-    n = node(Reply("init\nunreadable\tbob\t/proc/77\nunreadable\talice\t/proc/78\n", exit_status=0))
+    n = node(Reply("init\nunreadable\tbob\t/proc/77\nunreadable\talice\t/proc/78\n", exit_status=0),
+             Reply(scripted_node.ps("   77     1 bob      python3\n   78     1 alice    python3\n")))
     with pytest.raises(StepFailed) as info:
         await look(n)
     assert str(info.value) == ("cannot see every process on gpu-b02 as fleetops (permission denied on /proc/*/fd "
                                "of 2 processes): run as root or set become")
+
+
+async def test_an_fd_table_unreadable_because_its_process_exited_mid_scan_hides_nothing() -> None:
+    """find's -readable is false for a /proc/PID/fd whose process exited between the listing and the look
+    (seen as root, mid-kill): a process that is gone is no blind spot; one still there is."""
+    n = node(Reply("init\nunreadable\troot\t/proc/77\nunreadable\talice\t/proc/78\n", exit_status=1),
+             Reply(scripted_node.ps("   78     1 alice    python3\n")))
+    with pytest.raises(StepFailed, match=r"permission denied on /proc/\*/fd of 1 process\)"):
+        await look(n)
+    gone = node(Reply("init\nunreadable\troot\t/proc/77\n", exit_status=1), Reply(scripted_node.ps("")))
+    assert await look(gone) == Scan()
 
 
 async def test_the_step_fails_when_sudo_refused_the_scan() -> None:

@@ -53,7 +53,7 @@ async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool =
     """
     probe = procs.holder_scan(node.host.devices)
     result = await node.run(probe, step=step, budget=budget)
-    seen = probe.read(result)
+    seen = await _still_unreadable(node, probe.read(result), step, budget)
     _check_sight(node.host, scan_blindness(seen, result.exit_status, result.stderr))
     found = seen.rows
     if not found:
@@ -72,6 +72,15 @@ async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool =
     unit_of = await _units(node, sorted({*pids, *walk.own}), step, budget) if with_units else {}
     holders = describe_holders(found, ProcessFacts(ps, exe, walk, unit_of), Rules.of(node.host))
     return Scan(holders, frozenset(unit_of[p] for p in walk.own if p in unit_of))
+
+
+async def _still_unreadable(node: Node, seen: procs.HolderScan, step: StepName, budget: Budget) -> procs.HolderScan:
+    """Keep only the unreadable fd tables of processes that still exist: find's `-readable` is also false
+    for a process that exited between listing /proc and looking at it, which hides nothing."""
+    if not seen.unreadable:
+        return seen
+    alive = await node.ask(procs.ps(seen.unreadable), step=step, budget=budget)
+    return replace(seen, unreadable=tuple(pid for pid in seen.unreadable if pid in alive))
 
 
 async def scan_holders(node: Node, step: StepName, budget: Budget) -> tuple[Holder, ...]:
