@@ -97,7 +97,8 @@ def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
 
 
 def execute(targets: list[Host], options: RunOptions, *, as_json: bool, log_dir: Path | None) -> int:
-    return anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir))
+    code, _ = anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir))
+    return code
 
 
 @app.command()

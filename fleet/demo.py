@@ -20,7 +20,7 @@ from fleet.graph import RunOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.models import HostStatus, RunReport
-from fleet.run import run_reported, say
+from fleet.run import run_and_report, say
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 
@@ -79,7 +79,7 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             targets = select(inventory, groups=["blackwell"])
             say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell -y\n")
             options = RunOptions(handle_signals=True)
-            _, report = await run_reported(targets, options, as_json=as_json, log_dir=log_dir, table=True)
+            _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True)
             say("\nwhat the nodes themselves say now:")
             _describe(sim)
         say("simulated fleet torn down")

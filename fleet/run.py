@@ -49,23 +49,9 @@ async def run_and_report(
     log_dir: Path | None,
     table: bool = False,
     connector: Connector | None = None,
-) -> int:
-    """Run, write summary.json (even when interrupted), print the report; return the exit status."""
-    code, _ = await run_reported(targets, options, as_json=as_json, log_dir=log_dir, table=table,
-                                 connector=connector)
-    return code
-
-
-async def run_reported(
-    targets: Sequence[Host],
-    options: RunOptions,
-    *,
-    as_json: bool,
-    log_dir: Path | None,
-    table: bool = False,
-    connector: Connector | None = None,
 ) -> tuple[int, RunReport]:
-    """`run_and_report`, and the report itself (for the demo, which checks what it showed)."""
+    """Run, write summary.json (even when interrupted), print the report; the exit status, and the report
+    (the demo checks what it showed)."""
     raise_fd_limit(len(targets))
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()

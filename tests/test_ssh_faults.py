@@ -154,7 +154,7 @@ class Run:
 async def fleet_reset(hosts: Sequence[Host], log_dir: Path, **options: Any) -> Run:
     """One `fleet reset` run as the CLI makes it (report, summary.json, per-host logs)."""
     connector = options.pop("connector", None)
-    status = await run_and_report(hosts, RunOptions(mode=Mode.RESET, **options), as_json=False, log_dir=log_dir,
+    status, _ = await run_and_report(hosts, RunOptions(mode=Mode.RESET, **options), as_json=False, log_dir=log_dir,
                                   connector=connector)
     return Run(status, log_dir)
 

@@ -29,6 +29,8 @@ from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
 
 _GPU_DEVICE = re.compile(r"nvidia(\d+)$")
+# Commands the reset may run: a holder scan (up to 5), nvidia-smi -q, and a reset per GPU.
+REMEDY_COMMANDS = 16
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,10 @@ class ResetOutcome:
     line: str
 
 
-async def reset_gpus(node: Node, leaked: Collection[int], all_gpus: Collection[int], budget: Budget) -> ResetOutcome:
+async def reset_gpus(node: Node, leaked: Collection[int], all_gpus: Collection[int]) -> ResetOutcome:
     """Plan the reset from who holds what and whether the node has an NVSwitch fabric, then run it."""
     host = node.host
+    budget = Budget(0.0, slack=REMEDY_COMMANDS * host.command_timeout)
     holders = await scan_holders(node, StepName.SETTLE, budget)
     rows = await node.ask(health.health(host.nvidia_smi), step=StepName.SETTLE, budget=budget)
     plan = plan_reset(leaked, holders, any(r.fabric_state is not None for r in rows), all_gpus)

@@ -26,9 +26,6 @@ from fleet.report.models import StepName, StepOutcome, StepResult, StepStatus
 from fleet.reset import remedy
 from fleet.reset.poll import POLL_MARGIN_S, backoff
 
-# Commands the reset may run: a holder scan (up to 5), nvidia-smi -q, and a reset per GPU.
-REMEDY_COMMANDS = 16
-
 
 @dataclass(frozen=True)
 class Allowance:
@@ -95,8 +92,7 @@ async def _after_reset(node: Node, kept: Collection[int], before: Waited, msg: s
     """Reset the GPUs still holding memory, then wait once more: a reboot is the next remedy, not fleet's."""
     host = node.host
     leaked = [r.index for r in before.rows if before.allowance.problem(r) is not None]
-    budget = Budget(0.0, slack=REMEDY_COMMANDS * host.command_timeout)
-    reset = await remedy.reset_gpus(node, leaked, [r.index for r in before.rows], budget)
+    reset = await remedy.reset_gpus(node, leaked, [r.index for r in before.rows])
     if not reset.ran:
         line = f"{msg}; {reset.line}"
         return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.TIMEOUT, line),
