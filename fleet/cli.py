@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,11 +14,11 @@ import typer
 
 from fleet import __version__
 from fleet.errors import UsageError
-from fleet.graph import RunOptions
+from fleet.graph import RunOptions, SlurmOptions
 from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, host_vars, inventory_path, load_inventory
-from fleet.inventory.targeting import select
+from fleet.inventory.targeting import named, select, select_with
 from fleet.report import render as reporting
 from fleet.reset.host import Mode
 from fleet.run import run_and_report
@@ -49,6 +51,17 @@ ConcurrencyOpt = Annotated[
     int | None,
     typer.Option("-j", "--concurrency", min=1, metavar="N", help="At most N hosts with remote work in flight."),
 ]
+NodesOpt = Annotated[
+    str | None,
+    typer.Option("-w", "--nodes", metavar="HOSTLIST",
+                 help="Target these hosts (node sets: gpu-c[01-64]), listed in the inventory or not."),
+]
+SlurmOpt = Annotated[
+    bool, typer.Option("--slurm", help="Drain in Slurm before, resume after (or `scheduler: slurm` in the inventory).")
+]
+PartitionOpt = Annotated[
+    str | None, typer.Option("--partition", metavar="NAME", help="With --slurm: target the partition's nodes.")
+]
 LogDirOpt = Annotated[
     Path | None, typer.Option("--log-dir", metavar="DIR", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")
 ]
@@ -74,11 +87,51 @@ def _err(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class Targets:
+    """What the command line chose: the hosts, the inventory they came from (if any), and whether Slurm is on."""
+
+    hosts: list[Host]
+    inventory: Inventory | None
+    slurm: bool
+
+
 def _targets(
-    hosts: list[str] | None, inventory: str | None, group: list[str] | None, limit: str | None, exclude: str | None
-) -> tuple[Inventory, list[Host]]:
-    inv = load_inventory(inventory_path(inventory))
-    return inv, select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude)
+    hosts: list[str] | None, inventory: str | None, group: list[str] | None, limit: str | None, exclude: str | None,
+    *, nodes: str | None = None, partition: str | None = None, slurm: bool = False,
+) -> Targets:
+    outright = nodes is not None or partition is not None
+    inv = _inventory(inventory, required=not outright)
+    slurm = slurm or (inv is not None and inv.scheduler == "slurm")
+    if partition is not None and not slurm:
+        raise UsageError("--partition needs --slurm (or `scheduler: slurm` in the inventory)")
+    if not outright:
+        assert inv is not None
+        return Targets(select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude), inv, slurm)
+    extra = named(nodes) if nodes is not None else []
+    if partition is not None:
+        extra += _partition_hosts(partition, inv)
+    chosen = select_with(inv, extra, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude,
+                         origin="--partition" if nodes is None else "-w")
+    return Targets(chosen, inv, slurm)
+
+
+def _inventory(cli_value: str | None, *, required: bool) -> Inventory | None:
+    if not required and cli_value is None and not os.environ.get("FLEET_INVENTORY", "").strip():
+        return None
+    return load_inventory(inventory_path(cli_value))
+
+
+def _partition_hosts(partition: str, inv: Inventory | None) -> list[str]:
+    """The host names of a Slurm partition's nodes: the inventory host whose slurm_node it is, else the node name."""
+    from fleet.slurm.control import Slurm, SlurmError
+
+    try:
+        nodes = anyio.run(Slurm().partition, partition)
+    except SlurmError as exc:
+        raise UsageError(f"--partition {partition}: {exc}") from None
+    by_node = {h.slurm_node or h.name: h.name for h in (inv.hosts.values() if inv else ())}
+    return [by_node.get(node, node) for node in nodes]
 
 
 def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
@@ -136,10 +189,25 @@ def reset(
         bool,
         typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify."),
     ] = False,
+    nodes: NodesOpt = None,
+    slurm: SlurmOpt = False,
+    drain_wait: Annotated[
+        str, typer.Option("--drain-wait", metavar="DURATION", help="With Slurm: how long a node's jobs may take"
+                          " to end before the host is skipped (0: do not wait).")
+    ] = "10m",
+    partition: PartitionOpt = None,
+    via: Annotated[
+        str, typer.Option("--via", metavar="ssh|srun", help="Fan out over SSH (default), or as one Slurm job step"
+                          " in which every node resets itself.")
+    ] = "ssh",
     as_json: JsonOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
     """Drain -> kill -> settle -> verify on every target."""
+    if via not in ("ssh", "srun"):
+        raise UsageError(f"--via takes ssh or srun, not {via!r}")
+    chosen = _targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
+                      slurm=slurm or via == "srun")
     options = RunOptions(
         mode=Mode.PLAN if dry_run else Mode.RESET,
         concurrency=concurrency,
@@ -150,11 +218,18 @@ def reset(
         deadline_s=parse_duration(deadline) if deadline else None,
         stop_units=stop_units,
         gpu_reset=gpu_reset,
+        slurm=SlurmOptions(parse_duration(drain_wait, "--drain-wait", zero=True), via_srun=via == "srun")
+        if chosen.slurm else None,
     )
-    inv, targets = _targets(hosts, inventory, group, limit, exclude)
-    check_files(inv, targets)  # a missing key or known_hosts: exit 2 before anything is asked or connects
-    _confirm(targets, yes, dry_run)
-    raise typer.Exit(execute(targets, options, as_json=as_json, log_dir=log_dir))
+    if via != "srun":  # with srun, no SSH: each node runs its own commands
+        check_files(_provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
+    _confirm(chosen.hosts, yes, dry_run)
+    raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir))
+
+
+def _provenance(chosen: Targets) -> Inventory:
+    """Where the hosts' variables came from, for error messages: the inventory, else the built-in defaults."""
+    return chosen.inventory or Inventory(path=Path("built-in defaults"), hosts={}, groups={})
 
 
 @app.command()
@@ -166,13 +241,17 @@ def check(
     exclude: ExcludeOpt = None,
     as_json: JsonOpt = False,
     concurrency: ConcurrencyOpt = None,
+    nodes: NodesOpt = None,
+    slurm: SlurmOpt = False,
+    partition: PartitionOpt = None,
     log_dir: LogDirOpt = None,
 ) -> None:
-    """Verify only, read-only; exit 0 when every host is clean."""
-    inv, targets = _targets(hosts, inventory, group, limit, exclude)
-    check_files(inv, targets)  # a missing key or known_hosts: exit 2 before anything connects
-    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True)
-    raise typer.Exit(execute(targets, options, as_json=as_json, log_dir=log_dir))
+    """Verify only, read-only; exit 0 when every host is clean. With Slurm, each node's state is reported."""
+    chosen = _targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm)
+    check_files(_provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything connects
+    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True,
+                         slurm=SlurmOptions() if chosen.slurm else None)
+    raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir))
 
 
 @app.command("inventory")
@@ -185,7 +264,9 @@ def inventory_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The resolved targets and their variables."""
-    inv, targets = _targets(hosts, inventory, group, limit, exclude)
+    chosen = _targets(hosts, inventory, group, limit, exclude)
+    inv, targets = chosen.inventory, chosen.hosts
+    assert inv is not None
     if as_json:
         document: dict[str, Any] = {"inventory": str(inv.path), "hosts": {h.name: host_vars(h) for h in targets}}
         sys.stdout.write(reporting.render(document))

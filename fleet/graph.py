@@ -8,6 +8,11 @@ or the canary failed, no new host starts. A failure is caught at the host
 boundary and becomes that host's outcome; cancellation never is. The run
 deadline (`--deadline`) and an interrupt (SIGINT/SIGTERM) cancel every host,
 close connections (shielded) and still yield a full report.
+
+A `Scheduler` (Slurm: `fleet.slurm.lifecycle`) wraps each host's walk: it admits
+each wave before it starts (drains its nodes), holds each host until its node runs
+no job (outside the concurrency limit: a host waiting for a job holds no slot), and
+releases each host once it has its outcome, also when the run is cut short.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from fleet.errors import TransportError
 from fleet.inventory.host import Host
@@ -38,6 +44,30 @@ Connector = Callable[[Host], Awaitable[Transport]]
 CLOSE_TIMEOUT_S = 5.0
 
 
+class Scheduler(Protocol):
+    """A workload manager around each host's walk (see the module docstring)."""
+
+    async def serve(self) -> None:
+        """Background work for the whole run (polling); cancelled when the run ends."""
+
+    async def admit(self, runs: Sequence[HostRun]) -> None:
+        """Before a wave starts: read and take its nodes out of service."""
+
+    async def ready(self, run: HostRun, log: Any) -> tuple[HostStatus, str] | None:
+        """Wait until the host may be touched; else the outcome it ends with, untouched."""
+
+    async def release(self, run: HostRun, report: HostReport, log: Any) -> None:
+        """After the host's outcome: give its node back, or keep it out of service (shielded, bounded)."""
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """`--slurm`: drain before, resume after (`fleet.slurm.lifecycle`); `--via srun`: fan out as a job step."""
+
+    drain_wait_s: float = 600.0
+    via_srun: bool = False
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a run goes: what it does to each host, and the bounds the CLI's run options set."""
@@ -51,6 +81,7 @@ class RunOptions:
     deadline_s: float | None = None
     stop_units: bool = False  # stop the unit of a holder that respawns (not in services, not protected)
     gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
+    slurm: SlurmOptions | None = None  # None: Slurm is not asked
 
 
 @dataclass
@@ -98,23 +129,52 @@ async def _close(transport: Transport, log: Any) -> None:
         log.exception("close_error")
 
 
-async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLogs, connector: Connector) -> None:
+async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLogs, connector: Connector,
+                     scheduler: Scheduler | None) -> None:
     """One host from start to outcome. The host boundary: whatever it raises (but a cancel) is its outcome."""
-    async with gate.limiter:
-        if gate.state.stopped:
-            run.finish(HostStatus.SKIPPED, gate.state.stopped)
-            return
-        run.started = time.monotonic()
-        log: Any = None
-        try:
+    log: Any = None
+    try:
+        if scheduler is not None:
             log = logs.host_logger(run.host.name)
+            held = await scheduler.ready(run, log)
+            if held is not None:
+                run.finish(*held)
+                return
+        async with gate.limiter:
+            if gate.state.stopped:
+                run.finish(HostStatus.SKIPPED, gate.state.stopped)
+                return
+            run.started = time.monotonic()
+            log = log or logs.host_logger(run.host.name)
             log.info("host_start", command=options.mode.command, address=run.host.address, port=run.host.port)
             await _connected_walk(run, options, log, connector, logs.run_id)
-        except Exception as exc:  # connect, the log, a bug: one host never stops the others
-            _internal_error(run, log, exc, run.current or "connect")
-        finally:
-            gate.settle(run)
+    except Exception as exc:  # connect, the log, a bug: one host never stops the others
+        _internal_error(run, log, exc, run.current or ("connect" if run.started else "start"))
+    finally:
+        gate.settle(run)
+        report = run.report(gate.state.cut_short())
+        if scheduler is not None:
+            await _release(scheduler, run, report, log)
+        if log is not None or run.started is not None:
             _log_end(log, run.report(gate.state.cut_short()))
+
+
+async def _admit(scheduler: Scheduler, wave: Sequence[HostRun]) -> None:
+    """Admit a wave whole or not at all: not once the run is cut short; shielded once begun, so that no node is
+    drained without its host's task, whose end (`_release`) gives it back."""
+    await anyio.lowlevel.checkpoint()
+    with anyio.CancelScope(shield=True):
+        await scheduler.admit(wave)
+
+
+async def _release(scheduler: Scheduler, run: HostRun, report: HostReport, log: Any) -> None:
+    """The scheduler's end of a host: never the host's outcome, never the run's end."""
+    try:
+        await scheduler.release(run, report, log)
+    except Exception:
+        if log is not None:
+            with suppress(OSError, ValueError):
+                log.exception("internal_error", step="release")
 
 
 async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector: Connector, run_id: str) -> None:
@@ -181,13 +241,14 @@ class Gate:
 
 
 async def run_hosts(
-    hosts: Sequence[Host], options: RunOptions, logs: RunLogs, *, connector: Connector = connect
+    hosts: Sequence[Host], options: RunOptions, logs: RunLogs, *, connector: Connector = connect,
+    scheduler: Scheduler | None = None,
 ) -> tuple[RunReport, RunState]:
     """Run the command on every host (in waves when asked); always return a full report."""
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
     runs = {h.name: HostRun(h) for h in hosts}
     state = RunState(Deadline(options.deadline_s))
-    await _run_all(list(runs.values()), options, logs, connector, state)
+    await _run_all(list(runs.values()), options, logs, connector, state, scheduler)
     cut_short = state.cut_short()
     for run in runs.values():
         if run.status is None and run.started is None and state.stopped:
@@ -200,20 +261,24 @@ async def run_hosts(
 
 
 async def _run_all(runs: list[HostRun], options: RunOptions, logs: RunLogs, connector: Connector,
-                   state: RunState) -> None:
+                   state: RunState, scheduler: Scheduler | None) -> None:
     limiter = anyio.CapacityLimiter(max(1, options.concurrency or len(runs) or 1))
     gate = Gate(limiter, FailureBudget(tolerated(options.max_fail, len(runs))), state)
     waves = plan_waves(runs, options.batch, options.canary)
     async with anyio.create_task_group() as outer:
         if options.handle_signals:
             outer.start_soon(_watch_signals, outer.cancel_scope, state)
+        if scheduler is not None:
+            outer.start_soon(scheduler.serve)
         with anyio.move_on_after(state.deadline.start()) as deadline:
             for number, wave in enumerate(waves):
                 if state.stopped:
                     break
+                if scheduler is not None:
+                    await _admit(scheduler, wave)
                 async with anyio.create_task_group() as hosts_group:
                     for run in wave:
-                        hosts_group.start_soon(_host_task, run, options, gate, logs, connector)
+                        hosts_group.start_soon(_host_task, run, options, gate, logs, connector, scheduler)
                 if number == 0 and options.canary and not state.stopped:
                     state.stopped = _canary_verdict(wave)
         state.deadline.hit = deadline.cancelled_caught

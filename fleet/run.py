@@ -6,8 +6,9 @@ import resource
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from fleet.graph import Connector, RunOptions, run_hosts
+from fleet.graph import Connector, RunOptions, Scheduler, run_hosts
 from fleet.inventory.host import Host
 from fleet.report import render as reporting
 from fleet.report.logs import RunLogs, default_log_dir, new_run_id
@@ -37,6 +38,14 @@ def raise_fd_limit(hosts: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
+def slurm_lifecycle(options: RunOptions, run_id: str) -> Scheduler:
+    from fleet.slurm.control import Slurm
+    from fleet.slurm.lifecycle import SlurmLifecycle
+
+    assert options.slurm is not None
+    return SlurmLifecycle(Slurm(), run_id, options.mode, drain_wait_s=options.slurm.drain_wait_s)
+
+
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -56,7 +65,9 @@ async def run_and_report(
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()
     try:
-        extra = {"connector": connector} if connector else {}
+        extra: dict[str, Any] = {"connector": connector} if connector else {}
+        if options.slurm is not None:
+            extra["scheduler"] = slurm_lifecycle(options, logs.run_id)
         run_report, state = await run_hosts(targets, options, logs, **extra)
     finally:
         logs.close()

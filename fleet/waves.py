@@ -47,14 +47,14 @@ def parse_amount(text: str, option: str) -> Amount:
     return Amount(value, percent)
 
 
-def parse_duration(text: str, option: str = "--deadline") -> float:
-    """`90`, `90s`, `10m`, `1h30m` -> seconds."""
+def parse_duration(text: str, option: str = "--deadline", *, zero: bool = False) -> float:
+    """`90`, `90s`, `10m`, `1h30m` -> seconds (`zero`: 0 is allowed too)."""
     match = _DURATION.match(text.strip())
-    if not text.strip() or not match or not any(match.groups()):
+    if not text.strip() or not match or not any(g is not None for g in match.groups()):
         raise UsageError(f"{option} takes a duration such as 90s, 10m or 1h30m, not {text!r}")
     hours, minutes, seconds = match.groups()
     total = int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
-    if total <= 0:
+    if total <= 0 and not (zero and total == 0):
         raise UsageError(f"{option} {text}: must be longer than zero")
     return total
 

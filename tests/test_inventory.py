@@ -59,7 +59,7 @@ def test_yaml_and_toml_of_the_same_site_resolve_alike() -> None:
 def test_unset_variables_take_the_documented_defaults(tmp_path: Path) -> None:
     """A bare host gets its own name as address and the current user."""
     host = load(tmp_path, "hosts: {gpu-x01: null}").hosts["gpu-x01"]
-    assert host == Host(name="gpu-x01", address="gpu-x01", user=getpass.getuser())
+    assert host == Host(name="gpu-x01", address="gpu-x01", user=getpass.getuser(), slurm_node="gpu-x01")
     assert host.devices == DEFAULT_DEVICES
     assert host.known_hosts is None
     assert host.connection is Connection.SSH

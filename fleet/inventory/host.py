@@ -193,6 +193,11 @@ class Host:
             check=validate.lock_file,
         ),
     ] = DEFAULT_LOCK_FILE
+    slurm_node: Annotated[
+        str | None,
+        Var("the host's node name in Slurm (`--slurm`)", check=validate.host_name, fallback=_host_name,
+            shown="the host name"),
+    ] = None
     simulated: Annotated[
         bool,
         Var(

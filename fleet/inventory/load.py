@@ -112,6 +112,7 @@ class GroupSpec(BaseModel):
 class InventoryFile(BaseModel):
     model_config = _CONFIG
 
+    scheduler: Literal["slurm"] | None = None
     defaults: HostVars | None = None
     groups: dict[GroupName, GroupSpec | None] | None = None
     hosts: dict[HostName, HostVars | None] | None = None
@@ -119,7 +120,7 @@ class InventoryFile(BaseModel):
 
 VARIABLES = tuple(HostVars.model_fields)
 _KEYS_AT = {
-    "top": ("defaults", "groups", "hosts"),
+    "top": ("scheduler", "defaults", "groups", "hosts"),
     "group": tuple(GroupSpec.model_fields),
     "vars": VARIABLES,
 }
@@ -133,6 +134,8 @@ class Inventory:
     hosts: dict[str, Host]
     groups: dict[str, tuple[str, ...]]
     sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # host -> variable -> key that set it
+    scheduler: str | None = None  # `scheduler: slurm`: every reset drains and resumes through Slurm
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # what `defaults` set: for hosts it does not list
 
     def source(self, host: str, variable: str) -> str:
         """The key that set the host's variable (`groups.g.vars.services`); `defaults.<variable>` where none did."""
@@ -392,7 +395,16 @@ def _resolve(spec: InventoryFile, path: Path, label: str) -> Inventory:
         hosts[name] = _build_host(name, values, tuple(sorted(mine)), path.parent)
         _check_services(hosts[name], sources[name], label)
     resolved = {g: tuple(n for n in order if n in members[g]) for g in sorted(groups)}
-    return Inventory(path=path, hosts=hosts, groups=resolved, sources=sources)
+    return Inventory(path=path, hosts=hosts, groups=resolved, sources=sources, scheduler=spec.scheduler,
+                     defaults=defaults.values)
+
+
+def unlisted_host(name: str, inventory: Inventory | None) -> Host:
+    """A host no inventory lists (`-w`, `--partition`): what the inventory's `defaults` set, else the built-in
+    defaults; the variables that fall back to the host's name (address, slurm_node) are its own."""
+    if inventory is None:
+        return _build_host(name, {}, (), Path.cwd())
+    return _build_host(name, dict(inventory.defaults), (), inventory.path.parent)
 
 
 def load_inventory(path: str | Path) -> Inventory:

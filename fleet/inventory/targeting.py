@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from fleet.errors import UsageError
+from fleet.inventory import validate
 from fleet.inventory.host import Host
-from fleet.inventory.load import ALL, Inventory, suggest
-from fleet.inventory.nodesets import node_set
+from fleet.inventory.load import ALL, Inventory, suggest, unlisted_host
+from fleet.inventory.nodesets import node_order, node_set
 
 
 def _split(text: str) -> list[str]:
@@ -102,3 +107,45 @@ def select(
     if not hosts:
         raise UsageError(f"no host of {inv.path} left to target after --limit/--exclude")
     return hosts
+
+
+def named(text: str, flag: str = "-w") -> list[str]:
+    """The names a `-w` node set names, each a valid host name: `gpu-c[01-04],gpu-d01`."""
+    names: list[str] = []
+    for element in _split(text):
+        try:
+            names.extend(node_set(element))
+        except ValueError as e:
+            raise UsageError(f"{flag}: {e}") from None
+    for name in names:
+        try:
+            validate.host_name(name)
+        except ValueError as e:
+            raise UsageError(f"{flag}: {e}") from None
+    if not names:
+        raise UsageError(f"empty {flag}: name hosts or node sets")
+    return names
+
+
+def select_with(
+    inv: Inventory | None,
+    extra: Sequence[str],
+    *,
+    patterns: Sequence[str] = (),
+    groups: Sequence[str] = (),
+    limit: str | None = None,
+    exclude: str | None = None,
+    origin: str = "-w",
+) -> list[Host]:
+    """`select`, with hosts named outright (`-w`, a Slurm partition) added to the targets: the inventory's entry
+    for a name it lists, else a host with the inventory's `defaults` (`unlisted_host`)."""
+    base = inv or Inventory(path=Path(origin), hosts={}, groups={})
+    unlisted = {name: unlisted_host(name, inv) for name in extra if name not in base.hosts}
+    hosts = {**base.hosts, **unlisted}
+    universe = replace(base, hosts={name: hosts[name] for name in node_order(hosts)})
+    chosen = [*patterns, *([fold(list(extra))] if extra else [])]
+    return select(universe, patterns=chosen, groups=groups, limit=limit, exclude=exclude)
+
+
+def fold(names: list[str]) -> str:
+    return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))

@@ -117,6 +117,20 @@ class HostPlan:
 
 
 @dataclass(frozen=True)
+class SlurmReport:
+    """A host's node in Slurm around the run (`--slurm`): as fleet found it and as it left it."""
+
+    node: str
+    state_before: str | None = None
+    reason_before: str | None = None
+    state_after: str | None = None
+    reason_after: str | None = None
+    jobs: tuple[str, ...] = ()  # ids of the jobs that held the node when the run reached it
+    plan: str | None = None  # dry run: what a reset would do to it in Slurm
+    error: str | None = None  # a Slurm command that failed for this node (the node's state may differ)
+
+
+@dataclass(frozen=True)
 class HostReport:
     name: str
     status: HostStatus
@@ -126,6 +140,7 @@ class HostReport:
     killed: tuple[KilledProcess, ...] = ()
     gpus: tuple[GpuReport, ...] = ()
     plan: HostPlan | None = None  # dry run only
+    slurm: SlurmReport | None = None  # with --slurm
 
 
 @dataclass(frozen=True)

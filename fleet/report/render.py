@@ -59,6 +59,9 @@ def host_document(host: HostReport) -> dict[str, Any]:
             "kept": [asdict(p) for p in host.plan.kept],
             "gpu_memory_mib": list(host.plan.gpu_memory_mib),
         }
+    if host.slurm is not None:
+        document["slurm"] = {k: v for k, v in asdict(host.slurm).items() if k not in ("plan", "error") or v}
+        document["slurm"]["jobs"] = list(host.slurm.jobs)
     return document
 
 
@@ -108,5 +111,6 @@ def plan_lines(report: RunReport) -> list[str]:
     lines = []
     for name, host in report.hosts.items():
         if host.plan is not None:
-            lines.append(f"{name}: " + "; ".join(s.detail for s in host.steps if s.detail))
+            slurm = [host.slurm.plan] if host.slurm is not None and host.slurm.plan else []
+            lines.append(f"{name}: " + "; ".join([*slurm, *(s.detail for s in host.steps if s.detail)]))
     return lines

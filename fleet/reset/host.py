@@ -26,6 +26,7 @@ from fleet.report.models import (
     HostReport,
     HostStatus,
     KilledProcess,
+    SlurmReport,
     StepName,
     StepOutcome,
     StepResult,
@@ -65,6 +66,7 @@ class HostRun:
     killed: tuple[KilledProcess, ...] = ()
     gpus: tuple[GpuReport, ...] = ()
     plan: HostPlan | None = None
+    slurm: SlurmReport | None = None  # set by the scheduler seam (`fleet.slurm.lifecycle`) with --slurm
 
     def finish(self, status: HostStatus, error: str | None = None) -> None:
         self.status, self.error, self.ended = status, error, time.monotonic()
@@ -80,7 +82,8 @@ class HostRun:
         ordered = sorted([*self.steps, *skipped], key=lambda s: list(StepName).index(s.name))
         end = self.ended or time.monotonic()
         duration = round(end - self.started, 3) if self.started is not None else 0.0
-        return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan)
+        return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
+                          self.slurm)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,

@@ -1,0 +1,120 @@
+"""The Slurm client commands fleet runs on this machine: scontrol, squeue, sinfo. Bounded, stdout and stderr apart.
+
+Every command is a plain argv (no shell) run through the local Transport, so it is
+bounded like any node command (`timeout` around it, a client deadline after) and
+its streams are read apart. A command that fails or prints what the parser does not
+understand raises `SlurmError`: fleet never reads that as "no job" or "no reason".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from ClusterShell.NodeSet import NodeSet
+
+from fleet.errors import CommandTimeout, FleetError
+from fleet.inventory.host import Connection, Host
+from fleet.inventory.messages import one_line
+from fleet.slurm.state import (
+    HOLDING_JOB_STATES,
+    SlurmNode,
+    SlurmParseError,
+    parse_jobs,
+    parse_node_list,
+    parse_nodes,
+)
+from fleet.transport.base import CommandResult, Transport
+from fleet.transport.local import LocalTransport
+
+# Seconds one Slurm client command may take (slurmctld answers in milliseconds; a busy one, in seconds).
+SLURM_COMMAND_TIMEOUT_S = 30.0
+# Where the commands run: this machine, as the user running fleet.
+T = TypeVar("T")
+CONTROLLER = Host(name="slurm", address="localhost", connection=Connection.LOCAL)
+
+
+class SlurmError(FleetError):
+    """A Slurm command failed, timed out or printed what fleet cannot read."""
+
+
+def hostlist(names: Iterable[str]) -> str:
+    """Names in Slurm's hostlist syntax, folded: sim[1-4]."""
+    return str(NodeSet.fromlist(sorted(set(names))))
+
+
+class Slurm:
+    """Slurm's client commands, as fleet uses them."""
+
+    def __init__(self, transport: Transport | None = None, timeout: float = SLURM_COMMAND_TIMEOUT_S) -> None:
+        self._transport = transport or LocalTransport(CONTROLLER)
+        self.timeout = timeout
+
+    async def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
+        """Run one Slurm command; SlurmError unless it exits 0."""
+        try:
+            result = await self._transport.run(argv, timeout=timeout or self.timeout)
+        except CommandTimeout as exc:
+            raise SlurmError(f"{argv[0]} did not answer within {exc.deadline_s:g} s") from exc
+        if result.exit_status != 0:
+            said = one_line(result.stderr or result.stdout) or f"exit status {result.exit_status}"
+            raise SlurmError(f"{' '.join(argv[:2])} failed: {said[:300]}")
+        return result
+
+    async def nodes(self, names: Iterable[str]) -> dict[str, SlurmNode]:
+        """The named nodes as scontrol shows them (a name Slurm does not know is absent)."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return {}
+        try:
+            result = await self.run(["scontrol", "show", "node", hostlist(wanted)])
+        except SlurmError as exc:
+            if "not found" not in str(exc) or len(wanted) == 1:
+                if "not found" in str(exc):
+                    return {}
+                raise
+            return await self._nodes_one_by_one(wanted)
+        return _parsed(lambda: {n: node for n, node in parse_nodes(result.stdout).items() if n in set(wanted)})
+
+    async def _nodes_one_by_one(self, names: Sequence[str]) -> dict[str, SlurmNode]:
+        """Some name is unknown and scontrol refused the whole list: ask for each, so the others are seen."""
+        found: dict[str, SlurmNode] = {}
+        for name in names:
+            found.update(await self.nodes([name]))
+        return found
+
+    async def jobs(self, names: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """Node -> ids of the jobs that hold it (running, completing, suspended, ...), for each named node."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return {}
+        result = await self.run(
+            ["squeue", "--noheader", "--states", ",".join(HOLDING_JOB_STATES), "--format", "%i %N",
+             "--nodelist", hostlist(wanted)]
+        )
+        return _parsed(lambda: parse_jobs(result.stdout, wanted))
+
+    async def update(self, names: Iterable[str], state: str, reason: str | None = None) -> None:
+        """`scontrol update NodeName=... State=...[ Reason=...]` for every named node at once."""
+        argv = ["scontrol", "update", f"NodeName={hostlist(names)}", f"State={state}"]
+        if reason is not None:
+            argv.append(f"Reason={reason}")
+        await self.run(argv)
+
+    async def partition(self, name: str) -> tuple[str, ...]:
+        """The nodes of a partition; SlurmError when Slurm has no such partition or it has no node."""
+        result = await self.run(["sinfo", "--noheader", "--Node", "--partition", name, "--format", "%N"])
+        nodes = _parsed(lambda: parse_node_list(result.stdout))
+        if not nodes:
+            raise SlurmError(f"Slurm has no partition {name!r}, or it has no node")
+        return nodes
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+
+def _parsed(parse: Callable[[], T]) -> T:
+    try:
+        return parse()
+    except SlurmParseError as exc:
+        raise SlurmError(str(exc)) from exc

@@ -1,0 +1,215 @@
+"""Slurm around each host's walk: the scheduler seam of the task graph (`fleet.graph.Scheduler`).
+
+    admit(wave)   one `scontrol show node` and one `squeue` for the wave's nodes, then one
+                  `scontrol update ... State=DRAIN Reason="fleet: run <id>"` for those in service
+                  (and those an earlier fleet run left drained: adopted, `fleet.slurm.policy`)
+    ready(host)   wait until no job holds the node (DRAINED, not DRAINING), up to --drain-wait;
+                  one poller asks Slurm for every waiting node at once, every POLL_S
+    release(host) once the host has its outcome: resume, restore, keep drained or leave, as
+                  `fleet.slurm.policy.release` says; then read the node again for the report
+
+In a dry run and in `check`, Slurm is only read: nothing is drained, nothing waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import anyio
+
+from fleet.report.models import HostReport, HostStatus, SlurmReport
+from fleet.reset.host import HostRun, Mode
+from fleet.slurm import policy
+from fleet.slurm.control import Slurm, SlurmError
+from fleet.slurm.state import SlurmNode
+
+# Seconds between two looks at the nodes still waiting for their jobs to end.
+POLL_S = 2.0
+# Default --drain-wait: how long a node's jobs may take to end before the host is skipped.
+DRAIN_WAIT_S = 600.0
+# Seconds the end of a host's Slurm lifecycle may take (it runs shielded, even on Ctrl-C).
+RELEASE_TIMEOUT_S = 45.0
+
+
+@dataclass
+class _Node:
+    """One host's node through the run."""
+
+    name: str
+    before: SlurmNode | None = None
+    how: policy.Hold | None = None
+    jobs: tuple[str, ...] = ()
+    error: str | None = None  # why the host may not be reset (Slurm unreadable, unknown node, drain refused)
+    waiting_since: float = 0.0
+    drained: anyio.Event = field(default_factory=anyio.Event)
+    lost: str | None = None  # why the wait ended without the node being drained (resumed under us, vanished)
+    released: bool = False
+
+
+class SlurmLifecycle:
+    """Drain, wait, resume around every host of a run; see the module docstring."""
+
+    def __init__(self, slurm: Slurm, run_id: str, mode: Mode, *, drain_wait_s: float = DRAIN_WAIT_S,
+                 poll_s: float = POLL_S) -> None:
+        self.slurm = slurm
+        self.run_id = run_id
+        self.mode = mode
+        self.drain_wait_s = drain_wait_s
+        self.poll_s = poll_s
+        self._nodes: dict[str, _Node] = {}  # host name -> its node
+        self._waiting: dict[str, _Node] = {}  # slurm node name -> its node, while its jobs are waited for
+        self._wake = anyio.Event()
+
+    # --- admit: read the wave, drain what fleet may drain ---------------------------------------
+
+    async def admit(self, runs: Sequence[HostRun]) -> None:
+        nodes = {run.host.name: _Node(run.host.slurm_node or run.host.name) for run in runs}
+        self._nodes.update(nodes)
+        names = sorted({n.name for n in nodes.values()})
+        try:
+            seen = await self.slurm.nodes(names)
+            jobs = await self.slurm.jobs([n for n in names if n in seen])
+        except SlurmError as exc:
+            for node in nodes.values():
+                node.error = f"slurm: cannot read the node: {exc}"
+            self._record(runs)
+            return
+        for node in nodes.values():
+            node.before = seen.get(node.name)
+            node.jobs = jobs.get(node.name, ())
+            if node.before is None:
+                node.error = f"slurm: Slurm has no node {node.name} (set slurm_node if its Slurm name differs)"
+            else:
+                node.how = policy.hold(node.before)
+        if self.mode is Mode.RESET:
+            await self._drain([n for n in nodes.values() if n.how in (policy.Hold.DRAIN, policy.Hold.ADOPT)])
+        self._record(runs)
+
+    async def _drain(self, nodes: Sequence[_Node]) -> None:
+        if not nodes:
+            return
+        try:
+            await self.slurm.update([n.name for n in nodes], "DRAIN", policy.own_reason(self.run_id))
+        except SlurmError as exc:
+            for node in nodes:
+                node.error, node.how = f"slurm: cannot drain the node: {exc}", None
+            return
+        now = anyio.current_time()
+        for node in nodes:
+            node.waiting_since = now
+
+    def _record(self, runs: Sequence[HostRun]) -> None:
+        for run in runs:
+            node = self._nodes[run.host.name]
+            before = node.before
+            run.slurm = SlurmReport(
+                node=node.name,
+                state_before=before.state if before else None,
+                reason_before=before.reason if before else None,
+                jobs=node.jobs,
+                plan=policy.plan_line(before, node.jobs, self.drain_wait_s)
+                if self.mode is Mode.PLAN and before else None,
+                error=node.error,
+            )
+
+    # --- ready: wait until no job holds the node ------------------------------------------------
+
+    async def ready(self, run: HostRun, log: Any) -> tuple[HostStatus, str] | None:
+        """None when the host may be reset now; else the outcome it ends with, untouched."""
+        node = self._nodes[run.host.name]
+        if node.error is not None:
+            log.error("slurm_error", node=node.name, error=node.error)
+            return HostStatus.FAILED, node.error
+        if self.mode is not Mode.RESET or node.before is None:
+            return None
+        log.info("slurm_wait", node=node.name, state=node.before.state, jobs=list(node.jobs),
+                 drain_wait_s=self.drain_wait_s)
+        started = anyio.current_time()
+        self._waiting[node.name] = node
+        self._wake.set()
+        try:
+            with anyio.move_on_after(max(0.0, node.waiting_since + self.drain_wait_s - started)):
+                await node.drained.wait()
+        finally:
+            self._waiting.pop(node.name, None)
+        self._update_record(run, jobs=node.jobs)
+        if node.lost is not None:
+            log.warning("slurm_lost", node=node.name, error=node.lost)
+            return HostStatus.SKIPPED, node.lost
+        if not node.drained.is_set():  # the wait ran out
+            ids = ", ".join(node.jobs) or "?"
+            error = f"slurm: job {ids} still running on {node.name} after {self.drain_wait_s:g} s: not reset"
+            log.warning("slurm_jobs_running", node=node.name, jobs=list(node.jobs))
+            return HostStatus.SKIPPED, error
+        log.info("slurm_drained", node=node.name, waited_s=round(anyio.current_time() - started, 3))
+        return None
+
+    async def serve(self) -> None:
+        """The one poller: while nodes wait, ask Slurm about all of them at once, every poll_s."""
+        while True:
+            if not self._waiting:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+            await self._poll(dict(self._waiting))
+            await anyio.sleep(self.poll_s)
+
+    async def _poll(self, waiting: dict[str, _Node]) -> None:
+        if not waiting:
+            return
+        try:
+            seen = await self.slurm.nodes(waiting)
+            jobs = await self.slurm.jobs([n for n in waiting if n in seen])
+        except SlurmError:
+            return  # asked again next round; a wait that ends this way says the jobs it last saw
+        for name, node in waiting.items():
+            now = seen.get(name)
+            node.jobs = jobs.get(name, node.jobs)
+            if now is None:
+                node.lost = f"slurm: the node {name} is gone from Slurm: not reset"
+            elif node.how is not policy.Hold.LEAVE and not now.draining_or_drained:
+                node.lost = f"slurm: someone resumed {name} during the wait ({policy.describe(now)}): not reset"
+            elif now.busy or node.jobs:
+                continue
+            node.drained.set()  # wakes its waiter: drained, or lost (which `ready` reads first)
+
+    # --- release: resume, restore, keep drained or leave ----------------------------------------
+
+    async def release(self, run: HostRun, report: HostReport, log: Any) -> None:
+        """The node's end of the run (shielded, bounded: it runs on Ctrl-C and past the deadline too)."""
+        node = self._nodes.get(run.host.name)
+        if node is None or node.released or node.before is None:
+            return
+        node.released = True
+        if self.mode is not Mode.RESET or node.how is None:
+            self._update_record(run, state_after=node.before.state, reason_after=node.before.reason)
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S) as scope:
+            await self._release(run, node, report, log)
+        if scope.cancelled_caught:
+            self._update_record(run, error=f"slurm: releasing {node.name} took over {RELEASE_TIMEOUT_S:g} s")
+
+    async def _release(self, run: HostRun, node: _Node, report: HostReport, log: Any) -> None:
+        assert node.before is not None and node.how is not None
+        try:
+            now = (await self.slurm.nodes([node.name])).get(node.name)
+            action = policy.release(node.how, node.before, now, self.run_id, report.status, report.error)
+            log.info("slurm_release", node=node.name, action=action.what.value, why=action.why)
+            if action.what is policy.Release.RESUME:
+                await self.slurm.update([node.name], "RESUME")
+            elif action.what in (policy.Release.RESTORE, policy.Release.KEEP_DRAINED):
+                await self.slurm.update([node.name], "DRAIN", action.reason)
+            after = (await self.slurm.nodes([node.name])).get(node.name)
+        except SlurmError as exc:
+            log.error("slurm_error", node=node.name, error=str(exc))
+            self._update_record(run, error=f"slurm: {exc}")
+            return
+        self._update_record(run, state_after=after.state if after else None,
+                            reason_after=after.reason if after else None)
+
+    @staticmethod
+    def _update_record(run: HostRun, **changes: Any) -> None:
+        if run.slurm is not None:
+            run.slurm = replace(run.slurm, **changes)
+

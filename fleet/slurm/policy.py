@@ -1,0 +1,120 @@
+"""What fleet does to a node's Slurm state around a reset: pure decisions, no I/O.
+
+Before a host is touched (`hold`): a node in service is drained with fleet's reason for
+this run; a node an earlier fleet run left drained after failing it is taken over
+(adopted); any other drained or down node is left exactly as it is (its reason is
+someone else's: an admin's "bad DIMM", or a fleet run still in flight).
+
+After (`release`), only while the node's reason is still this run's own: clean ->
+resume; untouched (skipped: jobs still running, never started; unreachable: never
+connected) -> back exactly as it was; failed -> stays drained, and its reason says
+why. NHC's rule: fleet only ever resumes a node whose reason it set itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from fleet.inventory.messages import one_line
+from fleet.report.models import HostStatus
+from fleet.slurm.state import SlurmNode
+
+REASON_PREFIX = "fleet: run "
+# Characters of a reason fleet sets (Slurm keeps longer ones; `sinfo -R` users read them).
+REASON_LIMIT = 200
+_FLEET_REASON = re.compile(r"^fleet: run (?P<run_id>\S+?)(?:: (?P<error>.*))?$")
+
+
+def own_reason(run_id: str) -> str:
+    """The reason fleet drains a node with while this run resets it."""
+    return f"{REASON_PREFIX}{run_id}"
+
+
+def failed_reason(run_id: str, error: str | None) -> str:
+    """The reason a node keeps after this run failed it: `fleet: run <id>: <the one-line error>`."""
+    reason = f"{own_reason(run_id)}: {one_line(error or 'failed')}"
+    return reason if len(reason) <= REASON_LIMIT else reason[: REASON_LIMIT - 3] + "..."
+
+
+def fleet_run_of(reason: str | None) -> tuple[str, str | None] | None:
+    """(run id, error) of a reason fleet set; error is None while that run is in flight. None: not fleet's."""
+    match = _FLEET_REASON.match(reason or "")
+    return (match["run_id"], match["error"]) if match else None
+
+
+class Hold(StrEnum):
+    """What fleet does to a node before the reset."""
+
+    DRAIN = "drain"  # in service: drained now with this run's reason, resumed when clean
+    ADOPT = "adopt"  # left drained by an earlier fleet run that failed it: this run takes the drain over
+    LEAVE = "leave"  # drained or down for another reason: never resumed, its reason never rewritten
+
+
+def hold(node: SlurmNode) -> Hold:
+    if node.in_service:
+        return Hold.DRAIN
+    earlier = fleet_run_of(node.reason)
+    if node.draining_or_drained and node.base != "DOWN" and earlier is not None and earlier[1] is not None:
+        return Hold.ADOPT
+    return Hold.LEAVE
+
+
+class Release(StrEnum):
+    """What fleet does to a node after the reset."""
+
+    RESUME = "resume"  # State=RESUME
+    RESTORE = "restore"  # State=DRAIN with the reason it had before (an adopted node fleet never touched)
+    KEEP_DRAINED = "keep_drained"  # State=DRAIN with `fleet: run <id>: <error>`
+    LEAVE = "leave"  # nothing
+
+
+@dataclass(frozen=True)
+class Action:
+    what: Release
+    why: str
+    reason: str | None = None  # the reason to set, for RESTORE and KEEP_DRAINED
+
+
+def touched(status: HostStatus) -> bool:
+    """Whether the reset did anything to the node: skipped and unreachable hosts were never touched."""
+    return status in (HostStatus.CLEAN, HostStatus.FAILED)
+
+
+def release(how: Hold, before: SlurmNode, now: SlurmNode | None, run_id: str, status: HostStatus,
+            error: str | None) -> Action:
+    """What to do to the node now that its host ended with `status`, seeing it as `now`."""
+    if how is Hold.LEAVE:
+        return Action(Release.LEAVE, f"it was {describe(before)} before the run: left as it is")
+    if now is None:
+        return Action(Release.LEAVE, "Slurm no longer shows the node")
+    if now.reason != own_reason(run_id) or not now.draining_or_drained:
+        return Action(Release.LEAVE, f"someone changed it during the run (now {describe(now)}): left as it is")
+    if status is HostStatus.CLEAN:
+        return Action(Release.RESUME, "clean")
+    if not touched(status):
+        if how is Hold.ADOPT:
+            return Action(Release.RESTORE, "never touched: drained again with its earlier reason", before.reason)
+        return Action(Release.RESUME, "never touched: back in service as it was")
+    return Action(Release.KEEP_DRAINED, "not clean: stays drained", failed_reason(run_id, error))
+
+
+def describe(node: SlurmNode) -> str:
+    """`IDLE`, `IDLE+DRAIN (bad DIMM, by root)`."""
+    if node.reason is None:
+        return node.state
+    by = f", by {node.reason_by}" if node.reason_by else ""
+    return f"{node.state} ({node.reason}{by})"
+
+
+def plan_line(node: SlurmNode, jobs: tuple[str, ...], drain_wait_s: float) -> str:
+    """Dry run: what a reset would do to the node in Slurm."""
+    how = hold(node)
+    waits = f", wait up to {drain_wait_s:g} s for job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}" if jobs else ""
+    if how is Hold.DRAIN:
+        return f"slurm {describe(node)}: would drain{waits}, reset, resume if clean, else keep it drained"
+    if how is Hold.ADOPT:
+        return f"slurm {describe(node)}: would take over fleet's earlier drain{waits}, reset, resume if clean"
+    return f"slurm {describe(node)}: drained or down for another reason: would{waits[1:] + ',' if jobs else ''}" \
+        " reset, never resume, reason untouched"
