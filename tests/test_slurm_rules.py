@@ -26,7 +26,8 @@ def test_show_node_capture_parses_state_and_reason() -> None:
 
 
 def test_free_text_keys_are_not_split_into_fields() -> None:
-    text = "NodeName=n1 State=IDLE\n   OS=Linux State=DOWN x\n   Reason=State=DOWN looks odd [bob@2026-01-01T00:00:00]\n"
+    text = ("NodeName=n1 State=IDLE\n   OS=Linux State=DOWN x\n"
+            "   Reason=State=DOWN looks odd [bob@2026-01-01T00:00:00]\n")
     node = parse_nodes(text)["n1"]
     assert node.state == "IDLE" and node.reason == "State=DOWN looks odd" and node.reason_by == "bob"
 
@@ -125,11 +126,11 @@ def test_someone_elses_node_is_never_resumed_nor_rewritten() -> None:
 
 
 def test_a_reason_changed_during_the_run_is_left_alone() -> None:
+    idle = SlurmNode("n", "IDLE")
     changed = SlurmNode("n", "IDLE+DRAIN", "admin: keep out", "root")
-    assert policy.release(Hold.DRAIN, SlurmNode("n", "IDLE"), changed, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
-    resumed = SlurmNode("n", "IDLE")
-    assert policy.release(Hold.DRAIN, SlurmNode("n", "IDLE"), resumed, RUN, HostStatus.FAILED, "x").what is Release.LEAVE
-    assert policy.release(Hold.DRAIN, SlurmNode("n", "IDLE"), None, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
+    assert policy.release(Hold.DRAIN, idle, changed, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
+    assert policy.release(Hold.DRAIN, idle, SlurmNode("n", "IDLE"), RUN, HostStatus.FAILED, "x").what is Release.LEAVE
+    assert policy.release(Hold.DRAIN, idle, None, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
 
 
 def test_failed_reason_is_one_bounded_line() -> None:
