@@ -21,7 +21,7 @@ test: install
 	$(BIN)/pytest
 
 test-fast: install
-	$(BIN)/pytest -m 'not sshd'
+	$(BIN)/pytest -m 'not sshd and not slurm'
 
 check: install
 	$(BIN)/ruff check fleet tests benchmarks

@@ -279,13 +279,27 @@ def inventory_cmd(
 @app.command()
 def demo(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, metavar="N", help="How many simulated nodes.")] = 16,
+    slurm: Annotated[bool, typer.Option("--slurm", help="With a real Slurm cluster over the simulated nodes"
+                                        " (Debian's slurmctld, slurmd, munge; as root).")] = False,
+    via: Annotated[str, typer.Option("--via", metavar="ssh|srun", help="With --slurm: SSH fan-out, or one srun"
+                                     " step.")] = "ssh",
     as_json: JsonOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
     """A simulated fleet on this machine (loopback SSH), reset end to end, then torn down."""
     from fleet.demo import run_demo
 
-    raise typer.Exit(run_demo(nodes=nodes, as_json=as_json, log_dir=log_dir))
+    if via not in ("ssh", "srun"):
+        raise UsageError(f"--via takes ssh or srun, not {via!r}")
+    raise typer.Exit(run_demo(nodes=nodes, as_json=as_json, log_dir=log_dir, slurm=slurm, via_srun=via == "srun"))
+
+
+@app.command("node-run", hidden=True)
+def node_run() -> None:
+    """The node side of `--via srun` (run by srun, not by hand): reset this node, JSON lines on stdout."""
+    from fleet.slurm.noderun import main as node_main
+
+    raise typer.Exit(node_main())
 
 
 def main(argv: list[str] | None = None) -> int:

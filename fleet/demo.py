@@ -7,22 +7,34 @@ Each simulated node is served by its own SSH server on its own loopback address
 with its own host key; fleet reaches it exactly as it reaches a real node
 (inventory -> asyncssh with host-key checking -> real commands). Everything the
 demo starts is ended by its recorded pid and its folder removed, even on Ctrl-C.
+
+`fleet demo --slurm` puts a real Slurm cluster over the same nodes (slurmctld and a
+slurmd per node, `fleet.sim.slurmcluster`), a job that outlives --drain-wait on one
+node and an admin's drain ("bad DIMM") on another, and resets with `--slurm` (SSH
+fan-out, or one srun step with `--via srun`). As planned: the job's node skipped and
+back in service as it was, the admin's node reset and still drained with its reason,
+the sick node left drained with fleet's reason, every other node clean and resumed.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
 
-from fleet.graph import RunOptions
+from fleet.graph import RunOptions, SlurmOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.models import HostStatus, RunReport
 from fleet.run import run_and_report, say
+from fleet.sim import slurmcluster
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
+from fleet.sim.slurmcluster import SlurmCluster
 
 ALL_GPUS = (0, 1, 2, 3, 4, 5, 6, 7)
 
@@ -83,6 +95,10 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             say("\nwhat the nodes themselves say now:")
             _describe(sim)
         say("simulated fleet torn down")
+    return _verdict(report, nodes)
+
+
+def _verdict(report: RunReport, nodes: int) -> int:
     if not as_planned(report, nodes):
         say("fleet demo: the run did not end as the demo planned (see above)")
         return 1
@@ -91,5 +107,103 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
     return 0
 
 
-def run_demo(*, nodes: int = 16, as_json: bool = False, log_dir: Path | None = None) -> int:
+# --- with Slurm -----------------------------------------------------------------------------------
+
+SLURM_DRAIN_WAIT_S = 5.0
+
+
+def slurm_roles(count: int) -> tuple[str | None, str | None]:
+    """(the node running a job past --drain-wait, the node an admin drained): the first two, when there are
+    enough nodes besides the sick one."""
+    if count < 4:
+        return None, None
+    return "gpu-b01", "gpu-b02"
+
+
+def slurm_as_planned(report: RunReport, count: int, cluster: SlurmCluster, via_srun: bool = False) -> list[str]:
+    """What did not go as the Slurm demo planned (empty: all of it did). Through srun, the admin's node is
+    skipped: a job step cannot run on a drained node."""
+    busy, admin = slurm_roles(count)
+    wrong = []
+    for name, host in report.hosts.items():
+        state, reason = cluster.node_state(name).rstrip("*"), cluster.node_reason(name)
+        if name == busy:
+            ok = host.status is HostStatus.SKIPPED and state == "allocated"
+        elif name == admin:
+            admin_status = HostStatus.SKIPPED if via_srun else HostStatus.CLEAN
+            ok = host.status is admin_status and state == "drained" and reason == "bad DIMM"
+        elif count > 1 and name == sick(count):
+            ok = host.status is HostStatus.FAILED and state == "drained" and reason.startswith(
+                f"fleet: run {report.run_id}: ")
+        else:
+            ok = host.status is HostStatus.CLEAN and state == "idle"
+        if not ok:
+            wrong.append(f"{name}: {host.status.value}, Slurm {state} {reason!r}")
+    return wrong
+
+
+def _sinfo(cluster: SlurmCluster) -> None:
+    for line in cluster.run("sinfo", "-N", "-h", "-o", "%N %T %E").stdout.splitlines():
+        say(f"  {line}")
+
+
+async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun: bool) -> int:
+    missing = slurmcluster.available()
+    if missing is not None:
+        say(f"fleet demo --slurm: {missing}")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="fleet-demo-") as tmp:
+        specs = demo_specs(nodes)
+        say(f"starting {nodes} simulated 8-GPU nodes on loopback, and a Slurm cluster over them ...")
+        async with SimFleet(Path(tmp), specs, groups={"blackwell": [s.name for s in specs]}) as sim:
+            task_env = {n: {"PATH": node.env()["PATH"]} for n, node in sim.nodes.items()}
+            addresses = {n: sim.address(n) for n in sim.nodes}
+            with SlurmCluster(Path(tmp) / "slurm", addresses, task_env=task_env) as cluster, \
+                    _environment(cluster.env):
+                busy, admin = slurm_roles(nodes)
+                if busy:
+                    job = cluster.submit_sleep(busy, 600)
+                    say(f"  job {job} runs on {busy} (sleep 600: it outlives --drain-wait)")
+                if admin:
+                    cluster.drain(admin, "bad DIMM")
+                    say(f"  an admin drained {admin}: bad DIMM")
+                _sinfo(cluster)
+                targets = select(load_inventory(sim.inventory_path), groups=["blackwell"])
+                via = " --via srun" if via_srun else ""
+                say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell --slurm"
+                    f" --drain-wait {SLURM_DRAIN_WAIT_S:g}s{via} -y\n")
+                options = RunOptions(handle_signals=True, slurm=SlurmOptions(SLURM_DRAIN_WAIT_S, via_srun=via_srun))
+                _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True)
+                say("\nwhat Slurm says now (sinfo -N):")
+                _sinfo(cluster)
+                wrong = slurm_as_planned(report, nodes, cluster, via_srun)
+        say("simulated fleet and Slurm cluster torn down")
+    if wrong:
+        say("fleet demo --slurm: the run did not end as the demo planned: " + "; ".join(wrong))
+        return 1
+    admin = "skipped (no job step runs on a drained node)" if via_srun else "reset"
+    say(f"as planned: the job's node skipped and back in service, the admin's node {admin} and still drained,"
+        " the sick node drained with fleet's reason, every other node clean and resumed")
+    return 0
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block (Slurm's clients read SLURM_CONF), then put them back."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_demo(*, nodes: int = 16, as_json: bool = False, log_dir: Path | None = None, slurm: bool = False,
+             via_srun: bool = False) -> int:
+    if slurm or via_srun:
+        return anyio.run(_slurm_demo, nodes, as_json, log_dir, via_srun)
     return anyio.run(_demo, nodes, as_json, log_dir)

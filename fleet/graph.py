@@ -245,44 +245,57 @@ async def run_hosts(
     scheduler: Scheduler | None = None,
 ) -> tuple[RunReport, RunState]:
     """Run the command on every host (in waves when asked); always return a full report."""
+    runs = [HostRun(h) for h in hosts]
+
+    async def body(state: RunState) -> None:
+        await _run_waves(runs, options, logs, connector, state, scheduler)
+
+    return await run_bounded(runs, options, logs.run_id, body)
+
+
+async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
+                      body: Callable[[RunState], Awaitable[None]]) -> tuple[RunReport, RunState]:
+    """Run `body` within the run's bounds (the deadline, SIGINT/SIGTERM when asked, both cancel it); then the
+    full report of every host, those the run cut short included."""
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
-    runs = {h.name: HostRun(h) for h in hosts}
     state = RunState(Deadline(options.deadline_s))
-    await _run_all(list(runs.values()), options, logs, connector, state, scheduler)
+    async with anyio.create_task_group() as outer:
+        if options.handle_signals:
+            outer.start_soon(_watch_signals, outer.cancel_scope, state)
+        with anyio.move_on_after(state.deadline.start()) as deadline:
+            await body(state)
+        state.deadline.hit = deadline.cancelled_caught
+        outer.cancel_scope.cancel()
     cut_short = state.cut_short()
-    for run in runs.values():
+    for run in runs:
         if run.status is None and run.started is None and state.stopped:
             run.finish(HostStatus.SKIPPED, state.stopped)
     report = RunReport(
-        run_id=logs.run_id, command=options.mode.command, started_at=started_at,
-        duration_s=round(time.monotonic() - t0, 3), hosts={n: r.report(cut_short) for n, r in runs.items()},
+        run_id=run_id, command=options.mode.command, started_at=started_at,
+        duration_s=round(time.monotonic() - t0, 3), hosts={r.host.name: r.report(cut_short) for r in runs},
     )
     return report, state
 
 
-async def _run_all(runs: list[HostRun], options: RunOptions, logs: RunLogs, connector: Connector,
-                   state: RunState, scheduler: Scheduler | None) -> None:
+async def _run_waves(runs: list[HostRun], options: RunOptions, logs: RunLogs, connector: Connector,
+                     state: RunState, scheduler: Scheduler | None) -> None:
     limiter = anyio.CapacityLimiter(max(1, options.concurrency or len(runs) or 1))
     gate = Gate(limiter, FailureBudget(tolerated(options.max_fail, len(runs))), state)
     waves = plan_waves(runs, options.batch, options.canary)
-    async with anyio.create_task_group() as outer:
-        if options.handle_signals:
-            outer.start_soon(_watch_signals, outer.cancel_scope, state)
+    async with anyio.create_task_group() as group:
         if scheduler is not None:
-            outer.start_soon(scheduler.serve)
-        with anyio.move_on_after(state.deadline.start()) as deadline:
-            for number, wave in enumerate(waves):
-                if state.stopped:
-                    break
-                if scheduler is not None:
-                    await _admit(scheduler, wave)
-                async with anyio.create_task_group() as hosts_group:
-                    for run in wave:
-                        hosts_group.start_soon(_host_task, run, options, gate, logs, connector, scheduler)
-                if number == 0 and options.canary and not state.stopped:
-                    state.stopped = _canary_verdict(wave)
-        state.deadline.hit = deadline.cancelled_caught
-        outer.cancel_scope.cancel()
+            group.start_soon(scheduler.serve)
+        for number, wave in enumerate(waves):
+            if state.stopped:
+                break
+            if scheduler is not None:
+                await _admit(scheduler, wave)
+            async with anyio.create_task_group() as hosts_group:
+                for run in wave:
+                    hosts_group.start_soon(_host_task, run, options, gate, logs, connector, scheduler)
+            if number == 0 and options.canary and not state.stopped:
+                state.stopped = _canary_verdict(wave)
+        group.cancel_scope.cancel()
 
 
 def _canary_verdict(wave: Sequence[HostRun]) -> str | None:

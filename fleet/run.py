@@ -65,10 +65,15 @@ async def run_and_report(
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()
     try:
-        extra: dict[str, Any] = {"connector": connector} if connector else {}
-        if options.slurm is not None:
-            extra["scheduler"] = slurm_lifecycle(options, logs.run_id)
-        run_report, state = await run_hosts(targets, options, logs, **extra)
+        if options.slurm is not None and options.slurm.via_srun:
+            from fleet.slurm.srun import run_via_srun
+
+            run_report, state = await run_via_srun(targets, options, logs)
+        else:
+            extra: dict[str, Any] = {"connector": connector} if connector else {}
+            if options.slurm is not None:
+                extra["scheduler"] = slurm_lifecycle(options, logs.run_id)
+            run_report, state = await run_hosts(targets, options, logs, **extra)
     finally:
         logs.close()
     text = reporting.render(reporting.to_document(run_report))

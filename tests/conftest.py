@@ -1,15 +1,19 @@
-"""Shared fixtures: a client key pair, and the real OpenSSH sshd."""
+"""Shared fixtures: a client key pair, the real OpenSSH sshd, and a real Slurm cluster."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
 import pytest
+from slurm import StartCluster
 from sshd import SSHD, Sshd, start_sshd
+
+from fleet.sim.slurmcluster import SlurmCluster
 
 
 @dataclass(frozen=True)
@@ -46,3 +50,25 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
     server = start_sshd(tmp_path / "sshd")
     yield server
     server.stop()
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path: Path) -> Iterator[StartCluster]:
+    """Start real Slurm clusters (slurmctld + a slurmd per node, on loopback) under tmp_path; each is
+    stopped at teardown, also when the test failed. No skip: CI installs Slurm, and a machine without
+    it fails with what to install."""
+    started: list[SlurmCluster] = []
+    with ExitStack() as stack:
+
+        def start(
+            nodes: Mapping[str, str],
+            *,
+            partitions: Mapping[str, Sequence[str]] | None = None,
+            task_env: Mapping[str, Mapping[str, str]] | None = None,
+        ) -> SlurmCluster:
+            cluster = SlurmCluster(tmp_path / f"slurm{len(started)}", nodes, partitions=partitions, task_env=task_env)
+            started.append(cluster)
+            stack.callback(cluster.stop)
+            return cluster.start()
+
+        yield start

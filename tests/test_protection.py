@@ -37,6 +37,10 @@ STATS = {
     970: ProcStat(970, 960, "bench"),
     980: ProcStat(980, 970, "timeout"),
     990: ProcStat(990, 980, "awk"),
+    800: ProcStat(800, 1, "slurmstepd"),
+    810: ProcStat(810, 800, "bash"),
+    820: ProcStat(820, 810, "torchrun"),
+    830: ProcStat(830, 820, "python3"),
 }
 LINEAGE = Lineage(STATS, own=(990, 980, 970, 960, 711, 700, 1))
 
@@ -63,10 +67,20 @@ def judge(pid: int, user: str = "root", name: str | None = None, exe: str | None
         (4242, None, None, None),  # a job started over ssh: sshd's descendants are fair game
         (910, None, None, None),  # a user service under `systemd --user`
         (5002, "python3", "/usr/bin/python3.11", None),
+        (800, None, None, "a Slurm job's process (slurmstepd)"),
+        (830, None, None, "a Slurm job's process (slurmstepd pid 800)"),  # the job's worker, three levels down
     ],
 )
 def test_rules_in_order(pid: int, name: str | None, exe: str | None, reason: str | None) -> None:
     assert judge(pid, name=name, exe=exe) == reason
+
+
+def test_a_jobs_process_is_kept_but_is_not_part_of_the_machine() -> None:
+    """Kept in any mode (a reset never kills a job), yet the memory it holds keeps the node from being clean."""
+    reason = judge(830)
+    job = Holder(830, "alice", "python3", None, ("/dev/nvidia0",), protected_by=reason)
+    daemon = Holder(12, "root", "nvidia-persistenced", None, ("/dev/nvidiactl",), protected_by=judge(12))
+    assert not job.part_of_the_machine and daemon.part_of_the_machine
 
 
 def test_kill_users_keeps_other_users_processes_and_says_whose() -> None:

@@ -38,6 +38,7 @@ BUILTIN_PROTECTED = (
     "Xwayland",
     "sshd",
     "systemd",
+    "slurmstepd",  # a Slurm job's step daemon: it and what descends from it (the job) are never killed
 )
 
 

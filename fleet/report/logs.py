@@ -7,6 +7,7 @@ last processor writes to that host's file. Each line carries `timestamp`,
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ class RunLogs:
         self.run_id = run_id
         self.path = log_dir / run_id
         self._files: list[IO[str]] = []
+        self._relayed: dict[str, IO[str]] = {}
 
     def create(self) -> None:
         try:
@@ -62,6 +64,14 @@ class RunLogs:
             run_id=self.run_id,
         )
 
+    def relay(self, host: str, record: dict[str, Any]) -> None:
+        """Append an event a node logged itself (`--via srun`) to that host's log, as it was logged there."""
+        out = self._relayed.get(host)
+        if out is None:
+            out = self._relayed[host] = (self.path / f"{host}.jsonl").open("a", encoding="utf-8", buffering=1)
+            self._files.append(out)
+        out.write(json.dumps(record) + "\n")
+
     def write_summary(self, text: str) -> Path:
         """summary.json (the report's JSON text), written whole or not at all (temp file + rename)."""
         target = self.path / "summary.json"
@@ -74,3 +84,4 @@ class RunLogs:
         for out in self._files:
             out.close()
         self._files.clear()
+        self._relayed.clear()

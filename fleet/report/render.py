@@ -10,7 +10,18 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from fleet import __version__
-from fleet.report.models import HostReport, HostStatus, RunReport
+from fleet.report.models import (
+    Finding,
+    GpuReport,
+    HostReport,
+    HostStatus,
+    KilledProcess,
+    Level,
+    RunReport,
+    StepName,
+    StepResult,
+    StepStatus,
+)
 
 SUMMARY_KEYS = (HostStatus.CLEAN, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.SKIPPED)
 
@@ -63,6 +74,19 @@ def host_document(host: HostReport) -> dict[str, Any]:
         document["slurm"] = {k: v for k, v in asdict(host.slurm).items() if k not in ("plan", "error") or v}
         document["slurm"]["jobs"] = list(host.slurm.jobs)
     return document
+
+
+def host_from_document(name: str, document: dict[str, Any]) -> HostReport:
+    """`host_document`'s inverse for a reset's host (no plan, no slurm block): how a node that reset itself
+    (`--via srun`) hands its outcome to the controller. A document of another shape raises KeyError/ValueError."""
+    steps = tuple(StepResult(StepName(s["name"]), StepStatus(s["status"]), float(s["duration_s"]), s["detail"])
+                  for s in document["steps"])
+    gpus = tuple(
+        GpuReport(**{**g, "health": tuple(Finding(f["check"], Level(f["level"]), f["detail"]) for f in g["health"])})
+        for g in document["gpus"]
+    )
+    return HostReport(name, HostStatus(document["status"]), float(document["duration_s"]), document["error"], steps,
+                      tuple(KilledProcess(**k) for k in document["killed"]), gpus)
 
 
 def to_document(report: RunReport) -> dict[str, Any]:

@@ -3,6 +3,10 @@
 A holder is left alive, with the reason the report gives, when it is PID 1,
 part of fleet's own session, an sshd, has a protected name, descends from a
 process with a protected name, or belongs to a user outside `kill_users`.
+
+A Slurm job's processes (slurmstepd and what descends from it) are never killed,
+in any mode, and are never part of the machine either: the memory a job holds
+keeps the node from being clean.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ ANCESTRY_DEPTH = 8
 NOT_INHERITED = frozenset({"systemd", "init"}) | SSHD_NAMES
 # Unit names (without suffix) of OpenSSH's daemon: never stopped, whatever respawns.
 SSHD_UNITS = frozenset({"ssh", "sshd"})
+# The daemons whose descendants are a workload manager's jobs: someone's work, kept but never "the machine".
+JOB_DAEMONS = frozenset({"slurmstepd"})
+JOB_PROCESS = "a Slurm job's process"
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,8 @@ class Holder:
         """Kept as part of the machine (a protected daemon, its helpers, sshd, fleet's own session): what it
         holds does not make the node unclean. A process kept only because `kill_users` leaves its user
         alone is someone's work on the GPUs: it still does."""
-        return self.protected_by is not None and self.protected_by != outside_kill_users(self.user)
+        return (self.protected_by is not None and self.protected_by != outside_kill_users(self.user)
+                and not self.protected_by.startswith(JOB_PROCESS))
 
     def identity(self) -> Identity | None:
         """Who this process is, for a signal that must reach only it; None when its start time is unknown."""
@@ -154,9 +162,13 @@ def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | Non
     if is_sshd(comm, holder.exe, holder.name):
         return "sshd"
     name = is_protected(comm, holder.exe, rules.protected_names, holder.name)
+    if name in JOB_DAEMONS:
+        return f"{JOB_PROCESS} ({name})"
     if name is not None:
         return f"protected name {name}"
     parent = protected_ancestor(holder.pid, facts, rules.protected_names)
+    if parent is not None and parent[0] in JOB_DAEMONS:
+        return f"{JOB_PROCESS} ({parent[0]} pid {parent[1]})"
     if parent is not None:
         return f"child of {parent[0]} (pid {parent[1]})"
     if rules.kill_users and holder.user not in rules.kill_users:

@@ -76,7 +76,9 @@ class SlurmLifecycle:
                 node.error = f"slurm: cannot read the node: {exc}"
             self._record(runs)
             return
+        now = anyio.current_time()
         for node in nodes.values():
+            node.waiting_since = now  # --drain-wait counts from here, for every node of the wave
             node.before = seen.get(node.name)
             node.jobs = jobs.get(node.name, ())
             if node.before is None:
@@ -95,10 +97,6 @@ class SlurmLifecycle:
         except SlurmError as exc:
             for node in nodes:
                 node.error, node.how = f"slurm: cannot drain the node: {exc}", None
-            return
-        now = anyio.current_time()
-        for node in nodes:
-            node.waiting_since = now
 
     def _record(self, runs: Sequence[HostRun]) -> None:
         for run in runs:

@@ -118,3 +118,17 @@ def plan_line(node: SlurmNode, jobs: tuple[str, ...], drain_wait_s: float) -> st
         return f"slurm {describe(node)}: would take over fleet's earlier drain{waits}, reset, resume if clean"
     return f"slurm {describe(node)}: drained or down for another reason: would{waits[1:] + ',' if jobs else ''}" \
         " reset, never resume, reason untouched"
+
+
+def after_step(now: SlurmNode | None, run_id: str, status: HostStatus, error: str | None, touched: bool) -> Action:
+    """`--via srun`: what to do to a node once the job step is over (the reservation, not a drain, kept jobs off).
+
+    A node the step failed after it began working stays drained, as with SSH fan-out; any other goes back to
+    service when fleet removes the reservation. A node someone drained meanwhile is left as it is."""
+    if status is HostStatus.CLEAN or not touched:
+        return Action(Release.LEAVE, "clean" if status is HostStatus.CLEAN else "never touched")
+    if now is None:
+        return Action(Release.LEAVE, "Slurm no longer shows the node")
+    if not now.in_service:
+        return Action(Release.LEAVE, f"someone changed it during the run (now {describe(now)}): left as it is")
+    return Action(Release.KEEP_DRAINED, "not clean: drained", failed_reason(run_id, error))

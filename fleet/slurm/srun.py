@@ -1,0 +1,386 @@
+"""`--via srun`: the whole reset as one Slurm job step, each node resetting itself; no SSH from this machine.
+
+    read       one `scontrol show node` and one `squeue` for the targets; a node Slurm does not know
+               fails, a node out of service (drained, down) is skipped: a job step cannot run there
+    reserve    `scontrol create reservation fleet-<run_id> ... Flags=MAINT,IGNORE_JOBS`: other users'
+               jobs stay off the nodes from now on, the running ones are waited for (--drain-wait)
+    step       `srun --reservation=... fleet node-run` over the nodes with no job, the controller's
+               document on every task's stdin; each task streams its node's log events and, last,
+               its report as JSON lines (`fleet.slurm.noderun`), merged into the run's report and logs
+    cleanup    always (failure, deadline, Ctrl-C; shielded, bounded): the step's job cancelled if it
+               still runs, the reservation removed, a node the step failed left drained with fleet's
+               reason (as SSH fan-out leaves it)
+
+The controller's work does not grow with the nodes: a fixed number of Slurm commands and one srun,
+whose fan-out is slurmd's tree.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import math
+import signal
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field, replace
+from subprocess import PIPE
+from typing import Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from fleet import __version__
+from fleet.graph import RunOptions, RunState, run_bounded
+from fleet.inventory.host import Host
+from fleet.inventory.load import host_vars
+from fleet.report.logs import RunLogs
+from fleet.report.models import HostPlan, HostReport, HostStatus, RunReport, SlurmReport, StepName, StepStatus
+from fleet.report.render import host_from_document
+from fleet.reset.host import HostRun, Mode
+from fleet.slurm import policy
+from fleet.slurm.control import Slurm, SlurmError, hostlist
+from fleet.slurm.frames import Assembler, FrameError
+from fleet.slurm.lifecycle import POLL_S
+from fleet.slurm.state import SlurmNode
+from fleet.transport.base import bounded_argv, client_deadline
+from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
+
+# The command each task runs; found on the node's PATH, as any installed tool.
+NODE_COMMAND = ("fleet", "node-run")
+# Seconds srun may wait for the reserved nodes to be allocated before it gives up (--immediate).
+IMMEDIATE_S = 60
+# Seconds, after the step's job is cancelled, to go on reading the nodes' (interrupted) reports.
+CANCEL_GRACE_S = 20.0
+# Seconds the cleanup may take (cancel, remove the reservation, drain the failed nodes), shielded.
+CLEANUP_TIMEOUT_S = 90.0
+# Bytes of one stdout line read from srun (a frame is under 1 KB; anything longer is noise).
+LINE_LIMIT = 1024 * 1024
+# Seconds between two tries at removing the reservation while the step's job still completes.
+DELETE_RETRY_S = 1.0
+
+
+def step_seconds(hosts: Sequence[Host]) -> float:
+    """A generous bound on one node's reset, the step's time limit: drain, two kill waits, settle, and thirty
+    commands at their timeout."""
+    return max(h.drain_timeout + 2 * h.kill_grace + h.settle_timeout + 30 * h.command_timeout for h in hosts)
+
+
+def srun_argv(reservation: str, nodes: Sequence[str], minutes: int) -> list[str]:
+    """srun over `nodes` in the reservation: one task a node, every task the same stdin, no task's failure
+    ending the others."""
+    return [
+        "srun", f"--reservation={reservation}", f"--job-name={reservation}", f"--nodelist={hostlist(nodes)}",
+        f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "--input=all",
+        "--kill-on-bad-exit=0", f"--immediate={IMMEDIATE_S}", f"--time={minutes}", "--chdir=/", "--quiet",
+        *NODE_COMMAND,
+    ]
+
+
+@dataclass
+class _Step:
+    """What the step saw: each node's report, whether it began working, and what srun said on stderr."""
+
+    reports: dict[str, HostReport] = field(default_factory=dict)
+    heard_from: set[str] = field(default_factory=set)
+    stderr: list[str] = field(default_factory=list)
+    noise: list[str] = field(default_factory=list)  # stdout lines that were no node's JSON
+    exit_status: int | None = None
+
+
+class SrunRun:
+    """One `--via srun` run; see the module docstring."""
+
+    def __init__(self, slurm: Slurm, runs: Sequence[HostRun], options: RunOptions, logs: RunLogs) -> None:
+        assert options.slurm is not None
+        self.slurm, self.options, self.logs = slurm, options, logs
+        self.run_id = logs.run_id
+        self.reservation = f"fleet-{self.run_id}"
+        self.runs = {r.host.slurm_node or r.host.name: r for r in runs}
+        self.log = {name: logs.host_logger(r.host.name) for name, r in self.runs.items()}
+        self.before: dict[str, SlurmNode] = {}
+        self.reserved = False
+        self.stepped: list[str] = []
+        self.step = _Step()
+        self.frames = Assembler()
+
+    async def body(self, state: RunState) -> None:
+        try:
+            eligible = await self._read()
+            if self.options.mode is Mode.PLAN:
+                self._plan(eligible)
+            elif eligible:
+                ready = await self._reserve_and_wait(eligible)
+                if ready:
+                    await self._run_step(ready)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+                await self._cleanup()
+
+    # --- read: who can take part -----------------------------------------------------------------
+
+    async def _read(self) -> list[str]:
+        names = list(self.runs)
+        try:
+            self.before = await self.slurm.nodes(names)
+            jobs = await self.slurm.jobs([n for n in names if n in self.before])
+        except SlurmError as exc:
+            self._end_all(names, HostStatus.FAILED, f"slurm: cannot read the nodes: {exc}")
+            return []
+        eligible = []
+        for name, run in self.runs.items():
+            node = self.before.get(name)
+            run.slurm = SlurmReport(name, node.state if node else None, node.reason if node else None,
+                                    jobs=jobs.get(name, ()))
+            if node is None:
+                self._end(name, HostStatus.FAILED, f"slurm: Slurm has no node {name} (set slurm_node if its Slurm"
+                                                   " name differs)")
+            elif not node.in_service:
+                self._end(name, HostStatus.SKIPPED, f"slurm: {name} is {policy.describe(node)}: a job step cannot"
+                                                    " run there; reset it over SSH (--via ssh)")
+            else:
+                eligible.append(name)
+        return eligible
+
+    def _plan(self, eligible: list[str]) -> None:
+        """Dry run: what the step would do, from Slurm alone (the nodes' own survey needs the step)."""
+        wait_s = self.options.slurm.drain_wait_s if self.options.slurm else 0.0
+        for name in eligible:
+            run = self.runs[name]
+            jobs = run.slurm.jobs if run.slurm else ()
+            waits = f", wait up to {wait_s:g} s for job {', '.join(jobs)}" if jobs else ""
+            self._record(name, plan=f"slurm {self.before[name].state}: would reserve it ({self.reservation}){waits},"
+                                    " reset it in one srun step; the node's own survey needs the step: for its"
+                                    " processes, run the dry run over SSH")
+            run.plan = HostPlan()
+            run.finish(HostStatus.PLANNED)
+
+    # --- reserve, then wait for the running jobs ------------------------------------------------
+
+    async def _reserve_and_wait(self, eligible: list[str]) -> list[str]:
+        wait_s = self.options.slurm.drain_wait_s if self.options.slurm else 0.0
+        minutes = _minutes(wait_s + step_seconds([self.runs[n].host for n in eligible]) + CANCEL_GRACE_S)
+        try:
+            await self.slurm.run([
+                "scontrol", "create", "reservation", f"ReservationName={self.reservation}", "StartTime=now",
+                f"Duration={minutes}", f"Nodes={hostlist(eligible)}", f"Users={getpass.getuser()}",
+                "Flags=MAINT,IGNORE_JOBS",
+            ])
+        except SlurmError as exc:
+            self._end_all(eligible, HostStatus.FAILED, f"slurm: cannot create reservation {self.reservation}: {exc}")
+            return []
+        self.reserved = True
+        for name in eligible:
+            self.log[name].info("slurm_reserved", node=name, reservation=self.reservation, minutes=minutes)
+        return await self._wait_for_jobs(eligible, wait_s)
+
+    async def _wait_for_jobs(self, nodes: list[str], wait_s: float) -> list[str]:
+        pending, ready = set(nodes), []
+        jobs: dict[str, tuple[str, ...]] = {}
+        give_up = anyio.current_time() + wait_s
+        while pending:
+            try:
+                seen = await self.slurm.nodes(pending)
+                jobs.update(await self.slurm.jobs([n for n in pending if n in seen]))
+            except SlurmError as exc:
+                seen = {}
+                for name in pending:
+                    self.log[name].warning("slurm_error", node=name, error=str(exc))
+            for name in sorted(pending):
+                node = seen.get(name)
+                if node is not None and not node.busy and not jobs.get(name):
+                    pending.discard(name)
+                    ready.append(name)
+            if not pending or anyio.current_time() >= give_up:
+                break
+            await anyio.sleep(POLL_S)
+        for name in sorted(pending):
+            ids = ", ".join(jobs.get(name, ())) or "?"
+            self._record(name, jobs=jobs.get(name, ()))
+            self._end(name, HostStatus.SKIPPED, f"slurm: job {ids} still running on {name} after {wait_s:g} s:"
+                                                " not reset")
+        return ready
+
+    # --- the step ---------------------------------------------------------------------------------
+
+    def _document(self, nodes: Sequence[str]) -> bytes:
+        options = self.options
+        return json.dumps({
+            "fleet_version": __version__,
+            "run_id": self.run_id,
+            "options": {"stop_units": options.stop_units, "gpu_reset": options.gpu_reset,
+                        "deadline_s": options.deadline_s},
+            "hosts": {n: {"name": self.runs[n].host.name, "vars": host_vars(self.runs[n].host)} for n in nodes},
+        }).encode() + b"\n"
+
+    async def _run_step(self, nodes: list[str]) -> None:
+        self.stepped = nodes
+        bound = step_seconds([self.runs[n].host for n in nodes]) + IMMEDIATE_S
+        argv = bounded_argv(srun_argv(self.reservation, nodes, _minutes(bound)), bound)
+        for name in nodes:
+            self.runs[name].started = time.monotonic()
+            self.log[name].info("host_start", command="reset", via="srun", reservation=self.reservation)
+        process = await anyio.open_process(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True)
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        out = BufferedByteReceiveStream(process.stdout)
+        finished = False
+        try:
+            with anyio.move_on_after(client_deadline(bound)):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._read_lines, out)
+                    group.start_soon(self._read_stderr, process.stderr)
+                    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        await process.stdin.send(self._document(nodes))
+                        await process.stdin.aclose()
+                    self.step.exit_status = await process.wait()
+            finished = True
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._end_step(process, out)
+            self._merge(nodes, finished)
+
+    async def _end_step(self, process: Process, out: BufferedByteReceiveStream) -> None:
+        """A step cut short: cancel its job (the nodes' fleets end their commands and report), read what they
+        still say, then end srun."""
+        if process.returncode is None:
+            with suppress(SlurmError):
+                await self.slurm.run(["scancel", f"--name={self.reservation}", f"--user={getpass.getuser()}"])
+            with anyio.move_on_after(CANCEL_GRACE_S):
+                await self._read_lines(out)
+            signal_session(process.pid, signal.SIGKILL)
+        with anyio.move_on_after(REAP_TIMEOUT_S):
+            self.step.exit_status = await process.wait()
+
+    async def _read_lines(self, out: BufferedByteReceiveStream) -> None:
+        while True:
+            try:
+                line = await out.receive_until(b"\n", LINE_LIMIT)
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
+                return
+            except anyio.DelimiterNotFound:
+                self.step.noise.append(f"a line over {LINE_LIMIT} bytes")
+                return
+            self._take(line)
+
+    async def _read_stderr(self, stream: ByteReceiveStream) -> None:
+        with suppress(anyio.EndOfStream, anyio.ClosedResourceError):
+            async for chunk in stream:
+                self.step.stderr.extend(chunk.decode(errors="replace").splitlines())
+
+    def _take(self, raw: bytes) -> None:
+        line = raw.decode(errors="replace")
+        try:
+            whole = self.frames.feed(line)
+        except FrameError as exc:
+            self.step.noise.append(f"{exc}: {line[:120]}")
+            return
+        if whole is None:
+            return
+        node, message = whole
+        run = self.runs.get(node)
+        if run is None:
+            self.step.noise.append(f"a message from {node}, which is no target")
+            return
+        self.step.heard_from.add(node)
+        if "log" in message:
+            self.logs.relay(run.host.name, message["log"])
+            if message["log"].get("event") == "step_start":
+                with suppress(ValueError):
+                    run.current = StepName(message["log"].get("step"))
+        elif "report" in message:
+            try:
+                self.step.reports[node] = host_from_document(run.host.name, message["report"])
+            except (KeyError, TypeError, ValueError) as exc:
+                self.step.noise.append(f"{node}: a report fleet cannot read ({exc})")
+
+    def _merge(self, nodes: Sequence[str], finished: bool) -> None:
+        """Each node's report into its host; a node that sent none failed, unless the run was cut short (its
+        report then says by what, during the step its log last began)."""
+        for name in nodes:
+            run, report = self.runs[name], self.step.reports.get(name)
+            if report is None and not finished:
+                continue
+            if report is None:
+                said = "; ".join(self.step.stderr[-3:] + self.step.noise[-2:]) or "nothing on stderr"
+                self._end(name, HostStatus.FAILED,
+                          f"no report from {name} (srun exit status {self.step.exit_status}): {said}"[:500])
+                continue
+            run.steps, run.killed, run.gpus = list(report.steps), report.killed, report.gpus
+            run.finish(report.status, report.error)
+            run.started = (run.ended or time.monotonic()) - report.duration_s
+
+    # --- cleanup ------------------------------------------------------------------------------------
+
+    async def _cleanup(self) -> None:
+        if self.reserved:
+            await self._delete_reservation()
+        touched = {n for n in self.stepped if n in self.step.heard_from}
+        for name in self.stepped:
+            await self._after(name, name in touched and _ran(self.step.reports.get(name)))
+        for name, run in self.runs.items():
+            if run.slurm is not None and run.slurm.state_after is None and name not in self.stepped:
+                node = self.before.get(name)
+                self._record(name, state_after=node.state if node else None, reason_after=node.reason if node else None)
+
+    async def _delete_reservation(self) -> None:
+        with anyio.move_on_after(CLEANUP_TIMEOUT_S / 2):
+            while True:
+                try:
+                    await self.slurm.run(["scontrol", "delete", f"ReservationName={self.reservation}"])
+                    self.reserved = False
+                    return
+                except SlurmError as exc:
+                    last = exc
+                await anyio.sleep(DELETE_RETRY_S)
+        for log in self.log.values():
+            log.error("slurm_error", error=f"reservation {self.reservation} not removed: {last}")
+
+    async def _after(self, name: str, touched: bool) -> None:
+        run = self.runs[name]
+        status = run.status or HostStatus.FAILED
+        try:
+            now = (await self.slurm.nodes([name])).get(name)
+            action = policy.after_step(now, self.run_id, status, run.error, touched)
+            self.log[name].info("slurm_release", node=name, action=action.what.value, why=action.why)
+            if action.what is policy.Release.KEEP_DRAINED:
+                await self.slurm.update([name], "DRAIN", action.reason)
+                now = (await self.slurm.nodes([name])).get(name)
+        except SlurmError as exc:
+            self._record(name, error=f"slurm: {exc}")
+            return
+        self._record(name, state_after=now.state if now else None, reason_after=now.reason if now else None)
+
+    # --- outcomes -----------------------------------------------------------------------------------
+
+    def _end(self, name: str, status: HostStatus, error: str) -> None:
+        run = self.runs[name]
+        run.finish(status, error)
+        self.log[name].warning("host_end", status=status.value, error=error)
+
+    def _end_all(self, names: Sequence[str], status: HostStatus, error: str) -> None:
+        for name in names:
+            self._end(name, status, error)
+
+    def _record(self, name: str, **changes: Any) -> None:
+        run = self.runs[name]
+        if run.slurm is not None:
+            run.slurm = replace(run.slurm, **changes)
+
+
+def _ran(report: HostReport | None) -> bool:
+    """Whether the node's reset did anything: a step that ran (a version refusal runs none)."""
+    return report is None or any(s.status is not StepStatus.SKIPPED for s in report.steps)
+
+
+def _minutes(seconds: float) -> int:
+    return max(1, math.ceil(seconds / 60))
+
+
+async def run_via_srun(hosts: Sequence[Host], options: RunOptions, logs: RunLogs,
+                       slurm: Slurm | None = None) -> tuple[RunReport, RunState]:
+    """The run's report, as `fleet.graph.run_hosts` gives it, from one job step instead of SSH fan-out."""
+    runs = [HostRun(h) for h in hosts]
+    srun = SrunRun(slurm or Slurm(), runs, options, logs)
+    return await run_bounded(runs, options, logs.run_id, srun.body)
