@@ -288,3 +288,34 @@ def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
     assert "gpu-b01 clean" in proc.stderr
     assert "gpu-b02 failed: gpu 5: Xid 79" in proc.stderr
     assert "simulated fleet torn down" in proc.stderr
+
+
+# --- Slurm's options and hosts named outright ----------------------------------------------------------
+
+
+def test_w_without_an_inventory_uses_the_built_in_defaults(tmp_path: Path) -> None:
+    """No inventory needed; a missing default known_hosts is exit 2 naming where the value came from."""
+    env = {k: v for k, v in os.environ.items() if k != "FLEET_INVENTORY"}
+    env["HOME"] = str(tmp_path)
+    out = run_cli("reset", "-w", "gpu-x[01-02]", "--dry-run", env=env)
+    assert out.returncode == 2
+    assert out.stderr.startswith("fleet: error: built-in defaults: defaults.known_hosts: ~/.ssh/known_hosts")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--via", "telnet"], "--via takes ssh or srun, not 'telnet'"),
+        (["--drain-wait", "soon", "--slurm"], "--drain-wait takes a duration"),
+        (["--partition", "gpu"], "--partition needs --slurm"),
+    ],
+)
+def test_slurm_options_are_checked_before_anything_runs(args: list[str], message: str) -> None:
+    out = run_cli("reset", "-i", str(SITE), "-g", "blackwell", "--dry-run", *args)
+    assert out.returncode == 2 and message in out.stderr and out.stdout == ""
+
+
+def test_node_run_outside_srun_says_how_it_is_meant_to_run() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SLURMD_NODENAME"}
+    out = run_cli("node-run", env=env)
+    assert out.returncode == 2 and "run me through srun (--via srun)" in out.stderr

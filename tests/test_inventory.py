@@ -37,6 +37,13 @@ def test_every_example_inventory_loads(path: Path) -> None:
     assert all(isinstance(h, Host) for h in inv.hosts.values())
 
 
+def test_slurm_example_names_its_scheduler_and_slurm_nodes() -> None:
+    inv = load_inventory(EXAMPLES / "slurm.yaml")
+    assert inv.scheduler == "slurm"
+    assert inv.hosts["gpu-h01"].slurm_node == "gpu-h01" and inv.hosts["bmc-h01"].slurm_node == "gpu-h09"
+    assert load_inventory(EXAMPLES / "blackwell.yaml").scheduler is None
+
+
 def test_blackwell_example_is_one_rack_of_sixteen() -> None:
     """gpu-b[01-16], eight GPUs each, SGLang drained."""
     inv = load_inventory(EXAMPLES / "blackwell.yaml")
@@ -230,6 +237,8 @@ ERRORS = [
     ("duplicate-key", "hosts:\n  n1: null\n  n1: {port: 2}\n", "line 3, column 3: YAML syntax error: duplicate"),
     ("empty", "", "the inventory is empty"),
     ("top-level-list", "- n1\n", "expected a mapping of defaults, groups and hosts"),
+    ("scheduler", "scheduler: pbs\nhosts: {n1: null}", "scheduler: expected 'slurm', got 'pbs'"),
+    ("slurm-node", "hosts: {n1: {slurm_node: 'n1;id'}}", "hosts.n1.slurm_node: invalid host name"),
 ]
 
 

@@ -324,3 +324,24 @@ async def test_via_srun_interrupted_removes_the_reservation(sim: SimFleet, clust
     sim1 = document["hosts"]["sim1"]
     assert sim1["status"] == "failed" and "interrupted during settle" in sim1["error"]
     assert state(cluster, "sim1") == "drained" and "interrupted during settle" in cluster.node_reason("sim1")
+
+
+async def test_check_reads_slurm_and_changes_nothing(sim: SimFleet, cluster: SlurmCluster, tmp_path: Path) -> None:
+    cluster.drain("sim3", "bad DIMM")
+    before = cluster.node_states()
+    report = await reset(sim, tmp_path, mode=Mode.CHECK)
+    assert cluster.node_states() == before
+    assert slurm_of(report.hosts["sim3"]).reason_before == "bad DIMM" == slurm_of(report.hosts["sim3"]).reason_after
+    assert slurm_of(report.hosts["sim1"]).state_before == "IDLE"
+
+
+@pytest.mark.parametrize("sim", [{"linger_s": 60.0}], indirect=True)  # settle still waits at the deadline
+async def test_a_run_cut_short_leaves_touched_nodes_drained_and_says_why(sim: SimFleet, cluster: SlurmCluster,
+                                                                         tmp_path: Path) -> None:
+    hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
+    options = RunOptions(deadline_s=8.0, slurm=SlurmOptions(4.0))
+    _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
+    sim1 = report.hosts["sim1"]
+    assert sim1.status is HostStatus.FAILED and "run deadline of 8 s reached during settle" in (sim1.error or "")
+    assert state(cluster, "sim1") == "drained"
+    assert cluster.node_reason("sim1") == f"fleet: run {report.run_id}: run deadline of 8 s reached during settle"

@@ -10,7 +10,7 @@ import pytest
 from fleet.errors import UsageError
 from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, load_inventory
-from fleet.inventory.targeting import select
+from fleet.inventory.targeting import named, select, select_with
 
 
 def load(tmp_path: Path, text: str, name: str) -> Inventory:
@@ -106,3 +106,49 @@ def test_limit_hints_at_group_syntax(site: Inventory) -> None:
     """--limit takes host patterns; a bare group name gets a hint to write @group."""
     with pytest.raises(UsageError, match="for the group, write '@spare'"):
         select(site, groups=["all"], limit="spare")
+
+
+# --- hosts named outright: -w, a Slurm partition ------------------------------------------------------
+
+
+def test_w_expands_node_sets_and_refuses_what_no_host_may_be_called() -> None:
+    assert named("gpu-c[01-03],gpu-d01") == ["gpu-c01", "gpu-c02", "gpu-c03", "gpu-d01"]
+    for bad in ("gpu-c[01-", "n1;reboot", " "):
+        with pytest.raises(UsageError, match="-w"):
+            named(bad)
+
+
+def test_unlisted_hosts_get_the_inventorys_defaults_and_their_own_name(tmp_path: Path) -> None:
+    inv = load(tmp_path, """
+        defaults: {user: root, gpus: 8}
+        groups: {blackwell: {hosts: [gpu-b01], vars: {services: [sglang.service]}}}
+        """, "inv.yaml")
+    hosts = select_with(inv, named("gpu-x[01-02]"))
+    assert [h.name for h in hosts] == ["gpu-x01", "gpu-x02"]
+    x01 = hosts[0]
+    assert (x01.address, x01.slurm_node, x01.user, x01.gpus) == ("gpu-x01", "gpu-x01", "root", 8)
+    assert x01.groups == () and x01.services == ()  # a group's vars are not the defaults
+
+
+def test_a_listed_name_keeps_its_inventory_entry(site: Inventory) -> None:
+    hosts = select_with(site, ["gpu-b01", "gpu-x01"])
+    assert hosts[0] == site.hosts["gpu-b01"] and hosts[1].name == "gpu-x01"
+
+
+def test_without_an_inventory_the_built_in_defaults_apply() -> None:
+    (host,) = select_with(None, named("gpu-x01"))
+    assert host == Host(name="gpu-x01", address="gpu-x01", user=host.user, slurm_node="gpu-x01")
+
+
+def test_limit_and_exclude_apply_to_unlisted_hosts(site: Inventory) -> None:
+    chosen = select_with(site, named("gpu-x[01-04]"), groups=["hopper"], exclude="gpu-x02,@hopper")
+    assert [h.name for h in chosen] == ["gpu-x01", "gpu-x03", "gpu-x04"]
+    with pytest.raises(UsageError, match="gpu-x09"):
+        select_with(site, named("gpu-x01"), limit="gpu-x09")
+
+
+def test_an_unlisted_hosts_relative_key_follows_the_inventory(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("defaults: {identity_file: keys/id}\nhosts: {n1: null}\n")
+    (host,) = select_with(load_inventory(path), ["m7"])
+    assert host.identity_file == str(tmp_path / "keys" / "id")
