@@ -30,16 +30,19 @@ check: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-# `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes), then benchmarks/fanout.py: fleet
+# `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes); benchmarks/slurm.py (`--slurm` over SSH
+# vs `--via srun` on 4, 8 and 16 simulated nodes under a real Slurm: the controller's wall time and CPU; as root,
+# with Debian's slurmctld slurmd slurm-client munge); then benchmarks/fanout.py: fleet
 # against a raw asyncssh floor, pdsh and Ansible behind the real OpenSSH sshd, and a py-spy profile of fleet;
 # then benchmarks/percommand.py: the client CPU of a connection and of a command (the cost model's terms).
-# Sizes 64, 256 and 512, 3 repetitions (about an hour on 2 cores); BENCH_SIZES=16,64 make bench for a quick look.
+# fanout.py at 64, 256 and 512 hosts, 3 repetitions (about an hour on 2 cores); BENCH_SIZES=16,64 for a quick look.
 BENCH_VENV  ?= benchmarks/.bench-venv
 BENCH_SIZES ?= 64,256,512
 BENCH_REPS  ?= 3
 
 bench: install $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/scale.py --nodes 16 --rounds 3
+	$(BIN)/python benchmarks/slurm.py --sizes 4,8,16 --reps 3
 	$(BIN)/python benchmarks/fanout.py --sizes $(BENCH_SIZES) --reps $(BENCH_REPS) --bench-venv $(BENCH_VENV) --profile
 	$(BIN)/python benchmarks/percommand.py --hosts 64 --rounds 3
 

@@ -30,7 +30,7 @@ import anyio
 import anyio.lowlevel
 
 from fleet.errors import TransportError
-from fleet.inventory.host import Host
+from fleet.inventory.host import Connection, Host
 from fleet.node.node import Node
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, RunReport
@@ -146,7 +146,9 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
                 return
             run.started = time.monotonic()
             log = log or logs.host_logger(run.host.name)
-            log.info("host_start", command=options.mode.command, address=run.host.address, port=run.host.port)
+            where = ({"address": run.host.address, "port": run.host.port} if run.host.connection is Connection.SSH
+                     else {"connection": run.host.connection.value})
+            log.info("host_start", command=options.mode.command, **where)
             await _connected_walk(run, options, log, connector, logs.run_id)
     except Exception as exc:  # connect, the log, a bug: one host never stops the others
         _internal_error(run, log, exc, run.current or ("connect" if run.started else "start"))

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +346,26 @@ async def test_a_run_cut_short_leaves_touched_nodes_drained_and_says_why(sim: Si
     assert sim1.status is HostStatus.FAILED and "run deadline of 8 s reached during settle" in (sim1.error or "")
     assert state(cluster, "sim1") == "drained"
     assert cluster.node_reason("sim1") == f"fleet: run {report.run_id}: run deadline of 8 s reached during settle"
+
+
+async def test_a_node_slurm_does_not_know_fails_untouched_and_the_others_go_on(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
+    hosts[0] = replace(hosts[0], slurm_node="ghost")
+    _, report = await run_and_report(hosts, RunOptions(slurm=SlurmOptions(4.0)), as_json=False,
+                                     log_dir=tmp_path / "logs")
+    sim1 = report.hosts["sim1"]
+    assert sim1.status is HostStatus.FAILED and "Slurm has no node ghost" in (sim1.error or "")
+    assert busy_mib(sim, "sim1") > 0 and state(cluster, "sim1") == "idle"
+    assert report.hosts["sim2"].status is HostStatus.CLEAN
+
+
+async def test_drain_wait_zero_resets_idle_nodes_and_skips_busy_ones_at_once(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    job = cluster.submit_sleep("sim2", 600)
+    report = await reset(sim, tmp_path, drain_wait_s=0)
+    assert report.hosts["sim1"].status is HostStatus.CLEAN and state(cluster, "sim1") == "idle"
+    assert report.hosts["sim2"].status is HostStatus.SKIPPED and f"job {job}" in (report.hosts["sim2"].error or "")
+    assert state(cluster, "sim2") == "allocated"

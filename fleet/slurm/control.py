@@ -8,6 +8,7 @@ understand raises `SlurmError`: fleet never reads that as "no job" or "no reason
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
@@ -31,6 +32,7 @@ from fleet.transport.local import LocalTransport
 SLURM_COMMAND_TIMEOUT_S = 30.0
 # Where the commands run: this machine, as the user running fleet.
 T = TypeVar("T")
+_NOT_FOUND = re.compile(r"^Node (\S+) not found$", re.MULTILINE)
 CONTROLLER = Host(name="slurm", address="localhost", connection=Connection.LOCAL)
 
 
@@ -50,38 +52,33 @@ class Slurm:
         self._transport = transport or LocalTransport(CONTROLLER)
         self.timeout = timeout
 
-    async def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
-        """Run one Slurm command; SlurmError unless it exits 0."""
+    async def run(self, argv: Sequence[str], *, timeout: float | None = None,
+                  ok: frozenset[int] = frozenset({0})) -> CommandResult:
+        """Run one Slurm command; SlurmError unless its exit status is in `ok`."""
         try:
             result = await self._transport.run(argv, timeout=timeout or self.timeout)
         except CommandTimeout as exc:
             raise SlurmError(f"{argv[0]} did not answer within {exc.deadline_s:g} s") from exc
-        if result.exit_status != 0:
+        if result.exit_status not in ok:
             said = one_line(result.stderr or result.stdout) or f"exit status {result.exit_status}"
             raise SlurmError(f"{' '.join(argv[:2])} failed: {said[:300]}")
         return result
 
     async def nodes(self, names: Iterable[str]) -> dict[str, SlurmNode]:
-        """The named nodes as scontrol shows them (a name Slurm does not know is absent)."""
+        """The named nodes as scontrol shows them; a name Slurm does not know is absent.
+
+        scontrol prints the nodes it knows and `Node X not found` for each other one, and then exits 1:
+        exit 1 with no such line is a failure, never "no node"."""
         wanted = sorted(set(names))
         if not wanted:
             return {}
-        try:
-            result = await self.run(["scontrol", "show", "node", hostlist(wanted)])
-        except SlurmError as exc:
-            if "not found" not in str(exc) or len(wanted) == 1:
-                if "not found" in str(exc):
-                    return {}
-                raise
-            return await self._nodes_one_by_one(wanted)
-        return _parsed(lambda: {n: node for n, node in parse_nodes(result.stdout).items() if n in set(wanted)})
-
-    async def _nodes_one_by_one(self, names: Sequence[str]) -> dict[str, SlurmNode]:
-        """Some name is unknown and scontrol refused the whole list: ask for each, so the others are seen."""
-        found: dict[str, SlurmNode] = {}
-        for name in names:
-            found.update(await self.nodes([name]))
-        return found
+        result = await self.run(["scontrol", "show", "node", hostlist(wanted)], ok=frozenset({0, 1}))
+        unknown = {m.group(1) for m in _NOT_FOUND.finditer(result.stdout + result.stderr)}
+        if result.exit_status != 0 and not unknown:
+            said = one_line(result.stderr or result.stdout)[:300] or "exit status 1"
+            raise SlurmError(f"scontrol show failed: {said}")
+        found = _parsed(lambda: parse_nodes(result.stdout))
+        return {name: node for name, node in found.items() if name in set(wanted)}
 
     async def jobs(self, names: Iterable[str]) -> dict[str, tuple[str, ...]]:
         """Node -> ids of the jobs that hold it (running, completing, suspended, ...), for each named node."""

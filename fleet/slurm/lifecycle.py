@@ -125,13 +125,17 @@ class SlurmLifecycle:
         log.info("slurm_wait", node=node.name, state=node.before.state, jobs=list(node.jobs),
                  drain_wait_s=self.drain_wait_s)
         started = anyio.current_time()
-        self._waiting[node.name] = node
-        self._wake.set()
-        try:
-            with anyio.move_on_after(max(0.0, node.waiting_since + self.drain_wait_s - started)):
-                await node.drained.wait()
-        finally:
-            self._waiting.pop(node.name, None)
+        remaining = node.waiting_since + self.drain_wait_s - started
+        if remaining > 0:
+            self._waiting[node.name] = node
+            self._wake.set()
+            try:
+                with anyio.move_on_after(remaining):
+                    await node.drained.wait()
+            finally:
+                self._waiting.pop(node.name, None)
+        if not node.drained.is_set():  # one last look: --drain-wait 0, or jobs that ended as the wait ran out
+            await self._poll({node.name: node})
         self._update_record(run, jobs=node.jobs)
         if node.lost is not None:
             log.warning("slurm_lost", node=node.name, error=node.lost)
