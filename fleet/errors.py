@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fleet.report.models import StepStatus
+from fleet.report.models import Reason, StepStatus
 
 if TYPE_CHECKING:
     from fleet.transport.base import CommandResult
@@ -50,6 +50,8 @@ class InventoryError(UsageError):
 class TransportError(FleetError):
     """A host gave no answer."""
 
+    reason = Reason.CONNECTION_LOST
+
     def during(self, step: object) -> str:
         """The host's one-line error when this ended it in `step`."""
         return f"{self} (during {step})"
@@ -58,13 +60,21 @@ class TransportError(FleetError):
 class ConnectError(TransportError):
     """No SSH session: refused, unreachable or timed out while connecting."""
 
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        self.reason = Reason.CONNECT_TIMEOUT if timed_out else Reason.CONNECT_REFUSED
+        super().__init__(message)
+
 
 class AuthError(TransportError):
     """The host refused our credentials."""
 
+    reason = Reason.AUTH
+
 
 class HostKeyError(TransportError):
     """The host key is not in known_hosts or does not match it."""
+
+    reason = Reason.HOST_KEY
 
 
 class ConnectionLost(TransportError):
@@ -78,6 +88,8 @@ class SessionSilent(TransportError):
     The TCP connection may still be up (a flaky switch, a wedged node); the
     transport is dead from then on and tries nothing more on the wire.
     """
+
+    reason = Reason.SILENT_SESSION
 
     def __init__(self, host_name: str) -> None:
         self.host_name = host_name
@@ -93,6 +105,8 @@ class CommandTimeout(TransportError):
     `result` carries what it printed before it was ended.
     """
 
+    reason = Reason.COMMAND_TIMEOUT
+
     def __init__(self, result: CommandResult, deadline_s: float) -> None:
         self.result = result
         self.deadline_s = deadline_s
@@ -100,8 +114,10 @@ class CommandTimeout(TransportError):
 
 
 class StepFailed(Exception):
-    """A step cannot go on; `status` and the one-line message say why."""
+    """A step cannot go on; `status`, `reason` and the one-line message say why."""
 
-    def __init__(self, message: str, status: StepStatus = StepStatus.FAILED) -> None:
+    def __init__(self, message: str, status: StepStatus = StepStatus.FAILED,
+                 reason: Reason = Reason.PROBE_FAILED) -> None:
         self.status = status
+        self.reason = reason
         super().__init__(message)

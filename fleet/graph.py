@@ -33,7 +33,7 @@ from fleet.errors import TransportError
 from fleet.inventory.host import Connection, Host
 from fleet.node.node import Node
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus, RunReport
+from fleet.report.models import HostReport, HostStatus, Reason, RunReport
 from fleet.report.render import fold
 from fleet.reset.host import HostRun, Mode, walk_host
 from fleet.transport import Transport, connect
@@ -41,6 +41,7 @@ from fleet.transport.base import notes_of
 from fleet.waves import Amount, FailureBudget, plan_waves, tolerated
 
 Connector = Callable[[Host], Awaitable[Transport]]
+HostEnded = Callable[[HostReport], None]  # told each host's final report as it finishes (the run's history)
 CLOSE_TIMEOUT_S = 5.0
 
 
@@ -53,7 +54,7 @@ class Scheduler(Protocol):
     async def admit(self, runs: Sequence[HostRun]) -> None:
         """Before a wave starts: read and take its nodes out of service."""
 
-    async def ready(self, run: HostRun, log: Any) -> tuple[HostStatus, str] | None:
+    async def ready(self, run: HostRun, log: Any) -> tuple[HostStatus, str, Reason] | None:
         """Wait until the host may be touched; else the outcome it ends with, untouched."""
 
     async def release(self, run: HostRun, report: HostReport, log: Any) -> None:
@@ -119,6 +120,9 @@ class RunState:
             return str(self.deadline)
         return "interrupted"
 
+    def cut_reason(self) -> Reason:
+        return Reason.DEADLINE if self.cut_short() != "interrupted" else Reason.INTERRUPTED
+
 
 async def _close(transport: Transport, log: Any) -> None:
     """Close the host's session (shielded, bounded); a close that fails is logged, never the host's outcome."""
@@ -130,7 +134,7 @@ async def _close(transport: Transport, log: Any) -> None:
 
 
 async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLogs, connector: Connector,
-                     scheduler: Scheduler | None) -> None:
+                     scheduler: Scheduler | None, on_host_end: HostEnded | None = None) -> None:
     """One host from start to outcome. The host boundary: whatever it raises (but a cancel) is its outcome."""
     log: Any = None
     try:
@@ -142,7 +146,7 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
                 return
         async with gate.limiter:
             if gate.state.stopped:
-                run.finish(HostStatus.SKIPPED, gate.state.stopped)
+                run.finish(HostStatus.SKIPPED, gate.state.stopped, Reason.STOPPED)
                 return
             run.started = time.monotonic()
             log = log or logs.host_logger(run.host.name)
@@ -154,11 +158,14 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
         _internal_error(run, log, exc, run.current or ("connect" if run.started else "start"))
     finally:
         gate.settle(run)
-        report = run.report(gate.state.cut_short())
+        report = run.report(gate.state.cut_short(), gate.state.cut_reason())
         if scheduler is not None:
             await _release(scheduler, run, report, log)
         if log is not None or run.started is not None:
-            _log_end(log, run.report(gate.state.cut_short()))
+            _log_end(log, run.report(gate.state.cut_short(), gate.state.cut_reason()))
+        if on_host_end is not None:
+            with suppress(Exception):  # the history is never the host's outcome
+                on_host_end(run.report(gate.state.cut_short(), gate.state.cut_reason()))
 
 
 async def _admit(scheduler: Scheduler, wave: Sequence[HostRun]) -> None:
@@ -183,8 +190,8 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
     try:
         transport = await connector(run.host)
     except TransportError as exc:
-        log.warning("unreachable", error=str(exc))
-        run.finish(HostStatus.UNREACHABLE, str(exc))
+        log.warning("unreachable", error=str(exc), reason=exc.reason.value)
+        run.finish(HostStatus.UNREACHABLE, str(exc), exc.reason)
         return
     try:
         for note in notes_of(transport):  # what connecting saw (known_hosts lines skipped), once per host
@@ -192,7 +199,7 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
         await walk_host(Node(run.host, transport, log), run, options.mode, run_id, stop_units=options.stop_units,
                         gpu_reset=options.gpu_reset)
     except TransportError as exc:
-        run.finish(HostStatus.FAILED, exc.during(run.current))
+        run.finish(HostStatus.FAILED, exc.during(run.current), exc.reason)
         log.error("transport_error", step=str(run.current), error=str(exc))
     except Exception as exc:  # the host boundary: one host's bug never stops the others
         _internal_error(run, log, exc, run.current)
@@ -206,7 +213,8 @@ def _internal_error(run: HostRun, log: Any, exc: Exception, where: object) -> No
     Called in the `except` block, so that the log finds the exception being handled.
     """
     lines = str(exc).strip().splitlines()
-    run.finish(HostStatus.FAILED, f"internal error during {where}: {type(exc).__name__}: {lines[0] if lines else ''}")
+    run.finish(HostStatus.FAILED, f"internal error during {where}: {type(exc).__name__}: {lines[0] if lines else ''}",
+               Reason.INTERNAL)
     if log is not None:
         with suppress(OSError, ValueError):  # a log that cannot be written: the report still says it
             log.exception("internal_error", step=str(where))
@@ -244,13 +252,14 @@ class Gate:
 
 async def run_hosts(
     hosts: Sequence[Host], options: RunOptions, logs: RunLogs, *, connector: Connector = connect,
-    scheduler: Scheduler | None = None,
+    scheduler: Scheduler | None = None, on_host_end: HostEnded | None = None,
 ) -> tuple[RunReport, RunState]:
-    """Run the command on every host (in waves when asked); always return a full report."""
+    """Run the command on every host (in waves when asked); always return a full report. `on_host_end` is told
+    each host's report as the host finishes."""
     runs = [HostRun(h) for h in hosts]
 
     async def body(state: RunState) -> None:
-        await _run_waves(runs, options, logs, connector, state, scheduler)
+        await _run_waves(runs, options, logs, connector, state, scheduler, on_host_end)
 
     return await run_bounded(runs, options, logs.run_id, body)
 
@@ -268,19 +277,20 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
             await body(state)
         state.deadline.hit = deadline.cancelled_caught
         outer.cancel_scope.cancel()
-    cut_short = state.cut_short()
+    cut_short, cut_reason = state.cut_short(), state.cut_reason()
     for run in runs:
         if run.status is None and run.started is None and state.stopped:
-            run.finish(HostStatus.SKIPPED, state.stopped)
+            run.finish(HostStatus.SKIPPED, state.stopped, Reason.STOPPED)
     report = RunReport(
         run_id=run_id, command=options.mode.command, started_at=started_at,
-        duration_s=round(time.monotonic() - t0, 3), hosts={r.host.name: r.report(cut_short) for r in runs},
+        duration_s=round(time.monotonic() - t0, 3),
+        hosts={r.host.name: r.report(cut_short, cut_reason) for r in runs},
     )
     return report, state
 
 
 async def _run_waves(runs: list[HostRun], options: RunOptions, logs: RunLogs, connector: Connector,
-                     state: RunState, scheduler: Scheduler | None) -> None:
+                     state: RunState, scheduler: Scheduler | None, on_host_end: HostEnded | None = None) -> None:
     limiter = anyio.CapacityLimiter(max(1, options.concurrency or len(runs) or 1))
     gate = Gate(limiter, FailureBudget(tolerated(options.max_fail, len(runs))), state)
     waves = plan_waves(runs, options.batch, options.canary)
@@ -294,7 +304,7 @@ async def _run_waves(runs: list[HostRun], options: RunOptions, logs: RunLogs, co
                 await _admit(scheduler, wave)
             async with anyio.create_task_group() as hosts_group:
                 for run in wave:
-                    hosts_group.start_soon(_host_task, run, options, gate, logs, connector, scheduler)
+                    hosts_group.start_soon(_host_task, run, options, gate, logs, connector, scheduler, on_host_end)
             if number == 0 and options.canary and not state.stopped:
                 state.stopped = _canary_verdict(wave)
         group.cancel_scope.cancel()

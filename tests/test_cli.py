@@ -286,7 +286,7 @@ def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
     proc = run_cli("demo", "--nodes", "2", "--log-dir", str(tmp_path), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "gpu-b01 clean" in proc.stderr
-    assert "gpu-b02 failed: gpu 5: Xid 79" in proc.stderr
+    assert "gpu-b02 failed health: gpu 5: Xid 79" in proc.stderr
     assert "simulated fleet torn down" in proc.stderr
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_reset_sim import ALL, _cli, busy, fast_vars, make_fleet, reset, step
 
-from fleet.report.models import HostStatus, Level, StepName, StepStatus
+from fleet.report.models import HostStatus, Level, Reason, StepName, StepStatus
 from fleet.sim.node import WorkerSpec
 
 __all__ = ["make_fleet"]  # the fixture, shared with test_reset_sim
@@ -43,6 +43,7 @@ async def test_each_failing_finding_fails_its_host_with_a_clear_error(
     sick, healthy = report.hosts["gpu-s01"], report.hosts["gpu-s02"]
     assert sick.status is HostStatus.FAILED
     assert sick.error is not None and sick.error.startswith(error), sick.error
+    assert sick.reason is Reason.HEALTH
     assert any(c == check and level == "fail" for found in findings(sick).values() for c, level in found)
     assert step(sick, StepName.VERIFY).status is StepStatus.FAILED
     assert healthy.status is HostStatus.CLEAN, healthy.error

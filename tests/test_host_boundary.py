@@ -16,7 +16,7 @@ from fleet.errors import ConnectionLost, SessionSilent
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, RunReport
+from fleet.report.models import HostStatus, Reason, RunReport
 from fleet.transport.base import Note
 from fleet.transport.scripted import Reply, ScriptedTransport
 
@@ -65,6 +65,7 @@ async def test_a_connector_that_raises_fails_that_host_only(tmp_path: Path) -> N
     assert list(report.hosts) == ["gpu-01", "gpu-02", "gpu-03"]
     assert report.hosts["gpu-02"].status is HostStatus.FAILED
     assert report.hosts["gpu-02"].error == "internal error during connect: ValueError: bad value"
+    assert report.hosts["gpu-02"].reason is Reason.INTERNAL
     for name, transport in clean.items():
         assert report.hosts[name].status is HostStatus.CLEAN, report.hosts[name].error
         assert transport.closed and transport.holding == 0
@@ -104,6 +105,7 @@ async def test_a_silent_session_ends_the_host_at_once_in_one_line(tmp_path: Path
     report = await run(connect_from({"gpu-01": silent}), [make_host("gpu-01")], tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.FAILED
     assert report.hosts["gpu-01"].error == "ssh session to gpu-01 went silent during drain"
+    assert report.hosts["gpu-01"].reason is Reason.SILENT_SESSION
     assert silent.ran[-1][:2] == ("systemctl", "show")
     assert silent.closed and silent.holding == 0
 
@@ -113,6 +115,7 @@ async def test_other_transport_errors_keep_their_words(tmp_path: Path) -> None:
                               *node_script()])
     report = await run(connect_from({"gpu-01": lost}), [make_host("gpu-01")], tmp_path)
     assert report.hosts["gpu-01"].error == "session to gpu-01 dropped: EOF (during drain)"
+    assert report.hosts["gpu-01"].reason is Reason.CONNECTION_LOST
 
 
 @dataclass

@@ -21,7 +21,7 @@ from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus, StepStatus
+from fleet.report.models import HostReport, HostStatus, Reason, StepStatus
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import WorkerSpec
 
@@ -125,7 +125,7 @@ async def test_a_run_that_cannot_get_the_lock_says_whose_it_is_and_touches_nothi
             assert await lock_taken(node.lock_file, 10)
             locked_out = await reset(sim, tmp_path, "run-b")
     assert locked_out.status is HostStatus.FAILED
-    assert locked_out.error == "locked by run run-a"
+    assert locked_out.error == "locked by run run-a" and locked_out.reason is Reason.LOCKED
     assert all(s.status is StepStatus.SKIPPED for s in locked_out.steps)
     assert locked_out.killed == ()
     log_b = events(tmp_path, "run-b")

@@ -13,7 +13,7 @@ from fleet.errors import AuthError
 from fleet.node.node import Node
 from fleet.node.probe import Probe
 from fleet.node.probes import lineage, procs, smi, units
-from fleet.report.models import HostStatus
+from fleet.report.models import HostStatus, Reason
 from fleet.reset import lock
 from fleet.transport.base import CommandResult, Held, bounded_argv, finish
 from fleet.transport.scripted import ScriptedTransport
@@ -71,6 +71,7 @@ def test_a_sudo_that_asks_is_one_auth_error_line(stderr: str) -> None:
     assert str(caught.value) == (
         "sudo -n on gpu-01 needs a password for systemctl: allow it in sudoers (NOPASSWD) or run as root"
     )
+    assert caught.value.reason is Reason.AUTH
     assert finish(result, host, 5, become=False) is result  # no sudo ran: the same stderr is data
 
 

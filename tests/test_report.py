@@ -6,7 +6,7 @@ import json
 
 import fleet
 from fleet.report import render as reporting
-from fleet.report.models import HostReport, HostStatus, RunReport, StepName, StepResult, StepStatus
+from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName, StepResult, StepStatus
 
 
 def _run(statuses: dict[str, tuple[HostStatus, str | None]], command: str = "reset") -> RunReport:
@@ -24,7 +24,7 @@ def test_document_matches_the_contract_shape() -> None:
     assert doc["fleet_version"] == fleet.__version__
     assert doc["summary"] == {"total": 2, "clean": 1, "failed": 1, "unreachable": 0, "skipped": 0}
     host = doc["hosts"]["gpu-b01"]
-    assert set(host) == {"status", "duration_s", "error", "steps", "killed", "gpus"}
+    assert set(host) == {"status", "reason", "duration_s", "error", "steps", "killed", "gpus"}
     assert [s["name"] for s in host["steps"]] == ["drain", "kill", "settle", "verify"]
     assert set(host["steps"][0]) == {"name", "status", "duration_s", "detail"}
 
@@ -42,6 +42,39 @@ def test_human_lines_fold_hosts_with_the_same_outcome() -> None:
     assert lines[0] == "gpu-b[01-15] clean"
     assert lines[1] == "gpu-b16 failed: gpu 0 holds 1523 MiB (pid 39865 python3)"
     assert lines[2].startswith("reset of 16 hosts in 2.0 s: 15 clean, 1 failed")
+
+
+def test_hosts_fold_by_reason_with_the_range_of_their_numbers() -> None:
+    """500 hosts stay readable: one line per status, reason and shape of error, numbers that differ as ranges."""
+    held = Reason.MEMORY_HELD
+    hosts = {f"gpu-b{i:02d}": HostReport(f"gpu-b{i:02d}", HostStatus.FAILED, 1.0,
+                                         f"gpu 0 holds {mib} MiB after 60 s (threshold 16 MiB)", reason=held)
+             for i, mib in ((3, 1523), (7, 4096), (11, 2000))}
+    hosts |= {f"gpu-c{i:02d}": HostReport(f"gpu-c{i:02d}", HostStatus.FAILED, 1.0,
+                                          f"cannot see every process on gpu-c{i:02d} as bob (permission denied on"
+                                          f" /proc/*/fd of {i * 3} processes): run as root", reason=Reason.BLIND_SCAN)
+              for i in (1, 2)}
+    hosts |= {f"gpu-d{i:02d}": HostReport(f"gpu-d{i:02d}", HostStatus.FAILED, 1.0,
+                                          f"gpu 5: Xid 79 at 07:2{i}:00: GPU has fallen off the bus",
+                                          reason=Reason.HEALTH)
+              for i in (1, 2)}
+    hosts["gpu-e01"] = HostReport("gpu-e01", HostStatus.SKIPPED, 0.0, "slurm: job 4711 still running on gpu-e01 after"
+                                  " 600 s: not reset", reason=Reason.JOBS_RUNNING)
+    lines = reporting.human_lines(RunReport("r", "reset", "t", 2.0, hosts))
+    assert lines[:4] == [
+        "gpu-c[01-02] failed blind_scan: cannot see every process on <host> as bob (permission denied on /proc/*/fd"
+        " of 3-6 processes): run as root",
+        "gpu-d[01-02] failed health: gpu 5: Xid 79 at 07:21:00-07:22:00: GPU has fallen off the bus",
+        "gpu-b[03,07,11] failed memory_held: gpu 0 holds 1523-4096 MiB after 60 s (threshold 16 MiB)",
+        "gpu-e01 skipped jobs_running: slurm: job 4711 still running on gpu-e01 after 600 s: not reset",
+    ]
+
+
+def test_errors_of_another_shape_never_fold_together() -> None:
+    hosts = {"a": HostReport("a", HostStatus.FAILED, 1.0, "gpu 0 holds 5 MiB", reason=Reason.MEMORY_HELD),
+             "b": HostReport("b", HostStatus.FAILED, 1.0, "gpu 0 holds 5 MiB (pid 7 x)", reason=Reason.MEMORY_HELD)}
+    lines = reporting.human_lines(RunReport("r", "reset", "t", 2.0, hosts))
+    assert lines[:2] == ["a failed memory_held: gpu 0 holds 5 MiB", "b failed memory_held: gpu 0 holds 5 MiB (pid 7 x)"]
 
 
 def test_exit_codes() -> None:

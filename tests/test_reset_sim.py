@@ -20,7 +20,7 @@ from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus, RunReport, StepName, StepStatus
+from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.reset.host import Mode
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
@@ -148,6 +148,7 @@ async def test_hanging_nvidia_smi_fails_that_node_only(make_fleet: Any, tmp_path
     wedged = report.hosts["gpu-h02"]
     assert wedged.status is HostStatus.FAILED
     assert wedged.error == "nvidia-smi did not answer within 2 s: driver may be wedged"
+    assert wedged.reason is Reason.COMMAND_TIMEOUT
     assert wedged.duration_s < 20
     assert report.hosts["gpu-h01"].status is HostStatus.CLEAN
     assert report.hosts["gpu-h03"].status is HostStatus.CLEAN
@@ -182,6 +183,7 @@ async def test_refused_port_and_wrong_host_key_are_unreachable_and_untouched(
     refused, wrong_key = report.hosts["gpu-h01"], report.hosts["gpu-h02"]
     assert refused.status is HostStatus.UNREACHABLE and "refused" in (refused.error or "")
     assert wrong_key.status is HostStatus.UNREACHABLE and "host key" in (wrong_key.error or "").lower()
+    assert refused.reason is Reason.CONNECT_REFUSED and wrong_key.reason is Reason.HOST_KEY
     assert all(s.status is StepStatus.SKIPPED for s in wrong_key.steps)
     assert sim.nodes["gpu-h02"].compute_pids() == before, "nothing may run on a host whose key is wrong"
     assert sim.nodes["gpu-h02"].unit_state("sglang.service") == "active"
@@ -196,6 +198,7 @@ async def test_missing_gpu_and_na_memory_fail_verify(make_fleet: Any, tmp_path: 
     report = await reset(sim, tmp_path)
     assert report.hosts["gpu-h01"].status is HostStatus.FAILED
     assert report.hosts["gpu-h01"].error == "expected 8 GPUs, nvidia-smi lists 7"
+    assert report.hosts["gpu-h01"].reason is Reason.GPU_MISSING
     na = report.hosts["gpu-h02"]
     assert na.status is HostStatus.FAILED
     assert na.error == "gpu 3 memory.used is not a number ([N/A])"
@@ -265,7 +268,7 @@ async def test_check_is_read_only(make_fleet: Any, tmp_path: Path) -> None:
     report = await reset(sim, tmp_path, command="check")
     host = report.hosts["gpu-b01"]
     assert host.status is HostStatus.FAILED
-    assert "holds 30000 MiB" in (host.error or "")
+    assert "holds 30000 MiB" in (host.error or "") and host.reason is Reason.MEMORY_HELD
     assert sim.nodes["gpu-b01"].compute_pids() == before
     assert [s.status for s in host.steps][:3] == [StepStatus.SKIPPED] * 3
 

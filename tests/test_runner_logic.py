@@ -16,7 +16,7 @@ from fleet.errors import ConnectError
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, StepName, StepStatus
+from fleet.report.models import HostStatus, Reason, StepName, StepStatus
 from fleet.reset.host import Mode
 from fleet.transport.scripted import Reply, ScriptedTransport
 from fleet.waves import Amount
@@ -97,6 +97,7 @@ async def test_hanging_nvidia_smi_fails_within_budget_and_names_it(tmp_path: Pat
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.FAILED
     assert "nvidia-smi did not answer within 1 s: driver may be wedged" in (host.error or "")
+    assert host.reason is Reason.COMMAND_TIMEOUT
     settle = next(s for s in host.steps if s.name is StepName.SETTLE)
     assert settle.status is StepStatus.TIMEOUT
     assert sum(1 for argv in t.ran if argv[0] == "nvidia-smi") == 2  # one in settle, one in verify
@@ -107,7 +108,7 @@ async def test_memory_that_never_settles_fails_with_the_gpu_named(tmp_path: Path
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.FAILED
-    assert host.error == "gpu 0 holds 1523 MiB"
+    assert host.error == "gpu 0 holds 1523 MiB" and host.reason is Reason.MEMORY_HELD
 
 
 async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> None:
@@ -116,7 +117,8 @@ async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> N
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     down = report.hosts["gpu-02"]
     assert down.status is HostStatus.UNREACHABLE
-    assert down.error == "connection refused (127.0.0.1:22)"
+    assert down.error == "connection refused (127.0.0.1:22)" and down.reason is Reason.CONNECT_REFUSED
+    assert report.hosts["gpu-01"].reason is None
     assert all(s.status is StepStatus.SKIPPED for s in down.steps)
 
 
@@ -131,6 +133,7 @@ async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) 
     kill = next(s for s in host.steps if s.name is StepName.KILL)
     assert kill.status is StepStatus.FAILED
     assert kill.error == "respawned: pid 101 python3 (no systemd unit); stop what restarts it"
+    assert kill.reason is Reason.RESPAWNED
     assert next(s for s in host.steps if s.name is StepName.SETTLE).status is StepStatus.SKIPPED
     assert host.status is HostStatus.FAILED
 
@@ -151,7 +154,7 @@ async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) 
     assert state.interrupted
     result = report.hosts["gpu-01"]
     assert result.status is HostStatus.FAILED
-    assert result.error == "interrupted during drain"
+    assert result.error == "interrupted during drain" and result.reason is Reason.INTERRUPTED
     assert slow.closed
     assert slow.holding == 0, "the reset lock was not released"
 
@@ -233,6 +236,7 @@ async def test_stop_refused_by_the_node_fails_drain_at_once(tmp_path: Path) -> N
     drain = report.hosts["gpu-01"].steps[0]
     assert drain.status is StepStatus.FAILED
     assert drain.error == "systemctl stop sglang.service exited 4: Failed to stop sglang.service: Access denied"
+    assert drain.reason is Reason.DRAIN_FAILED
     assert report.hosts["gpu-01"].steps[1].status is StepStatus.OK  # kill still runs
 
 
@@ -244,6 +248,7 @@ async def test_a_kill_the_node_refuses_is_reported_as_such(tmp_path: Path) -> No
     kill = report.hosts["gpu-01"].steps[1]
     assert kill.status is StepStatus.FAILED
     assert kill.error is not None and kill.error.startswith("not permitted to kill pid 100 python3")
+    assert report.hosts["gpu-01"].reason is Reason.KILL_FAILED
     assert report.hosts["gpu-01"].killed == ()
 
 
@@ -261,6 +266,7 @@ async def test_max_fail_stops_starting_hosts_once_exceeded(tmp_path: Path) -> No
     assert statuses == [HostStatus.CLEAN, HostStatus.UNREACHABLE, HostStatus.UNREACHABLE,
                         HostStatus.SKIPPED, HostStatus.SKIPPED, HostStatus.SKIPPED]
     assert report.hosts["gpu-04"].error == "failure budget spent: 2 hosts failed or unreachable, 1 tolerated"
+    assert report.hosts["gpu-04"].reason is Reason.STOPPED
     assert "gpu-04" not in {n for n, t in scripts.items() if t.ran}
     assert state.stopped
 
@@ -298,6 +304,7 @@ async def test_a_failed_canary_stops_the_run(tmp_path: Path) -> None:
     for name in ("gpu-02", "gpu-03", "gpu-04"):
         assert report.hosts[name].status is HostStatus.SKIPPED
         assert report.hosts[name].error == "canary failed on gpu-01: no other host started"
+        assert report.hosts[name].reason is Reason.STOPPED
         assert not scripts[name].ran
 
 
@@ -317,6 +324,7 @@ async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> 
     assert report.hosts["gpu-01"].error == "run deadline of 0.5 s reached during drain"
     assert report.hosts["gpu-02"].status is HostStatus.SKIPPED
     assert report.hosts["gpu-02"].error == "run deadline of 0.5 s reached before start"
+    assert report.hosts["gpu-01"].reason is Reason.DEADLINE is report.hosts["gpu-02"].reason
     assert slow.closed
 
 
@@ -333,3 +341,4 @@ async def test_memory_that_survives_a_gpu_reset_needs_a_reboot(tmp_path: Path) -
     assert settle.error is not None and settle.error.startswith("needs_reboot: gpu 0 holds 2048 MiB")
     assert [argv for argv in t.ran if argv[:2] == ("nvidia-smi", "-r")] == [("nvidia-smi", "-r")]
     assert host.status is HostStatus.FAILED
+    assert host.reason is Reason.NEEDS_REBOOT and (host.error or "").startswith("settle: needs_reboot: gpu 0")

@@ -28,7 +28,7 @@ from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes.procs import HolderRow, HolderScan, PsRow, holders_scan_argv, parse_ps, parse_scan, ps_argv
-from fleet.report.models import StepName
+from fleet.report.models import Reason, StepName
 from fleet.reset.holders import Scan, blind_error, ps_blindness, scan, scan_blindness
 from fleet.transport.scripted import Answer, Reply, ScriptedTransport
 
@@ -254,6 +254,7 @@ async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
         await look(n)
     assert str(info.value) == ("cannot see every process on gpu-b02 as fleetops (permission denied on /proc/*/fd "
                                "of 2 processes): run as root or set become")
+    assert info.value.reason is Reason.BLIND_SCAN
 
 
 async def test_an_fd_table_unreadable_because_its_process_exited_mid_scan_hides_nothing() -> None:

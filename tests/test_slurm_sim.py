@@ -25,7 +25,7 @@ from slurm import StartCluster
 from fleet.graph import RunOptions, SlurmOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
-from fleet.report.models import HostReport, HostStatus, RunReport, StepName
+from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName
 from fleet.report.render import to_document
 from fleet.reset.host import Mode
 from fleet.run import run_and_report
@@ -113,6 +113,7 @@ async def test_drain_wait_reset_resume_around_jobs_and_admins(sim: SimFleet, clu
 
     sim2 = hosts["sim2"]
     assert sim2.status is HostStatus.SKIPPED and f"job {job} still running on sim2" in (sim2.error or "")
+    assert sim2.reason is Reason.JOBS_RUNNING
     assert cluster.job_state(job) == "RUNNING" and state(cluster, "sim2") == "allocated"
     assert busy_mib(sim, "sim2") == sim2_before  # never touched
     assert slurm_of(sim2).jobs == (str(job),) and (slurm_of(sim2).state_after or "").split("+")[0] == "ALLOCATED"
@@ -272,6 +273,7 @@ async def test_via_srun_resets_through_a_real_job_step(sim: SimFleet, cluster: S
     assert {k.name for k in hosts["sim1"].killed} >= {"python3"}
     assert hosts["sim2"].status is HostStatus.SKIPPED and f"job {job}" in (hosts["sim2"].error or "")
     assert hosts["sim3"].status is HostStatus.SKIPPED and "bad DIMM" in (hosts["sim3"].error or "")
+    assert hosts["sim3"].reason is Reason.SLURM and hosts["sim4"].reason is Reason.HEALTH
     assert hosts["sim4"].status is HostStatus.FAILED and "Xid 79" in (hosts["sim4"].error or "")
     assert cluster.reservations() == []
     assert state(cluster, "sim1") == "idle" and state(cluster, "sim3") == "drained"
@@ -288,6 +290,7 @@ async def test_via_srun_refuses_a_node_of_another_fleet_version(sim: SimFleet, c
     report = await reset(sim, tmp_path, via_srun=True)
     sim1 = report.hosts["sim1"]
     assert sim1.status is HostStatus.FAILED and "the controller's is 0.0.0-other" in (sim1.error or "")
+    assert sim1.reason is Reason.VERSION
     assert busy_mib(sim, "sim1") > 0  # nothing touched
     assert state(cluster, "sim1") == "idle"  # and not drained for it
     assert cluster.reservations() == []
@@ -324,6 +327,7 @@ async def test_via_srun_interrupted_removes_the_reservation(sim: SimFleet, clust
     assert set(document["hosts"]) == set(NAMES)
     sim1 = document["hosts"]["sim1"]
     assert sim1["status"] == "failed" and "interrupted during settle" in sim1["error"]
+    assert sim1["reason"] == "interrupted"
     assert state(cluster, "sim1") == "drained" and "interrupted during settle" in cluster.node_reason("sim1")
 
 
@@ -357,6 +361,7 @@ async def test_a_node_slurm_does_not_know_fails_untouched_and_the_others_go_on(
                                      log_dir=tmp_path / "logs")
     sim1 = report.hosts["sim1"]
     assert sim1.status is HostStatus.FAILED and "Slurm has no node ghost" in (sim1.error or "")
+    assert sim1.reason is Reason.SLURM
     assert busy_mib(sim, "sim1") > 0 and state(cluster, "sim1") == "idle"
     assert report.hosts["sim2"].status is HostStatus.CLEAN
 

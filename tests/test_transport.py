@@ -25,6 +25,7 @@ from conftest import ClientKey, make_client_key
 
 from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
 from fleet.inventory.host import Connection, Host
+from fleet.report.models import Reason
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 from fleet.sim.server import SimServer
@@ -241,9 +242,10 @@ async def test_stalled_server_is_connect_timeout(node: Node) -> None:
     """A port that accepts and never speaks is given up after connect_timeout."""
     await node.server.stall()
     started = time.monotonic()
-    with pytest.raises(ConnectError, match=r"connect timed out after 1 s"):
+    with pytest.raises(ConnectError, match=r"connect timed out after 1 s") as caught:
         await open_ssh(replace(node.host, connect_timeout=1))
     assert time.monotonic() - started < 1 + 2
+    assert caught.value.reason is Reason.CONNECT_TIMEOUT
 
 
 async def test_wrong_host_key_is_host_key_error_and_nothing_runs(node: Node, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.probe import Probe
-from fleet.report.models import StepName, StepStatus
+from fleet.report.models import Reason, StepName, StepStatus
 from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, Held, Transport, clip
 
 T = TypeVar("T")
@@ -51,7 +51,8 @@ class Node:
         except CommandTimeout as exc:
             self._log_result(exc.result, step, timeout, timed_out=True)
             if probe.hang is not None:
-                raise StepFailed(probe.hang.format(s=f"{exc.deadline_s:g}"), StepStatus.TIMEOUT) from exc
+                raise StepFailed(probe.hang.format(s=f"{exc.deadline_s:g}"), StepStatus.TIMEOUT,
+                                 Reason.COMMAND_TIMEOUT) from exc
             raise
         self._log_result(result, step, timeout, timed_out=False)
         if not probe.answered(result):

@@ -30,6 +30,37 @@ class StepStatus(StrEnum):
     SKIPPED = "skipped"
 
 
+class Reason(StrEnum):
+    """Why a host did not end clean: a stable code for scripts, dashboards and history (the README lists them)."""
+
+    MEMORY_HELD = "memory_held"  # GPU memory still used after settle (or at verify)
+    RESPAWNED = "respawned"  # a killed holder came back
+    HOLDERS_LEFT = "holders_left"  # a process fleet may kill still holds a device at verify
+    KILL_FAILED = "kill_failed"  # a signal was refused, or a holder's identity could not be checked
+    DRAIN_FAILED = "drain_failed"  # a service would not stop
+    NEEDS_REBOOT = "needs_reboot"  # memory survived a GPU reset (--gpu-reset)
+    GPU_MISSING = "gpu_missing"  # fewer GPUs than `gpus`
+    HEALTH = "health"  # the health gate failed (Xid, ECC, remapping, fabric, PCIe...)
+    BLIND_SCAN = "blind_scan"  # the holder scan could not see every process
+    PROBE_FAILED = "probe_failed"  # a command on the node failed or printed what fleet cannot read
+    COMMAND_TIMEOUT = "command_timeout"  # a command on the node did not answer in time
+    LOCKED = "locked"  # another run holds the node's reset lock
+    AUTH = "auth"  # SSH authentication, or sudo, refused
+    HOST_KEY = "host_key"  # the host key is unknown or changed
+    CONNECT_TIMEOUT = "connect_timeout"  # no SSH session within connect_timeout
+    CONNECT_REFUSED = "connect_refused"  # the address refused, or does not resolve
+    CONNECTION_LOST = "connection_lost"  # the session dropped during the reset
+    SILENT_SESSION = "silent_session"  # the session stopped answering
+    JOBS_RUNNING = "jobs_running"  # Slurm jobs still ran after --drain-wait
+    SLURM = "slurm"  # a Slurm command failed, or the node is not Slurm's to use now
+    VERSION = "version"  # --via srun: the node runs another fleet version
+    NO_REPORT = "no_report"  # --via srun: the node sent no report
+    DEADLINE = "deadline"  # --deadline cut the run short
+    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM
+    STOPPED = "stopped"  # not started: the failure budget was spent or the canary failed
+    INTERNAL = "internal"  # a bug in fleet (the host's log has the traceback)
+
+
 @dataclass(frozen=True)
 class StepResult:
     name: StepName
@@ -37,12 +68,13 @@ class StepResult:
     duration_s: float = 0.0
     detail: str = ""
     error: str | None = None  # one line, set when status is failed/timeout
+    reason: Reason | None = None  # set with error
 
     @classmethod
     def since(cls, name: StepName, started: float, detail: str, status: StepStatus = StepStatus.OK,
-              error: str | None = None) -> StepResult:
+              error: str | None = None, reason: Reason | None = None) -> StepResult:
         """The result of a step that began at `started` (monotonic clock) and ends now."""
-        return cls(name, status, round(time.monotonic() - started, 3), detail, error)
+        return cls(name, status, round(time.monotonic() - started, 3), detail, error, reason)
 
 
 @dataclass(frozen=True)
@@ -141,6 +173,7 @@ class HostReport:
     gpus: tuple[GpuReport, ...] = ()
     plan: HostPlan | None = None  # dry run only
     slurm: SlurmReport | None = None  # with --slurm
+    reason: Reason | None = None  # set whenever the host did not end clean (or planned)
 
 
 @dataclass(frozen=True)

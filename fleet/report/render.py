@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import asdict
 from typing import Any
@@ -17,6 +18,7 @@ from fleet.report.models import (
     HostStatus,
     KilledProcess,
     Level,
+    Reason,
     RunReport,
     StepName,
     StepResult,
@@ -53,6 +55,7 @@ def summary(report: RunReport) -> dict[str, int]:
 def host_document(host: HostReport) -> dict[str, Any]:
     document: dict[str, Any] = {
         "status": host.status.value,
+        "reason": host.reason.value if host.reason else None,
         "duration_s": host.duration_s,
         "error": host.error,
         "steps": [
@@ -85,8 +88,10 @@ def host_from_document(name: str, document: dict[str, Any]) -> HostReport:
         GpuReport(**{**g, "health": tuple(Finding(f["check"], Level(f["level"]), f["detail"]) for f in g["health"])})
         for g in document["gpus"]
     )
+    reason = document.get("reason")
     return HostReport(name, HostStatus(document["status"]), float(document["duration_s"]), document["error"], steps,
-                      tuple(KilledProcess(**k) for k in document["killed"]), gpus)
+                      tuple(KilledProcess(**k) for k in document["killed"]), gpus,
+                      reason=Reason(reason) if reason else None)
 
 
 def to_document(report: RunReport) -> dict[str, Any]:
@@ -114,16 +119,50 @@ def fold(names: list[str]) -> str:
     return str(NodeSet.fromlist(names))
 
 
+# A number in an error (a clock time as one): where hosts' errors differ only in these, they fold into one line.
+_NUMBER = re.compile(r"\d+(?::\d\d)+|\d+(?:\.\d+)?")
+HOST_MARK = "<host>"
+
+
+def error_shape(error: str, host: str) -> str:
+    """The error with the host's own name and every number taken out: errors of one shape fold together."""
+    return _NUMBER.sub("#", error.replace(host, HOST_MARK))
+
+
+def fold_errors(errors: list[tuple[str, str]]) -> str:
+    """(host, error) pairs of one shape -> one error, each number that differs shown as its range (`1523-4096`),
+    a host's own name as <host> when the hosts differ."""
+    texts = [e.replace(h, HOST_MARK) if len(errors) > 1 else e for h, e in errors]
+    first = texts[0]
+    columns = list(zip(*(_NUMBER.findall(t) for t in texts), strict=True))
+    pieces = _NUMBER.split(first)
+    out = [pieces[0]]
+    for values, piece in zip(columns, pieces[1:], strict=True):
+        out.append(_range(values) + piece)
+    return "".join(out)
+
+
+def _range(values: tuple[str, ...]) -> str:
+    if len(set(values)) == 1:
+        return values[0]
+    key = (lambda v: v) if ":" in values[0] else float
+    return f"{min(values, key=key)}-{max(values, key=key)}"
+
+
 def human_lines(report: RunReport) -> list[str]:
-    """Hosts with the same outcome folded into node-set notation; one line per distinct error."""
-    groups: dict[tuple[HostStatus, str | None], list[str]] = defaultdict(list)
+    """Hosts with the same outcome folded into node-set notation: one line per status, reason and shape of error
+    (`gpu-b[03,07,11] failed memory_held: gpu 0 holds 1523-4096 MiB after 60 s`), so 500 hosts stay readable."""
+    groups: dict[tuple[HostStatus, str, str], list[tuple[str, str]]] = defaultdict(list)
     for name, host in report.hosts.items():
-        groups[(host.status, host.error)].append(name)
+        shape = error_shape(host.error, name) if host.error else ""
+        groups[(host.status, host.reason.value if host.reason else "", shape)].append((name, host.error or ""))
     order = list(HostStatus)
     lines = []
-    for (status, error), names in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1] or "")):
+    for (status, reason, _), members in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:])):
+        error = fold_errors(members) if members[0][1] else ""
+        code = f" {reason}" if reason else ""
         suffix = f": {error}" if error else ""
-        lines.append(f"{fold(names)} {status.value}{suffix}")
+        lines.append(f"{fold([n for n, _ in members])} {status.value}{code}{suffix}")
     counts = summary(report)
     tally = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "total" and v)
     lines.append(f"{report.command} of {counts['total']} hosts in {report.duration_s:.1f} s: {tally}")

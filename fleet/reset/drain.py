@@ -19,7 +19,7 @@ import anyio
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import units
-from fleet.report.models import StepName, StepOutcome, StepResult, StepStatus
+from fleet.report.models import Reason, StepName, StepOutcome, StepResult, StepStatus
 from fleet.reset.poll import POLL_MARGIN_S, backoff
 
 # Seconds to wait for a unit to go down after `systemctl kill -s SIGKILL`.
@@ -41,7 +41,8 @@ async def drain(node: Node) -> StepOutcome:
         return StepOutcome(StepResult.since(StepName.DRAIN, started, "no services to stop"))
     stopped = await stop_units(node, services, node.host.drain_timeout)
     status = StepStatus.FAILED if stopped.error else StepStatus.OK
-    return StepOutcome(StepResult.since(StepName.DRAIN, started, stopped.detail, status, stopped.error))
+    reason = Reason.DRAIN_FAILED if stopped.error else None
+    return StepOutcome(StepResult.since(StepName.DRAIN, started, stopped.detail, status, stopped.error, reason))
 
 
 async def stop_units(node: Node, names: Sequence[str], window: float,

@@ -23,7 +23,7 @@ from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probe import first_line
 from fleet.node.probes import lineage, procs, units
-from fleet.report.models import StepName
+from fleet.report.models import Reason, StepName
 from fleet.reset.protection import Holder, ProcessFacts, Rules, full_name, protected_by
 
 
@@ -126,7 +126,7 @@ def blind_error(host: Host, why: str) -> str:
 
 def _check_sight(host: Host, why: str | None) -> None:
     if why is not None:
-        raise StepFailed(blind_error(host, why))
+        raise StepFailed(blind_error(host, why), reason=Reason.BLIND_SCAN)
 
 
 def describe_holders(found: Iterable[procs.HolderRow], facts: ProcessFacts, rules: Rules) -> tuple[Holder, ...]:

@@ -26,6 +26,7 @@ from fleet.report.models import (
     HostReport,
     HostStatus,
     KilledProcess,
+    Reason,
     SlurmReport,
     StepName,
     StepOutcome,
@@ -37,6 +38,8 @@ from fleet.reset.lock import LockError, host_lock
 
 # What ends a step but not the host: the step says why, the host goes on to verify.
 STEP_ENDERS = (StepFailed, BudgetSpent, CommandTimeout)
+# The reason a step ends with when one of its commands failed (`systemctl stop` refused: the drain failed).
+FAILED_STEP_REASONS = {StepName.DRAIN: Reason.DRAIN_FAILED, StepName.KILL: Reason.KILL_FAILED}
 
 
 class Mode(StrEnum):
@@ -61,6 +64,7 @@ class HostRun:
     ended: float | None = None
     status: HostStatus | None = None
     error: str | None = None
+    reason: Reason | None = None
     current: StepName | None = None
     steps: list[StepResult] = field(default_factory=list)
     killed: tuple[KilledProcess, ...] = ()
@@ -68,22 +72,27 @@ class HostRun:
     plan: HostPlan | None = None
     slurm: SlurmReport | None = None  # set by the scheduler seam (`fleet.slurm.lifecycle`) with --slurm
 
-    def finish(self, status: HostStatus, error: str | None = None) -> None:
-        self.status, self.error, self.ended = status, error, time.monotonic()
+    def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
+        self.status, self.error, self.reason, self.ended = status, error, reason, time.monotonic()
 
-    def report(self, cut_short: str = "interrupted") -> HostReport:
-        """Freeze; a host that never finished was cut short (`cut_short` says by what)."""
-        status, error = self.status, self.error
+    def report(self, cut_short: str = "interrupted", cut_reason: Reason = Reason.INTERRUPTED) -> HostReport:
+        """Freeze; a host that never finished was cut short (`cut_short` says by what, `cut_reason` its code)."""
+        status, error, reason = self.status, self.error, self.reason
         if status is None:
             status = HostStatus.FAILED if self.started is not None else HostStatus.SKIPPED
             error = f"{cut_short} during {self.current or 'connect'}" if self.started else f"{cut_short} before start"
+            reason = cut_reason
+        if status in (HostStatus.CLEAN, HostStatus.PLANNED):
+            reason = None
+        elif reason is None:
+            reason = Reason.INTERNAL  # every way a host fails sets its reason: a missing one is a bug
         done = {s.name for s in self.steps}
         skipped = [StepResult(n, StepStatus.SKIPPED) for n in StepName if n not in done]
         ordered = sorted([*self.steps, *skipped], key=lambda s: list(StepName).index(s.name))
         end = self.ended or time.monotonic()
         duration = round(end - self.started, 3) if self.started is not None else 0.0
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.slurm)
+                          self.slurm, reason)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
@@ -98,7 +107,7 @@ async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_u
             async with host_lock(node, run_id):
                 await _walk(node, run, mode, stop_units=stop_units, gpu_reset=gpu_reset)
         except LockError as exc:
-            run.finish(HostStatus.FAILED, str(exc))
+            run.finish(HostStatus.FAILED, str(exc), exc.reason)
 
 
 async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False) -> None:
@@ -141,7 +150,11 @@ async def _run_step(node: Node, run: HostRun, name: StepName,
         outcome = await body()
     except STEP_ENDERS as exc:
         status = exc.status if isinstance(exc, StepFailed) else StepStatus.TIMEOUT
-        outcome = StepOutcome(StepResult(name, status, round(time.monotonic() - started, 3), str(exc), str(exc)))
+        reason = exc.reason if isinstance(exc, StepFailed) else Reason.COMMAND_TIMEOUT
+        if reason is Reason.PROBE_FAILED:  # a command the step relies on failed: the step itself failed
+            reason = FAILED_STEP_REASONS.get(name, reason)
+        outcome = StepOutcome(StepResult(name, status, round(time.monotonic() - started, 3), str(exc), str(exc),
+                                         reason))
     result = outcome.result
     run.steps.append(result)
     level = node.log.info if result.status is StepStatus.OK else node.log.warning
@@ -156,19 +169,23 @@ async def _survey(node: Node, run: HostRun) -> None:
     try:
         run.plan = await plan.survey(node)
     except STEP_ENDERS as exc:
-        run.finish(HostStatus.FAILED, f"dry run could not read the node: {exc}")
+        reason = exc.reason if isinstance(exc, StepFailed) else Reason.COMMAND_TIMEOUT
+        run.finish(HostStatus.FAILED, f"dry run could not read the node: {exc}", reason)
         return
     run.steps = plan.planned_steps(run.plan)
     run.current = None
     run.finish(HostStatus.PLANNED)
 
 
-def host_outcome(results: Sequence[StepResult]) -> tuple[HostStatus, str | None]:
-    """Clean only when every step that ran is ok; the error is verify's if it failed, else the first failure."""
+def host_outcome(results: Sequence[StepResult]) -> tuple[HostStatus, str | None, Reason | None]:
+    """Clean only when every step that ran is ok; the error (and its reason) is a GPU reset's that did not free
+    the memory (`needs_reboot`), else verify's if it failed, else the first failure's."""
     bad = [s for s in results if s.status is not StepStatus.OK]
     if not bad:
-        return HostStatus.CLEAN, None
+        return HostStatus.CLEAN, None, None
     failed_verify = next((s for s in bad if s.name is StepName.VERIFY), None)
-    first = failed_verify or bad[0]
-    reason = first.error or first.detail or first.status.value
-    return HostStatus.FAILED, reason if first is failed_verify else f"{first.name}: {reason}"
+    reboot = next((s for s in bad if s.reason is Reason.NEEDS_REBOOT), None)  # the remedy verify's memory needs
+    first = reboot or failed_verify or bad[0]
+    line = first.error or first.detail or first.status.value
+    reason = first.reason or (Reason.COMMAND_TIMEOUT if first.status is StepStatus.TIMEOUT else Reason.PROBE_FAILED)
+    return HostStatus.FAILED, line if first is failed_verify else f"{first.name}: {line}", reason

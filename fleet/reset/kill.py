@@ -22,7 +22,7 @@ import anyio
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import procs, units
-from fleet.report.models import KilledProcess, StepName, StepOutcome, StepResult, StepStatus
+from fleet.report.models import KilledProcess, Reason, StepName, StepOutcome, StepResult, StepStatus
 from fleet.reset.drain import UnitsStopped, stop_units
 from fleet.reset.holders import Scan, scan
 from fleet.reset.poll import POLL_MARGIN_S, backoff
@@ -54,6 +54,7 @@ class KillRound:
     respawned: tuple[Holder, ...] = ()
     own_units: frozenset[str] = frozenset()
     error: str | None = None
+    reason: Reason | None = None
 
 
 async def kill(node: Node, *, stop_respawning: bool = False) -> StepOutcome:
@@ -84,10 +85,11 @@ async def _kill_round(node: Node) -> KillRound:
     back = await _watch_for_respawn(node, budget, found)
     respawned, _ = split_back(back, targets)
     restart = await _restart_settings(node, {h.unit for h in respawned if h.unit}, budget)
-    error = kill_error(kill9.survivors, targets, back, denied=kill9.denied | term.denied,
-                       restart=restart, services=host.services)
+    verdict = kill_verdict(kill9.survivors, targets, back, denied=kill9.denied | term.denied,
+                           restart=restart, services=host.services)
     killed = killed_records(targets, term.survivors, kill9.survivors)
-    return KillRound(killed, kept, tuple(back), tuple(respawned), found.own_units, error)
+    reason, error = verdict if verdict else (None, None)
+    return KillRound(killed, kept, tuple(back), tuple(respawned), found.own_units, error, reason)
 
 
 async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], wait_s: float,
@@ -163,10 +165,11 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
     detail = describe_kill(killed, last.kept, last.back)
     if stopped is not None:
         detail += f"; stopped units of respawned holders: {stopped.detail}"
-    error = (stopped.error if stopped else None) or last.error
+    reason, error = (Reason.DRAIN_FAILED, stopped.error) if stopped and stopped.error else (last.reason, last.error)
     status = StepStatus.FAILED if error else StepStatus.OK
     kept = frozenset(h.pid for h in last.kept if h.part_of_the_machine)
-    return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error), killed=killed, kept=kept)
+    return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error, reason), killed=killed,
+                       kept=kept)
 
 
 # --- what the kill decides and says (pure) -----------------------------------
@@ -216,7 +219,21 @@ def kill_error(
     restart: Mapping[str, str] | None = None,
     services: Sequence[str] = (),
 ) -> str | None:
-    """One line when the kill did not leave the GPUs free of unprotected holders.
+    """One line when the kill did not leave the GPUs free of unprotected holders (`kill_verdict`'s line)."""
+    verdict = kill_verdict(after_kill, targets, back, denied=denied, restart=restart, services=services)
+    return verdict[1] if verdict else None
+
+
+def kill_verdict(
+    after_kill: frozenset[int],
+    targets: Sequence[Holder],
+    back: Sequence[Holder],
+    *,
+    denied: frozenset[int] = frozenset(),
+    restart: Mapping[str, str] | None = None,
+    services: Sequence[str] = (),
+) -> tuple[Reason, str] | None:
+    """Why, and in one line, the kill did not leave the GPUs free of unprotected holders; None when it did.
 
     `restart` maps a unit to its Restart= setting, for the respawn message.
     """
@@ -224,16 +241,17 @@ def kill_error(
     refused = [h for h in survivors if h.pid in denied]
     unknown = [h for h in survivors if h.start is None]
     if refused:
-        return f"not permitted to kill {labels(refused)}: run as root or set become: true"
+        return Reason.KILL_FAILED, f"not permitted to kill {labels(refused)}: run as root or set become: true"
     if unknown:
-        return f"not signalled, its start time could not be read (who it is is unknown): {labels(unknown)}"
+        return (Reason.KILL_FAILED,
+                f"not signalled, its start time could not be read (who it is is unknown): {labels(unknown)}")
     if survivors:
-        return f"survived SIGKILL: {labels(survivors)}"
+        return Reason.KILL_FAILED, f"survived SIGKILL: {labels(survivors)}"
     respawned, new = split_back(back, targets)
     if respawned:
-        return respawn_error(respawned, restart or {}, services)
+        return Reason.RESPAWNED, respawn_error(respawned, restart or {}, services)
     if new:
-        return f"new GPU holders after kill: {labels(new)}"
+        return Reason.HOLDERS_LEFT, f"new GPU holders after kill: {labels(new)}"
     return None
 
 

@@ -30,6 +30,7 @@ from fleet.errors import CommandTimeout, FleetError, TransportError
 from fleet.inventory.host import Host
 from fleet.node.node import Node
 from fleet.node.probe import Probe, first_line
+from fleet.report.models import Reason
 from fleet.reset.drain import ESCALATION_WINDOW_S
 from fleet.reset.kill import SIGKILL_WAIT_S
 from fleet.transport.base import RELEASE_TIMEOUT_S, Held
@@ -54,13 +55,17 @@ _SCRIPT = 'printf "%s\\n" "$1" > "$2"; echo locked; exec cat >/dev/null'
 class LockError(FleetError):
     """The host's reset lock could not be taken; nothing was changed on the host."""
 
+    def __init__(self, message: str, reason: Reason = Reason.PROBE_FAILED) -> None:
+        self.reason = reason
+        super().__init__(message)
+
 
 class LockBusy(LockError):
     """Another run holds the host's reset lock; `owner` is its run id when the node says it."""
 
     def __init__(self, owner: str | None) -> None:
         self.owner = owner
-        super().__init__(f"locked by run {owner}" if owner else "locked by another run (owner unknown)")
+        super().__init__(f"locked by run {owner}" if owner else "locked by another run (owner unknown)", Reason.LOCKED)
 
 
 def run_id(value: str) -> str:
@@ -146,13 +151,13 @@ async def _acquire(node: Node, run: str, wait_s: float) -> Held:
         with anyio.move_on_after(bound):
             held = await node.hold(lock_probe(host.lock_file, run, wait_s), timeout=hold_bound_s(host, wait_s))
         if held is None:
-            raise LockError(f"reset lock {host.lock_file}: no answer within {bound:g} s")
+            raise LockError(f"reset lock {host.lock_file}: no answer within {bound:g} s", Reason.COMMAND_TIMEOUT)
         if held.running and held.first_line == LOCKED_LINE:
             return held
         await held.release()
         raise await _refusal(node, held)
     except TransportError as exc:
-        raise LockError(f"cannot take the reset lock: {exc}") from exc
+        raise LockError(f"cannot take the reset lock: {exc}", exc.reason) from exc
 
 
 async def _refusal(node: Node, held: Held) -> LockError:

@@ -22,7 +22,7 @@ from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import smi
-from fleet.report.models import StepName, StepOutcome, StepResult, StepStatus
+from fleet.report.models import Reason, StepName, StepOutcome, StepResult, StepStatus
 from fleet.reset import remedy
 from fleet.reset.poll import POLL_MARGIN_S, backoff
 
@@ -83,8 +83,8 @@ async def settle(node: Node, kept: Collection[int] = (), *, gpu_reset: bool = Fa
         return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=waited.settled)
     msg = unsettled_error(waited.rows, waited.allowance, host.settle_timeout)
     if not gpu_reset or not waited.rows:
-        return StepOutcome(StepResult.since(StepName.SETTLE, started, msg, StepStatus.TIMEOUT, msg),
-                           settle_s=waited.settled)
+        return StepOutcome(StepResult.since(StepName.SETTLE, started, msg, StepStatus.TIMEOUT, msg,
+                                            Reason.MEMORY_HELD), settle_s=waited.settled)
     return await _after_reset(node, kept, waited, msg, started)
 
 
@@ -95,16 +95,16 @@ async def _after_reset(node: Node, kept: Collection[int], before: Waited, msg: s
     reset = await remedy.reset_gpus(node, leaked, [r.index for r in before.rows])
     if not reset.ran:
         line = f"{msg}; {reset.line}"
-        return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.TIMEOUT, line),
-                           settle_s=before.settled)
+        return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.TIMEOUT, line,
+                                            Reason.MEMORY_HELD), settle_s=before.settled)
     after = await _wait_free(node, kept)
     if after.free:
         detail = f"{reset.line}; {len(after.rows)} GPUs at or under {host.memory_threshold_mib} MiB after it"
         return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=before.settled)
     still = unsettled_error(after.rows, after.allowance, host.settle_timeout)
     line = f"needs_reboot: {still}, even after {reset.line}"
-    return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.FAILED, line),
-                       settle_s=before.settled)
+    return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.FAILED, line,
+                                        Reason.NEEDS_REBOOT), settle_s=before.settled)
 
 
 @dataclass(frozen=True)

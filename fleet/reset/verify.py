@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import health, smi
-from fleet.report.models import Finding, GpuReport, Level, StepName, StepOutcome, StepResult, StepStatus
+from fleet.report.models import Finding, GpuReport, Level, Reason, StepName, StepOutcome, StepResult, StepStatus
 from fleet.reset.health import HealthPolicy, judge
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
@@ -48,10 +48,11 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None,
     kept_apps = [a for a in apps if a.pid in kept]
     apps = tuple(a for a in apps if a.pid not in kept)
     gpus = gpu_reports(rows, settle_s or {}, findings)
-    error = verify_error(rows, apps, host.gpus, Allowance.of(host, kept_apps), holders, findings)
+    verdict = verify_verdict(rows, apps, host.gpus, Allowance.of(host, kept_apps), holders, findings)
+    reason, error = verdict if verdict else (None, None)
     detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps) + describe_health(rows, findings)
     status = StepStatus.FAILED if error else StepStatus.OK
-    return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error), gpus=gpus)
+    return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error, reason), gpus=gpus)
 
 
 def _app_label(app: smi.ComputeApp) -> str:
@@ -65,12 +66,12 @@ def verify_problems(
     allowance: Allowance,
     holders: Sequence[Holder] = (),
     findings: Mapping[str, Sequence[Finding]] | None = None,
-) -> list[str]:
-    """Everything that keeps a node from being clean, most telling first."""
-    problems = []
+) -> list[tuple[Reason, str]]:
+    """Everything that keeps a node from being clean, most telling first, each with its reason."""
+    problems: list[tuple[Reason, str]] = []
     if expected is not None and len(rows) != expected:
-        problems.append(f"expected {expected} GPUs, nvidia-smi lists {len(rows)}")
-    problems += [f"{_where(rows, bus_id)}{f.detail}" for bus_id, found in (findings or {}).items()
+        problems.append((Reason.GPU_MISSING, f"expected {expected} GPUs, nvidia-smi lists {len(rows)}"))
+    problems += [(Reason.HEALTH, f"{_where(rows, bus_id)}{f.detail}") for bus_id, found in (findings or {}).items()
                  for f in found if f.level is Level.FAIL]
     by_uuid = {r.uuid: r.index for r in rows if r.uuid}
     for row in rows:
@@ -78,15 +79,15 @@ def verify_problems(
         if problem:
             on_gpu = [a for a in apps if a.gpu_uuid == row.uuid]
             who = f" ({', '.join(_app_label(a) for a in on_gpu)})" if on_gpu else ""
-            problems.append(problem + who)
+            problems.append((Reason.MEMORY_HELD, problem + who))
     for app in apps:
         index = by_uuid.get(app.gpu_uuid) if app.gpu_uuid else None
         where = f"gpu {index}" if index is not None else "a GPU"
-        problems.append(f"{_app_label(app)} still runs on {where}")
+        problems.append((Reason.HOLDERS_LEFT, f"{_app_label(app)} still runs on {where}"))
     named = {a.pid for a in apps}
     for holder in holders:
         if holder.pid not in named:
-            problems.append(f"{holder.label()} still holds {', '.join(holder.devices)}")
+            problems.append((Reason.HOLDERS_LEFT, f"{holder.label()} still holds {', '.join(holder.devices)}"))
     return problems
 
 
@@ -98,12 +99,25 @@ def verify_error(
     holders: Sequence[Holder] = (),
     findings: Mapping[str, Sequence[Finding]] | None = None,
 ) -> str | None:
-    """The first problem (and how many more), or None when the node is clean. `apps` and `holders` are
-    those fleet would kill; what kept processes hold is in the allowance."""
+    """The first problem (and how many more), or None when the node is clean (`verify_verdict`'s line)."""
+    verdict = verify_verdict(rows, apps, expected, allowance, holders, findings)
+    return verdict[1] if verdict else None
+
+
+def verify_verdict(
+    rows: Sequence[smi.GpuRow],
+    apps: Sequence[smi.ComputeApp],
+    expected: int | None,
+    allowance: Allowance,
+    holders: Sequence[Holder] = (),
+    findings: Mapping[str, Sequence[Finding]] | None = None,
+) -> tuple[Reason, str] | None:
+    """The first problem's reason and line (and how many more), or None when the node is clean. `apps` and
+    `holders` are those fleet would kill; what kept processes hold is in the allowance."""
     problems = verify_problems(rows, apps, expected, allowance, holders, findings)
     if not rows and not problems:
-        problems.append("nvidia-smi listed no GPUs")
-    return first_of(problems) if problems else None
+        problems.append((Reason.GPU_MISSING, "nvidia-smi listed no GPUs"))
+    return (problems[0][0], first_of([text for _, text in problems])) if problems else None
 
 
 def describe_verify(

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from fleet.report.models import HostReport, HostStatus, SlurmReport
+from fleet.report.models import HostReport, HostStatus, Reason, SlurmReport
 from fleet.reset.host import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
@@ -114,12 +114,12 @@ class SlurmLifecycle:
 
     # --- ready: wait until no job holds the node ------------------------------------------------
 
-    async def ready(self, run: HostRun, log: Any) -> tuple[HostStatus, str] | None:
+    async def ready(self, run: HostRun, log: Any) -> tuple[HostStatus, str, Reason] | None:
         """None when the host may be reset now; else the outcome it ends with, untouched."""
         node = self._nodes[run.host.name]
         if node.error is not None:
             log.error("slurm_error", node=node.name, error=node.error)
-            return HostStatus.FAILED, node.error
+            return HostStatus.FAILED, node.error, Reason.SLURM
         if self.mode is not Mode.RESET or node.before is None:
             return None
         log.info("slurm_wait", node=node.name, state=node.before.state, jobs=list(node.jobs),
@@ -139,12 +139,12 @@ class SlurmLifecycle:
         self._update_record(run, jobs=node.jobs)
         if node.lost is not None:
             log.warning("slurm_lost", node=node.name, error=node.lost)
-            return HostStatus.SKIPPED, node.lost
+            return HostStatus.SKIPPED, node.lost, Reason.SLURM
         if not node.drained.is_set():  # the wait ran out
             ids = ", ".join(node.jobs) or "?"
             error = f"slurm: job {ids} still running on {node.name} after {self.drain_wait_s:g} s: not reset"
             log.warning("slurm_jobs_running", node=node.name, jobs=list(node.jobs))
-            return HostStatus.SKIPPED, error
+            return HostStatus.SKIPPED, error, Reason.JOBS_RUNNING
         log.info("slurm_drained", node=node.name, waited_s=round(anyio.current_time() - started, 3))
         return None
 

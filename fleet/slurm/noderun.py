@@ -29,7 +29,7 @@ from fleet import __version__
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Connection, Host
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus
+from fleet.report.models import HostReport, HostStatus, Reason
 from fleet.report.render import host_document
 from fleet.reset.host import Mode
 from fleet.slurm.frames import frames
@@ -88,8 +88,8 @@ def host_of(name: str, variables: dict[str, Any]) -> Host:
     return Host(name=name, **values)
 
 
-def _failed(lines: Lines, name: str, error: str) -> int:
-    lines.report(HostReport(name, HostStatus.FAILED, error=error))
+def _failed(lines: Lines, name: str, error: str, reason: Reason) -> int:
+    lines.report(HostReport(name, HostStatus.FAILED, error=error, reason=reason))
     return 1
 
 
@@ -101,9 +101,10 @@ async def node_run(document: dict[str, Any], node: str, out: IO[str]) -> int:
     name = entry["name"] if isinstance(entry, dict) and "name" in entry else node
     if theirs != __version__:
         return _failed(lines, name, f"fleet on {node} is {__version__}, the controller's is {theirs}: install the"
-                                    " same version on both (nothing was touched)")
+                                    " same version on both (nothing was touched)", Reason.VERSION)
     if entry is None:
-        return _failed(lines, name, f"the controller sent no host for Slurm node {node} (nothing was touched)")
+        return _failed(lines, name, f"the controller sent no host for Slurm node {node} (nothing was touched)",
+                       Reason.SLURM)
     options = document.get("options") or {}
     run_options = RunOptions(
         mode=Mode.RESET, handle_signals=True, deadline_s=options.get("deadline_s"),
@@ -112,7 +113,8 @@ async def node_run(document: dict[str, Any], node: str, out: IO[str]) -> int:
     try:
         host = host_of(name, entry["vars"])
     except (KeyError, TypeError, ValueError) as exc:
-        return _failed(lines, name, f"the controller's variables for {name} do not fit this fleet: {exc}")
+        return _failed(lines, name, f"the controller's variables for {name} do not fit this fleet: {exc}",
+                       Reason.VERSION)
     report, _ = await run_hosts([host], run_options, LineLogs(str(document.get("run_id")), lines))
     outcome = report.hosts[name]
     lines.report(outcome)

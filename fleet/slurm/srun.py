@@ -33,11 +33,11 @@ from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from fleet import __version__
-from fleet.graph import RunOptions, RunState, run_bounded
+from fleet.graph import HostEnded, RunOptions, RunState, run_bounded
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostPlan, HostReport, HostStatus, RunReport, SlurmReport, StepName, StepStatus
+from fleet.report.models import HostPlan, HostReport, HostStatus, Reason, RunReport, SlurmReport, StepName, StepStatus
 from fleet.report.render import host_from_document
 from fleet.reset.host import HostRun, Mode
 from fleet.slurm import policy
@@ -93,9 +93,11 @@ class _Step:
 class SrunRun:
     """One `--via srun` run; see the module docstring."""
 
-    def __init__(self, slurm: Slurm, runs: Sequence[HostRun], options: RunOptions, logs: RunLogs) -> None:
+    def __init__(self, slurm: Slurm, runs: Sequence[HostRun], options: RunOptions, logs: RunLogs,
+                 on_host_end: HostEnded | None = None) -> None:
         assert options.slurm is not None
         self.slurm, self.options, self.logs = slurm, options, logs
+        self.on_host_end = on_host_end
         self.run_id = logs.run_id
         self.reservation = f"fleet-{self.run_id}"
         self.runs = {r.host.slurm_node or r.host.name: r for r in runs}
@@ -127,7 +129,7 @@ class SrunRun:
             self.before = await self.slurm.nodes(names)
             jobs = await self.slurm.jobs([n for n in names if n in self.before])
         except SlurmError as exc:
-            self._end_all(names, HostStatus.FAILED, f"slurm: cannot read the nodes: {exc}")
+            self._end_all(names, HostStatus.FAILED, f"slurm: cannot read the nodes: {exc}", Reason.SLURM)
             return []
         eligible = []
         for name, run in self.runs.items():
@@ -136,10 +138,10 @@ class SrunRun:
                                     jobs=jobs.get(name, ()))
             if node is None:
                 self._end(name, HostStatus.FAILED, f"slurm: Slurm has no node {name} (set slurm_node if its Slurm"
-                                                   " name differs)")
+                                                   " name differs)", Reason.SLURM)
             elif not node.in_service:
                 self._end(name, HostStatus.SKIPPED, f"slurm: {name} is {policy.describe(node)}: a job step cannot"
-                                                    " run there; reset it over SSH (--via ssh)")
+                                                    " run there; reset it over SSH (--via ssh)", Reason.SLURM)
             else:
                 eligible.append(name)
         return eligible
@@ -169,7 +171,8 @@ class SrunRun:
                 "Flags=MAINT,IGNORE_JOBS",
             ])
         except SlurmError as exc:
-            self._end_all(eligible, HostStatus.FAILED, f"slurm: cannot create reservation {self.reservation}: {exc}")
+            self._end_all(eligible, HostStatus.FAILED, f"slurm: cannot create reservation {self.reservation}: {exc}",
+                          Reason.SLURM)
             return []
         self.reserved = True
         for name in eligible:
@@ -200,7 +203,7 @@ class SrunRun:
             ids = ", ".join(jobs.get(name, ())) or "?"
             self._record(name, jobs=jobs.get(name, ()))
             self._end(name, HostStatus.SKIPPED, f"slurm: job {ids} still running on {name} after {wait_s:g} s:"
-                                                " not reset")
+                                                " not reset", Reason.JOBS_RUNNING)
         return ready
 
     # --- the step ---------------------------------------------------------------------------------
@@ -305,11 +308,13 @@ class SrunRun:
             if report is None:
                 said = "; ".join(self.step.stderr[-3:] + self.step.noise[-2:]) or "nothing on stderr"
                 self._end(name, HostStatus.FAILED,
-                          f"no report from {name} (srun exit status {self.step.exit_status}): {said}"[:500])
+                          f"no report from {name} (srun exit status {self.step.exit_status}): {said}"[:500],
+                          Reason.NO_REPORT)
                 continue
             run.steps, run.killed, run.gpus = list(report.steps), report.killed, report.gpus
-            run.finish(report.status, report.error)
+            run.finish(report.status, report.error, report.reason)
             run.started = (run.ended or time.monotonic()) - report.duration_s
+            self._ended(run)
 
     # --- cleanup ------------------------------------------------------------------------------------
 
@@ -354,14 +359,22 @@ class SrunRun:
 
     # --- outcomes -----------------------------------------------------------------------------------
 
-    def _end(self, name: str, status: HostStatus, error: str) -> None:
+    def _end(self, name: str, status: HostStatus, error: str, reason: Reason) -> None:
         run = self.runs[name]
-        run.finish(status, error)
-        self.log[name].warning("host_end", status=status.value, error=error)
+        run.finish(status, error, reason)
+        self.log[name].warning("host_end", status=status.value, error=error, reason=reason.value)
+        self._ended(run)
 
-    def _end_all(self, names: Sequence[str], status: HostStatus, error: str) -> None:
+    def _ended(self, run: HostRun) -> None:
+        """Tell the run's history this host's outcome as it is known (the release's Slurm state comes with the
+        run's end)."""
+        if self.on_host_end is not None:
+            with suppress(Exception):
+                self.on_host_end(run.report())
+
+    def _end_all(self, names: Sequence[str], status: HostStatus, error: str, reason: Reason) -> None:
         for name in names:
-            self._end(name, status, error)
+            self._end(name, status, error, reason)
 
     def _record(self, name: str, **changes: Any) -> None:
         run = self.runs[name]
@@ -379,8 +392,8 @@ def _minutes(seconds: float) -> int:
 
 
 async def run_via_srun(hosts: Sequence[Host], options: RunOptions, logs: RunLogs,
-                       slurm: Slurm | None = None) -> tuple[RunReport, RunState]:
+                       slurm: Slurm | None = None, on_host_end: HostEnded | None = None) -> tuple[RunReport, RunState]:
     """The run's report, as `fleet.graph.run_hosts` gives it, from one job step instead of SSH fan-out."""
     runs = [HostRun(h) for h in hosts]
-    srun = SrunRun(slurm or Slurm(), runs, options, logs)
+    srun = SrunRun(slurm or Slurm(), runs, options, logs, on_host_end)
     return await run_bounded(runs, options, logs.run_id, srun.body)

@@ -194,7 +194,7 @@ def connect_errors(host: Host) -> Iterator[None]:
     except asyncssh.KeyImportError as exc:
         raise AuthError(f"cannot load identity_file {host.identity_file}: {exc}") from exc
     except TimeoutError as exc:  # before OSError: on 3.11 TimeoutError is an OSError
-        raise ConnectError(f"connect timed out after {host.connect_timeout:g} s ({target})") from exc
+        raise ConnectError(f"connect timed out after {host.connect_timeout:g} s ({target})", timed_out=True) from exc
     except ConnectionRefusedError as exc:
         raise ConnectError(f"connection refused ({target})") from exc
     except socket.gaierror as exc:
