@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +25,28 @@ from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, host_vars, inventory_path, load_inventory
 from fleet.inventory.targeting import named, select, select_with
 from fleet.report import render as reporting
+from fleet.report.history import (
+    UNFINISHED,
+    History,
+    history_path,
+    newest_folders,
+    not_clean,
+    remove_folders,
+    stale_folders,
+)
+from fleet.report.history_view import (
+    STATUS_ORDER,
+    host_lines,
+    log_lines,
+    parse_since,
+    prune_line,
+    report_from_document,
+    run_lines,
+    tally,
+    tally_line,
+    unfinished_lines,
+)
+from fleet.report.logs import default_log_dir
 from fleet.reset.host import Mode
 from fleet.run import run_and_report
 from fleet.waves import parse_amount, parse_duration
@@ -27,7 +54,7 @@ from fleet.waves import parse_amount, parse_duration
 app = typer.Typer(
     name="fleet",
     help="Make racks of GPU nodes clean again, many at once, and prove it.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -62,9 +89,39 @@ SlurmOpt = Annotated[
 PartitionOpt = Annotated[
     str | None, typer.Option("--partition", metavar="NAME", help="With --slurm: target the partition's nodes.")
 ]
+MetricsFileOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics-file", metavar="PATH", help="Write the run's Prometheus metrics there (atomically),"
+                 " for node_exporter's textfile collector."),
+]
 LogDirOpt = Annotated[
     Path | None, typer.Option("--log-dir", metavar="DIR", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")
 ]
+
+
+EXIT_CODES = """\b
+Exit status:
+  0    every host clean (a dry run: every host planned)
+  1    a host ended failed, unreachable or skipped; or --deadline passed
+  2    usage or inventory error: one line naming the file and key, nothing touched
+  130  interrupted (SIGINT/SIGTERM): in-flight commands ended, the report still written"""
+
+RESET_EPILOG = f"""\b
+Examples:
+  fleet reset -i site.yaml -g blackwell --dry-run        what would happen, per host
+  fleet reset -g rack-a -y --canary 1 --batch 25%        one node first, then quarter-rack waves
+  fleet reset -g blackwell -y --deadline 10m -j 32       nightly: bounded in time and fan-out
+  fleet reset --slurm --partition gpu -y                 drain in Slurm, wait for jobs, resume
+  fleet reset -w gpu-c[01-64] --slurm --via srun -y      no inventory, no SSH: one srun step
+
+{EXIT_CODES}"""
+
+CHECK_EPILOG = f"""\b
+Examples:
+  fleet check -g blackwell                               exit 0 when every host is clean
+  fleet check gpu-b[01-04] --json | jq '.hosts[] | select(.status != "clean")'
+
+{EXIT_CODES}"""
 
 
 def _version(value: bool) -> None:
@@ -99,8 +156,9 @@ class Targets:
 def _targets(
     hosts: list[str] | None, inventory: str | None, group: list[str] | None, limit: str | None, exclude: str | None,
     *, nodes: str | None = None, partition: str | None = None, slurm: bool = False,
+    rerun: list[str] | None = None,
 ) -> Targets:
-    outright = nodes is not None or partition is not None
+    outright = nodes is not None or partition is not None or rerun is not None
     inv = _inventory(inventory, required=not outright)
     slurm = slurm or (inv is not None and inv.scheduler == "slurm")
     if partition is not None and not slurm:
@@ -108,11 +166,11 @@ def _targets(
     if not outright:
         assert inv is not None
         return Targets(select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude), inv, slurm)
-    extra = named(nodes) if nodes is not None else []
+    extra = named(nodes) if nodes is not None else list(rerun or [])
     if partition is not None:
         extra += _partition_hosts(partition, inv)
     chosen = select_with(inv, extra, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude,
-                         origin="--partition" if nodes is None else "-w")
+                         origin="-w" if nodes is not None else "--rerun-failed" if rerun else "--partition")
     return Targets(chosen, inv, slurm)
 
 
@@ -149,12 +207,21 @@ def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
         raise typer.Exit(1)
 
 
-def execute(targets: list[Host], options: RunOptions, *, as_json: bool, log_dir: Path | None) -> int:
-    code, _ = anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir))
+def execute(targets: list[Host], options: RunOptions, *, as_json: bool, log_dir: Path | None,
+            metrics_file: Path | None = None) -> int:
+    """Run; then the metrics file (not for a dry run: it would replace the last real run's with `planned`)."""
+    code, report = anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir))
+    if metrics_file is not None and options.mode is not Mode.PLAN:
+        from fleet.report.metrics import render_metrics, write_metrics
+
+        try:
+            write_metrics(metrics_file, render_metrics(report, exit_code=code, finished_at=time.time()))
+        except OSError as exc:  # a metrics file never changes the run's outcome
+            _err(f"fleet: warning: metrics not written to {metrics_file}: {exc.strerror or exc}")
     return code
 
 
-@app.command()
+@app.command(epilog=RESET_EPILOG)
 def reset(
     hosts: HostsArg = None,
     inventory: InventoryOpt = None,
@@ -200,14 +267,21 @@ def reset(
         str, typer.Option("--via", metavar="ssh|srun", help="Fan out over SSH (default), or as one Slurm job step"
                           " in which every node resets itself.")
     ] = "ssh",
+    metrics_file: MetricsFileOpt = None,
+    rerun_failed: Annotated[
+        str | None,
+        typer.Option("--rerun-failed", metavar="[RUN_ID|last]", help="Target exactly the hosts that did not end"
+                     " clean in that run (default: the last one), with the inventory's variables of today."),
+    ] = None,
     as_json: JsonOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
     """Drain -> kill -> settle -> verify on every target."""
     if via not in ("ssh", "srun"):
         raise UsageError(f"--via takes ssh or srun, not {via!r}")
+    rerun = _rerun_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
     chosen = _targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
-                      slurm=slurm or via == "srun")
+                      slurm=slurm or via == "srun", rerun=rerun)
     options = RunOptions(
         mode=Mode.PLAN if dry_run else Mode.RESET,
         concurrency=concurrency,
@@ -218,13 +292,37 @@ def reset(
         deadline_s=parse_duration(deadline) if deadline else None,
         stop_units=stop_units,
         gpu_reset=gpu_reset,
+        progress=True,
         slurm=SlurmOptions(parse_duration(drain_wait, "--drain-wait", zero=True), via_srun=via == "srun")
         if chosen.slurm else None,
     )
     if via != "srun":  # with srun, no SSH: each node runs its own commands
         check_files(_provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
     _confirm(chosen.hosts, yes, dry_run)
-    raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir))
+    raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
+
+
+def _rerun_targets(given: str, log_dir: Path | None, hosts: list[str] | None, group: list[str] | None,
+                   nodes: str | None, partition: str | None) -> list[str]:
+    """The hosts of a past run (`last`, or a run id) that did not end clean; exit 0 when there is none."""
+    if hosts or group or nodes or partition:
+        raise UsageError("--rerun-failed chooses the hosts: not with HOST, -g, -w or --partition (--limit and"
+                         " --exclude still narrow it)")
+    folder = log_dir or default_log_dir()
+    with _reading(folder) as history:
+        run_id = (history.last_run_id() if history else None) if given == "last" else given
+        record = history.get(run_id) if history and run_id else None
+    if record is None:
+        where = history_path(folder)
+        raise UsageError(f"--rerun-failed: no run {given!r} on record in {where}" if given != "last"
+                         else f"--rerun-failed: no run on record in {where}")
+    names = not_clean(record)
+    if not names:
+        _err(f"fleet: nothing to rerun: every host of run {record.run.run_id} ended clean")
+        raise typer.Exit(0)
+    _err(f"fleet: rerunning {len(names)} host{'s' if len(names) > 1 else ''} of run {record.run.run_id}:"
+         f" {reporting.fold(names)}")
+    return names
 
 
 def _provenance(chosen: Targets) -> Inventory:
@@ -232,7 +330,7 @@ def _provenance(chosen: Targets) -> Inventory:
     return chosen.inventory or Inventory(path=Path("built-in defaults"), hosts={}, groups={})
 
 
-@app.command()
+@app.command(epilog=CHECK_EPILOG)
 def check(
     hosts: HostsArg = None,
     inventory: InventoryOpt = None,
@@ -244,14 +342,15 @@ def check(
     nodes: NodesOpt = None,
     slurm: SlurmOpt = False,
     partition: PartitionOpt = None,
+    metrics_file: MetricsFileOpt = None,
     log_dir: LogDirOpt = None,
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean. With Slurm, each node's state is reported."""
     chosen = _targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm)
     check_files(_provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything connects
-    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True,
+    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True, progress=True,
                          slurm=SlurmOptions() if chosen.slurm else None)
-    raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir))
+    raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
 
 
 @app.command("inventory")
@@ -274,6 +373,147 @@ def inventory_cmd(
     from fleet.report.tables import inventory_table
 
     inventory_table(targets)
+
+
+@app.command()
+def runs(
+    host: Annotated[
+        str | None, typer.Option("--host", metavar="HOST", help="That host's outcome in each run, and a tally.")
+    ] = None,
+    inventory: InventoryOpt = None,
+    group: Annotated[
+        list[str] | None, typer.Option("-g", "--group", metavar="NAME", help="Runs that targeted a host of this"
+                                       " inventory group (repeatable).")
+    ] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", metavar="STATUS", help="Runs in which a host (--host: that host) ended"
+                                 " so: clean, failed, unreachable, skipped, planned; or unfinished (no end on record).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", metavar="WHEN", help="Runs started since: 7d, 24h, 90m, 2026-12-01.")
+    ] = None,
+    limit: Annotated[int, typer.Option("-n", "--limit", min=1, metavar="N", help="At most N runs, newest first.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    log_dir: LogDirOpt = None,
+    keep_days: Annotated[
+        int | None, typer.Option("--keep-days", min=1, metavar="N", help="First remove the records and log folders"
+                                 " of runs that started more than N days ago.")
+    ] = None,
+) -> None:
+    """Recent runs from the history (<log-dir>/history.sqlite); with --host, one node's record across runs."""
+    folder = log_dir or default_log_dir()
+    now = datetime.now(UTC)
+    cutoff = parse_since(since, now) if since else None
+    if status is not None and status not in (*STATUS_ORDER, UNFINISHED):
+        raise UsageError(f"--status takes {', '.join(STATUS_ORDER)} or {UNFINISHED}, not {status!r}")
+    if host is not None and (group or status == UNFINISHED):
+        raise UsageError("--host lists one host's outcomes: not with --group or --status unfinished")
+    group_hosts = [h.name for h in _targets(None, inventory, group, None, None).hosts] if group else None
+    pruned = _prune(folder, keep_days, now) if keep_days is not None else None
+    with _reading(folder) as history:
+        if host is not None:
+            if history is None or not history.knows_host(host):
+                raise UsageError(f"no run on record targeted {host} ({history_path(folder)})")
+            rows = history.host_history(host, since=cutoff, status=status)
+            summary = tally(host, rows)
+            document: dict[str, Any] = {"history": str(history_path(folder)), "tally": summary,
+                                        "runs": [r.document() for r in rows[:limit]]}
+            lines = [*(host_lines(rows[:limit]) if rows else []), tally_line(summary)]
+        else:
+            found = history.runs(limit, group_hosts=group_hosts, status=status, since=cutoff) if history else []
+            document = {"history": str(history_path(folder)), "runs": [r.document() for r in found]}
+            lines = run_lines(found) if found else [f"no run on record in {history_path(folder)}"]
+    if pruned is not None:
+        document["pruned"] = pruned
+    if as_json:
+        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+    else:
+        print("\n".join(lines))
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID|last", help="A run id, or `last`.", show_default=False)],
+    host: Annotated[
+        str | None, typer.Option("--host", metavar="HOST", help="That host's log, a readable line per event (the"
+                                 " raw JSONL with --json).")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="summary.json as it is (with --host: the raw JSONL).")
+    ] = False,
+    log_dir: LogDirOpt = None,
+) -> None:
+    """A past run's report again (its summary.json), or one host's log of it."""
+    folder = log_dir or default_log_dir()
+    run_id = _run_id(folder, run_id)
+    run_folder = folder / run_id
+    if host is not None:
+        log = run_folder / f"{_plain_name(host, '--host')}.jsonl"
+        if not log.is_file():
+            raise UsageError(f"run {run_id} has no log of host {host} ({log} does not exist)")
+        text = log.read_text(encoding="utf-8", errors="replace")
+        sys.stdout.write(text if as_json else "".join(f"{line}\n" for line in log_lines(text)))
+        return
+    summary = run_folder / "summary.json"
+    if summary.is_file():
+        text = summary.read_text(encoding="utf-8")
+        if as_json:
+            sys.stdout.write(text)
+            return
+        report = report_from_document(json.loads(text))
+        print("\n".join([*reporting.plan_lines(report), *reporting.human_lines(report), f"logs: {run_folder}"]))
+        return
+    with _reading(folder) as history:
+        record = history.get(run_id) if history else None
+    if record is None:
+        raise UsageError(f"run {run_id} has no summary.json and no record in {history_path(folder)}")
+    if as_json:
+        doc = {"run": record.run.document(), "hosts": {h.host: h.document() for h in record.hosts}}
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    print("\n".join([*unfinished_lines(record), f"logs: {run_folder}"]))
+
+
+@contextmanager
+def _reading(folder: Path) -> Iterator[History | None]:
+    """The folder's history, or None when it has none (a read never creates one)."""
+    path = history_path(folder)
+    if not path.is_file():
+        yield None
+        return
+    with History.open(path) as history:
+        yield history
+
+
+def _plain_name(value: str, what: str) -> str:
+    """A run id or host name that names a file in a folder, never a path."""
+    if not value or value in (".", "..") or "/" in value or "\0" in value:
+        raise UsageError(f"{what}: {value!r} is no run id or host name")
+    return value
+
+
+def _run_id(folder: Path, given: str) -> str:
+    """`last` (the newest run, on record or with a log folder), or a run id that exists in `folder`."""
+    with _reading(folder) as history:
+        if given == "last":
+            candidates = [history.last_run_id() if history else None, *newest_folders(folder, 1)]
+            found = max((c for c in candidates if c), default=None)
+            if found is None:
+                raise UsageError(f"no run on record in {folder}")
+            return found
+        _plain_name(given, "run id")
+        if (folder / given).is_dir() or (history is not None and history.get(given) is not None):
+            return given
+    raise UsageError(f"no run {given} in {folder}")
+
+
+def _prune(folder: Path, keep_days: int, now: datetime) -> dict[str, list[str]]:
+    """`--keep-days`: the old records, then the old log folders (recorded or not); says what went."""
+    with _reading(folder) as history:
+        records = history.prune(keep_days, now) if history else []
+    folders = remove_folders(folder, sorted(set(records) | set(stale_folders(folder, keep_days, now))))
+    _err(prune_line(records, folders, keep_days))
+    return {"records": records, "folders": folders}
 
 
 @app.command()
@@ -302,11 +542,26 @@ def node_run() -> None:
     raise typer.Exit(node_main())
 
 
+def optional_value(argv: list[str], option: str, default: str) -> list[str]:
+    """`--rerun-failed` alone (last, or followed by another option) means `--rerun-failed last`: click options
+    take a value or none, not either."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--":
+            out.extend(argv[i + 1:])
+            break
+        if arg == option and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out.append(default)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: usage and inventory errors are one line on stderr and exit 2."""
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=argv, prog_name="fleet", standalone_mode=False)
+        args = optional_value(sys.argv[1:] if argv is None else argv, "--rerun-failed", "last")
+        result = command.main(args=args, prog_name="fleet", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:

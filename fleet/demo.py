@@ -90,7 +90,7 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             inventory = load_inventory(sim.inventory_path)
             targets = select(inventory, groups=["blackwell"])
             say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell -y\n")
-            options = RunOptions(handle_signals=True)
+            options = RunOptions(handle_signals=True, progress=True)
             _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True)
             say("\nwhat the nodes themselves say now:")
             _describe(sim)

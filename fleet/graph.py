@@ -32,6 +32,7 @@ import anyio.lowlevel
 from fleet.errors import TransportError
 from fleet.inventory.host import Connection, Host
 from fleet.node.node import Node
+from fleet.report import progress
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, Reason, RunReport
 from fleet.report.render import fold
@@ -83,6 +84,7 @@ class RunOptions:
     stop_units: bool = False  # stop the unit of a holder that respawns (not in services, not protected)
     gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
     slurm: SlurmOptions | None = None  # None: Slurm is not asked
+    progress: bool = False  # show the run as it goes on stderr (`fleet.report.progress`)
 
 
 @dataclass
@@ -273,6 +275,8 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
     async with anyio.create_task_group() as outer:
         if options.handle_signals:
             outer.start_soon(_watch_signals, outer.cancel_scope, state)
+        if options.progress:
+            outer.start_soon(progress.watch, {r.host.name: r for r in runs})
         with anyio.move_on_after(state.deadline.start()) as deadline:
             await body(state)
         state.deadline.hit = deadline.cancelled_caught

@@ -5,15 +5,22 @@ from __future__ import annotations
 import resource
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict, fields, is_dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from fleet import __version__
 from fleet.graph import Connector, RunOptions, Scheduler, run_hosts
 from fleet.inventory.host import Host
 from fleet.report import render as reporting
+from fleet.report.history import Recorder, history_path, now_stamp
 from fleet.report.logs import RunLogs, default_log_dir, new_run_id
 from fleet.report.models import RunReport
 from fleet.report.tables import report_table
+from fleet.waves import Amount
 
 # File descriptors a host holds during a run: its connection's socket and its log file.
 FDS_PER_HOST = 2
@@ -50,6 +57,30 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def options_document(options: RunOptions) -> dict[str, Any]:
+    """The run's options as the history keeps them (JSON): modes and amounts as the command line spells them."""
+    document: dict[str, Any] = {}
+    for item in fields(options):
+        value = getattr(options, item.name)
+        if item.name == "handle_signals":
+            continue
+        if isinstance(value, Amount | Enum):
+            value = str(value)
+        elif is_dataclass(value) and not isinstance(value, type):
+            value = asdict(value)
+        document[item.name] = value
+    return document
+
+
+def start_history(logs: RunLogs, targets: Sequence[Host], options: RunOptions) -> Recorder:
+    """The run's history writer (`<log-dir>/history.sqlite`), the run on record as started. It never fails the
+    run: what it cannot write is one warning line on stderr."""
+    history = Recorder(history_path(logs.path.parent), logs.run_id, warn=lambda line: say(f"fleet: warning: {line}"))
+    history.start_run(options.mode.command, [h.name for h in targets], options_document(options), now_stamp(),
+                      __version__, logs.path.parent)
+    return history
+
+
 async def run_and_report(
     targets: Sequence[Host],
     options: RunOptions,
@@ -64,20 +95,26 @@ async def run_and_report(
     raise_fd_limit(len(targets))
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()
+    history = start_history(logs, targets, options)
     try:
         if options.slurm is not None and options.slurm.via_srun:
             from fleet.slurm.srun import run_via_srun
 
-            run_report, state = await run_via_srun(targets, options, logs)
+            run_report, state = await run_via_srun(targets, options, logs, on_host_end=history.host_ended)
         else:
             extra: dict[str, Any] = {"connector": connector} if connector else {}
             if options.slurm is not None:
                 extra["scheduler"] = slurm_lifecycle(options, logs.run_id)
-            run_report, state = await run_hosts(targets, options, logs, **extra)
+            run_report, state = await run_hosts(targets, options, logs, on_host_end=history.host_ended, **extra)
+    except BaseException:
+        history.close()
+        raise
     finally:
         logs.close()
     text = reporting.render(reporting.to_document(run_report))
     logs.write_summary(text)
+    code = reporting.exit_code(run_report, interrupted=state.interrupted)
+    history.finish_run(list(run_report.hosts.values()), code)
     if as_json:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -94,4 +131,5 @@ async def run_and_report(
         say(f"fleet: {state.cut_short()}; in-flight commands were ended, the report above is complete")
     elif state.stopped:
         say(f"fleet: stopped starting hosts: {state.stopped}")
-    return reporting.exit_code(run_report, interrupted=state.interrupted), run_report
+    await anyio.to_thread.run_sync(history.close)
+    return code, run_report

@@ -319,3 +319,22 @@ def test_node_run_outside_srun_says_how_it_is_meant_to_run() -> None:
     env = {k: v for k, v in os.environ.items() if k != "SLURMD_NODENAME"}
     out = run_cli("node-run", env=env)
     assert out.returncode == 2 and "run me through srun (--via srun)" in out.stderr
+
+
+# --- shell completion, examples and exit codes in --help ------------------------------------------------
+
+
+def test_shell_completion_completes_commands_and_options() -> None:
+    env = {**os.environ, "_FLEET_COMPLETE": "complete_bash", "COMP_WORDS": "fleet reset --dr", "COMP_CWORD": "2"}
+    out = run_cli(env=env)
+    assert out.returncode == 0 and out.stdout.split() == ["--dry-run", "--drain-wait"]
+    script = run_cli("--show-completion", "bash")
+    assert script.returncode == 0 and "_fleet_completion" in script.stdout
+
+
+@pytest.mark.parametrize("command", ["reset", "check"])
+def test_help_shows_examples_and_exit_codes(command: str) -> None:
+    out = run_cli(command, "--help")
+    assert out.returncode == 0
+    assert "Examples:" in out.stdout and f"fleet {command} " in out.stdout.split("Examples:")[1]
+    assert "130  interrupted" in out.stdout and "2    usage or inventory error" in out.stdout

@@ -374,3 +374,16 @@ async def test_drain_wait_zero_resets_idle_nodes_and_skips_busy_ones_at_once(
     assert report.hosts["sim1"].status is HostStatus.CLEAN and state(cluster, "sim1") == "idle"
     assert report.hosts["sim2"].status is HostStatus.SKIPPED and f"job {job}" in (report.hosts["sim2"].error or "")
     assert state(cluster, "sim2") == "allocated"
+
+
+async def test_via_srun_a_node_that_sends_no_report_fails_no_report_and_touches_nothing(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fleet not installed on the nodes: srun cannot start the task, no node says anything."""
+    monkeypatch.setattr("fleet.slurm.srun.NODE_COMMAND", ("fleet-not-installed", "node-run"))
+    report = await reset(sim, tmp_path, via_srun=True)
+    sim1 = report.hosts["sim1"]
+    assert sim1.status is HostStatus.FAILED and sim1.reason is Reason.NO_REPORT
+    assert "no report from sim1" in (sim1.error or "") and busy_mib(sim, "sim1") > 0
+    assert state(cluster, "sim1") == "idle"  # never touched: not drained for it
+    assert cluster.reservations() == []

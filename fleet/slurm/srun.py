@@ -58,6 +58,8 @@ CANCEL_GRACE_S = 20.0
 CLEANUP_TIMEOUT_S = 90.0
 # Bytes of one stdout line read from srun (a frame is under 1 KB; anything longer is noise).
 LINE_LIMIT = 1024 * 1024
+# Characters of srun's stderr kept, the last ones (its last lines explain a node that sent no report).
+STDERR_LIMIT = 256 * 1024
 # Seconds between two tries at removing the reservation while the step's job still completes.
 DELETE_RETRY_S = 1.0
 
@@ -85,9 +87,14 @@ class _Step:
 
     reports: dict[str, HostReport] = field(default_factory=dict)
     heard_from: set[str] = field(default_factory=set)
-    stderr: list[str] = field(default_factory=list)
+    stderr_text: str = ""
     noise: list[str] = field(default_factory=list)  # stdout lines that were no node's JSON
     exit_status: int | None = None
+
+    @property
+    def stderr(self) -> list[str]:
+        """srun's stderr (its own messages and the tasks'), by line."""
+        return [line for line in self.stderr_text.splitlines() if line.strip()]
 
 
 class SrunRun:
@@ -270,7 +277,7 @@ class SrunRun:
     async def _read_stderr(self, stream: ByteReceiveStream) -> None:
         with suppress(anyio.EndOfStream, anyio.ClosedResourceError):
             async for chunk in stream:
-                self.step.stderr.extend(chunk.decode(errors="replace").splitlines())
+                self.step.stderr_text = (self.step.stderr_text + chunk.decode(errors="replace"))[-STDERR_LIMIT:]
 
     def _take(self, raw: bytes) -> None:
         line = raw.decode(errors="replace")

@@ -1,0 +1,230 @@
+"""What `fleet runs` and `fleet show` print: pure functions over history rows, report documents and log records."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fleet.errors import UsageError
+from fleet.report.history import UNFINISHED, HostRow, RunRecord, RunRow, parse_stamp
+from fleet.report.models import (
+    HostPlan,
+    HostReport,
+    HostStatus,
+    PlannedProcess,
+    Reason,
+    RunReport,
+    SlurmReport,
+)
+from fleet.report.render import fold, host_from_document, human_lines
+
+_SINCE = re.compile(r"^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# Keys every log line has, shown in their own columns (or not at all).
+_LOG_FRAME = ("timestamp", "level", "event", "step", "host", "run_id")
+# A field's value in a readable log line is cut to this many characters (the raw JSONL has it whole).
+FIELD_WIDTH = 160
+PRUNE_NAMED = 20  # `--keep-days` names the runs it removed up to this many
+STATUS_ORDER = [s.value for s in HostStatus]
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """`7d`, `24h`, `90m`, `1w2d`, `30s` (that long before `now`), or a date / time (`2026-12-01`,
+    `2026-12-01T10:00`, UTC unless it says otherwise) -> the moment from which on runs count."""
+    cleaned = text.strip()
+    match = _SINCE.match(cleaned)
+    if cleaned and match and any(match.groups()):
+        weeks, days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+        return now - timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
+    try:
+        when = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise UsageError(f"--since takes a duration (7d, 24h, 90m) or a date (2026-12-01), not {text!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def short_time(stamp: str) -> str:
+    """`2026-12-02T11:05:01.348+00:00` -> `2026-12-02 11:05:01` (UTC)."""
+    return parse_stamp(stamp).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def took(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Columns left-aligned, two spaces apart; the last one not padded."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return [("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))).rstrip()
+            for row in [header, *rows]]
+
+
+def command_label(run: RunRow) -> str:
+    return f"{run.command} --dry-run" if run.options.get("mode") == "plan" else run.command
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """`15 clean, 1 failed`, in the report's status order."""
+    order = sorted(counts, key=lambda s: (STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER), s))
+    return ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
+
+
+def outcome(run: RunRow) -> str:
+    """The run's hosts by status; a run with no end on record says how many of its hosts are."""
+    done = counts_text(run.counts)
+    if run.finished:
+        return done
+    return f"{UNFINISHED}: {run.recorded} of {len(run.targets)} on record" + (f" ({done})" if done else "")
+
+
+def run_lines(runs: Sequence[RunRow]) -> list[str]:
+    """`fleet runs`: newest first, a run a line."""
+    rows = [[r.run_id, short_time(r.started_at), took(r.duration_s), command_label(r), str(len(r.targets)),
+             "-" if r.exit_code is None else str(r.exit_code), outcome(r)] for r in runs]
+    return table(["RUN", "STARTED (UTC)", "TOOK", "COMMAND", "HOSTS", "EXIT", "OUTCOME"], rows)
+
+
+def host_lines(rows: Sequence[HostRow]) -> list[str]:
+    """`fleet runs --host H`: that host's outcome in each run, newest first."""
+    lines = [[r.run_id, short_time(r.started_at), r.command, r.status, r.reason or "-", took(r.duration_s),
+              one_line(r.error or "")] for r in rows]
+    return table(["RUN", "STARTED (UTC)", "COMMAND", "STATUS", "REASON", "TOOK", "ERROR"], lines)
+
+
+def tally(host: str, rows: Sequence[HostRow]) -> dict[str, Any]:
+    """How often a host ended each way, and why it did not end clean."""
+    statuses = Counter(r.status for r in rows)
+    reasons: dict[str, Counter[str]] = {}
+    for r in rows:
+        if r.status not in (HostStatus.CLEAN.value, HostStatus.PLANNED.value):
+            reasons.setdefault(r.status, Counter())[r.reason or "unknown"] += 1
+    return {"host": host, "runs": len(rows), "statuses": dict(statuses),
+            "reasons": {s: dict(c.most_common()) for s, c in reasons.items()}}
+
+
+def tally_line(summary: Mapping[str, Any]) -> str:
+    """`gpu-b07: 14 runs, 11 clean, 3 failed: memory_held 2, health 1`."""
+    runs = summary["runs"]
+    parts = [f"{summary['host']}: {runs} run{'' if runs == 1 else 's'}"]
+    statuses: dict[str, int] = summary["statuses"]
+    for status in sorted(statuses, key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER)):
+        why = summary["reasons"].get(status)
+        detail = f": {', '.join(f'{reason} {n}' for reason, n in why.items())}" if why else ""
+        parts.append(f"{statuses[status]} {status}{detail}")
+    return ", ".join(parts)
+
+
+def one_line(text: str, width: int = FIELD_WIDTH) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+# --- fleet show -------------------------------------------------------------------------------------------------
+
+
+def report_from_document(document: Mapping[str, Any]) -> RunReport:
+    """summary.json back into a report, enough for the run's own human summary (`render.human_lines`,
+    `render.plan_lines`): statuses, reasons, errors, steps, the dry run's plan and Slurm's part."""
+    hosts = {name: _host_from_document(name, host) for name, host in document["hosts"].items()}
+    return RunReport(document["run_id"], document["command"], document["started_at"], float(document["duration_s"]),
+                     hosts)
+
+
+def _host_from_document(name: str, document: Mapping[str, Any]) -> HostReport:
+    try:
+        host = host_from_document(name, dict(document))
+    except (KeyError, TypeError, ValueError):  # a document of another shape: what the summary needs
+        host = HostReport(name, HostStatus(document["status"]), float(document.get("duration_s") or 0.0),
+                          document.get("error"), reason=_reason(document.get("reason")))
+    plan, slurm = document.get("plan"), document.get("slurm")
+    if plan is not None or slurm is not None:
+        host = HostReport(host.name, host.status, host.duration_s, host.error, host.steps, host.killed, host.gpus,
+                          _plan(plan) if plan is not None else None, _slurm(slurm) if slurm is not None else None,
+                          host.reason)
+    return host
+
+
+def _plan(document: Mapping[str, Any]) -> HostPlan:
+    return HostPlan(
+        units=tuple((str(u), str(s)) for u, s in document.get("units", {}).items()),
+        would_kill=tuple(PlannedProcess(**p) for p in document.get("would_kill", [])),
+        kept=tuple(PlannedProcess(**p) for p in document.get("kept", [])),
+        gpu_memory_mib=tuple(document.get("gpu_memory_mib", [])),
+    )
+
+
+def _slurm(document: Mapping[str, Any]) -> SlurmReport:
+    return SlurmReport(**{**document, "jobs": tuple(document.get("jobs", ()))})
+
+
+def _reason(value: object) -> Reason | None:
+    try:
+        return Reason(str(value)) if value else None
+    except ValueError:  # a code from another fleet version
+        return None
+
+
+def unfinished_lines(record: RunRecord) -> list[str]:
+    """`fleet show` of a run with no summary.json (running, or killed): what the history has of it."""
+    run = record.run
+    hosts = {h.host: HostReport(h.host, HostStatus(h.status), h.duration_s, h.error, reason=_reason(h.reason))
+             for h in record.hosts}
+    report = RunReport(run.run_id, run.command, run.started_at, 0.0, hosts)
+    missing = [name for name in run.targets if name not in hosts]
+    lines = human_lines(report)[:-1] if hosts else []
+    state = "ended without a summary" if run.finished else "has no end on record (still running, or killed)"
+    lines.append(f"{command_label(run)} {run.run_id} {state}: {len(hosts)} of {len(run.targets)} hosts on record"
+                 + (f"; not on record: {fold(missing)}" if missing else ""))
+    return lines
+
+
+def log_line(record: Mapping[str, Any]) -> str:
+    """One host log event, readable: time, level, step, event and its fields (a command as its argv, exit
+    status and time; its output only in the raw JSONL)."""
+    stamp = str(record.get("timestamp", ""))
+    clock = stamp[11:23] if len(stamp) >= 23 and stamp[10] == "T" else stamp
+    head = f"{clock:<12} {record.get('level', ''):<7} {record.get('step') or '-':<6} {record.get('event', ''):<13}"
+    if record.get("event") == "command" and isinstance(record.get("argv"), list):
+        status = "timed out" if record.get("timed_out") else f"exit {record.get('exit_status')}"
+        if record.get("signal"):
+            status += f", signal {record['signal']}"
+        argv = one_line(shlex.join(map(str, record["argv"])))
+        return f"{head}  $ {argv}  -> {status} in {record.get('duration_s')} s"
+    fields = [f"{k}={_field(v)}" for k, v in record.items() if k not in _LOG_FRAME and v is not None]
+    return f"{head}  {' '.join(fields)}".rstrip()
+
+
+def _field(value: object) -> str:
+    text = value if isinstance(value, str) and value and " " not in value and "=" not in value else None
+    return one_line(text if text is not None else json.dumps(value, separators=(",", ":")))
+
+
+def log_lines(text: str) -> list[str]:
+    """A host's JSONL log, a readable line per event (a line that is no JSON object as it is)."""
+    lines = []
+    for raw in text.splitlines():
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = None
+        lines.append(log_line(record) if isinstance(record, dict) else raw)
+    return lines
+
+
+def prune_line(removed: Sequence[str], folders: Sequence[str], keep_days: float) -> str:
+    """What `--keep-days` removed."""
+    if not removed and not folders:
+        return f"pruned nothing: no run older than {keep_days:g} days"
+    runs = sorted(set(removed) | set(folders))
+    return (f"pruned runs older than {keep_days:g} days: {len(removed)} record{'' if len(removed) == 1 else 's'},"
+            f" {len(folders)} log folder{'' if len(folders) == 1 else 's'}"
+            + (f" ({', '.join(runs)})" if len(runs) <= PRUNE_NAMED else ""))

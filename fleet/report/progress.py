@@ -1,0 +1,163 @@
+"""The run as it goes, on stderr: a live view on a terminal, a status line every 30 s without one.
+
+Never on stdout: `--json` keeps stdout one document. The view reads the hosts' progress (`HostRun`:
+status, current step, start) a few times a second; nothing in the task graph waits for it.
+
+    terminal   a rich Live view: hosts per step and per outcome, elapsed time, an ETA, the slowest hosts
+    otherwise  one line every FLEET_STATUS_INTERVAL seconds (30 by default), so a cron log shows a long
+               run is alive: `fleet: 120/500 done (110 clean, 10 failed); in flight: kill 300, settle 80;
+               45 s elapsed, about 30 s left; slowest gpu-b07 (settle, 41 s)`
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Protocol
+
+import anyio
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from fleet.report.models import HostStatus, StepName
+
+STATUS_INTERVAL_VAR = "FLEET_STATUS_INTERVAL"
+DEFAULT_STATUS_INTERVAL_S = 30.0
+LIVE_REFRESH_S = 0.25
+SLOWEST = 3
+
+
+class Progressing(Protocol):
+    """What the view reads of a host (`fleet.reset.host.HostRun` is one)."""
+
+    @property
+    def status(self) -> HostStatus | None: ...
+    @property
+    def current(self) -> StepName | None: ...
+    @property
+    def started(self) -> float | None: ...
+    @property
+    def ended(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The run at one moment: counts, the slowest hosts in flight, elapsed, an estimate of what is left."""
+
+    total: int
+    done: Counter[str]
+    in_flight: Counter[str]  # step -> hosts in it ("connect" before the first step)
+    waiting: int  # not started yet
+    elapsed_s: float
+    eta_s: float | None
+    slowest: tuple[tuple[str, str, float], ...]  # (host, step, seconds in flight)
+
+    @property
+    def finished(self) -> int:
+        return sum(self.done.values())
+
+
+def snapshot(hosts: Mapping[str, Progressing], started: float, now: float) -> Snapshot:
+    """Where every host is (pure: the clock is passed in)."""
+    done: Counter[str] = Counter()
+    in_flight: Counter[str] = Counter()
+    flying: list[tuple[str, str, float]] = []
+    durations = []
+    waiting = 0
+    for name, host in hosts.items():
+        if host.status is not None:
+            done[host.status.value] += 1
+            if host.started is not None and host.ended is not None:
+                durations.append(host.ended - host.started)
+        elif host.started is None:
+            waiting += 1
+        else:
+            step = host.current.value if host.current else "connect"
+            in_flight[step] += 1
+            flying.append((name, step, now - host.started))
+    slowest = tuple(sorted(flying, key=lambda f: -f[2])[:SLOWEST])
+    return Snapshot(len(hosts), done, in_flight, waiting, now - started, _eta(durations, flying, waiting), slowest)
+
+
+def _eta(durations: Sequence[float], flying: Sequence[tuple[str, str, float]], waiting: int) -> float | None:
+    """Seconds left, from the hosts done so far: the in-flight hosts finish at the typical host's duration,
+    the waiting ones take one more such duration each wave. None until a host has finished."""
+    if not durations:
+        return None
+    typical = statistics.median(durations)
+    left = max((typical - elapsed for _, _, elapsed in flying), default=0.0)
+    if waiting:
+        left += typical * (1 + waiting // max(1, len(flying) or 1))
+    return max(0.0, left)
+
+
+def status_line(snap: Snapshot) -> str:
+    """One line for a log: done, in flight by step, elapsed, left, the slowest host."""
+    done = ", ".join(f"{n} {s}" for s, n in sorted(snap.done.items()))
+    parts = [f"fleet: {snap.finished}/{snap.total} done" + (f" ({done})" if done else "")]
+    if snap.in_flight:
+        parts.append("in flight: " + ", ".join(f"{step} {n}" for step, n in _steps_in_order(snap.in_flight)))
+    if snap.waiting:
+        parts.append(f"{snap.waiting} waiting")
+    timing = f"{snap.elapsed_s:.0f} s elapsed"
+    if snap.eta_s is not None and snap.finished < snap.total:
+        timing += f", about {snap.eta_s:.0f} s left"
+    parts.append(timing)
+    if snap.slowest:
+        host, step, seconds = snap.slowest[0]
+        parts.append(f"slowest {host} ({step}, {seconds:.0f} s)")
+    return "; ".join(parts)
+
+
+def _steps_in_order(counts: Counter[str]) -> list[tuple[str, int]]:
+    order = ["connect", *(s.value for s in StepName)]
+    return sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+
+
+def table(snap: Snapshot) -> Table:
+    """The live view: one row of counts per step and per outcome, then the slowest hosts."""
+    grid = Table(box=None, title=f"fleet: {snap.finished}/{snap.total} hosts done, {snap.elapsed_s:.0f} s"
+                 + (f", about {snap.eta_s:.0f} s left" if snap.eta_s is not None and snap.finished < snap.total
+                    else ""), title_justify="left")
+    steps = ["waiting", "connect", *(s.value for s in StepName)]
+    outcomes = [s.value for s in HostStatus]
+    for column in [*steps, *outcomes]:
+        grid.add_column(column, justify="right")
+    counts = {"waiting": snap.waiting, **snap.in_flight, **snap.done}
+    grid.add_row(*(str(counts.get(c, 0)) for c in [*steps, *outcomes]))
+    if snap.slowest:
+        grid.caption = "slowest: " + ", ".join(f"{h} ({s}, {t:.0f} s)" for h, s, t in snap.slowest)
+        grid.caption_justify = "left"
+    return grid
+
+
+def status_interval(env: dict[str, str] | None = None) -> float:
+    value = (env if env is not None else os.environ).get(STATUS_INTERVAL_VAR, "")
+    try:
+        return max(0.5, float(value)) if value.strip() else DEFAULT_STATUS_INTERVAL_S
+    except ValueError:
+        return DEFAULT_STATUS_INTERVAL_S
+
+
+async def watch(hosts: Mapping[str, Progressing], *, stream: IO[str] | None = None,
+                live: bool | None = None) -> None:
+    """Show the run until cancelled (the task graph cancels it when the run ends)."""
+    out = stream or sys.stderr
+    started = time.monotonic()
+    if live if live is not None else out.isatty():
+        console = Console(file=out, stderr=out is sys.stderr)
+        with Live(table(snapshot(hosts, started, started)), console=console, transient=True,
+                  refresh_per_second=int(1 / LIVE_REFRESH_S)) as view:
+            while True:
+                await anyio.sleep(LIVE_REFRESH_S)
+                view.update(table(snapshot(hosts, started, time.monotonic())))
+    interval = status_interval()
+    while True:
+        await anyio.sleep(interval)
+        print(status_line(snapshot(hosts, started, time.monotonic())), file=out, flush=True)

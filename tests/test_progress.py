@@ -1,0 +1,133 @@
+"""The run as it goes: a live view on a terminal, a status line every interval without one, never on stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+
+from fleet.report import progress
+from fleet.report.models import HostStatus, StepName
+from fleet.sim.fleetsim import SimFleet
+from fleet.sim.node import NodeSpec, UnitSpec
+
+
+@dataclass
+class FakeRun:
+    status: HostStatus | None = None
+    current: StepName | None = None
+    started: float | None = None
+    ended: float | None = None
+
+
+def test_snapshot_counts_each_host_once_and_names_the_slowest() -> None:
+    hosts = {
+        "a": FakeRun(HostStatus.CLEAN, None, 0.0, 10.0),
+        "b": FakeRun(HostStatus.FAILED, None, 0.0, 12.0),
+        "c": FakeRun(None, StepName.SETTLE, 1.0),
+        "d": FakeRun(None, StepName.KILL, 5.0),
+        "e": FakeRun(None, None, 9.0),  # connecting
+        "f": FakeRun(),  # waiting for its wave
+    }
+    snap = progress.snapshot(hosts, started=0.0, now=15.0)
+    assert snap.finished == 2 and snap.waiting == 1
+    assert dict(snap.in_flight) == {"settle": 1, "kill": 1, "connect": 1}
+    assert snap.slowest[0] == ("c", "settle", 14.0)
+    assert snap.eta_s is not None and snap.eta_s > 0
+    line = progress.status_line(snap)
+    assert line.startswith("fleet: 2/6 done (1 clean, 1 failed); in flight: connect 1, kill 1, settle 1; 1 waiting;")
+    assert "15 s elapsed" in line and "slowest c (settle, 14 s)" in line
+
+
+def test_no_estimate_before_a_host_finished_and_none_once_all_did() -> None:
+    assert progress.snapshot({"a": FakeRun(None, StepName.DRAIN, 0.0)}, 0.0, 3.0).eta_s is None
+    done = progress.snapshot({"a": FakeRun(HostStatus.CLEAN, None, 0.0, 2.0)}, 0.0, 3.0)
+    assert "left" not in progress.status_line(done)
+
+
+def test_status_interval_comes_from_the_environment() -> None:
+    assert progress.status_interval({}) == 30.0
+    assert progress.status_interval({"FLEET_STATUS_INTERVAL": "2"}) == 2.0
+    assert progress.status_interval({"FLEET_STATUS_INTERVAL": "soon"}) == 30.0
+
+
+@pytest.fixture
+async def slow_fleet(tmp_path: Path) -> AsyncIterator[SimFleet]:
+    """Two nodes whose memory lingers 3 s after the unit dies: a reset takes a few seconds."""
+    unit = UnitSpec("sglang.service", gpus=(0, 1), mib=30000)
+    specs = [NodeSpec(name=n, units=(unit,), linger_s=3.0) for n in ("gpu-b01", "gpu-b02")]
+    async with SimFleet(tmp_path / "sim", specs) as sim:
+        yield sim
+
+
+def _reset_argv(sim: SimFleet, tmp_path: Path) -> list[str]:
+    return [sys.executable, "-m", "fleet", "reset", "-i", str(sim.inventory_path), "-g", "sim", "-y", "--json",
+            "--log-dir", str(tmp_path / "logs")]
+
+
+async def test_without_a_terminal_a_status_line_comes_every_interval_on_stderr(slow_fleet: SimFleet,
+                                                                              tmp_path: Path) -> None:
+    env = {**os.environ, "FLEET_STATUS_INTERVAL": "0.5"}
+    done = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        _reset_argv(slow_fleet, tmp_path), capture_output=True, text=True, env=env, timeout=120, check=False))
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)["hosts"]) == {"gpu-b01", "gpu-b02"}  # stdout: the document alone
+    lines = [line for line in done.stderr.splitlines() if line.startswith("fleet: ") and " done" in line]
+    assert len(lines) >= 2, done.stderr
+    assert any("in flight: " in line for line in lines)
+
+
+async def test_on_a_terminal_the_live_view_is_on_stderr_and_stdout_stays_one_document(slow_fleet: SimFleet,
+                                                                                      tmp_path: Path) -> None:
+    argv = _reset_argv(slow_fleet, tmp_path)
+    code, out, shown = await anyio.to_thread.run_sync(_run_on_a_terminal, argv)
+    assert code == 0, shown.decode(errors="replace")
+    assert set(json.loads(out)["hosts"]) == {"gpu-b01", "gpu-b02"}
+    assert b"hosts done" in shown and b"settle" in shown  # the live view's title and its step columns
+    assert b"hosts done" not in out
+
+
+def _run_on_a_terminal(argv: list[str]) -> tuple[int, bytes, bytes]:
+    """Run argv with stderr on a pseudo-terminal and stdout on a pipe: (exit code, stdout, what the terminal
+    showed)."""
+    leader, follower = pty.openpty()
+    try:
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "COLUMNS": "120"}) as process:
+            os.close(follower)
+            follower = -1
+            shown = _read_all(leader, process)
+            out = process.stdout.read() if process.stdout else b""
+            code = process.wait(timeout=30)
+    finally:
+        if follower >= 0:
+            os.close(follower)
+        os.close(leader)
+    return code, out, shown
+
+
+def _read_all(fd: int, process: subprocess.Popen[bytes]) -> bytes:
+    """Everything the terminal shows until the process ends (bounded)."""
+    chunks = []
+    for _ in range(1200):
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        elif process.poll() is not None:
+            break
+    return b"".join(chunks)
