@@ -98,6 +98,7 @@ async def test_busy_fleet_with_a_stray_process_is_reset_clean(make_fleet: Any, t
         assert keepers[name] and all(node.alive(p) for p in keepers[name])
         assert node.gpu_memory() == [0] * 8
         assert node.compute_pids() == set()
+        assert host.memory_before_mib == (30000 + 1523,) + (30000,) * 7  # what the reset freed, GPU by GPU
         assert len(host.gpus) == 8
 
 
@@ -341,10 +342,11 @@ async def test_failed_canary_leaves_every_other_host_untouched(make_fleet: Any, 
         assert sim.nodes[other].unit_state("sglang.service") == "active"
 
 
-async def test_an_already_clean_host_costs_eleven_remote_commands(make_fleet: Any, tmp_path: Path) -> None:
+async def test_an_already_clean_host_costs_twelve_remote_commands(make_fleet: Any, tmp_path: Path) -> None:
     """The count README states (and the benchmark reports): it must not grow without a reason.
-    (No nvidia-persistenced here: a kept holder costs the commands that describe it.) Eleven: the eight of
-    the reset, and the health gate's three reads (the kernel log before, `nvidia-smi -q` and the log after)."""
+    (No nvidia-persistenced here: a kept holder costs the commands that describe it.) Twelve: the eight of
+    the reset, the health gate's three reads (the kernel log before, `nvidia-smi -q` and the log after), and
+    the GPU memory as the reset begins (the report's and the history's "before")."""
     sim = await make_fleet([busy("gpu-c01", protected_daemon=False)], fast_vars(["gpu-c01"]))
     first = await reset(sim, tmp_path)
     assert first.hosts["gpu-c01"].status is HostStatus.CLEAN, first.hosts["gpu-c01"].error
@@ -354,6 +356,6 @@ async def test_an_already_clean_host_costs_eleven_remote_commands(make_fleet: An
     events = [json.loads(line) for line in logs[-1].read_text().splitlines()]
     steps = [e.get("step", "lock") + ":" + Path(e["argv"][0]).name for e in events if e["event"] == "command"]
     assert sorted(steps) == sorted([
-        "lock:flock", "drain:journalctl", "drain:systemctl", "drain:systemctl", "kill:find", "settle:nvidia-smi",
+        "lock:flock", "drain:journalctl", "drain:nvidia-smi", "drain:systemctl", "drain:systemctl", "kill:find", "settle:nvidia-smi",
         "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:journalctl", "verify:find",
     ])

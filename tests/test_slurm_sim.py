@@ -270,6 +270,7 @@ async def test_via_srun_resets_through_a_real_job_step(sim: SimFleet, cluster: S
     hosts = report.hosts
     assert hosts["sim1"].status is HostStatus.CLEAN and busy_mib(sim, "sim1") == 0
     assert [s.status.value for s in hosts["sim1"].steps] == ["ok", "ok", "ok", "ok"]
+    assert hosts["sim1"].memory_before_mib is not None and hosts["sim1"].memory_before_mib[0] == 30000 + 1523
     assert {k.name for k in hosts["sim1"].killed} >= {"python3"}
     assert hosts["sim2"].status is HostStatus.SKIPPED and f"job {job}" in (hosts["sim2"].error or "")
     assert hosts["sim3"].status is HostStatus.SKIPPED and "bad DIMM" in (hosts["sim3"].error or "")

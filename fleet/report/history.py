@@ -203,12 +203,19 @@ def host_values(report: HostReport) -> dict[str, Any]:
                         for s in report.steps]),
         "killed_count": len(report.killed),
         "killed": _json([asdict(k) for k in report.killed]),
-        "memory_before_mib": _json(list(report.plan.gpu_memory_mib)) if report.plan is not None else None,
+        "memory_before_mib": _memory_before(report),
         "memory_after_mib": _json([g.memory_used_mib for g in gpus]) if gpus else None,
         "settle_s": _json([g.settle_s for g in gpus]) if gpus else None,
         "health": _json([{"gpu": g.index, **asdict(f)} for g in gpus for f in g.health]),
         "slurm": _json(asdict(report.slurm)) if report.slurm is not None else None,
     }
+
+
+def _memory_before(report: HostReport) -> str | None:
+    """Each GPU's memory.used as the reset began (a dry run: as its survey read it); None when not read."""
+    if report.memory_before_mib is not None:
+        return _json(list(report.memory_before_mib))
+    return _json(list(report.plan.gpu_memory_mib)) if report.plan is not None else None
 
 
 def _json(value: object) -> str:

@@ -174,6 +174,7 @@ class HostReport:
     plan: HostPlan | None = None  # dry run only
     slurm: SlurmReport | None = None  # with --slurm
     reason: Reason | None = None  # set whenever the host did not end clean (or planned)
+    memory_before_mib: tuple[int | None, ...] | None = None  # each GPU's memory.used as a reset began
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,8 @@ def host_document(host: HostReport) -> dict[str, Any]:
         "killed": [asdict(k) for k in host.killed],
         "gpus": [asdict(g) for g in host.gpus],
     }
+    if host.memory_before_mib is not None:
+        document["memory_before_mib"] = list(host.memory_before_mib)
     if host.plan is not None:
         document["plan"] = {
             "would_stop": list(host.plan.would_stop),
@@ -88,10 +90,11 @@ def host_from_document(name: str, document: dict[str, Any]) -> HostReport:
         GpuReport(**{**g, "health": tuple(Finding(f["check"], Level(f["level"]), f["detail"]) for f in g["health"])})
         for g in document["gpus"]
     )
-    reason = document.get("reason")
+    reason, before = document.get("reason"), document.get("memory_before_mib")
     return HostReport(name, HostStatus(document["status"]), float(document["duration_s"]), document["error"], steps,
                       tuple(KilledProcess(**k) for k in document["killed"]), gpus,
-                      reason=Reason(reason) if reason else None)
+                      reason=Reason(reason) if reason else None,
+                      memory_before_mib=tuple(before) if before is not None else None)
 
 
 def to_document(report: RunReport) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
 from fleet.node.budget import Budget, BudgetSpent
 from fleet.node.node import Node
-from fleet.node.probes import health
+from fleet.node.probes import health, smi
 from fleet.report.models import (
     GpuReport,
     HostPlan,
@@ -70,6 +70,7 @@ class HostRun:
     killed: tuple[KilledProcess, ...] = ()
     gpus: tuple[GpuReport, ...] = ()
     plan: HostPlan | None = None
+    memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
     slurm: SlurmReport | None = None  # set by the scheduler seam (`fleet.slurm.lifecycle`) with --slurm
 
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
@@ -92,7 +93,7 @@ class HostRun:
         end = self.ended or time.monotonic()
         duration = round(end - self.started, 3) if self.started is not None else 0.0
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.slurm, reason)
+                          self.slurm, reason, self.memory_before)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
@@ -114,6 +115,7 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
     settle_s: dict[int, float] = {}
     xids_before = await _xids_now(node) if mode is Mode.RESET else None
     if mode is Mode.RESET:
+        run.memory_before = await _memory_now(node)
         await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
         run.killed = killed.killed
@@ -125,6 +127,18 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
     run.gpus = verified.gpus
     run.current = None
     run.finish(*host_outcome(run.steps))
+
+
+async def _memory_now(node: Node) -> tuple[int | None, ...] | None:
+    """Each GPU's memory.used as the reset begins (the report's and the history's "before"); None when it cannot
+    be read now (settle and verify will say why)."""
+    try:
+        rows = await node.ask(smi.gpu_query(node.host.nvidia_smi, smi.SETTLE_FIELDS), step=StepName.DRAIN,
+                              budget=Budget(0.0, slack=node.host.command_timeout))
+        return tuple(r.memory_used_mib for r in rows)
+    except STEP_ENDERS as exc:
+        node.log.warning("memory_unread", error=str(exc))
+        return None
 
 
 async def _xids_now(node: Node) -> frozenset[health.Xid] | None:

@@ -319,6 +319,7 @@ class SrunRun:
                           Reason.NO_REPORT)
                 continue
             run.steps, run.killed, run.gpus = list(report.steps), report.killed, report.gpus
+            run.memory_before = report.memory_before_mib
             run.finish(report.status, report.error, report.reason)
             run.started = (run.ended or time.monotonic()) - report.duration_s
             self._ended(run)
