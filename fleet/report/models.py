@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import ParamSpec
 
 
 class HostStatus(StrEnum):
@@ -59,6 +60,21 @@ class Reason(StrEnum):
     INTERRUPTED = "interrupted"  # SIGINT/SIGTERM
     STOPPED = "stopped"  # not started: the failure budget was spent or the canary failed
     INTERNAL = "internal"  # a bug in fleet (the host's log has the traceback)
+
+
+Verdict = tuple[Reason, str]  # why (the code) and in one line (the message) a step or host is not clean
+P = ParamSpec("P")
+
+
+def line_of(decide: Callable[P, Verdict | None]) -> Callable[P, str | None]:
+    """A verdict function's message alone (None when it found nothing), for callers that only show it."""
+
+    def line(*args: P.args, **kwargs: P.kwargs) -> str | None:
+        verdict = decide(*args, **kwargs)
+        return verdict[1] if verdict else None
+
+    line.__doc__ = f"The one-line message of `{decide.__name__}`."
+    return line
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import anyio
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import procs, units
-from fleet.report.models import KilledProcess, Reason, StepName, StepOutcome, StepResult, StepStatus
+from fleet.report.models import KilledProcess, Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict, line_of
 from fleet.reset.drain import UnitsStopped, stop_units
 from fleet.reset.holders import Scan, scan
 from fleet.reset.poll import POLL_MARGIN_S, backoff
@@ -210,20 +210,6 @@ def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back:
     return "; ".join(parts)
 
 
-def kill_error(
-    after_kill: frozenset[int],
-    targets: Sequence[Holder],
-    back: Sequence[Holder],
-    *,
-    denied: frozenset[int] = frozenset(),
-    restart: Mapping[str, str] | None = None,
-    services: Sequence[str] = (),
-) -> str | None:
-    """One line when the kill did not leave the GPUs free of unprotected holders (`kill_verdict`'s line)."""
-    verdict = kill_verdict(after_kill, targets, back, denied=denied, restart=restart, services=services)
-    return verdict[1] if verdict else None
-
-
 def kill_verdict(
     after_kill: frozenset[int],
     targets: Sequence[Holder],
@@ -232,7 +218,7 @@ def kill_verdict(
     denied: frozenset[int] = frozenset(),
     restart: Mapping[str, str] | None = None,
     services: Sequence[str] = (),
-) -> tuple[Reason, str] | None:
+) -> Verdict | None:
     """Why, and in one line, the kill did not leave the GPUs free of unprotected holders; None when it did.
 
     `restart` maps a unit to its Restart= setting, for the respawn message.
@@ -253,6 +239,9 @@ def kill_verdict(
     if new:
         return Reason.HOLDERS_LEFT, f"new GPU holders after kill: {labels(new)}"
     return None
+
+
+kill_error = line_of(kill_verdict)
 
 
 def split_back(back: Sequence[Holder], targets: Sequence[Holder]) -> tuple[list[Holder], list[Holder]]:

@@ -20,7 +20,18 @@ from collections.abc import Collection, Mapping, Sequence
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import health, smi
-from fleet.report.models import Finding, GpuReport, Level, Reason, StepName, StepOutcome, StepResult, StepStatus
+from fleet.report.models import (
+    Finding,
+    GpuReport,
+    Level,
+    Reason,
+    StepName,
+    StepOutcome,
+    StepResult,
+    StepStatus,
+    Verdict,
+    line_of,
+)
 from fleet.reset.health import HealthPolicy, judge
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
@@ -91,19 +102,6 @@ def verify_problems(
     return problems
 
 
-def verify_error(
-    rows: Sequence[smi.GpuRow],
-    apps: Sequence[smi.ComputeApp],
-    expected: int | None,
-    allowance: Allowance,
-    holders: Sequence[Holder] = (),
-    findings: Mapping[str, Sequence[Finding]] | None = None,
-) -> str | None:
-    """The first problem (and how many more), or None when the node is clean (`verify_verdict`'s line)."""
-    verdict = verify_verdict(rows, apps, expected, allowance, holders, findings)
-    return verdict[1] if verdict else None
-
-
 def verify_verdict(
     rows: Sequence[smi.GpuRow],
     apps: Sequence[smi.ComputeApp],
@@ -111,13 +109,16 @@ def verify_verdict(
     allowance: Allowance,
     holders: Sequence[Holder] = (),
     findings: Mapping[str, Sequence[Finding]] | None = None,
-) -> tuple[Reason, str] | None:
+) -> Verdict | None:
     """The first problem's reason and line (and how many more), or None when the node is clean. `apps` and
     `holders` are those fleet would kill; what kept processes hold is in the allowance."""
     problems = verify_problems(rows, apps, expected, allowance, holders, findings)
     if not rows and not problems:
         problems.append((Reason.GPU_MISSING, "nvidia-smi listed no GPUs"))
     return (problems[0][0], first_of([text for _, text in problems])) if problems else None
+
+
+verify_error = line_of(verify_verdict)
 
 
 def describe_verify(
