@@ -73,6 +73,8 @@ def healthy_q(bus_id: str) -> str:
 
 
 # The health gate's two reads on a healthy one-GPU node: -q, and a kernel log with no Xid (journalctl exits 1).
+# The GPU memory read as the reset begins (the report's memory_before_mib): one idle GPU.
+BEFORE = (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"), Reply("0, GPU-aaaa, 0, Disabled\n"))
 HEALTH = [
     (("nvidia-smi", "-q"), Reply(healthy_q("00000000:18:00.0"))),
     (("journalctl",), Reply(exit_status=1)),

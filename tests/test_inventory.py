@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import textwrap
 from pathlib import Path
@@ -64,9 +63,11 @@ def test_yaml_and_toml_of_the_same_site_resolve_alike() -> None:
 
 
 def test_unset_variables_take_the_documented_defaults(tmp_path: Path) -> None:
-    """A bare host gets its own name as address and the current user."""
+    """A bare host gets its own name as address; port and user stay unset (ssh_config's, else 22 and the
+    current user, when it connects: fleet.transport.ssh)."""
     host = load(tmp_path, "hosts: {gpu-x01: null}").hosts["gpu-x01"]
-    assert host == Host(name="gpu-x01", address="gpu-x01", user=getpass.getuser(), slurm_node="gpu-x01")
+    assert host == Host(name="gpu-x01", address="gpu-x01", slurm_node="gpu-x01")
+    assert (host.port, host.user) == (None, None)
     assert host.devices == DEFAULT_DEVICES
     assert host.known_hosts is None
     assert host.connection is Connection.SSH

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from fleet.errors import InventoryError
+from fleet.inventory import host as host_module
 from fleet.inventory.files import check_files
-from fleet.inventory.host import BUILTIN_PROTECTED, DEFAULT_KNOWN_HOSTS
+from fleet.inventory.host import BUILTIN_PROTECTED
 from fleet.inventory.load import Inventory, load_inventory
 
 
@@ -194,18 +195,52 @@ def test_a_missing_known_hosts_names_the_group_that_set_it(tmp_path: Path) -> No
     )
 
 
-def test_the_default_known_hosts_is_named_as_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def system_known_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """The system's default known_hosts files, moved under tmp_path (absent until a test writes them); HOME too."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    files = (tmp_path / "etc" / "ssh_known_hosts", tmp_path / "etc" / "ssh_known_hosts2")
+    monkeypatch.setattr(host_module, "SYSTEM_KNOWN_HOSTS", tuple(map(str, files)))
+    files[0].parent.mkdir()
+    return files
+
+
+def test_the_default_known_hosts_is_named_as_the_default(tmp_path: Path, system_known_hosts: tuple[Path, Path]) -> None:
+    """With known_hosts unset, every default file is read as OpenSSH reads them: that none exists is the error."""
     inv = connecting(tmp_path, "hosts: {n1: null}")
-    assert DEFAULT_KNOWN_HOSTS == "~/.ssh/known_hosts"
+    system, system2 = system_known_hosts
     assert files_error(inv) == (
         f"{tmp_path / 'site.yaml'}: defaults.known_hosts: ~/.ssh/known_hosts (the default,"
-        f" {tmp_path / 'home/.ssh/known_hosts'}) does not exist"
-        " (host keys are always checked; set known_hosts or run ssh-keyscan)"
+        f" {tmp_path / 'home/.ssh/known_hosts'}), like ~/.ssh/known_hosts2, the system's {system} and {system2},"
+        " does not exist (host keys are always checked; set known_hosts or run ssh-keyscan)"
     )
     (tmp_path / "home" / ".ssh").mkdir(parents=True)
     (tmp_path / "home" / ".ssh" / "known_hosts").write_text("")
     check_files(inv, list(inv.hosts.values()))
+
+
+@pytest.mark.parametrize("which", ["~/.ssh/known_hosts2", "system", "system2"])
+def test_any_one_default_known_hosts_will_do(tmp_path: Path, system_known_hosts: tuple[Path, Path],
+                                             which: str) -> None:
+    inv = connecting(tmp_path, "hosts: {n1: null}")
+    path = {"system": system_known_hosts[0], "system2": system_known_hosts[1]}.get(which)
+    if path is None:
+        path = tmp_path / "home" / ".ssh" / "known_hosts2"
+        path.parent.mkdir(parents=True)
+    path.write_text("")
+    check_files(inv, list(inv.hosts.values()))
+
+
+def test_a_default_known_hosts_that_exists_but_is_no_file_is_named(tmp_path: Path,
+                                                                   system_known_hosts: tuple[Path, Path]) -> None:
+    (tmp_path / "home" / ".ssh" / "known_hosts2").mkdir(parents=True)
+    system_known_hosts[0].write_text("")
+    inv = connecting(tmp_path, "hosts: {n1: null}")
+    assert files_error(inv) == (
+        f"{tmp_path / 'site.yaml'}: defaults.known_hosts: ~/.ssh/known_hosts2 (a default known_hosts,"
+        f" {tmp_path / 'home/.ssh/known_hosts2'}) is not a file"
+        " (host keys are always checked; set known_hosts or run ssh-keyscan)"
+    )
 
 
 def test_a_folder_or_an_unreadable_file_is_refused_too(tmp_path: Path) -> None:

@@ -356,6 +356,7 @@ async def test_an_already_clean_host_costs_twelve_remote_commands(make_fleet: An
     events = [json.loads(line) for line in logs[-1].read_text().splitlines()]
     steps = [e.get("step", "lock") + ":" + Path(e["argv"][0]).name for e in events if e["event"] == "command"]
     assert sorted(steps) == sorted([
-        "lock:flock", "drain:journalctl", "drain:nvidia-smi", "drain:systemctl", "drain:systemctl", "kill:find", "settle:nvidia-smi",
-        "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:journalctl", "verify:find",
+        "lock:flock", "drain:journalctl", "drain:nvidia-smi", "drain:systemctl", "drain:systemctl", "kill:find",
+        "settle:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:journalctl",
+        "verify:find",
     ])

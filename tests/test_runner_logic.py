@@ -100,7 +100,7 @@ async def test_hanging_nvidia_smi_fails_within_budget_and_names_it(tmp_path: Pat
     assert host.reason is Reason.COMMAND_TIMEOUT
     settle = next(s for s in host.steps if s.name is StepName.SETTLE)
     assert settle.status is StepStatus.TIMEOUT
-    assert sum(1 for argv in t.ran if argv[0] == "nvidia-smi") == 2  # one in settle, one in verify
+    assert sum(1 for argv in t.ran if argv[0] == "nvidia-smi") == 3  # the memory before, settle, verify
 
 
 async def test_memory_that_never_settles_fails_with_the_gpu_named(tmp_path: Path) -> None:
@@ -140,7 +140,8 @@ async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) 
 
 async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) -> None:
     """Ctrl-C: in-flight hosts fail as interrupted, connections are closed, the report is whole."""
-    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, *scripted_node.HEALTH])
+    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, scripted_node.BEFORE,
+                               *scripted_node.HEALTH])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
 
     async def interrupt() -> None:
@@ -315,7 +316,8 @@ async def test_a_clean_canary_lets_the_rest_run(tmp_path: Path) -> None:
 
 
 async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> None:
-    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, *scripted_node.HEALTH])
+    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, scripted_node.BEFORE,
+                               *scripted_node.HEALTH])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
     with anyio.fail_after(10):
         report, state = await run([host, make_host("gpu-02")], {"gpu-01": slow}, tmp_path,

@@ -316,14 +316,19 @@ async def test_deadline_and_interrupt_end_the_run_within_seconds_while_the_sessi
     cut: str, sshd: Sshd, client_key: ClientKey, make_node: Callable[[NodeSpec], SimNode], freezer: Freezer,
     tmp_path: Path
 ) -> None:
-    """A wedged nvidia-smi (60 s command timeout) behind a session frozen mid-command: `--deadline` or
-    Ctrl-C ends the run within seconds, whatever it waits on, and summary.json is written."""
+    """A wedged nvidia-smi (60 s command timeout) behind a session frozen mid-command in settle: `--deadline`
+    or Ctrl-C ends the run within seconds, whatever it waits on, and summary.json is written."""
     node = make_node(NodeSpec(name="gpu-s02", smi_mode="hang"))
     host = node_host(sshd, client_key, node, command_timeout=60, settle_timeout=60)
     deadline = 10.0 if cut == "deadline" else None
     frozen_at: list[float] = []
 
-    async def freeze_mid_settle() -> None:
+    def settling() -> bool:
+        return any('"step_start"' in line and '"settle"' in line
+                   for log in (tmp_path / "logs").glob("*/gpu-s02.jsonl") for line in log.read_text().splitlines())
+
+    async def freeze_mid_settle() -> None:  # drain's memory read hangs first (5 s): freeze settle's nvidia-smi
+        assert await eventually(settling, 15)
         assert await eventually(lambda: any("nvidia_smi" in cmdline(p) for p in descendants(sshd.process.pid)), 8)
         freezer.freeze()
         frozen_at.append(time.monotonic())

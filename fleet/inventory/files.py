@@ -2,8 +2,10 @@
 
 A missing `identity_file` or `known_hosts` is an inventory error (exit 2, nothing
 touched), named by the key that set it, not a host found unreachable at connect
-time. Only the commands that connect (`reset`, `check`, `reset --dry-run`) ask:
-`fleet inventory` lists hosts on a machine that has none of their files.
+time. With `known_hosts` unset, the default files are read as OpenSSH reads them
+(the user's and the system's, every one that exists): that none exists is the
+error then. Only the commands that connect (`reset`, `check`, `reset --dry-run`)
+ask: `fleet inventory` lists hosts on a machine that has none of their files.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from fleet.errors import InventoryError
-from fleet.inventory.host import DEFAULT_KNOWN_HOSTS, Connection, Host
+from fleet.inventory.host import Connection, Host, default_known_hosts
 from fleet.inventory.load import Inventory
 
 _KNOWN_HOSTS_HINT = "host keys are always checked; set known_hosts or run ssh-keyscan"
@@ -22,6 +24,7 @@ _KNOWN_HOSTS_HINT = "host keys are always checked; set known_hosts or run ssh-ke
 def check_files(inventory: Inventory, hosts: Iterable[Host]) -> None:
     """Raise `InventoryError` for the first SSH host whose key or known_hosts file is missing or unreadable."""
     checked: dict[str, str | None] = {}  # path -> what is wrong with it (None: nothing); hosts share their files
+    defaults: list[str | None] = []  # what is wrong with the default known_hosts files, once checked
     for host in hosts:
         if host.connection is not Connection.SSH:
             continue
@@ -32,12 +35,17 @@ def check_files(inventory: Inventory, hosts: Iterable[Host]) -> None:
             if problem is not None:
                 key = inventory.source(host.name, variable)
                 raise InventoryError(str(inventory.path), key, _message(host, variable, problem))
+        if host.known_hosts is None:
+            if not defaults:
+                defaults.append(_defaults_problem())
+            if defaults[0] is not None:
+                raise InventoryError(str(inventory.path), inventory.source(host.name, "known_hosts"), defaults[0])
 
 
 def _files(host: Host) -> list[tuple[str, str]]:
-    """(variable, path) of each file the host's SSH connection reads."""
-    known_hosts = ("known_hosts", host.known_hosts or DEFAULT_KNOWN_HOSTS)
-    return [("identity_file", host.identity_file), known_hosts] if host.identity_file else [known_hosts]
+    """(variable, path) of each file the host's SSH connection reads that the inventory names."""
+    files = [("identity_file", host.identity_file)] if host.identity_file else []
+    return files + ([("known_hosts", host.known_hosts)] if host.known_hosts else [])
 
 
 def _problem(path: Path) -> str | None:
@@ -51,7 +59,21 @@ def _problem(path: Path) -> str | None:
 def _message(host: Host, variable: str, problem: str) -> str:
     if variable == "identity_file":
         return f"{host.identity_file} {problem}"
-    if host.known_hosts is None:
-        default = f"{DEFAULT_KNOWN_HOSTS} (the default, {Path(DEFAULT_KNOWN_HOSTS).expanduser()})"
-        return f"{default} {problem} ({_KNOWN_HOSTS_HINT})"
     return f"{host.known_hosts} {problem} ({_KNOWN_HOSTS_HINT})"
+
+
+def _defaults_problem() -> str | None:
+    """What is wrong with the default known_hosts files: none exists, or one that exists cannot be read."""
+    files = default_known_hosts()
+    existing = [f for f in files if f.path.exists()]
+    for f in existing:
+        problem = _problem(f.path)
+        if problem is not None:
+            return f"{f.written} (a default known_hosts, {f.path}) {problem} ({_KNOWN_HOSTS_HINT})"
+    if existing:
+        return None
+    first, *others = files
+    names = [f"the system's {f.written}" if f.system and not before.system else f.written
+             for before, f in zip(files, others, strict=False)]
+    return (f"{first.written} (the default, {first.path}), like {', '.join(names[:-1])} and {names[-1]},"
+            f" does not exist ({_KNOWN_HOSTS_HINT})")

@@ -8,19 +8,36 @@ default, and in its `Var` the check, bounds and one line of help. The inventory'
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, NamedTuple
 
 from fleet.inventory import validate
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
 DEFAULT_LOCK_FILE = "/run/lock/fleet-reset.lock"
-# Where host keys are read from when `known_hosts` is not set (as fleet.transport.ssh reads them).
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# Where host keys are read from when `known_hosts` is not set, as OpenSSH reads them: the user's files and the
+# system's, every one that exists (fleet.transport.ssh; fleet.inventory.files refuses a run when none does).
+USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+
+
+class DefaultKnownHosts(NamedTuple):
+    """One default known_hosts file: as written, expanded (`~` is $HOME when asked), and whether it is the system's."""
+
+    written: str
+    path: Path
+    system: bool
+
+
+def default_known_hosts() -> tuple[DefaultKnownHosts, ...]:
+    """The default known_hosts files, the user's then the system's, existing or not."""
+    return tuple(DefaultKnownHosts(written, Path(written).expanduser(), system)
+                 for files, system in ((USER_KNOWN_HOSTS, False), (SYSTEM_KNOWN_HOSTS, True)) for written in files)
+
 
 # Process names never killed, whatever the inventory says. Matched against the
 # full name and against /proc/PID/comm, which the kernel cuts to 15 characters.
@@ -86,13 +103,6 @@ def _host_name(name: str) -> str:
     return name
 
 
-def _current_user(_name: str) -> str | None:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):
-        return None
-
-
 @dataclass(frozen=True)
 class Host:
     """One target with every variable resolved (defaults < groups < host).
@@ -105,19 +115,28 @@ class Host:
     address: Annotated[
         str, Var("where to connect", check=validate.address, fallback=_host_name, shown="the host name")
     ]
-    port: Annotated[int, Var("SSH port", ge=1, le=65535)] = 22
+    port: Annotated[
+        int | None, Var("SSH port; unset: ssh_config's `Port`, else 22", ge=1, le=65535, shown="unset")
+    ] = None
     user: Annotated[
-        str | None, Var("SSH user", check=validate.user_name, fallback=_current_user, shown="current user")
+        str | None,
+        Var("SSH user; unset: ssh_config's `User`, else the current user", check=validate.user_name, shown="unset"),
     ] = None
     identity_file: Annotated[
-        str | None, Var("private key; a missing file is an inventory error", check=validate.path, shown="ssh defaults")
+        str | None,
+        Var(
+            "private key; a missing file is an inventory error; one with a passphrase is used through ssh-agent",
+            check=validate.path,
+            shown="ssh defaults",
+        ),
     ] = None
     known_hosts: Annotated[
         str | None,
         Var(
-            'host keys are always checked; a missing file is an inventory error, never "accept"',
+            'host keys are always checked, never "accept"; a missing file (unset: no default one) is an inventory'
+            " error",
             check=validate.path,
-            shown=f"`{DEFAULT_KNOWN_HOSTS}`",
+            shown="ssh's: `~/.ssh/known_hosts{,2}`, `/etc/ssh/ssh_known_hosts{,2}`",
         ),
     ] = None
     connection: Annotated[

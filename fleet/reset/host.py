@@ -38,6 +38,8 @@ from fleet.reset.lock import LockError, host_lock
 
 # What ends a step but not the host: the step says why, the host goes on to verify.
 STEP_ENDERS = (StepFailed, BudgetSpent, CommandTimeout)
+# Seconds the GPU memory read before the reset may take: only the report's "before" waits on it.
+BASELINE_READ_S = 5.0
 # The reason a step ends with when one of its commands failed (`systemctl stop` refused: the drain failed).
 FAILED_STEP_REASONS = {StepName.DRAIN: Reason.DRAIN_FAILED, StepName.KILL: Reason.KILL_FAILED}
 
@@ -113,6 +115,8 @@ async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_u
 
 async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False) -> None:
     settle_s: dict[int, float] = {}
+    if mode is Mode.RESET:
+        run.current = StepName.DRAIN  # the baselines are read as drain begins (and logged in it)
     xids_before = await _xids_now(node) if mode is Mode.RESET else None
     if mode is Mode.RESET:
         run.memory_before = await _memory_now(node)
@@ -133,8 +137,9 @@ async def _memory_now(node: Node) -> tuple[int | None, ...] | None:
     """Each GPU's memory.used as the reset begins (the report's and the history's "before"); None when it cannot
     be read now (settle and verify will say why)."""
     try:
+        bound = min(node.host.command_timeout, BASELINE_READ_S)  # a wedged driver is settle's to name, not this
         rows = await node.ask(smi.gpu_query(node.host.nvidia_smi, smi.SETTLE_FIELDS), step=StepName.DRAIN,
-                              budget=Budget(0.0, slack=node.host.command_timeout))
+                              budget=Budget(0.0, slack=bound))
         return tuple(r.memory_used_mib for r in rows)
     except STEP_ENDERS as exc:
         node.log.warning("memory_unread", error=str(exc))

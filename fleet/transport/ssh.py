@@ -2,10 +2,17 @@
 
 asyncssh's errors are mapped once, here: while connecting to `ConnectError`,
 `AuthError` or `HostKeyError`; while a command runs to `ConnectionLost`.
-Host keys are always checked against known_hosts; there is no way to turn
-that off. known_hosts is read as OpenSSH reads it: a line that cannot be parsed
-is skipped (the transport's `notes` name those lines, for the host's log once)
-and the rest is used; a file with no usable line is a HostKeyError.
+
+It connects as the user's own `ssh` would. What the inventory leaves unset
+(`port`, `user`) comes from ssh_config (`~/.ssh/config`, which asyncssh reads),
+else from ssh's defaults. Host keys are always checked; there is no way to turn
+that off. known_hosts is read as OpenSSH reads it: the file `known_hosts` names,
+else every default file that exists (the user's and the system's); a line that
+cannot be parsed is skipped (the transport's `notes` name those lines, for the
+host's log once) and the rest is used; no usable line at all is a HostKeyError.
+An `identity_file` with a passphrase is left to ssh-agent's keys, or, with no
+agent, fails the host at once. Hosts that ssh_config puts behind one jump host
+(a single-hop `ProxyJump`) share one connection to it (`SharedJump`).
 
 A session that stops answering at the SSH level (TCP up, nothing answers: a
 flaky switch, a wedged node) is noticed once, and marks the transport dead
@@ -22,20 +29,33 @@ a run within seconds whatever it is waiting on.
 
 from __future__ import annotations
 
+import asyncio
+import getpass
+import os
 import secrets
 import socket
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar, cast
 
 import anyio
 import asyncssh
 
-from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError, SessionSilent
-from fleet.inventory.host import DEFAULT_KNOWN_HOSTS, Host
+from fleet.errors import (
+    AuthError,
+    CommandTimeout,
+    ConnectError,
+    ConnectionLost,
+    HostKeyError,
+    SessionSilent,
+    TransportError,
+)
+from fleet.inventory.host import Host, default_known_hosts
+from fleet.report.models import Reason
 from fleet.transport import reap
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
@@ -81,24 +101,37 @@ ENCRYPTION_ALGS = (
 _Process = asyncssh.SSHClientProcess[str]
 T = TypeVar("T")
 
+# Handshakes in flight through one jump host at a time: each is a channel on the one shared connection, and 500
+# hosts behind one bastion must not open 500 at once (its CPU, its sshd's window of unanswered opens).
+JUMP_HANDSHAKES = 16
 
-def known_hosts_path(host: Host) -> Path:
-    """The known_hosts file for host; HostKeyError when it does not exist."""
-    path = Path(host.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
-    if not path.is_file():
-        raise HostKeyError(
-            f"known_hosts file {path} does not exist: host keys are always checked "
-            f"(add the key of {host.address}, e.g. ssh-keyscan -p {host.port} {host.address})"
-        )
-    return path
+
+# ---------------------------------------------------------------- known_hosts
+
+
+def known_hosts_paths(host: Host) -> tuple[Path, ...]:
+    """The known_hosts files host's keys are checked against: the one `known_hosts` names, else every default file
+    that exists, the user's and the system's (as OpenSSH reads them); HostKeyError when there is none."""
+    keyscan = f"ssh-keyscan -p {host.port} {host.address}" if host.port else f"ssh-keyscan {host.address}"
+    hint = f"host keys are always checked (add the key of {host.address}, e.g. {keyscan})"
+    if host.known_hosts:
+        path = Path(host.known_hosts).expanduser()
+        if not path.is_file():
+            raise HostKeyError(f"known_hosts file {path} does not exist: {hint}")
+        return (path,)
+    defaults = default_known_hosts()
+    found = tuple(f.path for f in defaults if f.path.is_file())
+    if not found:
+        raise HostKeyError(f"no known_hosts file ({', '.join(f.written for f in defaults)}) exists: {hint}")
+    return found
 
 
 @dataclass(frozen=True)
-class KnownHosts:
-    """A known_hosts file as OpenSSH reads it: the entries of the lines that parse, the numbers of those skipped."""
+class KnownHostsFile:
+    """One known_hosts file as OpenSSH reads it: the lines that parse, the numbers of those skipped."""
 
     path: str
-    entries: asyncssh.SSHKnownHosts | None  # None: not one line could be read
+    lines: tuple[str, ...]
     skipped: tuple[int, ...] = ()
 
     def notes(self) -> tuple[Note, ...]:
@@ -108,7 +141,23 @@ class KnownHosts:
         return (Note("known_hosts_skipped", {"path": self.path, "lines": list(self.skipped)}),)
 
 
-def read_known_hosts(path: str) -> KnownHosts:
+@dataclass(frozen=True)
+class KnownHosts:
+    """The known_hosts files a host's keys are checked against, and the entries of every line of them that parses."""
+
+    files: tuple[KnownHostsFile, ...]
+    entries: asyncssh.SSHKnownHosts | None  # None: not one line could be read
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(f.path for f in self.files)
+
+    def notes(self) -> tuple[Note, ...]:
+        """What the host's log says once about connecting: each file's skipped lines, one note a file."""
+        return tuple(note for f in self.files for note in f.notes())
+
+
+def read_known_hosts(path: str) -> KnownHostsFile:
     """Parse known_hosts line by line, keeping every line asyncssh can read and skipping the rest, as OpenSSH does
     (a bare `@cert-authority`, a broken hashed entry); lines are numbered from 1."""
     try:
@@ -124,8 +173,7 @@ def read_known_hosts(path: str) -> KnownHosts:
             good.append(line)
         else:
             skipped.append(number)
-    entries = asyncssh.import_known_hosts("\n".join(good)) if good else None
-    return KnownHosts(path, entries, tuple(skipped))
+    return KnownHostsFile(path, tuple(good), tuple(skipped))
 
 
 def _parses(line: str) -> bool:
@@ -140,6 +188,8 @@ def _parses(line: str) -> bool:
 # again for each connection cost O(hosts^2) (3 ms a connection at 512 lines). One entry a (kind, path),
 # stamped with mtime and size: a file that changes is read again and replaces its old entry.
 _FILE_CACHE: dict[tuple[str, str], tuple[tuple[int, int], object]] = {}
+# The entries of each set of known_hosts files, kept while every file of the set is the version parsed.
+_KNOWN_CACHE: dict[tuple[str, ...], KnownHosts] = {}
 
 
 def _cached(kind: str, path: Path, load: Callable[[str], T]) -> T:
@@ -152,57 +202,187 @@ def _cached(kind: str, path: Path, load: Callable[[str], T]) -> T:
 
 
 def known_hosts(host: Host) -> KnownHosts:
-    """host's known_hosts, parsed once per version of the file; HostKeyError when it is missing or has no
-    usable line (no key can be trusted then, as when the host's key is not in it)."""
-    known = _cached("known_hosts", known_hosts_path(host), read_known_hosts)
+    """host's known_hosts files, each parsed once per version; HostKeyError when there is none, or not one line
+    of them can be read (no key can be trusted then, as when the host's key is not in them)."""
+    files = tuple(_cached("known_hosts", path, read_known_hosts) for path in known_hosts_paths(host))
+    paths = tuple(f.path for f in files)
+    known = _KNOWN_CACHE.get(paths)
+    if known is None or any(old is not new for old, new in zip(known.files, files, strict=True)):
+        lines = [line for f in files for line in f.lines]
+        entries = asyncssh.import_known_hosts("\n".join(lines)) if lines else None
+        known = _KNOWN_CACHE[paths] = KnownHosts(files, entries)
     if known.entries is None:
-        lines = f" (lines skipped: {', '.join(map(str, known.skipped))})" if known.skipped else ""
-        raise HostKeyError(f"known_hosts file {known.path} has no line that can be read{lines}: "
-                           f"no host key of {host.address} can be checked")
+        raise HostKeyError(_unreadable(known, host))
     return known
 
 
+def _unreadable(known: KnownHosts, host: Host) -> str:
+    if len(known.files) == 1:
+        (only,) = known.files
+        lines = f" (lines skipped: {', '.join(map(str, only.skipped))})" if only.skipped else ""
+        return f"known_hosts file {only.path} has no line that can be read{lines}: no host key of {host.address} " \
+               "can be checked"
+    skipped = "; ".join(f"{f.path}: {', '.join(map(str, f.skipped))}" for f in known.files if f.skipped)
+    lines = f" (lines skipped: {skipped})" if skipped else ""
+    return f"known_hosts files {', '.join(known.paths)} have no line that can be read{lines}: no host key of " \
+           f"{host.address} can be checked"
+
+
+# ---------------------------------------------------------------- ssh_config: where a connection goes
+
+
+@dataclass(frozen=True)
+class Jump:
+    """A single-hop `ProxyJump`, `[user@]host[:port]` as ssh_config writes it; port and user None when unsaid."""
+
+    spec: str
+    host: str
+    port: int | None = None
+    user: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> Jump:
+        """Split spec as asyncssh does (the user before the last `@`, the port after the last `:`)."""
+        user, _, rest = spec.rpartition("@")
+        host, colon, port = rest.rpartition(":")
+        if not colon:
+            host, port = rest, ""
+        if port and not port.isdigit():
+            raise ConnectError(f"ssh_config's ProxyJump {spec}: {port!r} is not a port")
+        return cls(spec, host, int(port) if port else None, user or None)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a host's connection goes, with what the inventory leaves unset taken from ssh_config (as asyncssh
+    reads `~/.ssh/config`), else from ssh's defaults (port 22, the current user)."""
+
+    hostname: str  # ssh_config's HostName, else the address
+    port: int
+    user: str
+    proxy_jump: str | None = None  # ssh_config's ProxyJump, as written
+    # The one jump host fleet shares between the hosts behind it; None without a ProxyJump, or with several hops
+    # (asyncssh opens those itself, for each connection).
+    jump: Jump | None = None
+
+    @property
+    def label(self) -> str:
+        """`host:port`, and the jump host it is reached through: what a message about connecting names."""
+        via = f" via jump host {self.proxy_jump}" if self.proxy_jump else ""
+        return f"{self.hostname}:{self.port}{via}"
+
+
+# Routes resolved, per (address, port, user, local user): ssh_config is parsed once for a host while the file
+# stays as it was (its mtime and size; a file it Includes is not watched).
+_ROUTES: dict[tuple[object, ...], tuple[object, Route]] = {}
+
+
+def route(host: Host) -> Route:
+    """Where host's connection goes: the inventory's port and user where set, ssh_config's where not."""
+    config = Path("~", ".ssh", "config").expanduser()
+    try:
+        stat = config.stat()
+        stamp: object = (str(config), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        stamp = (str(config), None)
+    key = (host.address, host.port, host.user, _local_user())
+    entry = _ROUTES.get(key)
+    if entry is None or entry[0] != stamp:
+        options = asyncssh.SSHClientConnectionOptions(
+            host=host.address, port=host.port if host.port is not None else (), username=host.user or (),
+            config=(), client_keys=None, known_hosts=None,  # only where to go: no key is loaded
+        )
+        tunnel = options.tunnel if isinstance(options.tunnel, str) else None
+        jump = Jump.parse(tunnel) if tunnel and "," not in tunnel else None
+        entry = _ROUTES[key] = (stamp, Route(options.host, options.port, options.username, tunnel, jump))
+    return entry[1]
+
+
+def _local_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no such user: asyncssh says so when it connects
+        return ""
+
+
+# ---------------------------------------------------------------- options and errors
+
+
 def connect_options(host: Host, known: KnownHosts | None = None) -> dict[str, object]:
-    """asyncssh.connect keyword arguments for host (checked files, bounded waits)."""
+    """asyncssh.connect keyword arguments for host (checked files, bounded waits).
+
+    `port` and `username` only where the inventory sets them: else ssh_config's (asyncssh reads it), else 22
+    and the current user. An `identity_file` with a passphrase is not loaded: with an ssh-agent running,
+    asyncssh offers the agent's keys (the user has `ssh-add`ed it); without one it is an AuthError at once.
+    """
     options: dict[str, object] = {
-        "port": host.port,
         "known_hosts": (known or known_hosts(host)).entries,
         "connect_timeout": host.connect_timeout,
         "login_timeout": host.connect_timeout,
         "encryption_algs": list(ENCRYPTION_ALGS),
     }
+    if host.port is not None:
+        options["port"] = host.port
     if host.user:
         options["username"] = host.user
     if host.identity_file:
         identity = Path(host.identity_file).expanduser()
         if not identity.is_file():
             raise AuthError(f"identity_file {identity} does not exist")
-        options["client_keys"] = _cached("identity", identity, lambda path: asyncssh.load_keypairs([path]))
+        keys = _cached("identity", identity, _load_identity)
+        if keys is not None:
+            options["client_keys"] = keys
+        elif not os.environ.get("SSH_AUTH_SOCK"):
+            raise AuthError(
+                f"identity_file {host.identity_file} is encrypted and no ssh-agent is running (SSH_AUTH_SOCK unset):"
+                " load it with ssh-add, or use a key without a passphrase"
+            )
     return options
 
 
+def _load_identity(path: str) -> Sequence[asyncssh.SSHKeyPair] | None:
+    """The key pairs of an identity file; None when it is encrypted (fleet never asks for a passphrase)."""
+    try:
+        return asyncssh.load_keypairs([path])
+    except asyncssh.KeyImportError as exc:
+        if str(exc).startswith("Passphrase"):  # how asyncssh itself tells an encrypted key (ignore_encrypted)
+            return None
+        raise
+
+
 @contextmanager
-def connect_errors(host: Host) -> Iterator[None]:
-    """Map what connecting can raise to fleet's errors, each a one-line message."""
-    target = f"{host.address}:{host.port}"
+def connect_errors(host: Host, where: Route | None = None, *, prefix: str = "", hint: str = "") -> Iterator[None]:
+    """Map what connecting can raise to fleet's errors, each a one-line message.
+
+    `where`: the host's route, once known (its port, user and jump host are named); `prefix` starts every
+    message (`jump host ...: `); `hint` ends an authentication failure's.
+    """
+    target = where.label if where else host.address + (f":{host.port}" if host.port else "")
+    who = where.user if where else host.user or "the default user"
     try:
         yield
     except asyncssh.HostKeyNotVerifiable as exc:
-        raise HostKeyError(f"host key of {target} not trusted ({exc.reason})") from exc
+        raise HostKeyError(f"{prefix}host key of {target} not trusted ({exc.reason})") from exc
     except asyncssh.PermissionDenied as exc:
-        raise AuthError(f"authentication failed for {host.user or 'default user'} at {target}") from exc
+        raise AuthError(f"{prefix}authentication failed for {who} at {target}{hint}") from exc
     except asyncssh.KeyImportError as exc:
-        raise AuthError(f"cannot load identity_file {host.identity_file}: {exc}") from exc
+        raise AuthError(f"{prefix}cannot load identity_file {host.identity_file}: {exc}") from exc
+    except asyncssh.ChannelOpenError as exc:  # the jump host could not open the way on
+        raise ConnectError(f"{prefix}cannot reach {target}: {exc.reason}") from exc
+    except asyncssh.ConfigParseError as exc:
+        raise ConnectError(f"{prefix}cannot read ssh_config: {exc}") from exc
     except TimeoutError as exc:  # before OSError: on 3.11 TimeoutError is an OSError
-        raise ConnectError(f"connect timed out after {host.connect_timeout:g} s ({target})", timed_out=True) from exc
+        raise ConnectError(f"{prefix}connect timed out after {host.connect_timeout:g} s ({target})",
+                           timed_out=True) from exc
     except ConnectionRefusedError as exc:
-        raise ConnectError(f"connection refused ({target})") from exc
+        raise ConnectError(f"{prefix}connection refused ({target})") from exc
     except socket.gaierror as exc:
-        raise ConnectError(f"cannot resolve {host.address}: {exc.strerror}") from exc
+        raise ConnectError(f"{prefix}cannot resolve {where.hostname if where else host.address}: {exc.strerror}") \
+            from exc
     except asyncssh.DisconnectError as exc:
-        raise ConnectError(f"disconnected while connecting ({target}): {exc.reason}") from exc
+        raise ConnectError(f"{prefix}disconnected while connecting ({target}): {exc.reason}") from exc
     except OSError as exc:
-        raise ConnectError(f"cannot connect ({target}): {exc.strerror or exc}") from exc
+        raise ConnectError(f"{prefix}cannot connect ({target}): {exc.strerror or exc}") from exc
 
 
 @contextmanager
@@ -220,14 +400,130 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+# ---------------------------------------------------------------- connecting
+
+
 async def open_ssh(host: Host) -> SshTransport:
-    """Open the one SSH connection to host that all of its commands share."""
+    """Open the one SSH connection to host that all of its commands share (through its jump host's shared
+    connection when ssh_config gives it a single-hop ProxyJump)."""
     with connect_errors(host):
         known = known_hosts(host)
         options = connect_options(host, known)
-        with anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
+        where = route(host)
+    agent = bool(host.identity_file) and "client_keys" not in options
+    hint = f" (identity_file {host.identity_file} is encrypted: the ssh-agent's keys were offered; ssh-add it)" \
+        if agent else ""
+    jump = where.jump
+    if jump is None:
+        with connect_errors(host, where, hint=hint), anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
             conn = await asyncssh.connect(host.address, **options)
-    return SshTransport(host, conn, known.notes())
+        return SshTransport(host, conn, known.notes())
+    shared = await _lease(host, jump, known)
+    try:
+        with connect_errors(host, where, hint=hint):
+            async with shared.handshakes:
+                with anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
+                    conn = await asyncssh.connect(host.address, tunnel=shared.conn, **options)
+    except BaseException:
+        await shared.release()
+        raise
+    return SshTransport(host, conn, known.notes(), jump=shared)
+
+
+async def _close_connection(conn: asyncssh.SSHClientConnection, abort: bool = False) -> None:
+    """Close conn and wait for it (shielded, bounded: aborted past CLOSE_TIMEOUT_S); abort: at once."""
+    if abort:
+        conn.abort()
+        return
+    with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True) as waited:
+        conn.close()
+        await conn.wait_closed()
+    if waited.cancelled_caught:
+        conn.abort()
+
+
+@dataclass(eq=False)
+class SharedJump:
+    """The one connection to a jump host that every host behind it tunnels through: opened once (under `lock`),
+    its host key checked like any other; counted by `users` and closed when the last of them releases it.
+    `handshakes` bounds the handshakes in flight through it."""
+
+    key: tuple[object, ...]
+    spec: str
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    handshakes: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(JUMP_HANDSHAKES))
+    users: int = 0
+    conn: asyncssh.SSHClientConnection | None = None
+    error: TransportError | None = None  # why it could not be opened: every host waiting on it is told
+
+    async def release(self, abort: bool = False) -> None:
+        """One host is done with it; the last one closes it (shielded, bounded; abort: at once)."""
+        self.users -= 1
+        if self.users > 0:
+            return
+        pool = _jump_pool()
+        if pool.get(self.key) is self:
+            del pool[self.key]
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await _close_connection(conn, abort)
+
+
+# The shared jump connections of each event loop (a connection belongs to the loop that opened it).
+_JUMP_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[object, ...], SharedJump]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _jump_pool() -> dict[tuple[object, ...], SharedJump]:
+    return _JUMP_POOLS.setdefault(asyncio.get_running_loop(), {})
+
+
+async def _lease(host: Host, jump: Jump, known: KnownHosts) -> SharedJump:
+    """The shared connection to jump (opened now by the first host that asks), one more user counted.
+
+    A jump that cannot be opened fails every host waiting on it with the same reason, its message naming the
+    jump host; once no host holds it, the next one to ask tries again.
+    """
+    pool = _jump_pool()
+    key = (jump.spec, known.paths)
+    shared = pool.get(key)
+    if shared is None:
+        shared = pool[key] = SharedJump(key, jump.spec)
+    shared.users += 1
+    try:
+        async with shared.lock:
+            if shared.conn is not None and shared.conn.is_closed():
+                shared.conn = None  # it dropped since: open it again
+            if shared.conn is None and shared.error is None:
+                try:
+                    shared.conn = await _open_jump(host, jump, known)
+                except TransportError as exc:
+                    shared.error = exc
+            if shared.error is not None:
+                raise _again(shared.error) from None
+    except BaseException:
+        await shared.release()
+        raise
+    return shared
+
+
+async def _open_jump(host: Host, jump: Jump, known: KnownHosts) -> asyncssh.SSHClientConnection:
+    """Connect to the jump host as ssh does (its own ssh_config entry, the default keys and the agent; not the
+    host's identity_file), its key checked against host's known_hosts, within host's connect_timeout."""
+    via = Host(name=jump.spec, address=jump.host, port=jump.port, user=jump.user,
+               connect_timeout=host.connect_timeout)
+    with connect_errors(via, prefix=f"jump host {jump.spec}: "):
+        options = connect_options(via, known)
+        with anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
+            return await asyncssh.connect(via.address, **options)
+
+
+def _again(exc: TransportError) -> TransportError:
+    """A new error like exc, for one more host (an exception is never raised in two tasks)."""
+    if isinstance(exc, ConnectError):
+        return ConnectError(str(exc), timed_out=exc.reason is Reason.CONNECT_TIMEOUT)
+    return type(exc)(str(exc))
 
 
 class SshTransport:
@@ -235,11 +531,14 @@ class SshTransport:
 
     `notes`: what the host's log should say once about connecting (known_hosts lines skipped).
     `silent`: whether the session went silent (see the module docstring); nothing is sent on it then.
+    `jump`: the shared jump host connection it tunnels through, released on close.
     """
 
-    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection, notes: tuple[Note, ...] = ()) -> None:
+    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection, notes: tuple[Note, ...] = (),
+                 jump: SharedJump | None = None) -> None:
         self._host = host
         self._conn = conn
+        self._jump = jump
         self._closed = False
         self._open_s = min(host.connect_timeout, OPEN_TIMEOUT_S)
         self.notes = notes
@@ -306,18 +605,18 @@ class SshTransport:
         return Held(first.strip(), finish(result, self._host, timeout, become=become))
 
     async def close(self) -> None:
-        """Close the connection and wait for it: idempotent, shielded, bounded; a silent one is aborted at once."""
+        """Close the connection and wait for it: idempotent, shielded, bounded; a silent one is aborted at once.
+
+        Then its jump host's connection is released: the last host behind it closes it (aborts it, when silent).
+        """
         if self._closed:
             return
         self._closed = True
-        if self.silent:
-            self._conn.abort()
-            return
-        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True) as waited:
-            self._conn.close()
-            await self._conn.wait_closed()
-        if waited.cancelled_caught:
-            self._conn.abort()
+        try:
+            await _close_connection(self._conn, abort=self.silent)
+        finally:
+            if self._jump is not None:
+                await self._jump.release(abort=self.silent)
 
     def _check_alive(self) -> None:
         """SessionSilent, without touching the wire, once the session has gone silent."""

@@ -1,0 +1,470 @@
+"""SSH as the user configured it: ssh_config's Port, User and ProxyJump, known_hosts as OpenSSH reads them, ssh-agent.
+
+Unit tests build the options from a `Host` and a HOME of the test's own; the ones marked `sshd` run against two
+real OpenSSH sshd (a jump host and a target, each on its own port on 127.0.0.1) and read their logs
+(LogLevel VERBOSE: one `Accepted publickey` line per authenticated connection).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncssh
+import pytest
+from conftest import ClientKey
+from sshd import Sshd, start_sshd
+
+from fleet.errors import AuthError, ConnectError, HostKeyError
+from fleet.inventory import host as host_module
+from fleet.inventory.host import Host
+from fleet.report.models import Reason
+from fleet.report.tables import inventory_table
+from fleet.transport import ssh as ssh_module
+from fleet.transport.base import Note
+from fleet.transport.ssh import Jump, connect_options, known_hosts, open_ssh, route
+
+ENCRYPTED = (
+    "identity_file {path} is encrypted and no ssh-agent is running (SSH_AUTH_SOCK unset): load it with ssh-add,"
+    " or use a key without a passphrase"
+)
+
+
+def public_line(key: asyncssh.SSHKey) -> str:
+    return key.export_public_key().decode().strip()
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME of the test's own (asyncssh reads ~/.ssh/config from $HOME), no agent, no system known_hosts."""
+    path = tmp_path / "home"
+    (path / ".ssh").mkdir(parents=True, mode=0o700)
+    monkeypatch.setenv("HOME", str(path))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    etc = tmp_path / "etc"
+    monkeypatch.setattr(host_module, "SYSTEM_KNOWN_HOSTS", (str(etc / "ssh_known_hosts"),
+                                                            str(etc / "ssh_known_hosts2")))
+    return path
+
+
+def write_config(home: Path, text: str) -> None:
+    (home / ".ssh" / "config").write_text(text)
+
+
+# ---------------------------------------------------------------- port and user: inventory > ssh_config > ssh's
+
+
+def test_port_and_user_reach_asyncssh_only_when_the_inventory_sets_them(tmp_path: Path) -> None:
+    (tmp_path / "kh").write_text(f"gpu-a01 {public_line(asyncssh.generate_private_key('ssh-ed25519'))}\n")
+    bare = Host(name="gpu-a01", address="gpu-a01", known_hosts=str(tmp_path / "kh"))
+    assert "port" not in connect_options(bare) and "username" not in connect_options(bare)
+    set_ = replace(bare, port=2222, user="ops")
+    assert (connect_options(set_)["port"], connect_options(set_)["username"]) == (2222, "ops")
+
+
+def test_ssh_config_fills_what_the_inventory_leaves_unset(home: Path) -> None:
+    write_config(home, """\
+Host gpu-a*
+  HostName 10.0.0.7
+  Port 2200
+  User ops
+  ProxyJump admin@bastion:2022
+Host gpu-m*
+  ProxyJump a,b
+Host gpu-n*
+  ProxyJump none
+""")
+    where = route(Host(name="gpu-a01", address="gpu-a01"))
+    assert (where.hostname, where.port, where.user) == ("10.0.0.7", 2200, "ops")
+    assert where.jump == Jump("admin@bastion:2022", "bastion", 2022, "admin")
+    assert where.label == "10.0.0.7:2200 via jump host admin@bastion:2022"
+    set_ = route(Host(name="gpu-a01", address="gpu-a01", port=22, user="root"))
+    assert (set_.hostname, set_.port, set_.user) == ("10.0.0.7", 22, "root")  # the inventory's win
+    multi = route(Host(name="gpu-m01", address="gpu-m01"))
+    assert (multi.proxy_jump, multi.jump) == ("a,b", None)  # several hops: asyncssh opens them itself
+    plain = route(Host(name="gpu-n01", address="gpu-n01"))
+    assert (plain.port, plain.user, plain.jump) == (22, getpass.getuser(), None)
+
+
+@pytest.mark.parametrize(("spec", "jump"), [
+    ("bastion", Jump("bastion", "bastion")),
+    ("bastion:2022", Jump("bastion:2022", "bastion", 2022)),
+    ("me@bastion", Jump("me@bastion", "bastion", None, "me")),
+    ("me@x@bastion:1", Jump("me@x@bastion:1", "bastion", 1, "me@x")),
+])
+def test_a_single_hop_proxy_jump_is_read_as_asyncssh_reads_it(spec: str, jump: Jump) -> None:
+    assert Jump.parse(spec) == jump
+
+
+def test_a_proxy_jump_fleet_cannot_read_fails_the_host_before_connecting(home: Path) -> None:
+    write_config(home, "Host gpu-*\n  ProxyJump bastion:ssh\n")
+    with pytest.raises(ConnectError, match=r"^ssh_config's ProxyJump bastion:ssh: 'ssh' is not a port$"):
+        route(Host(name="gpu-a01", address="gpu-a01"))
+
+
+def test_the_inventory_table_shows_a_port_only_when_set(capsys: pytest.CaptureFixture[str]) -> None:
+    inventory_table([Host(name="n1", address="10.0.0.1"), Host(name="n2", address="10.0.0.2", port=2222)])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [row[:2] for row in rows] == [["n1", "10.0.0.1"], ["n2", "10.0.0.2:2222"]]
+
+
+# ---------------------------------------------------------------- known_hosts as OpenSSH reads them
+
+
+def test_unset_known_hosts_reads_every_default_file_that_exists(home: Path) -> None:
+    keys = {name: asyncssh.generate_private_key("ssh-ed25519") for name in ("a", "b", "c")}
+    (home / ".ssh" / "known_hosts").write_text(f"gpu-a {public_line(keys['a'])}\n@cert-authority\n")
+    (home / ".ssh" / "known_hosts2").write_text(f"gpu-b {public_line(keys['b'])}\n")
+    system = Path(host_module.SYSTEM_KNOWN_HOSTS[0])
+    system.parent.mkdir()
+    system.write_text(f"# the site's\ngpu-c {public_line(keys['c'])}\nbroken\n")
+    known = known_hosts(Host(name="n1", address="n1"))
+    assert known.paths == (str(home / ".ssh/known_hosts"), str(home / ".ssh/known_hosts2"), str(system))
+    assert known.entries is not None
+    for name, key in keys.items():
+        trusted = known.entries.match(f"gpu-{name}", "", 22)[0]
+        assert [k.public_data for k in trusted] == [key.public_data]
+    assert known.notes() == (Note("known_hosts_skipped", {"path": str(home / ".ssh/known_hosts"), "lines": [2]}),
+                             Note("known_hosts_skipped", {"path": str(system), "lines": [3]}))
+    assert known_hosts(Host(name="n2", address="n2")) is known  # parsed once while the files stay as they are
+
+
+def test_a_set_known_hosts_is_the_only_file_read(home: Path, tmp_path: Path) -> None:
+    (home / ".ssh" / "known_hosts").write_text(f"gpu-a {public_line(asyncssh.generate_private_key('ssh-ed25519'))}\n")
+    mine = tmp_path / "kh"
+    mine.write_text(f"gpu-b {public_line(asyncssh.generate_private_key('ssh-ed25519'))}\n")
+    assert known_hosts(Host(name="n1", address="n1", known_hosts=str(mine))).paths == (str(mine),)
+
+
+def test_no_default_known_hosts_is_a_host_key_error(home: Path) -> None:
+    with pytest.raises(HostKeyError) as caught:
+        known_hosts(Host(name="n1", address="gpu-a01"))
+    assert str(caught.value) == (
+        "no known_hosts file (~/.ssh/known_hosts, ~/.ssh/known_hosts2, "
+        f"{', '.join(host_module.SYSTEM_KNOWN_HOSTS)}) exists: host keys are always checked "
+        "(add the key of gpu-a01, e.g. ssh-keyscan gpu-a01)"
+    )
+
+
+def test_default_known_hosts_without_a_usable_line_names_every_file(home: Path) -> None:
+    (home / ".ssh" / "known_hosts").write_text("@cert-authority\n")
+    (home / ".ssh" / "known_hosts2").write_text("# nothing\n")
+    with pytest.raises(HostKeyError) as caught:
+        known_hosts(Host(name="n1", address="gpu-a01"))
+    assert str(caught.value) == (
+        f"known_hosts files {home}/.ssh/known_hosts, {home}/.ssh/known_hosts2 have no line that can be read"
+        f" (lines skipped: {home}/.ssh/known_hosts: 1): no host key of gpu-a01 can be checked"
+    )
+
+
+# ---------------------------------------------------------------- a key with a passphrase: ssh-agent
+
+
+def encrypted_key(path: Path) -> asyncssh.SSHKey:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    path.write_bytes(key.export_private_key("pkcs8-pem", passphrase="secret"))  # OpenSSH's format needs bcrypt
+    path.chmod(0o600)
+    return key
+
+
+@pytest.mark.parametrize("made_by", ["asyncssh", "ssh-keygen"])
+async def test_an_encrypted_identity_file_without_an_agent_is_one_auth_line(home: Path, tmp_path: Path,
+                                                                            made_by: str) -> None:
+    """PKCS#8 from asyncssh, OpenSSH's own format from ssh-keygen: neither is decrypted, nothing connects."""
+    (home / ".ssh" / "known_hosts").write_text(f"gpu-a01 {public_line(asyncssh.generate_private_key('ssh-ed25519'))}\n")
+    key = tmp_path / "id_ed25519"
+    if made_by == "asyncssh":
+        encrypted_key(key)
+    else:
+        if shutil.which("ssh-keygen") is None:
+            pytest.skip("no ssh-keygen here (openssh-client)")
+        with anyio.fail_after(30):
+            await anyio.run_process(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(key)])
+    host = Host(name="gpu-a01", address="gpu-a01", identity_file=str(key))
+    with pytest.raises(AuthError) as caught:
+        await open_ssh(host)
+    assert str(caught.value) == ENCRYPTED.format(path=key)
+    assert caught.value.reason is Reason.AUTH
+
+
+def test_an_encrypted_identity_file_with_an_agent_is_left_to_the_agent(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (home / ".ssh" / "known_hosts").write_text(f"gpu-a01 {public_line(asyncssh.generate_private_key('ssh-ed25519'))}\n")
+    key = tmp_path / "id_ed25519"
+    encrypted_key(key)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "agent.sock"))
+    options = connect_options(Host(name="gpu-a01", address="gpu-a01", identity_file=str(key)))
+    assert "client_keys" not in options  # asyncssh offers the agent's keys (and the default key files)
+    plain = tmp_path / "id_plain"
+    asyncssh.generate_private_key("ssh-ed25519").write_private_key(plain)
+    options = connect_options(Host(name="gpu-a01", address="gpu-a01", identity_file=str(plain)))
+    assert len(options["client_keys"]) == 1
+
+
+# ---------------------------------------------------------------- through the real sshd: a jump host and a target
+
+
+@dataclass
+class Site:
+    """A jump sshd and a target sshd, and a HOME whose ssh_config reaches the target (gpu-j*) through the jump."""
+
+    home: Path
+    jump: Sshd
+    target: Sshd
+    key: ClientKey
+
+    @property
+    def jump_spec(self) -> str:
+        return f"root@127.0.0.1:{self.jump.port}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        skip = {"SSH_AUTH_SOCK", "FLEET_INVENTORY", "FLEET_LOG_DIR"}
+        return {**{k: v for k, v in os.environ.items() if k not in skip}, "HOME": str(self.home), **extra}
+
+
+def accepted(sshd: Sshd, user: str = "root") -> int:
+    """How many connections sshd accepted for user (its log, LogLevel VERBOSE)."""
+    return sshd.log.read_text().count(f"Accepted publickey for {user} ")
+
+
+def host_line(sshd: Sshd) -> str:
+    return (sshd.dir / "ssh_host_ed25519_key.pub").read_text().split(maxsplit=2)[1]
+
+
+@pytest.fixture
+def site(tmp_path: Path, sshd: Sshd, client_key: ClientKey, home: Path) -> Iterator[Site]:
+    jump = start_sshd(tmp_path / "jump")
+    try:
+        for server in (jump, sshd):
+            server.authorize(client_key.public_line)
+        (home / ".ssh" / "id_ed25519").write_bytes(client_key.path.read_bytes())  # the default key: ssh finds it
+        (home / ".ssh" / "id_ed25519").chmod(0o600)
+        write_config(home, f"""\
+Host gpu-j*
+  HostName 127.0.0.1
+  Port {sshd.port}
+  User root
+  ProxyJump root@127.0.0.1:{jump.port}
+""")
+        (home / ".ssh" / "known_hosts").write_text(jump.known_hosts.read_text() + sshd.known_hosts.read_text())
+        yield Site(home, jump, sshd, client_key)
+    finally:
+        jump.stop()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound once, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def fleet_check(site: Site, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """`fleet check ... --json` in its own process, with the site's HOME; (exit status, the report)."""
+    done = subprocess.run([sys.executable, "-m", "fleet", "check", *args, "--json", "--log-dir",
+                           str(site.home / "logs")], capture_output=True, text=True, timeout=90, check=False,
+                          env=env or site.env())
+    assert done.stdout, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return done.returncode, report
+
+
+@pytest.mark.sshd
+async def test_a_host_behind_a_jump_is_reached_through_it_with_ssh_configs_port_and_user(site: Site) -> None:
+    async with await open_ssh(Host(name="gpu-j01", address="gpu-j01", connect_timeout=10)) as ssh:
+        result = await ssh.run(["sh", "-c", 'echo "$(id -un) $SSH_CONNECTION"'], timeout=10)
+    user, _, _, _, server_port = result.stdout.split()
+    assert (user, int(server_port)) == ("root", site.target.port)  # ssh_config's User and Port
+    assert accepted(site.jump) == 1 and accepted(site.target) == 1  # through the jump, its key checked
+    assert not ssh_module._jump_pool()  # closed with the last host behind it
+
+
+@pytest.mark.sshd
+async def test_ssh_configs_user_is_used_and_the_inventorys_wins(site: Site) -> None:
+    """ssh_config names a user the target does not have: sshd sees that user, fleet names it; the inventory's wins."""
+    write_config(site.home, (site.home / ".ssh" / "config").read_text().replace("User root", "User fleet-nosuch"))
+    with pytest.raises(AuthError) as caught:
+        await open_ssh(Host(name="gpu-j01", address="gpu-j01", connect_timeout=10))
+    assert str(caught.value) == (
+        f"authentication failed for fleet-nosuch at 127.0.0.1:{site.target.port} via jump host {site.jump_spec}"
+    )
+    assert "Invalid user fleet-nosuch from 127.0.0.1" in site.target.log.read_text()
+    assert not ssh_module._jump_pool()
+    async with await open_ssh(Host(name="gpu-j01", address="gpu-j01", user="root", connect_timeout=10)):
+        pass
+    assert accepted(site.target, "root") == 1
+
+
+@pytest.mark.sshd
+async def test_the_inventorys_port_wins_over_ssh_configs(site: Site) -> None:
+    closed = Host(name="gpu-j01", address="gpu-j01", port=free_port(), connect_timeout=10)
+    with pytest.raises(ConnectError) as caught:
+        await open_ssh(closed)
+    assert str(caught.value) == (
+        f"cannot reach 127.0.0.1:{closed.port} via jump host {site.jump_spec}: Connection refused"
+    )
+    assert caught.value.reason is Reason.CONNECT_REFUSED
+    assert accepted(site.target) == 0 and not ssh_module._jump_pool()
+    write_config(site.home, (site.home / ".ssh" / "config").read_text().replace(f"Port {site.target.port}",
+                                                                               f"Port {closed.port}"))
+    async with await open_ssh(replace(closed, port=site.target.port)):
+        pass
+    assert accepted(site.target) == 1
+
+
+@pytest.mark.sshd
+def test_hosts_behind_one_jump_share_one_connection_to_it(site: Site) -> None:
+    """`fleet check -w` (no inventory: the built-in defaults, ssh_config for the rest): two hosts, one jump
+    connection, each host its own connection to the target through it."""
+    status, report = fleet_check(site, "-w", "gpu-j[01-02]")
+    hosts = report["hosts"]
+    assert sorted(hosts) == ["gpu-j01", "gpu-j02"]
+    for result in hosts.values():  # connected: verify ran (and found no nvidia-smi on this machine)
+        assert result["status"] != "unreachable", result
+    assert status == (0 if all(h["status"] == "clean" for h in hosts.values()) else 1)
+    assert accepted(site.jump) == 1
+    assert accepted(site.target) == 2
+    (log,) = (site.home / "logs").glob("*/gpu-j01.jsonl")
+    (start,) = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "host_start"]
+    assert (start["address"], start["port"]) == ("gpu-j01", None)  # the port ssh_config gives is not the inventory's
+
+
+@pytest.mark.sshd
+def test_a_wrong_key_for_the_jump_makes_its_hosts_unreachable_naming_it(site: Site) -> None:
+    wrong = public_line(asyncssh.generate_private_key("ssh-ed25519"))
+    (site.home / ".ssh" / "known_hosts").write_text(f"[127.0.0.1]:{site.jump.port} {wrong}\n"
+                                                    + site.target.known_hosts.read_text())
+    status, report = fleet_check(site, "-w", "gpu-j[01-02]")
+    assert status == 1
+    for result in report["hosts"].values():
+        assert (result["status"], result["reason"]) == ("unreachable", "host_key")
+        assert result["error"].startswith(f"jump host {site.jump_spec}: host key of 127.0.0.1:{site.jump.port}"
+                                          " not trusted"), result["error"]
+    assert accepted(site.jump) == 0 and accepted(site.target) == 0
+
+
+@pytest.mark.sshd
+def test_an_encrypted_identity_file_without_an_agent_fails_its_host_at_once(site: Site, tmp_path: Path) -> None:
+    key = tmp_path / "id_encrypted"
+    encrypted_key(key)
+    inventory = tmp_path / "site.yaml"
+    inventory.write_text(f"hosts: {{gpu-j01: {{identity_file: {key}}}}}\n")
+    started = time.monotonic()
+    status, report = fleet_check(site, "-i", str(inventory), "gpu-j01")
+    assert time.monotonic() - started < 30
+    result = report["hosts"]["gpu-j01"]
+    assert (status, result["status"], result["reason"]) == (1, "unreachable", "auth")
+    assert result["error"] == ENCRYPTED.format(path=key)
+    assert accepted(site.jump) == 0 and accepted(site.target) == 0
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[str]:
+    """A real ssh-agent on a socket of the test's own, in the foreground; killed by its pid after."""
+    if shutil.which("ssh-agent") is None or shutil.which("ssh-add") is None:
+        pytest.skip("no ssh-agent here (openssh-client)")
+    socket_path = tmp_path / "agent.sock"
+    process = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not socket_path.exists():
+            assert process.poll() is None and time.monotonic() < deadline, "ssh-agent did not start"
+            time.sleep(0.02)
+        yield str(socket_path)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.mark.sshd
+async def test_an_encrypted_identity_file_added_to_the_agent_connects(
+    site: Site, agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's key has a passphrase; the user has ssh-added it (here: an unencrypted copy of the same key)."""
+    key = tmp_path / "id_encrypted"
+    private = encrypted_key(key)
+    site.target.authorize(public_line(private))
+    copy = tmp_path / "id_copy"
+    private.write_private_key(copy)
+    copy.chmod(0o600)
+    with anyio.fail_after(30):
+        added = await anyio.run_process(["ssh-add", str(copy)], env=site.env(SSH_AUTH_SOCK=agent), check=False)
+    assert added.returncode == 0, added.stderr
+    (site.home / ".ssh" / "id_ed25519").unlink()  # the agent's key is the only one: the jump host takes it too
+    site.jump.authorize(public_line(private))
+    monkeypatch.setenv("SSH_AUTH_SOCK", agent)
+    async with await open_ssh(Host(name="gpu-j01", address="gpu-j01", identity_file=str(key),
+                                   connect_timeout=10)) as ssh:
+        assert (await ssh.run(["true"], timeout=10)).ok
+    assert accepted(site.target) == 1
+
+
+@pytest.mark.sshd
+async def test_the_jump_connection_closes_with_the_last_host_and_on_a_cancel(site: Site) -> None:
+    host = Host(name="gpu-j01", address="gpu-j01", connect_timeout=10)
+    first = await open_ssh(host)
+    second = await open_ssh(replace(host, name="gpu-j02"))
+    (shared,) = ssh_module._jump_pool().values()
+    assert (shared.users, shared.handshakes.total_tokens) == (2, ssh_module.JUMP_HANDSHAKES)
+    conn = shared.conn
+    assert conn is not None
+    await first.close()
+    assert shared.users == 1 and not conn.is_closed()
+    await second.close()
+    assert not ssh_module._jump_pool() and conn.is_closed()
+    assert accepted(site.jump) == 1
+    with anyio.CancelScope() as scope:
+        scope.cancel()  # Ctrl-C as the host starts: nothing is left open
+        await open_ssh(host)
+    assert not ssh_module._jump_pool()
+
+
+@pytest.mark.sshd
+async def test_handshakes_through_one_jump_are_bounded(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many hosts at once behind one jump host: never more handshakes through it in flight than the bound."""
+    monkeypatch.setattr(ssh_module, "JUMP_HANDSHAKES", 2)
+    real_connect = asyncssh.connect
+    in_flight: list[int] = [0]
+    most: list[int] = [0]
+
+    async def counting(*args: Any, **kwargs: Any) -> asyncssh.SSHClientConnection:
+        tunnelled = "tunnel" in kwargs
+        in_flight[0] += tunnelled
+        most[0] = max(most[0], in_flight[0])
+        try:
+            return await real_connect(*args, **kwargs)
+        finally:
+            in_flight[0] -= tunnelled
+
+    monkeypatch.setattr(ssh_module.asyncssh, "connect", counting)
+    opened: list[ssh_module.SshTransport] = []
+    try:
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for n in range(6):
+                    host = Host(name=f"gpu-j{n:02}", address=f"gpu-j{n:02}", connect_timeout=20)
+                    tg.start_soon(lambda h=host: _open_into(h, opened))
+    finally:
+        for transport in opened:
+            await transport.close()
+    assert (len(opened), most[0]) == (6, 2)
+    assert accepted(site.jump) == 1 and accepted(site.target) == 6
+    assert not ssh_module._jump_pool()
+
+
+async def _open_into(host: Host, opened: list[ssh_module.SshTransport]) -> None:
+    opened.append(await open_ssh(host))
