@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -370,21 +371,28 @@ async def _on_record(path: Path, name: str, proc: Process) -> str:
             await anyio.sleep(0.2)
 
 
+@asynccontextmanager
+async def _reset_process(fleet: SimFleet, logs: Path) -> AsyncIterator[Process]:
+    """`fleet reset` of the whole simulated fleet as a process of its own; SIGKILLed by its pid if still alive."""
+    args = [sys.executable, "-m", "fleet", "reset", "-i", str(fleet.inventory_path), "-g", "sim", "-y",
+            "--log-dir", str(logs)]
+    proc = await anyio.open_process(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def test_a_run_killed_mid_way_leaves_its_finished_hosts_on_record(
     half_hung_fleet: SimFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logs = tmp_path / "logs"
-    args = [sys.executable, "-m", "fleet", "reset", "-i", str(half_hung_fleet.inventory_path), "-g", "sim", "-y",
-            "--log-dir", str(logs)]
-    proc = await anyio.open_process(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    async with _reset_process(half_hung_fleet, logs) as proc:
         run_id = await _on_record(history_path(logs), "gpu-b01", proc)
         proc.kill()  # SIGKILL, by the pid this test started: no finally, no summary.json
         with anyio.fail_after(15):
-            await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
             await proc.wait()
     assert not (logs / run_id / "summary.json").exists()
     with History.open(history_path(logs)) as history:
@@ -415,17 +423,10 @@ async def test_a_run_killed_mid_way_leaves_its_finished_hosts_on_record(
 async def test_an_interrupted_run_is_on_record_whole_with_its_exit_status(half_hung_fleet: SimFleet,
                                                                          tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    args = [sys.executable, "-m", "fleet", "reset", "-i", str(half_hung_fleet.inventory_path), "-g", "sim", "-y",
-            "--log-dir", str(logs)]
-    proc = await anyio.open_process(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    async with _reset_process(half_hung_fleet, logs) as proc:
         run_id = await _on_record(history_path(logs), "gpu-b01", proc)
         proc.send_signal(signal.SIGINT)
         with anyio.fail_after(30):
-            await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
             await proc.wait()
     assert proc.returncode == 130
     with History.open(history_path(logs)) as history:
