@@ -273,6 +273,10 @@ def reset(
         typer.Option("--rerun-failed", metavar="[RUN_ID|last]", help="Target exactly the hosts that did not end"
                      " clean in that run (default: the last one), with the inventory's variables of today."),
     ] = None,
+    keep_days: Annotated[
+        int | None, typer.Option("--keep-days", min=1, metavar="N", help="After the run, remove the history's"
+                                 " records and the log folders of runs that started more than N days ago.")
+    ] = None,
     as_json: JsonOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
@@ -299,7 +303,13 @@ def reset(
     if via != "srun":  # with srun, no SSH: each node runs its own commands
         check_files(_provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
     _confirm(chosen.hosts, yes, dry_run)
-    raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
+    code = execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file)
+    if keep_days is not None:  # the nightly run keeps its own history in bounds; this run itself is never old
+        try:
+            _prune(log_dir or default_log_dir(), keep_days, datetime.now(UTC))
+        except (OSError, UsageError) as exc:  # retention never changes the run's outcome
+            _err(f"fleet: warning: --keep-days: {exc}")
+    raise typer.Exit(code)
 
 
 def _rerun_targets(given: str, log_dir: Path | None, hosts: list[str] | None, group: list[str] | None,

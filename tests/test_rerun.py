@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -13,6 +14,7 @@ import pytest
 
 from fleet.cli import optional_value
 from fleet.report.history import HostRow, RunRecord, RunRow, not_clean
+from fleet.report.logs import new_run_id
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 
@@ -87,3 +89,17 @@ async def test_nothing_to_rerun_exits_0_and_a_bad_run_or_mix_exits_2(sim: SimFle
     empty = await anyio.to_thread.run_sync(lambda: fleet_cli(
         "reset", "-i", inventory, "--rerun-failed", "-y", "--log-dir", str(tmp_path / "none")))
     assert empty.returncode == 2 and "no run on record" in empty.stderr
+
+
+async def test_a_nightly_reset_keeps_its_history_in_bounds(sim: SimFleet, tmp_path: Path) -> None:
+    """`reset --keep-days N`: after the run, runs older than N days go (their folders too); this one stays."""
+    logs = tmp_path / "logs"
+    old = new_run_id(datetime.now(UTC) - timedelta(days=40))
+    (logs / old).mkdir(parents=True)
+    done = await anyio.to_thread.run_sync(lambda: fleet_cli(
+        "reset", "-i", str(sim.inventory_path), "gpu-b01", "-y", "--json", "--keep-days", "30",
+        "--log-dir", str(logs)))
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    assert not (logs / old).exists() and (logs / run_id / "summary.json").exists()
+    assert "pruned runs older than 30 days: 0 records, 1 log folder" in done.stderr
