@@ -160,14 +160,14 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
         _internal_error(run, log, exc, run.current or ("connect" if run.started else "start"))
     finally:
         gate.settle(run)
-        report = run.report(gate.state.cut_short(), gate.state.cut_reason())
+        cut = gate.state.cut_short(), gate.state.cut_reason()
         if scheduler is not None:
-            await _release(scheduler, run, report, log)
-        if log is not None or run.started is not None:
-            _log_end(log, run.report(gate.state.cut_short(), gate.state.cut_reason()))
+            await _release(scheduler, run, run.report(*cut), log)
+        report = run.report(*cut)  # after the release: the Slurm state it left
+        _log_end(log, report)
         if on_host_end is not None:
             with suppress(Exception):  # the history is never the host's outcome
-                on_host_end(run.report(gate.state.cut_short(), gate.state.cut_reason()))
+                on_host_end(report)
 
 
 async def _admit(scheduler: Scheduler, wave: Sequence[HostRun]) -> None:
@@ -225,7 +225,8 @@ def _internal_error(run: HostRun, log: Any, exc: Exception, where: object) -> No
 def _log_end(log: Any, report: HostReport) -> None:
     if log is not None:
         with suppress(OSError, ValueError):  # a log that cannot be written: the report still says it
-            log.info("host_end", status=str(report.status), error=report.error, duration_s=report.duration_s)
+            log.info("host_end", status=str(report.status), reason=report.reason, error=report.error,
+                     duration_s=report.duration_s)
 
 
 async def _watch_signals(scope: anyio.CancelScope, state: RunState) -> None:

@@ -151,7 +151,7 @@ def format_value(value: float) -> str:
 def write_metrics(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically: a reader sees the old file or the new one, never a part.
 
-    The text goes to a temporary file in the same folder (named `.NAME.XXXX.tmp`, which node_exporter's
+    The text goes to a temporary file in the same folder (`.NAME.<random>.tmp`, which node_exporter's
     `*.prom` glob skips), is fsynced, made 0644 and renamed over `path`; the folder is fsynced after. On any
     failure the temporary file is removed and an OSError naming `path` (not the temporary file) is raised:
     a missing folder is a FileNotFoundError."""

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
@@ -74,6 +75,11 @@ class HostRun:
     plan: HostPlan | None = None
     memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
     slurm: SlurmReport | None = None  # set by the scheduler seam (`fleet.slurm.lifecycle`) with --slurm
+
+    def note_slurm(self, **changes: Any) -> None:
+        """Update the host's Slurm record (`fleet.slurm`), when it has one."""
+        if self.slurm is not None:
+            self.slurm = replace(self.slurm, **changes)
 
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
         self.status, self.error, self.reason, self.ended = status, error, reason, time.monotonic()

@@ -80,6 +80,11 @@ class Slurm:
         found = _parsed(lambda: parse_nodes(result.stdout))
         return {name: node for name, node in found.items() if name in set(wanted)}
 
+    async def look(self, names: Iterable[str]) -> tuple[dict[str, SlurmNode], dict[str, tuple[str, ...]]]:
+        """The named nodes Slurm knows, and the jobs that hold each of them: one scontrol and one squeue."""
+        seen = await self.nodes(names)
+        return seen, await self.jobs(seen)
+
     async def jobs(self, names: Iterable[str]) -> dict[str, tuple[str, ...]]:
         """Node -> ids of the jobs that hold it (running, completing, suspended, ...), for each named node."""
         wanted = sorted(set(names))

@@ -14,7 +14,7 @@ In a dry run and in `check`, Slurm is only read: nothing is drained, nothing wai
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -69,8 +69,7 @@ class SlurmLifecycle:
         self._nodes.update(nodes)
         names = sorted({n.name for n in nodes.values()})
         try:
-            seen = await self.slurm.nodes(names)
-            jobs = await self.slurm.jobs([n for n in names if n in seen])
+            seen, jobs = await self.slurm.look(names)
         except SlurmError as exc:
             for node in nodes.values():
                 node.error = f"slurm: cannot read the node: {exc}"
@@ -136,7 +135,7 @@ class SlurmLifecycle:
                 self._waiting.pop(node.name, None)
         if not node.drained.is_set():  # one last look: --drain-wait 0, or jobs that ended as the wait ran out
             await self._poll({node.name: node})
-        self._update_record(run, jobs=node.jobs)
+        run.note_slurm(jobs=node.jobs)
         if node.lost is not None:
             log.warning("slurm_lost", node=node.name, error=node.lost)
             return HostStatus.SKIPPED, node.lost, Reason.SLURM
@@ -161,8 +160,7 @@ class SlurmLifecycle:
         if not waiting:
             return
         try:
-            seen = await self.slurm.nodes(waiting)
-            jobs = await self.slurm.jobs([n for n in waiting if n in seen])
+            seen, jobs = await self.slurm.look(waiting)
         except SlurmError:
             return  # asked again next round; a wait that ends this way says the jobs it last saw
         for name, node in waiting.items():
@@ -185,12 +183,12 @@ class SlurmLifecycle:
             return
         node.released = True
         if self.mode is not Mode.RESET or node.how is None:
-            self._update_record(run, state_after=node.before.state, reason_after=node.before.reason)
+            run.note_slurm(state_after=node.before.state, reason_after=node.before.reason)
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S) as scope:
             await self._release(run, node, report, log)
         if scope.cancelled_caught:
-            self._update_record(run, error=f"slurm: releasing {node.name} took over {RELEASE_TIMEOUT_S:g} s")
+            run.note_slurm(error=f"slurm: releasing {node.name} took over {RELEASE_TIMEOUT_S:g} s")
 
     async def _release(self, run: HostRun, node: _Node, report: HostReport, log: Any) -> None:
         assert node.before is not None and node.how is not None
@@ -205,13 +203,8 @@ class SlurmLifecycle:
             after = (await self.slurm.nodes([node.name])).get(node.name)
         except SlurmError as exc:
             log.error("slurm_error", node=node.name, error=str(exc))
-            self._update_record(run, error=f"slurm: {exc}")
+            run.note_slurm(error=f"slurm: {exc}")
             return
-        self._update_record(run, state_after=after.state if after else None,
+        run.note_slurm(state_after=after.state if after else None,
                             reason_after=after.reason if after else None)
-
-    @staticmethod
-    def _update_record(run: HostRun, **changes: Any) -> None:
-        if run.slurm is not None:
-            run.slurm = replace(run.slurm, **changes)
 

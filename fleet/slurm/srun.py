@@ -24,7 +24,7 @@ import signal
 import time
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from subprocess import PIPE
 from typing import Any
 
@@ -133,8 +133,7 @@ class SrunRun:
     async def _read(self) -> list[str]:
         names = list(self.runs)
         try:
-            self.before = await self.slurm.nodes(names)
-            jobs = await self.slurm.jobs([n for n in names if n in self.before])
+            self.before, jobs = await self.slurm.look(names)
         except SlurmError as exc:
             self._end_all(names, HostStatus.FAILED, f"slurm: cannot read the nodes: {exc}", Reason.SLURM)
             return []
@@ -192,8 +191,8 @@ class SrunRun:
         give_up = anyio.current_time() + wait_s
         while pending:
             try:
-                seen = await self.slurm.nodes(pending)
-                jobs.update(await self.slurm.jobs([n for n in pending if n in seen]))
+                seen, held = await self.slurm.look(pending)
+                jobs.update(held)
             except SlurmError as exc:
                 seen = {}
                 for name in pending:
@@ -385,9 +384,7 @@ class SrunRun:
             self._end(name, status, error, reason)
 
     def _record(self, name: str, **changes: Any) -> None:
-        run = self.runs[name]
-        if run.slurm is not None:
-            run.slurm = replace(run.slurm, **changes)
+        self.runs[name].note_slurm(**changes)
 
 
 def _ran(report: HostReport | None) -> bool:
