@@ -22,6 +22,7 @@ import re
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
@@ -247,6 +248,24 @@ def migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Sequence[
                 conn.execute(f"PRAGMA user_version = {version + 1}")
 
 
+def _until_unlocked(step: Callable[[], object], timeout_s: float) -> None:
+    """step, tried again while SQLite says the database is locked, up to timeout_s.
+
+    Switching a new file to WAL takes an exclusive lock without calling the busy handler: two processes
+    creating one history at the same moment would otherwise fail one of them at once (seen in tests).
+    """
+    give_up, pause = time.monotonic() + timeout_s, 0.005
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= give_up:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
 def _user_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
@@ -305,7 +324,7 @@ class History:
             raise HistoryError(f"{path}: cannot open the history database: {exc}") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _until_unlocked(lambda: conn.execute("PRAGMA journal_mode = WAL"), busy_timeout_s)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives the process, power cuts aside
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, path, migrations)
