@@ -16,15 +16,17 @@ agent, fails the host at once. Hosts that ssh_config puts behind one jump host
 
 A session that stops answering at the SSH level (TCP up, nothing answers: a
 flaky switch, a wedged node) is noticed once, and marks the transport dead
-with `SessionSilent`: a channel not confirmed within the open bound
-(OPEN_TIMEOUT_S, at most connect_timeout), or a command still open at its
-client deadline (the node's `timeout` would have ended it and sent its exit
-status long before: a hung nvidia-smi still answers, CommandTimeout) or
-interrupted, when the reap that ends it on the node gets no answer within
-REAP_TIMEOUT_S either. From then on every command raises it at once without
-touching the wire and `close()` aborts the connection. Every shielded wait here
-(open, reap, release, close) is bounded by a few seconds, so an interrupt ends
-a run within seconds whatever it is waiting on.
+with `SessionSilent`. Silence is decided from the session, never from one
+wait's length (`fleet.transport.liveness`): a wait that lasts a couple of
+seconds asks the server with SSH keepalive requests, and only a request left
+unanswered for `silence_s` of the controller's attention is silence. A slow
+session that answers is waited for: its channel opens when its server gets to
+it, its command ends when the node's `timeout` ends it (a CommandTimeout then
+says the node is slow, not gone). From then on every command raises it at
+once without touching the wire and `close()` aborts the connection. On a
+cancel (Ctrl-C, `--deadline`) every shielded wait here (the open, the reap,
+the release, the close) is bounded by a few seconds, so an interrupt ends a
+run within seconds whatever it is waiting on.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import secrets
 import socket
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +58,7 @@ from fleet.errors import (
 )
 from fleet.inventory.host import Host, default_known_hosts
 from fleet.report.models import Reason
-from fleet.transport import reap
+from fleet.transport import liveness, reap
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
     CommandResult,
@@ -75,10 +77,8 @@ from fleet.transport.base import (
 
 # Seconds allowed for a connection to close cleanly (then it is aborted).
 CLOSE_TIMEOUT_S = 3.0
-# Seconds a new channel may take to be confirmed and its command started (at most the host's
-# connect_timeout); past that the session is silent. Not the command's deadline: the lock's is minutes.
-OPEN_TIMEOUT_S = 5.0
-# Seconds to find and end an interrupted or overdue command on the node; no answer by then: the session is silent.
+# Seconds to find and end an interrupted or overdue command on the node (and, on a cancel, for a channel being
+# opened to be confirmed so that its command can be ended); an interrupted one with no answer by then is silent.
 REAP_TIMEOUT_S = 3.0
 # Seconds each of the reap's two commands (find, kill) may take on the node: they answer within REAP_TIMEOUT_S.
 REAP_COMMAND_S = 1.0
@@ -540,7 +540,7 @@ class SshTransport:
         self._conn = conn
         self._jump = jump
         self._closed = False
-        self._open_s = min(host.connect_timeout, OPEN_TIMEOUT_S)
+        self._silence_s = liveness.silence_s(host.connect_timeout)
         self.notes = notes
         self.silent = False
 
@@ -564,13 +564,15 @@ class SshTransport:
         started = time.monotonic()
         deadline = anyio.current_time() + client_deadline(timeout)
         with session_errors(self._host):
-            process = await self._open(line, deadline)
+            process = await self._open(line, deadline, (token, become))
+            if process is None:  # the session answers, but opened no channel by the deadline: a slow node
+                raise CommandTimeout(make_result(argv, None, None, "", "", started), timeout)
             try:
-                output, timed_out = await _communicate(process, deadline)
+                output, timed_out = await self._communicate(process, deadline)
             except anyio.get_cancelled_exc_class():
-                await self._reap(token, become)
+                await self._reap(token, become, cancelled=True)
                 raise
-            if timed_out:  # the node's bound did not end it, or nothing answers: the reap tells which
+            if timed_out:  # the session answers, but the node's bound did not end it in time: end it there
                 await self._reap(token, become)
         result = _result(argv, process, output, started)
         if timed_out:
@@ -591,13 +593,14 @@ class SshTransport:
         started = time.monotonic()
         deadline = anyio.current_time() + client_deadline(timeout)
         with session_errors(self._host):
-            process = await self._open(line, deadline, stdin=asyncssh.PIPE)
-            first = await _first_line(process, deadline)
-            if first is None:
-                raise CommandTimeout(_result(argv, process, process.collect_output(), started), timeout)
+            process = await self._open(line, deadline, None, stdin=asyncssh.PIPE)
+            first = None if process is None else await self._first_line(process, deadline)
+            if process is None or first is None:
+                output = ("", "") if process is None else process.collect_output()
+                raise CommandTimeout(make_result(argv, None, None, *output, started), timeout)
             if first.endswith("\n"):
                 return Held(first.rstrip("\n"), release=lambda: self._release(process, argv, first, started))
-            (out, err), timed_out = await _communicate(process, deadline)  # no full line: it is ending
+            (out, err), timed_out = await self._communicate(process, deadline)  # no full line: it is ending
         result = _result(argv, process, (first + out, err), started)
         if timed_out:
             raise CommandTimeout(result, timeout)
@@ -628,16 +631,82 @@ class SshTransport:
         if result.exit_status is None and result.signal is None:
             raise ConnectionLost(f"session to {self._host.name} closed before the command ended")
 
-    async def _open(self, line: str, deadline: float, stdin: int = asyncssh.DEVNULL) -> _Process:
-        """Start line in a new channel; SessionSilent when it is not confirmed within the open bound.
+    async def _answer(self, wait: Callable[[], Awaitable[T]], deadline: float) -> T | None:
+        """wait()'s result, or None once deadline has passed while the session still answers (then, while it
+        keeps answering, up to silence_s more: slow is not silent); SessionSilent once it stops answering.
 
-        Shielded, but only that long (never until the command's deadline): a cancel waits
-        for the channel so that the command it may have started can be ended, never orphaned.
+        wait is called again after each look at the session: it must be safe to cancel and call again.
         """
-        with anyio.CancelScope(deadline=min(deadline, anyio.current_time() + self._open_s), shield=True):
-            return await self._conn.create_process(line, stdin=stdin, encoding="utf-8", errors="replace")
-        self.silent = True
-        raise SessionSilent(self._host.name)
+        with anyio.CancelScope(deadline=min(deadline, anyio.current_time() + liveness.PROBE_AFTER_S)):
+            return await wait()  # the common case: no request, no timer beyond this one
+        end = deadline + self._silence_s
+        with liveness.Pinger(self._conn, self._silence_s) as pinger:
+            while (now := anyio.current_time()) < end or not pinger.answered:
+                look = now + liveness.PROBE_EVERY_S
+                with anyio.CancelScope(deadline=min(look, end) if now < end else look):
+                    return await wait()
+                if pinger.silent():
+                    self.silent = True
+                    raise SessionSilent(self._host.name)
+        return None
+
+    async def _open(self, line: str, deadline: float, reap_as: tuple[str, bool] | None,
+                    stdin: int = asyncssh.DEVNULL) -> _Process | None:
+        """Start line in a new channel; None when the session answers but confirms no channel by the deadline.
+
+        Cancelled while the channel is being opened: it is still waited for (shielded, REAP_TIMEOUT_S at most)
+        so that the command it started is ended by `reap_as` (token, become) and never orphaned.
+        """
+        opening = asyncio.ensure_future(
+            self._conn.create_process(line, stdin=stdin, encoding="utf-8", errors="replace"))
+        try:
+            process = await self._answer(lambda: asyncio.shield(opening), deadline)
+        except BaseException:
+            await self._abandon_opening(opening, reap_as)
+            raise
+        if process is None:
+            await self._abandon_opening(opening, reap_as)
+        return process
+
+    async def _abandon_opening(self, opening: asyncio.Future[_Process], reap_as: tuple[str, bool] | None) -> None:
+        """End a channel open that was given up: wait for it a little, then end its command (or the open)."""
+        if not self.silent:
+            with anyio.move_on_after(REAP_TIMEOUT_S, shield=True), suppress(asyncssh.Error, OSError):
+                await asyncio.shield(opening)
+        if not opening.done():
+            opening.cancel()
+            return
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        _abandon(opening.result())
+        if reap_as is not None:
+            await self._reap(*reap_as, cancelled=True)
+
+    async def _communicate(self, process: _Process, deadline: float) -> tuple[tuple[str, str], bool]:
+        """Both streams until the channel closes, or what arrived by the deadline: (output, timed_out).
+
+        A channel that did not close by itself (a deadline, a cancel, silence) is ended on the way out.
+        """
+        closed = False
+        try:
+            output = await self._answer(process.communicate, deadline)
+            closed = output is not None
+        finally:
+            if not closed:
+                _abandon(process)
+        return (output, False) if output is not None else (process.collect_output(), True)
+
+    async def _first_line(self, process: _Process, deadline: float) -> str | None:
+        """Its first stdout line ('' or partial at EOF), or None past the deadline; ended unless it answered."""
+        reading = asyncio.ensure_future(process.stdout.readline())
+        line: str | None = None
+        try:
+            line = await self._answer(lambda: asyncio.shield(reading), deadline)
+        finally:
+            if line is None:
+                reading.cancel()
+                _abandon(process)
+        return line
 
     async def _release(self, process: _Process, argv: Sequence[str], first: str,
                        started: float) -> CommandResult | None:
@@ -657,11 +726,12 @@ class SshTransport:
             return None
         return _result(argv, process, (first + output[0], output[1]), started)
 
-    async def _reap(self, token: str, become: bool) -> None:
+    async def _reap(self, token: str, become: bool, *, cancelled: bool = False) -> None:
         """End an interrupted or overdue command on the node (OpenSSH does not when its channel closes).
 
-        Shielded, bounded by REAP_TIMEOUT_S; no answer by then: the session is silent. Nothing is
-        tried on a session already silent (the node's own `timeout` still ends the command there).
+        Shielded, bounded by REAP_TIMEOUT_S. Interrupted with no answer by then: the session counts as silent
+        (its close aborts at once). Overdue on a session that answered: slow, not silent; the node's own
+        `timeout` ends the command there. Nothing is tried on a session already silent.
         """
         if self.silent:
             return
@@ -673,7 +743,7 @@ class SshTransport:
             if pids:
                 kill = ["kill", "-s", "KILL", "--", *map(str, pids)]
                 await self._conn.run(command_line(bounded_argv(kill, REAP_COMMAND_S, become=become)), check=False)
-        self.silent = waited.cancelled_caught
+        self.silent = cancelled and waited.cancelled_caught
 
 
 def _result(argv: Sequence[str], process: _Process, output: tuple[str, str], started: float) -> CommandResult:
@@ -682,39 +752,6 @@ def _result(argv: Sequence[str], process: _Process, output: tuple[str, str], sta
     if signal_info:
         return make_result(argv, None, signal_info[0], out, err, started)
     return make_result(argv, process.exit_status, None, out, err, started)
-
-
-async def _communicate(process: _Process, deadline: float) -> tuple[tuple[str, str], bool]:
-    """Both streams until the channel closes or the deadline: (output, timed_out).
-
-    A channel that did not close by itself (a deadline, a cancel) is ended on the way out; one that did
-    needs nothing more (no extra scope, timer or round trip: this runs for every command).
-    """
-    closed = False
-    try:
-        with anyio.CancelScope(deadline=deadline):
-            output = await process.communicate()
-            closed = True
-            return output, False
-    finally:
-        if not closed:
-            _abandon(process)
-    return process.collect_output(), True  # what arrived before the deadline
-
-
-async def _first_line(process: _Process, deadline: float) -> str | None:
-    """Its first stdout line ('' or partial at EOF), or None past the deadline.
-
-    The channel is ended on the deadline, and on a cancel before it propagates.
-    """
-    line: str | None = None
-    try:
-        with anyio.CancelScope(deadline=deadline):
-            line = await process.stdout.readline()
-    finally:
-        if line is None:
-            _abandon(process)
-    return line
 
 
 def _abandon(process: _Process) -> None:
