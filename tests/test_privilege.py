@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,8 @@ def test_a_sudo_that_asks_is_one_auth_error_line(stderr: str) -> None:
 
 async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole reset over the scripted transport: sudo for signals, stop, /proc reads and the lock; nothing else."""
-    asked: list[Probe[Any]] = []  # every probe the node ran or held, in order
-    node_run, node_hold = Node.run, Node.hold
+    asked: list[Probe[Any]] = []  # every probe the node ran, batched or held
+    node_run, node_hold, node_batch = Node.run, Node.hold, Node.batch
 
     async def run_probe(self: Node, probe: Probe[Any], **kw: Any) -> CommandResult:
         asked.append(probe)
@@ -88,8 +89,13 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
         asked.append(probe)
         return await node_hold(self, probe, **kw)
 
+    async def batch_probes(self: Node, probes: Sequence[Probe[Any] | tuple[Probe[Any], float]], **kw: Any) -> Any:
+        asked.extend(p[0] if isinstance(p, tuple) else p for p in probes)
+        return await node_batch(self, probes, **kw)
+
     monkeypatch.setattr(Node, "run", run_probe)
     monkeypatch.setattr(Node, "hold", hold_probe)
+    monkeypatch.setattr(Node, "batch", batch_probes)
     t = ScriptedTransport(node_script(), become=True)
     report, _ = await run([make_host(become=True)], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN, report.hosts["gpu-01"].error
@@ -100,10 +106,11 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
     # and the kernel log (journalctl: the Xids)
     assert with_sudo == {"flock", "systemctl", "find", "sh", "ps", "awk", "grep", "journalctl"}
     assert without == {"systemctl", "nvidia-smi"}
-    assert [probe.argv for probe in asked] == t.ran  # every command is a probe that declared its privilege
-    for probe, wire in zip(asked, t.sent, strict=True):
-        assert through_sudo(wire) is probe.needs_root, probe.argv
-        assert wire[-len(probe.argv):] == probe.argv
+    by_argv = {probe.argv: probe for probe in asked}
+    assert sorted(by_argv) == sorted(set(t.ran))  # every command is a probe that declared its privilege
+    for argv, wire in zip(t.ran, t.sent, strict=True):  # a batched one went in a batch of its own privilege
+        assert through_sudo(wire) is by_argv[argv].needs_root, argv
+        assert wire[-len(argv):] == argv or shlex.join(argv) in wire
     shows = [wire for argv, wire in zip(t.ran, t.sent, strict=True) if argv[:2] == ("systemctl", "show")]
     assert shows and not any(through_sudo(wire) for wire in shows)
 

@@ -4,11 +4,17 @@
 when the probe needs root (on a `become` host), logs the command, checks its exit status and parses what it
 printed. Every failure is a `StepFailed` with one line; a transport that gives no answer raises
 `TransportError` (the host's boundary deals with it).
+
+`Node.batch(probes)` runs several probes in one remote command (`fleet.transport.batch`), one a privilege, and
+returns `Answers`: each probe is then read exactly as `ask` would have read it alone (its own exit status,
+timeout and parse), so one probe's failure never spoils another's answer.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fleet.errors import CommandTimeout, StepFailed
@@ -16,7 +22,8 @@ from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.probe import Probe
 from fleet.report.models import Reason, StepName, StepStatus
-from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, Held, Transport, clip
+from fleet.transport import batch as framing
+from fleet.transport.base import RELEASE_TIMEOUT_S, TIMEOUT_EXIT_STATUSES, CommandResult, Held, Transport, clip
 
 T = TypeVar("T")
 # Output kept per stream in the per-node log.
@@ -31,6 +38,7 @@ class Node:
         self.transport = transport
         self.log = log
         self.commands = 0
+        self.batches = 0
 
     async def ask(self, probe: Probe[T], *, step: StepName | None = None, budget: Budget | None = None) -> T:
         """Run the probe (see `run`) and parse its stdout; unreadable output fails the step."""
@@ -59,6 +67,65 @@ class Node:
             raise StepFailed(probe.failure(result))
         return result
 
+    async def batch(self, probes: Sequence[Probe[Any] | tuple[Probe[Any], float]], *, step: StepName | None = None,
+                    budget: Budget | None = None) -> Answers:
+        """Run the probes in one remote command a privilege (on a `become` host, those that need root in one
+        through sudo, the rest in another); read each with `Answers.read`. A probe given as (probe, seconds)
+        gets that bound instead of command_timeout. A batch costs one command; its sections are logged as
+        commands of their own (`batch` names the batch), the wire command as a `batch` event."""
+        asked = [p if isinstance(p, tuple) else (p, self.host.command_timeout) for p in probes]
+        groups = [[a for a in asked if a[0].needs_root == root] for root in (True, False)] if self.host.become \
+            else [asked]
+        answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
+        for group in groups:
+            if group:
+                answers.update(await self._batch(group, step, budget))
+        return Answers(answers)
+
+    async def _batch(self, asked: Sequence[tuple[Probe[Any], float]], step: StepName | None,
+                     budget: Budget | None) -> dict[int, CommandResult | CommandTimeout | StepFailed]:
+        bounds = [budget.command_timeout(limit) if budget else limit for _, limit in asked]
+        tag, self.commands, self.batches = framing.new_tag(), self.commands + 1, self.batches + 1
+        argv = framing.batch_argv(tag, [(b, p.argv) for (p, _), b in zip(asked, bounds, strict=True)])
+        whole = framing.batch_timeout(bounds)
+        timeout = budget.command_timeout(whole) if budget else whole  # never past the step's end either
+        privileged = any(p.needs_root for p, _ in asked)
+        try:
+            result = await self.transport.run(argv, timeout=timeout, privileged=privileged)
+            timed_out = False
+        except CommandTimeout as exc:
+            result, timed_out = exc.result, True
+        self._log_batch(result, step, timeout, timed_out, len(asked))
+        found = framing.sections(tag, len(asked), result.stdout, result.stderr)
+        answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
+        hung: str | None = None
+        for ((probe, _), bound, section) in zip(asked, bounds, found, strict=True):
+            answer = self._section_answer(probe, bound, section, result, timed_out or hung, step)
+            answers[id(probe)] = answer
+            if isinstance(answer, CommandTimeout) and hung is None:
+                hung = probe.what
+        return answers
+
+    def _section_answer(self, probe: Probe[Any], bound: float, section: framing.Section | None,
+                        batch: CommandResult, cut_by: bool | str | None,
+                        step: StepName | None) -> CommandResult | CommandTimeout | StepFailed:
+        """One section as its own command's result; a CommandTimeout when it (or the batch around it) timed out,
+        a StepFailed when it never ran because an earlier section timed out (`cut_by` names that one)."""
+        if section is None:  # never ran, or cut: no answer, never an empty one
+            cut = CommandResult(probe.argv, None, "", "", batch.duration_s, batch.signal)
+            if isinstance(cut_by, str):
+                self._log_result(cut, step, bound, timed_out=False, batch=self.batches,
+                                 note=f"not run: {cut_by} timed out before it in the batch")
+                return StepFailed(f"{probe.what} not run: {cut_by} timed out", StepStatus.TIMEOUT,
+                                  Reason.COMMAND_TIMEOUT)
+            self._log_result(cut, step, bound, timed_out=True, batch=self.batches,
+                             note="no answer: the batch ended before this section did")
+            return CommandTimeout(cut, bound)
+        result = CommandResult(probe.argv, section.exit_status, section.stdout, section.stderr, batch.duration_s)
+        timed_out = section.exit_status in TIMEOUT_EXIT_STATUSES
+        self._log_result(result, step, bound, timed_out=timed_out, batch=self.batches)
+        return CommandTimeout(result, bound) if timed_out else result
+
     async def hold(self, probe: Probe[Any], *, timeout: float) -> Held:
         """Start a long-lived command (see `Transport.hold`); it is logged when it ends."""
         self.commands += 1
@@ -85,11 +152,22 @@ class Node:
                          timeout, timed_out=True, note=f"did not end within {RELEASE_TIMEOUT_S:g} s of release: killed")
         return None
 
-    def _log_result(self, result: CommandResult, step: StepName | None, timeout: float, *, timed_out: bool,
-                    note: str | None = None) -> None:
+    def _log_batch(self, result: CommandResult, step: StepName | None, timeout: float, timed_out: bool,
+                   sections: int) -> None:
+        """The wire command of a batch: its own exit status and duration; what each section printed is in
+        the section's `command` event (the frames themselves are not logged again)."""
         where: dict[str, str] = {"step": str(step)} if step is not None else {}
+        self.log.info("batch", **where, batch=self.batches, sections=sections, argv=list(result.argv),
+                      exit_status=result.exit_status, signal=result.signal, timed_out=timed_out,
+                      timeout_s=round(timeout, 3), duration_s=round(result.duration_s, 4))
+
+    def _log_result(self, result: CommandResult, step: StepName | None, timeout: float, *, timed_out: bool,
+                    note: str | None = None, batch: int | None = None) -> None:
+        where: dict[str, object] = {"step": str(step)} if step is not None else {}
         if note:
             where["note"] = note
+        if batch is not None:
+            where["batch"] = batch
         self.log.info(
             "command",
             **where,
@@ -102,3 +180,28 @@ class Node:
             stdout=clip(result.stdout, LOG_OUTPUT_LIMIT),
             stderr=clip(result.stderr, LOG_OUTPUT_LIMIT),
         )
+
+
+@dataclass(frozen=True)
+class Answers:
+    """What each probe of a batch answered, read as `Node.ask` would have read it alone."""
+
+    by_probe: dict[int, CommandResult | CommandTimeout | StepFailed]
+
+    def result(self, probe: Probe[Any]) -> CommandResult:
+        """The probe's result; its timeout (StepFailed with `hang`, else CommandTimeout) or an exit status
+        it does not call an answer (StepFailed) raised here, for this probe alone."""
+        answer = self.by_probe[id(probe)]
+        if isinstance(answer, StepFailed):
+            raise answer
+        if isinstance(answer, CommandTimeout):
+            if probe.hang is not None:
+                raise StepFailed(probe.hang.format(s=f"{answer.deadline_s:g}"), StepStatus.TIMEOUT,
+                                 Reason.COMMAND_TIMEOUT) from answer
+            raise answer
+        if not probe.answered(answer):
+            raise StepFailed(probe.failure(answer))
+        return answer
+
+    def read(self, probe: Probe[T]) -> T:
+        return probe.read(self.result(probe))

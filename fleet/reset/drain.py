@@ -1,9 +1,10 @@
 """drain: stop the host's serving units gracefully; SIGKILL a unit only when its stop hangs.
 
-Asks the node: `systemctl stop --no-block` per unit in `services`, then
-`systemctl show` until each is inactive or failed (backoff, within
-`drain_timeout`); for a unit still up, `systemctl kill --signal=SIGKILL` and
-another wait of ESCALATION_WINDOW_S. Decides: a unit is down when inactive or
+Asks the node: `systemctl stop --no-block` per unit in `services` and a first
+`systemctl show` of each, all in one command (a batch, `Node.batch`), then
+`systemctl show` of the units still up until each is inactive or failed
+(backoff, within `drain_timeout`; one command a round); for a unit still up,
+`systemctl kill --signal=SIGKILL` and another wait of ESCALATION_WINDOW_S. Decides: a unit is down when inactive or
 failed. Reports: each unit's last state; fails when one is still up.
 kill uses `stop_units` too, for the units of holders that respawn (`--stop-units`).
 """
@@ -49,9 +50,13 @@ async def stop_units(node: Node, names: Sequence[str], window: float,
                      step: StepName = StepName.DRAIN) -> UnitsStopped:
     """Stop units gracefully, polling up to `window` s; SIGKILL only those whose stop hangs."""
     budget = Budget(window, slack=node.host.command_timeout)
-    for unit in names:  # an exit other than 0 or 5 (e.g. polkit: "Interactive authentication required.") fails
-        await node.run(units.unit_stop(unit), step=step, budget=budget)
-    states = await _wait_down(node, names, budget, step)
+    stops = [units.unit_stop(unit) for unit in names]
+    shows = [units.unit_state(unit) for unit in names]
+    answers = await node.batch([*stops, *shows], step=step, budget=budget)
+    for stop in stops:  # an exit other than 0 or 5 (e.g. polkit: "Interactive authentication required.") fails
+        answers.result(stop)
+    first = {unit: answers.read(show) for unit, show in zip(names, shows, strict=True)}
+    states = await _wait_down(node, names, budget, step, first)
     hung = [u for u in names if not states[u].is_down]
     if not hung:
         return UnitsStopped(describe_units(states))
@@ -61,14 +66,17 @@ async def stop_units(node: Node, names: Sequence[str], window: float,
 
 async def unit_states(node: Node, names: Sequence[str], budget: Budget,
                       step: StepName = StepName.DRAIN) -> dict[str, units.UnitState]:
-    """Each unit's ActiveState, SubState and MainPID (the dry run reads them too)."""
-    return {unit: await node.ask(units.unit_state(unit), step=step, budget=budget) for unit in names}
+    """Each unit's ActiveState, SubState and MainPID, in one command (the dry run reads them too)."""
+    shows = {unit: units.unit_state(unit) for unit in names}
+    answers = await node.batch(list(shows.values()), step=step, budget=budget)
+    return {unit: answers.read(probe) for unit, probe in shows.items()}
 
 
-async def _wait_down(node: Node, names: Sequence[str], budget: Budget,
-                     step: StepName) -> dict[str, units.UnitState]:
-    """Poll until every unit is inactive or failed, or the budget is spent; return the last states."""
-    states = await unit_states(node, names, budget, step)
+async def _wait_down(node: Node, names: Sequence[str], budget: Budget, step: StepName,
+                     states: dict[str, units.UnitState] | None = None) -> dict[str, units.UnitState]:
+    """Poll until every unit is inactive or failed, or the budget is spent; return the last states
+    (`states`: a first look already taken)."""
+    states = states if states is not None else await unit_states(node, names, budget, step)
     for wait in backoff():
         up = [u for u in names if not states[u].is_down]
         if not up or budget.window_left <= POLL_MARGIN_S:
@@ -82,8 +90,10 @@ async def _escalate(node: Node, hung: Sequence[str], states: dict[str, units.Uni
                     step: StepName) -> UnitsStopped:
     """`systemctl kill --signal=SIGKILL` the hung units, then poll them for ESCALATION_WINDOW_S."""
     escalation = Budget(ESCALATION_WINDOW_S, slack=node.host.command_timeout)
-    for unit in hung:
-        await node.run(units.unit_kill(unit), step=step, budget=escalation)
+    kills = [units.unit_kill(unit) for unit in hung]
+    answers = await node.batch(kills, step=step, budget=escalation)
+    for probe in kills:
+        answers.result(probe)
     states.update(await _wait_down(node, hung, escalation, step))
     detail = f"{', '.join(hung)} did not stop within {window:g} s: SIGKILLed; " + describe_units(states)
     still = [u for u in hung if not states[u].is_down]

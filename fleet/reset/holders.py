@@ -1,8 +1,8 @@
 """Who holds the GPUs on a node: one scan, its probes joined and each holder judged.
 
 `scan` runs the holder scan (find over /proc/PID/fd), then for the holders
-found: ps (user, command line), the exe links, the lineage walk (comm,
-ancestors, fleet's own process chain) and, when asked, their systemd units.
+found, in one command: ps (user, command line), the exe links, the lineage walk
+(comm, ancestors, fleet's own process chain); and, when asked, their systemd units.
 The judging itself is pure (`describe_holders`, with `fleet.reset.protection`).
 kill, verify and the dry run all look through this one scan.
 
@@ -25,6 +25,7 @@ from fleet.node.probe import first_line
 from fleet.node.probes import lineage, procs, units
 from fleet.report.models import Reason, StepName
 from fleet.reset.protection import Holder, ProcessFacts, Rules, full_name, protected_by
+from fleet.transport.base import CommandResult
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,17 @@ class Scan:
 
 
 async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool = False,
-               known: Scan | None = None) -> Scan:
+               known: Scan | None = None, looked: CommandResult | None = None) -> Scan:
     """Every process holding a device file, described (user, name, exe, lineage; with `with_units`,
     its systemd unit) and judged protected or not.
 
     With `known` (an earlier scan of this step), holders it already judged are not described
-    again: a rescan that finds only them costs one command, not five.
+    again: a rescan that finds only them costs one command, not two. `looked`: the result of the
+    holder scan (`procs.holder_scan`) when a step's batch already ran it. The holders found are
+    described in one command (ps, their exe links and their lineage, in a batch).
     """
     probe = procs.holder_scan(node.host.devices)
-    result = await node.run(probe, step=step, budget=budget)
+    result = looked if looked is not None else await node.run(probe, step=step, budget=budget)
     seen = await _still_unreadable(node, probe.read(result), step, budget)
     _check_sight(node.host, scan_blindness(seen, result.exit_status, result.stderr))
     found = seen.rows
@@ -63,12 +66,12 @@ async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool =
         if all(h.pid in judged for h in found):
             return Scan(tuple(judged[h.pid] for h in found), known.own_units)
     pids = [h.pid for h in found]
-    ps_probe = procs.ps(pids)
-    ps_result = await node.run(ps_probe, step=step, budget=budget)
+    ps_probe, exe_probe, walk_probe = procs.ps(pids), procs.exe(pids), lineage.lineage(pids)
+    answers = await node.batch([ps_probe, exe_probe, walk_probe], step=step, budget=budget)
+    ps_result = answers.result(ps_probe)
     ps = ps_probe.read(ps_result)
     _check_sight(node.host, ps_blindness(ps, ps_result.exit_status, ps_result.stderr))
-    exe = await node.ask(procs.exe(pids), step=step, budget=budget)
-    walk = await node.ask(lineage.lineage(pids), step=step, budget=budget)
+    exe, walk = answers.read(exe_probe), answers.read(walk_probe)
     unit_of = await _units(node, sorted({*pids, *walk.own}), step, budget) if with_units else {}
     holders = describe_holders(found, ProcessFacts(ps, exe, walk, unit_of), Rules.of(node.host))
     return Scan(holders, frozenset(unit_of[p] for p in walk.own if p in unit_of))
@@ -83,9 +86,10 @@ async def _still_unreadable(node: Node, seen: procs.HolderScan, step: StepName, 
     return replace(seen, unreadable=tuple(pid for pid in seen.unreadable if pid in alive))
 
 
-async def scan_holders(node: Node, step: StepName, budget: Budget) -> tuple[Holder, ...]:
+async def scan_holders(node: Node, step: StepName, budget: Budget,
+                       looked: CommandResult | None = None) -> tuple[Holder, ...]:
     """The holders of one `scan`, without their units."""
-    return (await scan(node, step, budget)).holders
+    return (await scan(node, step, budget, looked=looked)).holders
 
 
 async def _units(node: Node, pids: Sequence[int], step: StepName, budget: Budget) -> dict[int, str]:

@@ -20,6 +20,7 @@ from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
 from fleet.node.budget import Budget, BudgetSpent
 from fleet.node.node import Node
+from fleet.node.probe import Probe
 from fleet.node.probes import health, smi
 from fleet.report.models import (
     GpuReport,
@@ -121,11 +122,10 @@ async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_u
 
 async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False) -> None:
     settle_s: dict[int, float] = {}
+    xids_before = None
     if mode is Mode.RESET:
         run.current = StepName.DRAIN  # the baselines are read as drain begins (and logged in it)
-    xids_before = await _xids_now(node) if mode is Mode.RESET else None
-    if mode is Mode.RESET:
-        run.memory_before = await _memory_now(node)
+        xids_before, run.memory_before = await _baselines(node)
         await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
         run.killed = killed.killed
@@ -139,30 +139,32 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
     run.finish(*host_outcome(run.steps))
 
 
-async def _memory_now(node: Node) -> tuple[int | None, ...] | None:
-    """Each GPU's memory.used as the reset begins (the report's and the history's "before"); None when it cannot
-    be read now (settle and verify will say why)."""
+async def _baselines(node: Node) -> tuple[frozenset[health.Xid] | None, tuple[int | None, ...] | None]:
+    """What the node holds as the reset begins, in one command: the kernel log's Xids (verify calls any other
+    one "during the reset") and each GPU's memory.used (the report's and the history's "before").
+
+    Either is None when it cannot be read now (settle and verify will say why): Xids also when the host
+    ignores them. The memory read is bounded by BASELINE_READ_S: a wedged driver is settle's to name.
+    """
+    host = node.host
+    xid_probe = None if "xid" in host.health_ignore else health.xids()
+    memory_probe = smi.gpu_query(host.nvidia_smi, smi.SETTLE_FIELDS)
+    asked: list[Probe[Any] | tuple[Probe[Any], float]] = [] if xid_probe is None else [xid_probe]
+    asked.append((memory_probe, min(host.command_timeout, BASELINE_READ_S)))
+    answers = await node.batch(asked, step=StepName.DRAIN, budget=Budget(0.0, slack=2 * host.command_timeout))
+    xids = None
+    if xid_probe is not None:
+        try:
+            found = answers.read(xid_probe)
+            xids = frozenset(found)
+        except STEP_ENDERS as exc:
+            node.log.warning("xids_unread", error=str(exc))
     try:
-        bound = min(node.host.command_timeout, BASELINE_READ_S)  # a wedged driver is settle's to name, not this
-        rows = await node.ask(smi.gpu_query(node.host.nvidia_smi, smi.SETTLE_FIELDS), step=StepName.DRAIN,
-                              budget=Budget(0.0, slack=bound))
-        return tuple(r.memory_used_mib for r in rows)
+        memory: tuple[int | None, ...] | None = tuple(r.memory_used_mib for r in answers.read(memory_probe))
     except STEP_ENDERS as exc:
         node.log.warning("memory_unread", error=str(exc))
-        return None
-
-
-async def _xids_now(node: Node) -> frozenset[health.Xid] | None:
-    """The Xids the kernel log holds as the reset begins: verify calls any other one "during the reset".
-    None (so none is) when the host ignores Xids or the log cannot be read now (verify will say so)."""
-    if "xid" in node.host.health_ignore:
-        return None
-    try:
-        found = await node.ask(health.xids(), step=StepName.DRAIN, budget=Budget(0.0, slack=node.host.command_timeout))
-        return frozenset(found)
-    except STEP_ENDERS as exc:
-        node.log.warning("xids_unread", error=str(exc))
-        return None
+        memory = None
+    return xids, memory
 
 
 async def _run_step(node: Node, run: HostRun, name: StepName,

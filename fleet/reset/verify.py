@@ -1,7 +1,8 @@
 """verify: the proof. Clean only when the GPUs, the compute apps and the holder scan all say so.
 
-Asks the node: one GPU query (count, memory, ECC, MIG mode), one compute-apps query and one holder scan
-(`fleet.reset.holders`; a scan that could not see every process fails verify, never passes it). Decides
+Asks the node, in one command (a batch, `Node.batch`): one GPU query (count, memory, ECC, MIG mode), one
+compute-apps query, the health gate's reads and one holder scan (`fleet.reset.holders`; a scan that could not
+see every process fails verify, never passes it); holders it finds are then described in one more. Decides
 (pure, below): the problems that keep the node from being clean, most telling first: a GPU count that
 differs from `gpus`, memory over the GPU's allowance (`fleet.reset.settle.Allowance`: the threshold, the
 MIG one on a MIG GPU, plus what processes fleet keeps on purpose hold), a compute app still running that
@@ -16,10 +17,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from fleet.inventory.host import Host
 from fleet.node.budget import Budget
-from fleet.node.node import Node
-from fleet.node.probes import health, smi
+from fleet.node.node import Answers, Node
+from fleet.node.probe import Probe
+from fleet.node.probes import health, procs, smi
 from fleet.report.models import (
     Finding,
     GpuReport,
@@ -37,23 +42,27 @@ from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance, first_of
 
-# Commands verify may run: two nvidia-smi queries, a holder scan (find, ps, exe, lineage, ...), and the
-# health gate's two reads (nvidia-smi -q, the kernel log).
+# Commands verify may run, at most: its one batch (GPU query, compute apps, the health gate's reads, the holder
+# scan), the holders' description, and the scan's own second looks.
 VERIFY_COMMANDS = 9
 
 
 async def verify(node: Node, settle_s: Mapping[int, float] | None = None,
                  xids_before: Collection[health.Xid] | None = None) -> StepOutcome:
-    """One GPU query, one compute-apps query, one holder scan and the health gate; clean only if all say so.
+    """One GPU query, one compute-apps query, one holder scan and the health gate, all in one command (the
+    holders found are then described); clean only if all say so.
 
     `xids_before`: the Xids the kernel log held when the reset began (None for `check`: no reset ran).
     """
     started, host = time.monotonic(), node.host
     budget = Budget(0.0, slack=VERIFY_COMMANDS * host.command_timeout)
-    rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)
-    apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.VERIFY, budget=budget)
-    findings = await health_findings(node, budget, xids_before)
-    judged = await scan_holders(node, StepName.VERIFY, budget)
+    gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
+    scan_probe, reads = procs.holder_scan(host.devices), HealthReads.of(host)
+    answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe], step=StepName.VERIFY,
+                               budget=budget)
+    rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
+    findings = reads.findings(answers, HealthPolicy.of(host), xids_before)
+    judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]
     kept_apps = [a for a in apps if a.pid in kept]
@@ -154,15 +163,27 @@ def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float],
 # --- the health gate ----------------------------------------------------------
 
 
-async def health_findings(node: Node, budget: Budget,
-                          xids_before: Collection[health.Xid] | None) -> dict[str, tuple[Finding, ...]]:
-    """`nvidia-smi -q` and (unless `xid` is ignored) the kernel log's Xids, judged by the host's policy;
-    findings by GPU bus id ("" for an Xid on no listed GPU)."""
-    host = node.host
-    policy = HealthPolicy.of(host)
-    gpus = await node.ask(health.health(host.nvidia_smi), step=StepName.VERIFY, budget=budget)
-    xids = () if "xid" in policy.ignore else await node.ask(health.xids(), step=StepName.VERIFY, budget=budget)
-    return judge(gpus, xids, policy, before=xids_before)
+@dataclass(frozen=True)
+class HealthReads:
+    """The health gate's reads: `nvidia-smi -q` and (unless `xid` is ignored) the kernel log's Xids."""
+
+    gpus: Probe[tuple[health.GpuHealth, ...]]
+    xids: Probe[tuple[health.Xid, ...]] | None
+
+    @classmethod
+    def of(cls, host: Host) -> HealthReads:
+        return cls(health.health(host.nvidia_smi), None if "xid" in host.health_ignore else health.xids())
+
+    @property
+    def probes(self) -> list[Probe[Any]]:
+        return [self.gpus] if self.xids is None else [self.gpus, self.xids]
+
+    def findings(self, answers: Answers, policy: HealthPolicy,
+                 xids_before: Collection[health.Xid] | None) -> dict[str, tuple[Finding, ...]]:
+        """What they found, judged by the host's policy; findings by GPU bus id ("" for an Xid on no listed GPU)."""
+        gpus = answers.read(self.gpus)
+        xids = () if self.xids is None or "xid" in policy.ignore else answers.read(self.xids)
+        return judge(gpus, xids, policy, before=xids_before)
 
 
 def _where(rows: Sequence[smi.GpuRow], bus_id: str) -> str:

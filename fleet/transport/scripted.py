@@ -10,6 +10,11 @@ a command that ended at once. `ran` records every argv as the logic asked for
 it, `sent` as it would go on the wire (`fleet.transport.base.bounded_argv`:
 `timeout -k K T argv...`, or `timeout -k K T sudo -n timeout -k K T argv...` for
 privileged commands on a `become` transport).
+
+A batch (`fleet.transport.batch`) is answered section by section from the same script, as batch.sh would:
+each section in `ran`, beside the batch's wire line in `sent`; a section slower than its bound ends with
+`timeout`'s 124 and ends the batch, a batch slower than its own bound with a CommandTimeout carrying the
+sections done.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from dataclasses import dataclass, field
 import anyio
 
 from fleet.errors import CommandTimeout
-from fleet.transport.base import CommandResult, Held, bounded_argv
+from fleet.transport import batch
+from fleet.transport.base import TIMEOUT_EXIT_STATUSES, CommandResult, Held, bounded_argv
 
 
 @dataclass(frozen=True)
@@ -53,14 +59,20 @@ class ScriptedTransport:
     closed: bool = False
 
     def _answer(self, argv: Sequence[str], timeout: float, privileged: bool) -> Reply:
-        self.ran.append(tuple(argv))
         self.sent.append(tuple(bounded_argv(argv, timeout, become=self.become and privileged)))
+        return self._lookup(argv)
+
+    def _lookup(self, argv: Sequence[str]) -> Reply:
+        self.ran.append(tuple(argv))
         for prefix, answer in self.script:
             if _matches(prefix, argv):
                 return answer(argv) if callable(answer) else answer
         raise AssertionError(f"unscripted command: {list(argv)}")
 
     async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+        batched = batch.unbatch(argv)
+        if batched is not None:
+            return await self._run_batch(argv, *batched, timeout=timeout, privileged=privileged)
         reply = self._answer(argv, timeout, privileged)
         if reply.delay_s > timeout:
             await anyio.sleep(timeout)
@@ -68,6 +80,29 @@ class ScriptedTransport:
         if reply.delay_s:
             await anyio.sleep(reply.delay_s)
         return CommandResult(tuple(argv), reply.exit_status, reply.stdout, reply.stderr, reply.delay_s)
+
+    async def _run_batch(self, argv: Sequence[str], tag: str, parts: Sequence[tuple[float, Sequence[str]]], *,
+                         timeout: float, privileged: bool) -> CommandResult:
+        wire = tuple(bounded_argv(argv, timeout, become=self.become and privileged))
+        done: list[tuple[int, str, str]] = []
+        left = timeout
+        for bound, part in parts:
+            self.sent.append(wire)
+            reply = self._lookup(part)
+            took = min(reply.delay_s, bound)
+            if took > left:
+                await anyio.sleep(left)
+                out, err = batch.frame(tag, done)
+                raise CommandTimeout(CommandResult(tuple(argv), None, out, err, timeout), timeout)
+            if took:
+                await anyio.sleep(took)
+            left -= took
+            hung = reply.delay_s > bound
+            done.append((min(TIMEOUT_EXIT_STATUSES) if hung else reply.exit_status, reply.stdout, reply.stderr))
+            if hung:
+                break  # as batch.sh: the rest are not run
+        out, err = batch.frame(tag, done)
+        return CommandResult(tuple(argv), 0, out, err, timeout - left)
 
     async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
         reply = self._answer(argv, timeout, privileged)

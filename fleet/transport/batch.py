@@ -1,0 +1,104 @@
+"""Several commands in one remote command: the read-only facts (and the few actions) a step needs at once.
+
+A batch is one bounded command on the node (`batch.sh` beside this file: POSIX sh) that runs each argv in
+turn, each under its own `timeout`, and frames what each printed on stdout and stderr with a tag that is
+random for the batch. So a batch costs one SSH channel instead of N, and each section still is what the
+command alone would have been: its own exit status, its own two streams, its own bound. A section whose frame
+is missing or cut (the batch was ended, its output clipped) is no answer, never an empty one; a section that
+timed out ends the batch (the rest are not run, as a step stops at its first hung command).
+
+Pure: the argv to run (`batch_argv`), its bound (`batch_timeout`) and reading its output back (`sections`);
+for fakes, the other way round (`unbatch`, `frame`). `fleet.node.node.Node.batch` runs probes through it.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+from fleet.transport.base import REMOTE_KILL_AFTER_S
+
+# The program, its comment lines dropped (they cost bytes on every batch).
+PROGRAM = "\n".join(
+    line for line in (resources.files("fleet.transport") / "batch.sh").read_text().splitlines()
+    if line.strip() and not line.lstrip().startswith("#")
+)
+# Seconds the batch's own bound adds to its sections' (the shell, the frames).
+BATCH_MARGIN_S = 1.0
+_TAG = re.compile(r"^[0-9a-f]{16}$")
+
+
+@dataclass(frozen=True)
+class Section:
+    """What one section of a batch did: as a command of its own would have."""
+
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+def new_tag() -> str:
+    return secrets.token_hex(8)
+
+
+def batch_argv(tag: str, parts: Sequence[tuple[float, Sequence[str]]]) -> tuple[str, ...]:
+    """`sh -c PROGRAM fleet-batch TAG T1 LINE1 ...`: each part (its bound in seconds, its argv) quoted once."""
+    if not _TAG.match(tag):
+        raise ValueError(f"bad batch tag {tag!r}")
+    words: list[str] = []
+    for bound, argv in parts:
+        if not argv:
+            raise ValueError("empty argv in a batch")
+        words += [f"{max(bound, 0.1):.1f}", shlex.join(argv)]
+    return ("sh", "-c", PROGRAM, "fleet-batch", tag, *words)
+
+
+def batch_timeout(bounds: Sequence[float]) -> float:
+    """The batch's own bound: every section's, with its kill grace, one after the other, and a margin."""
+    return sum(max(b, 0.1) + REMOTE_KILL_AFTER_S for b in bounds) + BATCH_MARGIN_S
+
+
+def sections(tag: str, count: int, stdout: str, stderr: str) -> list[Section | None]:
+    """Each of the `count` sections as the batch framed it; None for one whose frame is missing or cut."""
+    return [_section(tag, i, stdout, stderr) for i in range(count)]
+
+
+def _section(tag: str, index: int, stdout: str, stderr: str) -> Section | None:
+    out = _framed(stdout, re.compile(rf"(?:^|\n){tag} {index}\n"), re.compile(rf"\n{tag} {index} (\d+)\n"))
+    err = _framed(stderr, re.compile(rf"(?:^|\n){tag} {index}\n"), re.compile(rf"\n{tag} {index}()\n"))
+    if out is None or err is None:
+        return None
+    (text, status), (errors, _) = out, err
+    return Section(int(status), text, errors)
+
+
+def _framed(stream: str, begin: re.Pattern[str], end: re.Pattern[str]) -> tuple[str, str] | None:
+    """The text between a section's begin and end frames, and what the end frame says; None when either is
+    missing (the section never ran, or the batch's output was cut inside it)."""
+    opened = begin.search(stream)
+    closed = end.search(stream, opened.end()) if opened else None
+    if opened is None or closed is None:
+        return None
+    return stream[opened.end():closed.start()], closed.group(1)
+
+
+# --- the node's side, for fakes (the scripted transport, the in-process simulated node) ----------------------
+
+
+def unbatch(argv: Sequence[str]) -> tuple[str, list[tuple[float, list[str]]]] | None:
+    """(tag, [(bound, argv), ...]) when argv is a batch `batch_argv` built; None for any other command."""
+    if len(argv) < 5 or tuple(argv[:4]) != ("sh", "-c", PROGRAM, "fleet-batch"):
+        return None
+    words = list(argv[5:])
+    return argv[4], [(float(words[i]), shlex.split(words[i + 1])) for i in range(0, len(words) - 1, 2)]
+
+
+def frame(tag: str, answers: Sequence[tuple[int, str, str]]) -> tuple[str, str]:
+    """What batch.sh prints for sections that answered (exit status, stdout, stderr), in order."""
+    out = "".join(f"{tag} {i}\n{stdout}\n{tag} {i} {status}\n" for i, (status, stdout, _) in enumerate(answers))
+    err = "".join(f"{tag} {i}\n{stderr}\n{tag} {i}\n" for i, (_, _, stderr) in enumerate(answers))
+    return out, err
