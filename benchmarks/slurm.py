@@ -20,8 +20,9 @@ Then `fleet reset -i INVENTORY --group sim -y --slurm --drain-wait 30s --json` r
                   transport, as the SSH servers are SSH's, so the srun figure is low by that much.
     daemons CPU s munged, slurmctld and every slurmd (live daemons, /proc/PID/stat: own and reaped
                   children's CPU, in clock ticks), over the run; slurmstepd not included, as above
-    cmds/host     the `"event": "command"` lines in each host's log (<log-dir>/<run_id>/<host>.jsonl),
-                  min-max over the hosts
+    cmds/host     the remote commands in each host's log (<log-dir>/<run_id>/<host>.jsonl: `batch` events
+                  and the `command` events outside a batch, fleet.node.node.is_remote_command), min-max
+                  over the hosts
 
 It prints the medians per size and mode and the ratios srun/ssh of wall and controller CPU. Every simulated
 node shares this machine's cores, so the wall time here also pays for the whole node side (with srun, a
@@ -195,7 +196,8 @@ async def one_run(mode: str, count: int, root: Path) -> dict[str, float]:
 
 
 def _commands(path: Path) -> int:
-    return sum(1 for line in path.read_text().splitlines() if json.loads(line).get("event") == "command")
+    from fleet.node.node import is_remote_command
+    return sum(1 for line in path.read_text().splitlines() if is_remote_command(json.loads(line)))
 
 
 async def main(sizes: list[int], reps: int) -> dict[str, Any]:

@@ -13,20 +13,22 @@ from .common import SIM_NODE_VAR, median
 
 
 def fleet_commands(log_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]:
-    """host -> the `command` events of its JSONL log, in order (the lock holder is logged when released);
-    and how many hosts took the lock without a `command` event for it.
+    """host -> the events of its JSONL log that stand for one remote command each, in order (a `batch` with its
+    wire argv, a `command` outside any batch; the lock holder is logged when released); and how many hosts took
+    the lock without a `command` event for it.
 
     fleet logs the lock command when its release returns a result; when the release times out
     (RELEASE_TIMEOUT_S, a loaded machine) the holder is killed and no `command` event is written. Such a
     host's lock command is rebuilt from its `lock_acquired` event (fleet.reset.lock.lock_argv, the run id, the
     bound the other hosts' lock commands had) so that every replay runs the same commands.
     """
+    from fleet.node.node import is_remote_command
     from fleet.reset.lock import LOCK_WAIT_S, lock_argv
     out: dict[str, list[dict[str, Any]]] = {}
     acquired: dict[str, dict[str, Any]] = {}
     for path in sorted(log_dir.glob("*/*.jsonl")):
         events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        out[path.stem] = [e for e in events if e.get("event") == "command"]
+        out[path.stem] = [e for e in events if is_remote_command(e)]
         for e in events:  # the host's last `lock_acquired` event, if any
             if e.get("event") == "lock_acquired":
                 acquired[path.stem] = e
@@ -66,14 +68,17 @@ def wire_lines(events: list[dict[str, Any]], owner: str | None = None) -> tuple[
 
 def generic_line(events: list[dict[str, Any]], index: int, root: str, owner: str | None = None) -> str:
     """One host's command `index` with its node folder written as "$FLEET_SIM_NODE" (expanded by the node's
-    login shell to the same path) and a token shared by every host: the same line for every host, for pdsh."""
-    from fleet.transport import reap
+    login shell to the same path) and a token (and, for a batch, a frame tag) shared by every host: the same line
+    for every host, for pdsh."""
+    from fleet.transport import batch, reap
     from fleet.transport.base import bounded_argv
     e = events[index]
     is_hold = e["argv"][0] == "flock"
     mark = None if is_hold else reap.marker(f"{index + 1:016x}")
     words = []
-    argv = lock_argv(e["argv"], owner) if is_hold else e["argv"]
+    argv = lock_argv(e["argv"], owner) if is_hold else list(e["argv"])
+    if batch.unbatch(argv) is not None:
+        argv[4] = f"{index + 1:016x}"
     for arg in bounded_argv(argv, e["timeout_s"], mark=mark):
         pieces = arg.split(root)
         if len(pieces) == 1:

@@ -13,7 +13,7 @@ timeout and parse), so one probe's failure never spoils another's answer.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,6 +28,12 @@ from fleet.transport.base import RELEASE_TIMEOUT_S, TIMEOUT_EXIT_STATUSES, Comma
 T = TypeVar("T")
 # Output kept per stream in the per-node log.
 LOG_OUTPUT_LIMIT = 4096
+
+
+def is_remote_command(event: Mapping[str, object]) -> bool:
+    """Whether a per-node log event stands for one remote command: a `batch` (its sections are `command` events
+    that name it), or a `command` that ran on its own."""
+    return event.get("event") == "batch" or (event.get("event") == "command" and "batch" not in event)
 
 
 class Node:

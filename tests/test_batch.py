@@ -1,0 +1,163 @@
+"""Batches: several probes in one remote command, each still its own answer (fleet.transport.batch, Node.batch).
+
+The framing is checked against the real batch.sh run by the real /bin/sh (hostile arguments, a section that
+hangs, output cut), the scripted transport's fake against the same bytes, and Node.batch over the scripted
+transport: one probe's failure never spoils another's answer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from fleet.errors import CommandTimeout, StepFailed
+from fleet.inventory.host import Host
+from fleet.node.node import Node, is_remote_command
+from fleet.node.probe import ZERO, Probe
+from fleet.report.models import StepName, StepStatus
+from fleet.transport import batch
+from fleet.transport.scripted import Reply, ScriptedTransport
+
+HOSTILE = ["it's", '"quoted"', "$(touch /tmp/pwned)", "`id`", "a\nb", "*", "; exit 7", "", "tab\there"]
+
+
+def run_batch(parts: list[tuple[float, list[str]]],
+              tag: str | None = None) -> tuple[str, subprocess.CompletedProcess[str]]:
+    tag = tag or batch.new_tag()
+    done = subprocess.run(batch.batch_argv(tag, parts), capture_output=True, text=True, timeout=30, check=False)
+    return tag, done
+
+
+def test_each_section_keeps_its_own_exit_status_and_both_streams() -> None:
+    parts = [(5.0, ["echo", "one"]), (5.0, ["sh", "-c", "printf 'no newline'; echo oops >&2; exit 3"]),
+             (5.0, ["printf", ""]), (5.0, ["sh", "-c", "printf 'two\\n\\n'"])]
+    tag, done = run_batch(parts)
+    assert batch.sections(tag, 4, done.stdout, done.stderr) == [
+        batch.Section(0, "one\n", ""), batch.Section(3, "no newline", "oops\n"), batch.Section(0, "", ""),
+        batch.Section(0, "two\n\n", ""),
+    ]
+
+
+def test_every_argument_arrives_as_one_word_whatever_it_holds(tmp_path: Path) -> None:
+    """Quoted once by fleet (shlex.join), read back by the node's eval: nothing in an argument is run."""
+    tag, done = run_batch([(5.0, ["python3", "-c", "import json, sys; print(json.dumps(sys.argv[1:]))", *HOSTILE])])
+    (section,) = batch.sections(tag, 1, done.stdout, done.stderr)
+    assert section is not None and json.loads(section.stdout) == HOSTILE
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_a_hung_section_ends_the_batch_and_the_rest_never_run(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    tag, done = run_batch([(5.0, ["echo", "before"]), (0.3, ["sleep", "30"]), (5.0, ["touch", str(marker)])])
+    before, hung, after = batch.sections(tag, 3, done.stdout, done.stderr)
+    assert before == batch.Section(0, "before\n", "")
+    assert hung is not None and hung.exit_status == 124
+    assert after is None and not marker.exists()
+
+
+def test_output_cut_inside_a_section_is_no_answer_never_an_empty_one() -> None:
+    tag, done = run_batch([(5.0, ["echo", "a"]), (5.0, ["seq", "1", "5000"]), (5.0, ["echo", "c"])])
+    cut = done.stdout[: done.stdout.index("\n2500\n")]
+    assert [s is not None for s in batch.sections(tag, 3, cut, done.stderr)] == [True, False, False]
+
+
+def test_no_output_can_forge_a_frame() -> None:
+    """A section printing what looks like frames of another tag (or a guessed one) is just its output."""
+    tag = batch.new_tag()
+    fake = batch.new_tag()
+    _, done = run_batch([(5.0, ["printf", f"{fake} 0\nx\n{fake} 0 0\n{fake} 1\n"]), (5.0, ["echo", "real"])], tag)
+    first, second = batch.sections(tag, 2, done.stdout, done.stderr)
+    assert first == batch.Section(0, f"{fake} 0\nx\n{fake} 0 0\n{fake} 1\n", "")
+    assert second == batch.Section(0, "real\n", "")
+
+
+def test_the_fakes_frame_what_batch_sh_prints_byte_for_byte() -> None:
+    parts = [(5.0, ["sh", "-c", "printf 'a\\nb'; printf 'e' >&2; exit 2"]), (5.0, ["echo", "x"])]
+    tag, done = run_batch(parts)
+    assert batch.frame(tag, [(2, "a\nb", "e"), (0, "x\n", "")]) == (done.stdout, done.stderr)
+
+
+def test_unbatch_reads_back_what_batch_argv_built() -> None:
+    tag = batch.new_tag()
+    argv = batch.batch_argv(tag, [(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])])
+    assert batch.unbatch(argv) == (tag, [(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])])
+    assert batch.unbatch(["sh", "-c", "true"]) is None
+
+
+def test_a_batch_is_bounded_by_its_sections_one_after_the_other() -> None:
+    assert batch.batch_timeout([10.0, 5.0]) == 10 + 1 + 5 + 1 + batch.BATCH_MARGIN_S
+    with pytest.raises(ValueError, match="bad batch tag"):
+        batch.batch_argv("x; rm -rf /", [(1.0, ["true"])])
+
+
+# --- Node.batch over the scripted transport -------------------------------------------------------
+
+
+def probe(*argv: str, root: bool = False, hang: str | None = None, ok: frozenset[int] | None = ZERO) -> Probe[str]:
+    return Probe(tuple(argv), argv[0], lambda out: out.strip(), needs_root=root, ok_exits=ok, hang=hang)
+
+
+def node_over(script: list[tuple[tuple[str, ...], Any]], *, become: bool = False,
+              events: list[dict[str, Any]] | None = None) -> tuple[Node, ScriptedTransport]:
+    t = ScriptedTransport(script, become=become)
+    sink = events if events is not None else []
+
+    def keep(_: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+        sink.append({**event, "event": event.get("event", name)})
+        raise structlog.DropEvent
+
+    log = structlog.wrap_logger(None, processors=[keep])
+    host = Host(name="gpu-01", address="127.0.0.1", command_timeout=5.0, become=become)
+    return Node(host, t, log), t
+
+
+async def test_one_probes_failure_never_spoils_anothers_answer() -> None:
+    node, t = node_over([(("good",), Reply("fine\n")), (("bad",), Reply("", "no such device\n", 9))])
+    good, bad = probe("good"), probe("bad")
+    answers = await node.batch([bad, good], step=StepName.VERIFY)
+    assert answers.read(good) == "fine"
+    with pytest.raises(StepFailed, match=r"^bad exited 9: no such device$"):
+        answers.read(bad)
+    assert node.commands == 1 and t.ran == [("bad",), ("good",)]
+
+
+async def test_a_hung_probe_times_out_and_the_ones_after_it_say_they_never_ran() -> None:
+    node, _ = node_over([(("smi",), Reply(delay_s=60)), (("after",), Reply("x"))])
+    smi, after = probe("smi", hang="nvidia-smi did not answer within {s} s"), probe("after")
+    answers = await node.batch([(smi, 0.2), after], step=StepName.SETTLE)
+    with pytest.raises(StepFailed, match=r"^nvidia-smi did not answer within 0\.2 s$") as caught:
+        answers.read(smi)
+    assert caught.value.status is StepStatus.TIMEOUT
+    with pytest.raises(StepFailed, match=r"^after not run: smi timed out$"):
+        answers.read(after)
+    plain = probe("smi")  # no `hang`: its timeout is the step's to judge, as with Node.ask
+    answers = await node.batch([(plain, 0.2)])
+    with pytest.raises(CommandTimeout):
+        answers.read(plain)
+
+
+async def test_on_a_become_host_a_batch_goes_through_sudo_only_with_the_probes_that_need_root() -> None:
+    node, t = node_over([(("find",), Reply("a")), (("ps",), Reply("b")), (("smi",), Reply("c"))], become=True)
+    find, ps, smi = probe("find", root=True), probe("ps", root=True), probe("smi")
+    answers = await node.batch([find, smi, ps])
+    assert [answers.read(p) for p in (find, ps, smi)] == ["a", "b", "c"]
+    assert node.commands == 2
+    sudo = {argv for argv, wire in zip(t.ran, t.sent, strict=True) if "sudo" in wire}
+    assert sudo == {("find",), ("ps",)}
+
+
+async def test_a_batch_logs_its_wire_command_once_and_each_section_as_a_command_that_names_it() -> None:
+    events: list[dict[str, Any]] = []
+    node, _ = node_over([(("one",), Reply("1\n")), (("two",), Reply("", "e\n", 4))], events=events)
+    await node.batch([probe("one"), probe("two", ok=None)], step=StepName.DRAIN)
+    (wire,) = [e for e in events if e["event"] == "batch"]
+    sections = [e for e in events if e["event"] == "command"]
+    assert wire["argv"][:4] == ["sh", "-c", batch.PROGRAM, "fleet-batch"] and wire["sections"] == 2
+    assert [(s["argv"], s["exit_status"], s["stdout"], s["stderr"], s["batch"]) for s in sections] == [
+        (["one"], 0, "1\n", "", wire["batch"]), (["two"], 4, "", "e\n", wire["batch"])]
+    assert [e["event"] for e in events if is_remote_command(e)] == ["batch"]
