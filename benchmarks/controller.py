@@ -45,7 +45,7 @@ from fleet.graph import RunOptions
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
-from fleet.report.models import HostStatus, RunReport
+from fleet.report.models import HostStatus, Reason, RunReport
 from fleet.reset.host import Mode
 from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
@@ -58,10 +58,11 @@ ALL = (0, 1, 2, 3, 4, 5, 6, 7)
 KINDS = ("busy", "clean", "unhealthy", "unreachable")
 # Out of every 100 hosts.
 MIX = {"busy": 49, "clean": 48, "unhealthy": 2, "unreachable": 1}
-EXPECTED = {"busy": HostStatus.CLEAN, "clean": HostStatus.CLEAN, "unhealthy": HostStatus.FAILED,
-            "unreachable": HostStatus.UNREACHABLE}
+EXPECTED = {"busy": (HostStatus.CLEAN, None), "clean": (HostStatus.CLEAN, None),
+            "unhealthy": (HostStatus.FAILED, Reason.HEALTH), "unreachable": (HostStatus.UNREACHABLE, Reason.CONNECT_REFUSED)}
 
-Recording = dict[str, list[tuple[list[str], dict[str, Any]]]]  # kind -> [(argv, reply)] in the order asked
+# kind -> (the recorded host, [(argv, reply)] in the order asked)
+Recording = dict[str, tuple[Host, list[tuple[list[str], dict[str, Any]]]]]
 
 
 # --- recording real answers once ----------------------------------------------------------------------------
@@ -107,7 +108,7 @@ def node_spec(name: str, kind: str) -> NodeSpec:
                     ecc_error_gpus=(3,) if kind == "unhealthy" else ())
 
 
-async def record(tmp: Path) -> tuple[Recording, Host]:
+async def record(tmp: Path) -> Recording:
     """Reset a busy and an unhealthy simulated node over SSH, then the busy one again (now clean)."""
     specs = [node_spec("rec-busy", "busy"), node_spec("rec-sick", "unhealthy")]
     fast = {"drain_timeout": 5, "kill_grace": 2, "settle_timeout": 15}
@@ -123,11 +124,11 @@ async def record(tmp: Path) -> tuple[Recording, Host]:
         for kind, name in (("busy", "rec-busy"), ("unhealthy", "rec-sick"), ("clean", "rec-busy")):
             _, report = await run_and_report([hosts[name]], RunOptions(mode=Mode.RESET), as_json=False,
                                              log_dir=tmp / "record-logs", connector=recording_connector)
-            status = report.hosts[name].status
-            if status is not EXPECTED[kind]:
-                raise SystemExit(f"recording {kind}: {name} ended {status}: {report.hosts[name].error}")
-            recording[kind] = recorders[-1].answers
-    return recording, hosts["rec-busy"]
+            ended = report.hosts[name]
+            if (ended.status, ended.reason) != EXPECTED[kind]:
+                raise SystemExit(f"recording {kind}: {name} ended {ended.status}: {ended.error}")
+            recording[kind] = (hosts[name], recorders[-1].answers)
+    return recording
 
 
 # --- replaying them for N hosts -----------------------------------------------------------------------------
@@ -160,15 +161,16 @@ def kinds(count: int) -> list[str]:
     return [pattern[i % len(pattern)] for i in range(count)]
 
 
-async def run_size(count: int, recording: Recording, template: Host, tmp: Path) -> dict[str, Any]:
+async def run_size(count: int, recording: Recording, tmp: Path) -> dict[str, Any]:
+    """One reset of `count` hosts, each replaying its kind's recorded answers (with that host's variables)."""
     names = [f"n{i:05d}" for i in range(count)]
     kind_of = dict(zip(names, kinds(count), strict=True))
-    hosts = [dataclasses.replace(template, name=n, address=n) for n in names]
+    hosts = [dataclasses.replace(recording[_recorded(kind_of[n])][0], name=n, address=n) for n in names]
 
     async def connector(host: Host) -> ScriptedTransport:
         if kind_of[host.name] == "unreachable":
             raise ConnectError(f"connection refused ({host.address}:22)")
-        return replayer(recording[kind_of[host.name]])
+        return replayer(recording[kind_of[host.name]][1])
 
     log_dir = tmp / "logs"
     before, started = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
@@ -176,10 +178,14 @@ async def run_size(count: int, recording: Recording, template: Host, tmp: Path) 
                                      connector=connector)
     wall, after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    wrong = [n for n in names if report.hosts[n].status is not EXPECTED[kind_of[n]]]
+    wrong = [n for n in names if (report.hosts[n].status, report.hosts[n].reason) != EXPECTED[kind_of[n]]]
     return {"hosts": count, "cpu_s": cpu, "cpu_ms_per_host": 1000 * cpu / count, "wall_s": wall,
             "peak_rss_mb": after.ru_maxrss / 1024, **sizes(log_dir, report), "unexpected": len(wrong),
             "unexpected_example": _example(report, wrong)}
+
+
+def _recorded(kind: str) -> str:
+    return "busy" if kind == "unreachable" else kind
 
 
 def sizes(log_dir: Path, report: RunReport) -> dict[str, float]:
@@ -201,17 +207,16 @@ def _example(report: RunReport, wrong: list[str]) -> str | None:
 
 
 def one(count: int, recording_path: Path, tmp: Path) -> dict[str, Any]:
-    recording, template = pickle.loads(recording_path.read_bytes())  # written by this script, just now
-    return anyio.run(run_size, count, recording, template, tmp)
+    recording = pickle.loads(recording_path.read_bytes())  # written by this script, just now
+    return anyio.run(run_size, count, recording, tmp)
 
 
 def main(sizes_: list[int], out: Path | None) -> None:
     with tempfile.TemporaryDirectory(prefix="fleet-controller-") as tmp_dir:
         tmp = Path(tmp_dir)
         print("recording a busy, an unhealthy and an already clean simulated node over SSH ...", flush=True)
-        recording, template = anyio.run(record, tmp)
         recording_path = tmp / "recording.pickle"
-        recording_path.write_bytes(pickle.dumps((recording, template)))
+        recording_path.write_bytes(pickle.dumps(anyio.run(record, tmp)))
         rows = []
         for count in sizes_:
             work = tmp / f"size-{count}"

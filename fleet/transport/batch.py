@@ -63,27 +63,41 @@ def batch_timeout(bounds: Sequence[float]) -> float:
 
 
 def sections(tag: str, count: int, stdout: str, stderr: str) -> list[Section | None]:
-    """Each of the `count` sections as the batch framed it; None for one whose frame is missing or cut."""
-    return [_section(tag, i, stdout, stderr) for i in range(count)]
+    """Each of the `count` sections as the batch framed it; None for one whose frame is missing or cut.
+
+    One pass over each stream with plain string search (no pattern a batch: this runs for every command)."""
+    outs, errs = _frames(stdout, tag, count, with_status=True), _frames(stderr, tag, count, with_status=False)
+    return [Section(out[1], out[0], err[0]) if out is not None and err is not None else None
+            for out, err in zip(outs, errs, strict=True)]
 
 
-def _section(tag: str, index: int, stdout: str, stderr: str) -> Section | None:
-    out = _framed(stdout, re.compile(rf"(?:^|\n){tag} {index}\n"), re.compile(rf"\n{tag} {index} (\d+)\n"))
-    err = _framed(stderr, re.compile(rf"(?:^|\n){tag} {index}\n"), re.compile(rf"\n{tag} {index}()\n"))
-    if out is None or err is None:
-        return None
-    (text, status), (errors, _) = out, err
-    return Section(int(status), text, errors)
+def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tuple[str, int] | None]:
+    """(text, status) of sections 0..count-1 in one stream, in order; None from the first one not closed.
 
-
-def _framed(stream: str, begin: re.Pattern[str], end: re.Pattern[str]) -> tuple[str, str] | None:
-    """The text between a section's begin and end frames, and what the end frame says; None when either is
-    missing (the section never ran, or the batch's output was cut inside it)."""
-    opened = begin.search(stream)
-    closed = end.search(stream, opened.end()) if opened else None
-    if opened is None or closed is None:
-        return None
-    return stream[opened.end():closed.start()], closed.group(1)
+    A section opens with "TAG I\n" (at the stream's start or a line's) and closes with "\nTAG I STATUS\n"
+    on stdout, "\nTAG I\n" on stderr; frames are looked for only after the previous section's close."""
+    found: list[tuple[str, int] | None] = []
+    at = 0
+    for index in range(count):
+        head = f"{tag} {index}\n"
+        opened = 0 if at == 0 and stream.startswith(head) else stream.find("\n" + head, at)
+        if opened < 0:
+            break
+        start = opened + len(head) + (0 if opened == 0 and stream.startswith(head) else 1)
+        close = f"\n{tag} {index} " if with_status else f"\n{tag} {index}\n"
+        closed = stream.find(close, start)
+        if closed < 0:
+            break
+        after = closed + len(close)
+        status = 0
+        if with_status:
+            end = stream.find("\n", after)
+            if end < 0 or not stream[after:end].isdigit():
+                break
+            status, after = int(stream[after:end]), end + 1
+        found.append((stream[start:closed], status))
+        at = after - 1  # the next head starts after this close's newline
+    return found + [None] * (count - len(found))
 
 
 # --- the node's side, for fakes (the scripted transport, the in-process simulated node) ----------------------
