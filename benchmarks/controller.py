@@ -59,7 +59,8 @@ KINDS = ("busy", "clean", "unhealthy", "unreachable")
 # Out of every 100 hosts.
 MIX = {"busy": 49, "clean": 48, "unhealthy": 2, "unreachable": 1}
 EXPECTED = {"busy": (HostStatus.CLEAN, None), "clean": (HostStatus.CLEAN, None),
-            "unhealthy": (HostStatus.FAILED, Reason.HEALTH), "unreachable": (HostStatus.UNREACHABLE, Reason.CONNECT_REFUSED)}
+            "unhealthy": (HostStatus.FAILED, Reason.HEALTH),
+            "unreachable": (HostStatus.UNREACHABLE, Reason.CONNECT_REFUSED)}
 
 # kind -> (the recorded host, [(argv, reply)] in the order asked)
 Recording = dict[str, tuple[Host, list[tuple[list[str], dict[str, Any]]]]]

@@ -6,9 +6,12 @@ prints `pid ppid starttime comm`, and the identity-checked signal (signal.sh) sa
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from fleet.node.probes import health
+from fleet.sim.nvidia_smi import displayed
 from fleet.transport.scripted import Reply
 
 INIT_PS = "    1     0 root     /sbin/init\n"
@@ -72,10 +75,38 @@ def healthy_q(bus_id: str) -> str:
     return Q_CAPTURE.read_text().replace(Q_BUS_ID, bus_id)
 
 
-# The health gate's two reads on a healthy one-GPU node: -q, and a kernel log with no Xid (journalctl exits 1).
+# A real `--query-gpu` of every field on one idle H100 (590.48.01; tests/fixtures/nvidia-smi/SOURCES.md).
+ALL_FIELDS_CAPTURE = (Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
+                      / "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_idle.csv")
+
+
+def healthy_facts(bus_id: str) -> str:
+    """The health gate's `--query-gpu` line of one healthy GPU at `bus_id`: the capture's values of those fields
+    (`--format=csv,noheader,nounits`: none of them has a unit), its bus id replaced."""
+    header, row = (next(csv.reader([line], skipinitialspace=True))
+                   for line in ALL_FIELDS_CAPTURE.read_text().splitlines()[:2])
+    values = dict(zip(header, row, strict=True))
+    values["pci.bus_id"] = bus_id
+    return ", ".join(values[field] for field in health.HEALTH_FIELDS) + "\n"
+
+
+def healthy_remaps(bus_id: str) -> str:
+    """`nvidia-smi -q -d ROW_REMAPPER` of one healthy GPU: the real -q capture kept to that section, as the
+    simulated nvidia-smi keeps it (its shape checked against a real `-q -d` capture in test_sim_node.py)."""
+    return displayed(healthy_q(bus_id), "ROW_REMAPPER")
+
+
+# The health gate's reads on a healthy one-GPU node: its health fields and row remapper, and a kernel log
+# with no Xid (journalctl exits 1). Put them before any catch-all `--query-gpu=` answer (the first match wins).
 # The GPU memory read as the reset begins (the report's memory_before_mib): one idle GPU.
 BEFORE = (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"), Reply("0, GPU-aaaa, 0, Disabled\n"))
-HEALTH = [
-    (("nvidia-smi", "-q"), Reply(healthy_q("00000000:18:00.0"))),
-    (("journalctl",), Reply(exit_status=1)),
-]
+def healthy(bus_id: str) -> list[tuple[tuple[str, ...], Reply]]:
+    """The health gate's nvidia-smi reads of one healthy GPU at `bus_id` (`-q` too: an older driver's)."""
+    return [
+        (tuple(health.facts_argv("nvidia-smi")), Reply(healthy_facts(bus_id))),
+        (tuple(health.remaps_argv("nvidia-smi")), Reply(healthy_remaps(bus_id))),
+        (("nvidia-smi", "-q"), Reply(healthy_q(bus_id))),
+    ]
+
+
+HEALTH = [*healthy("00000000:18:00.0"), (("journalctl",), Reply(exit_status=1))]

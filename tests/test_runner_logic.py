@@ -15,6 +15,7 @@ import scripted_node
 from fleet.errors import ConnectError
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
+from fleet.node.probes import smi
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostStatus, Reason, StepName, StepStatus
 from fleet.reset.host import Mode
@@ -45,7 +46,8 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_ki
         (("sh", "-c"), scripted_node.signal()),
         (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"),
          Reply(f"0, GPU-aaaa, {settle_mib}, Disabled\n", delay_s=smi_delay)),
-        (("nvidia-smi", "--query-gpu="), Reply(GPU.format(mib=settle_mib), delay_s=smi_delay)),
+        (("nvidia-smi", "--query-gpu=" + ",".join(smi.VERIFY_FIELDS)), Reply(GPU.format(mib=settle_mib),
+                                                                            delay_s=smi_delay)),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
         *scripted_node.HEALTH,
         LOCK,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.node.probes import health
 from fleet.sim import NodeSpec, SimError, SimNode, UnitSpec, WorkerSpec, state
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
@@ -438,3 +439,47 @@ def test_layout_and_env(tmp_path: Path) -> None:
     assert node.env()["PATH"].split(os.pathsep)[0] == str(node.bin_dir)
     assert node.devices_glob == f"{node.root}/dev/nvidia*"
     node.stop()
+
+
+# ---------------------------------------------------------------- the health gate's small reads
+
+Q_D_PAGE_RETIREMENT = H100_IDLE_ALLFIELDS.parent / "8x-gpu_drv535.86.10_q-d-page-retirement_retired-pages-only.txt"
+
+
+def test_health_fields_print_what_the_real_h100_prints(make_node: MakeNode) -> None:
+    """The health gate's `--query-gpu` fields, with a header: the names and values of the real 590 capture."""
+    node = make_node(NodeSpec("facts"))
+    out = sh(node, f"nvidia-smi --query-gpu={','.join(health.HEALTH_FIELDS)} --format=csv")
+    header, *rows = out.stdout.splitlines()
+    real = fixture_row(H100_IDLE_ALLFIELDS)
+    ours = dict(zip(header.split(", "), rows[0].split(", "), strict=True))
+    assert len(rows) == 8 and list(ours) == list(health.HEALTH_FIELDS)
+    assert {k: v for k, v in ours.items() if k != "pci.bus_id"} == {k: real[k] for k in ours if k != "pci.bus_id"}
+
+
+def test_q_d_keeps_the_real_shape_header_then_each_gpu_with_its_section_and_a_blank_line(
+    make_node: MakeNode,
+) -> None:
+    """`-q -d PAGE_RETIREMENT` line for line like the real 8-GPU capture (values and bus ids aside)."""
+    node = make_node(NodeSpec("display"))
+    ours = sh(node, "nvidia-smi -q -d PAGE_RETIREMENT").stdout
+    real = Q_D_PAGE_RETIREMENT.read_text()
+
+    def shape(text: str) -> list[str]:
+        return [line.split(":")[0].rstrip() if not line.startswith("GPU ") else "GPU" for line in text.split("\n")]
+
+    assert shape(ours) == shape(real)
+    remaps = sh(node, "nvidia-smi -q -d ROW_REMAPPER").stdout
+    assert [health.GpuHealth.__name__ for _ in health.parse_all_health(remaps)] == ["GpuHealth"] * 8
+    assert sh(node, "nvidia-smi -q -d BOGUS").returncode != 0
+
+
+def test_the_health_reads_of_an_8_gpu_node_are_under_16_kb(make_node: MakeNode) -> None:
+    """What verify reads for the health gate, against the whole `-q` it read before."""
+    node = make_node(NodeSpec("bytes"))
+    facts = sh(node, " ".join(health.facts_argv("nvidia-smi"))).stdout
+    remaps = sh(node, " ".join(health.remaps_argv("nvidia-smi"))).stdout
+    whole = sh(node, "nvidia-smi -q").stdout
+    assert len(facts.encode()) + len(remaps.encode()) <= 16 * 1024 < len(whole.encode())
+    joined = health.joined(health.parse_facts(facts) or (), health.parse_all_health(remaps))
+    assert joined == tuple(h for h in health.parse_all_health(whole))  # the same facts, whichever way read

@@ -111,6 +111,7 @@ class Log:
 def mps_node(used_mib: int) -> Node:
     """One GPU at `used_mib`, the MPS server (pid 77, 300 MiB) its only compute app and device holder."""
     t = ScriptedTransport([
+        *scripted_node.healthy("00000000:01:00.0"),
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)),
          Reply(f"0, GPU-a, 00000000:01:00.0, NVIDIA H100, {used_mib}, 81559, 0, Disabled\n")),
         (("nvidia-smi", "--query-compute-apps="), Reply("GPU-a, 77, nvidia-cuda-mps-server, 300\n")),
@@ -118,7 +119,6 @@ def mps_node(used_mib: int) -> Node:
         (("ps", "-ww"), Reply(scripted_node.ps("   77     1 root     nvidia-cuda-mps-server -d\n"))),
         (("find",), Reply("/proc/77\t/usr/bin/nvidia-cuda-mps-server\n")),
         (("awk",), lambda argv: scripted_node.lineage(argv, comm="nvidia-cuda-mps")),
-        (("nvidia-smi", "-q"), Reply(scripted_node.healthy_q("00000000:01:00.0"))),
         (("journalctl",), Reply(exit_status=1)),
     ])
     return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, Log())

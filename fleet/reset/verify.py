@@ -20,11 +20,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fleet.errors import StepFailed
 from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.node import Answers, Node
 from fleet.node.probe import Probe
 from fleet.node.probes import health, procs, smi
+from fleet.node.probes.parse import ProbeParseError
 from fleet.report.models import (
     Finding,
     GpuReport,
@@ -61,7 +63,7 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None,
     answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe], step=StepName.VERIFY,
                                budget=budget)
     rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
-    findings = reads.findings(answers, HealthPolicy.of(host), xids_before)
+    findings = await reads.findings(node, answers, budget, xids_before)
     judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]
@@ -165,23 +167,35 @@ def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float],
 
 @dataclass(frozen=True)
 class HealthReads:
-    """The health gate's reads: `nvidia-smi -q` and (unless `xid` is ignored) the kernel log's Xids."""
+    """The health gate's reads: nvidia-smi's health fields and row remapper (`nvidia-smi -q` instead, on a driver
+    that does not know a field), and (unless `xid` is ignored) the kernel log's Xids."""
 
-    gpus: Probe[tuple[health.GpuHealth, ...]]
+    facts: Probe[tuple[health.GpuHealth, ...] | None]
+    remaps: Probe[tuple[health.GpuHealth, ...]]
     xids: Probe[tuple[health.Xid, ...]] | None
 
     @classmethod
     def of(cls, host: Host) -> HealthReads:
-        return cls(health.health(host.nvidia_smi), None if "xid" in host.health_ignore else health.xids())
+        xids = None if "xid" in host.health_ignore else health.xids()
+        return cls(health.facts(host.nvidia_smi), health.remaps(host.nvidia_smi), xids)
 
     @property
     def probes(self) -> list[Probe[Any]]:
-        return [self.gpus] if self.xids is None else [self.gpus, self.xids]
+        return [self.facts, self.remaps, *([] if self.xids is None else [self.xids])]
 
-    def findings(self, answers: Answers, policy: HealthPolicy,
-                 xids_before: Collection[health.Xid] | None) -> dict[str, tuple[Finding, ...]]:
+    async def findings(self, node: Node, answers: Answers, budget: Budget,
+                       xids_before: Collection[health.Xid] | None) -> dict[str, tuple[Finding, ...]]:
         """What they found, judged by the host's policy; findings by GPU bus id ("" for an Xid on no listed GPU)."""
-        gpus = answers.read(self.gpus)
+        policy = HealthPolicy.of(node.host)
+        facts = answers.read(self.facts)
+        if facts is health.FIELDS_UNKNOWN:  # an older driver: the whole -q, one more command
+            node.log.info("health_fields_unknown", step=str(StepName.VERIFY), fallback="nvidia-smi -q")
+            gpus = await node.ask(health.health(node.host.nvidia_smi), step=StepName.VERIFY, budget=budget)
+        else:
+            try:
+                gpus = health.joined(facts, answers.read(self.remaps))
+            except ProbeParseError as exc:
+                raise StepFailed(self.remaps.unreadable(exc)) from exc
         xids = () if self.xids is None or "xid" in policy.ignore else answers.read(self.xids)
         return judge(gpus, xids, policy, before=xids_before)
 

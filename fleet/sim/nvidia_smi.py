@@ -121,6 +121,7 @@ def yes_no(flag: bool) -> str:
 
 
 FULL_LINK_WIDTH = 16
+PCIE_GEN = 5
 NARROW_LINK_WIDTH = 8
 CORRECTED_ERRORS = 3  # what a GPU of NodeSpec.ecc_corrected_gpus reports
 
@@ -171,6 +172,13 @@ GPU_FIELDS: dict[str, tuple[str | None, Getter]] = {
     "remapped_rows.failure": (None, lambda g: yes_no(g.remap_failed)),
     "pcie.link.width.current": (None, link_width),
     "pcie.link.width.max": (None, lambda g: FULL_LINK_WIDTH),
+    # As the H100/H200 captures on 590.48.01 print them (tests/fixtures/nvidia-smi, query-gpu-allfields):
+    # no page retirement on a GPU with a row remapper; PCIe 5; the fabric as -q says it ("N/A" bare).
+    "retired_pages.pending": (None, lambda g: None),
+    "pcie.link.gen.current": (None, lambda g: PCIE_GEN),
+    "pcie.link.gen.max": (None, lambda g: PCIE_GEN),
+    "fabric.state": (None, lambda g: g.fabric[0]),
+    "fabric.status": (None, lambda g: g.fabric[1]),
 }
 GPU_ALIASES = {"gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}
 GPU_FIELDS |= {alias: GPU_FIELDS[field] for alias, field in GPU_ALIASES.items()}
@@ -477,6 +485,33 @@ def query(gpus_shown: list[Gpu], apps: list[App], config: state.NodeConfig) -> s
     return "".join(f"{line}\n" for line in lines)
 
 
+# `-q -d TYPE[,TYPE]`: the header, then per GPU its `GPU <bus id>` line and only those sections, each GPU's
+# block followed by a blank line (tests/fixtures/nvidia-smi/8x-gpu_drv535.86.10_q-d-page-retirement_...).
+DISPLAY_SECTIONS = {"PAGE_RETIREMENT": "Retired Pages", "ROW_REMAPPER": "Remapped Rows"}
+
+
+def displayed(text: str, types: str) -> str:
+    """The -q text kept to the sections `-d types` names."""
+    wanted = set()
+    for kind in types.split(","):
+        if kind.strip().upper() not in DISPLAY_SECTIONS:
+            raise usage_failure(f"ERROR: Option -d {types} is not recognized. Please run 'nvidia-smi -h'.")
+        wanted.add(DISPLAY_SECTIONS[kind.strip().upper()])
+    out, keep, in_gpu = [], False, False
+    for line in text.split("\n")[:-1]:
+        if line.startswith("GPU "):
+            out += ([""] if in_gpu else []) + [line]
+            in_gpu, keep = True, False
+        elif not in_gpu:
+            out.append(line)
+        elif line.startswith(" " * Q_INDENT) and not line.startswith(" " * (2 * Q_INDENT)):
+            keep = line.strip() in wanted
+            out += [line] if keep else []
+        elif keep and line.strip():
+            out.append(line)
+    return "".join(f"{line}\n" for line in [*out, ""])
+
+
 # ---------------------------------------------------------------- -r (GPU reset)
 
 # The refusal: tests/fixtures/nvidia-smi/error_gpu-reset-in-use.txt (one GPU, exit 255 per
@@ -524,6 +559,8 @@ OPTIONS = {
     "--list-gpus": "list",
     "-q": "query",
     "--query": "query",
+    "-d": "display",
+    "--display": "display",
     "-r": "reset",
     "--gpu-reset": "reset",
 }
@@ -571,7 +608,8 @@ def answer(root: Path, opts: dict[str, str]) -> str:
     if "list" in opts:
         return list_gpus(shown)
     if "query" in opts:
-        return query(shown, compute_apps(root, config, shown), config)
+        text = query(shown, compute_apps(root, config, shown), config)
+        return displayed(text, opts["display"]) if "display" in opts else text
     return summary(shown, compute_apps(root, config, shown), config["driver_version"])
 
 

@@ -1,5 +1,13 @@
-"""GPU health facts for verify's health gate: `nvidia-smi -q` and the kernel log's Xid events.
+"""GPU health facts for verify's health gate: nvidia-smi's health fields and the kernel log's Xid events.
 
+* `facts` + `remaps`: what verify reads on every driver that knows the fields (captures of 535 and 590):
+  one `--query-gpu` of the health fields (persistence, volatile ECC totals, pending page retirement, fabric
+  state and status, PCIe generation and width: about 100 bytes a GPU) and `nvidia-smi -q -d ROW_REMAPPER`
+  (the row remapper's section only: about 400 bytes a GPU), joined by bus id into one `GpuHealth` each.
+  About 4 KB for 8 GPUs, where `-q` is 150 KB. `remapped_rows.*` are not asked of `--query-gpu`: 535's
+  does not know them, and one unknown field fails the whole query. A driver whose `--query-gpu` does not
+  know a health field (`Field "fabric.state" is not a valid field to query.`, exit 2: before ~525) reads
+  as `FIELDS_UNKNOWN`, and verify reads the full `-q` instead (below), never nothing.
 * `health`: one `nvidia-smi -q` for every GPU, read into a `GpuHealth` per `GPU 00000000:83:00.0`
   section: persistence mode, volatile ECC counts, pending page retirement, row remapping, the fabric
   (NVLink/NVSwitch) registration, and the PCIe link. The text differs by driver and GPU: ECC counts are
@@ -17,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
@@ -239,6 +247,66 @@ def _retired_pending(values: Mapping[Path, _Value]) -> _Value | None:
                  if path[:-1] == _RETIRED and path[-1].startswith("pending")), None)
 
 
+# --- --query-gpu's health fields and -q -d ROW_REMAPPER ------------------------------------------------------
+
+# The fields, in the order `_fact_row` reads them.
+HEALTH_FIELDS = (
+    "pci.bus_id", "persistence_mode", "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
+    "retired_pages.pending", "fabric.state", "fabric.status", "pcie.link.gen.current", "pcie.link.gen.max",
+    "pcie.link.width.current", "pcie.link.width.max",
+)
+# What `facts` reads when the driver does not know one of the fields: read `-q` instead.
+FIELDS_UNKNOWN = None
+_UNKNOWN_FIELD = re.compile(r'Field "[^"]+" is not a valid field to query\.')
+
+
+def facts_argv(nvidia_smi: str) -> list[str]:
+    return [nvidia_smi, f"--query-gpu={','.join(HEALTH_FIELDS)}", "--format=csv,noheader,nounits"]
+
+
+def parse_facts(text: str) -> tuple[GpuHealth, ...] | None:
+    """One `GpuHealth` a CSV row (its row remapper unknown: `remaps` says it); FIELDS_UNKNOWN when nvidia-smi
+    says it does not know a field. A row with too few or too many values is unreadable, never a GPU less."""
+    if _UNKNOWN_FIELD.search(text):
+        return FIELDS_UNKNOWN
+    rows = [_fact_row(lineno, line) for lineno, line in lines(text)]
+    if not rows:
+        raise ProbeParseError(1, text[:80], "no GPU listed")
+    return tuple(rows)
+
+
+def _fact_row(lineno: int, line: str) -> GpuHealth:
+    cells = [part.strip() for part in line.split(",")]
+    if len(cells) != len(HEALTH_FIELDS):
+        raise ProbeParseError(lineno, line, f"{len(cells)} values, {len(HEALTH_FIELDS)} fields asked (output cut?)")
+    values = [_Value(lineno, line, _present(cell)) for cell in cells]
+    bus, persistence, corrected, uncorrected, retired, state, status, gen, gen_max, width, width_max = values
+    if bus.text is None or not _BUS_ID.fullmatch(bus.text):
+        raise ProbeParseError(lineno, line, "no PCI bus id")
+    return GpuHealth(
+        bus_id=bus.text, persistence=_switch(persistence, on="Enabled", off="Disabled"),
+        ecc_corrected=_number(corrected, "ECC error count"), ecc_uncorrected=_number(uncorrected, "ECC error count"),
+        retired_pending=_switch(retired, on="Yes", off="No"), remap_pending=None, remap_failed=None,
+        fabric_state=state.text, fabric_status=status.text,
+        pcie_gen=_number(gen, "PCIe generation"), pcie_gen_max=_number(gen_max, "PCIe generation"),
+        pcie_width=_number(width, "PCIe link width"), pcie_width_max=_number(width_max, "PCIe link width"),
+    )
+
+
+def remaps_argv(nvidia_smi: str) -> list[str]:
+    return [nvidia_smi, "-q", "-d", "ROW_REMAPPER"]
+
+
+def joined(facts: tuple[GpuHealth, ...], remaps: tuple[GpuHealth, ...]) -> tuple[GpuHealth, ...]:
+    """Each GPU's facts with its row remapper's state; the two reads must list the same GPUs (by bus id)."""
+    by_bus = {r.bus_id.upper(): r for r in remaps}
+    if set(by_bus) != {f.bus_id.upper() for f in facts}:
+        raise ProbeParseError(1, "", f"--query-gpu and -q -d ROW_REMAPPER list other GPUs ({len(facts)} and "
+                                     f"{len(remaps)}; output cut?)")
+    return tuple(replace(f, remap_pending=by_bus[f.bus_id.upper()].remap_pending,
+                         remap_failed=by_bus[f.bus_id.upper()].remap_failed) for f in facts)
+
+
 # --- the kernel log's Xids ----------------------------------------------------
 
 
@@ -282,6 +350,18 @@ def _pci(domain: str, bus: str, device: str) -> str:
 
 def _explain(result: CommandResult) -> str:
     return classify_smi_failure(result.exit_status, result.stdout, result.stderr)
+
+
+def facts(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...] | None]:
+    """Exit 2 is an answer only with nvidia-smi's "not a valid field" line (FIELDS_UNKNOWN); any other exit
+    2 is unreadable output, not a missing field."""
+    return Probe(tuple(facts_argv(nvidia_smi)), "nvidia-smi --query-gpu", parse_facts,
+                 ok_exits=frozenset({0, 2}), reads="nvidia-smi health fields", hang=SMI_HANG, explain=_explain)
+
+
+def remaps(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
+    return Probe(tuple(remaps_argv(nvidia_smi)), "nvidia-smi -q -d ROW_REMAPPER", parse_all_health,
+                 reads="nvidia-smi -q -d ROW_REMAPPER output", hang=SMI_HANG, explain=_explain)
 
 
 def health(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
