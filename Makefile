@@ -30,7 +30,8 @@ check: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-# `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes); benchmarks/slurm.py (`--slurm` over SSH
+# `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes); benchmarks/controller.py (fleet's own CPU,
+# memory and output a host at 1,000, 5,000 and 10,000 hosts, no SSH); benchmarks/slurm.py (`--slurm` over SSH
 # vs `--via srun` on 4, 8 and 16 simulated nodes under a real Slurm: the controller's wall time and CPU; as root,
 # with Debian's slurmctld slurmd slurm-client munge); then benchmarks/fanout.py: fleet
 # against a raw asyncssh floor, pdsh and Ansible behind the real OpenSSH sshd, and a py-spy profile of fleet;
@@ -42,6 +43,7 @@ BENCH_REPS  ?= 3
 
 bench: install $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/scale.py --nodes 16 --rounds 3
+	$(BIN)/python benchmarks/controller.py --sizes 1000,5000,10000
 	$(BIN)/python benchmarks/slurm.py --sizes 4,8,16 --reps 3
 	$(BIN)/python benchmarks/fanout.py --sizes $(BENCH_SIZES) --reps $(BENCH_REPS) --bench-venv $(BENCH_VENV) --profile
 	$(BIN)/python benchmarks/percommand.py --hosts 64 --rounds 3
