@@ -82,8 +82,9 @@ class ConnectionLost(TransportError):
 
 
 class SessionSilent(TransportError):
-    """The SSH session stopped answering: a channel was never confirmed, or a command had no exit status by
-    its deadline and the clean-up after it got no answer either.
+    """The SSH session stopped answering: an SSH keepalive request fleet sent while a wait on it lasted went
+    unanswered for the silence bound of the controller's attention (`fleet.transport.liveness`); a session
+    that still answers is slow, never silent.
 
     The TCP connection may still be up (a flaky switch, a wedged node); the
     transport is dead from then on and tries nothing more on the wire.
