@@ -661,15 +661,17 @@ class SshTransport:
             self._conn.create_process(line, stdin=stdin, encoding="utf-8", errors="replace"))
         try:
             process = await self._answer(lambda: asyncio.shield(opening), deadline)
-        except BaseException:
-            await self._abandon_opening(opening, reap_as)
+        except BaseException as exc:
+            await self._abandon_opening(opening, reap_as, cancelled=isinstance(exc, anyio.get_cancelled_exc_class()))
             raise
         if process is None:
-            await self._abandon_opening(opening, reap_as)
+            await self._abandon_opening(opening, reap_as, cancelled=False)
         return process
 
-    async def _abandon_opening(self, opening: asyncio.Future[_Process], reap_as: tuple[str, bool] | None) -> None:
-        """End a channel open that was given up: wait for it a little, then end its command (or the open)."""
+    async def _abandon_opening(self, opening: asyncio.Future[_Process], reap_as: tuple[str, bool] | None, *,
+                               cancelled: bool) -> None:
+        """End a channel open that was given up: wait for it a little, then end its command (or the open).
+        `cancelled`: given up for a cancel (then a reap with no answer marks the session silent)."""
         if not self.silent:
             with anyio.move_on_after(REAP_TIMEOUT_S, shield=True), suppress(asyncssh.Error, OSError):
                 await asyncio.shield(opening)
@@ -680,7 +682,7 @@ class SshTransport:
             return
         _abandon(opening.result())
         if reap_as is not None:
-            await self._reap(*reap_as, cancelled=True)
+            await self._reap(*reap_as, cancelled=cancelled)
 
     async def _communicate(self, process: _Process, deadline: float) -> tuple[tuple[str, str], bool]:
         """Both streams until the channel closes, or what arrived by the deadline: (output, timed_out).
