@@ -7,6 +7,7 @@ transport: one probe's failure never spoils another's answer.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -103,8 +104,9 @@ def probe(*argv: str, root: bool = False, hang: str | None = None, ok: frozenset
 
 
 def node_over(script: list[tuple[tuple[str, ...], Any]], *, become: bool = False,
-              events: list[dict[str, Any]] | None = None) -> tuple[Node, ScriptedTransport]:
-    t = ScriptedTransport(script, become=become)
+              events: list[dict[str, Any]] | None = None,
+              kind: type[ScriptedTransport] = ScriptedTransport) -> tuple[Node, ScriptedTransport]:
+    t = kind(script, become=become)
     sink = events if events is not None else []
 
     def keep(_: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -161,3 +163,22 @@ async def test_a_batch_logs_its_wire_command_once_and_each_section_as_a_command_
     assert [(s["argv"], s["exit_status"], s["stdout"], s["stderr"], s["batch"]) for s in sections] == [
         (["one"], 0, "1\n", "", wire["batch"]), (["two"], 4, "", "e\n", wire["batch"])]
     assert [e["event"] for e in events if is_remote_command(e)] == ["batch"]
+
+
+async def test_a_section_cut_at_the_output_bound_is_unreadable_not_a_timeout_nor_empty() -> None:
+    """The transport keeps 1 MiB of a command's output: a section cut there has no closing frame. It is no
+    answer (unreadable, the step fails), and not called a hang: nothing timed out."""
+
+    class Clipped(ScriptedTransport):
+        async def run(self, argv: Any, *, timeout: float, privileged: bool = False) -> Any:
+            result = await super().run(argv, timeout=timeout, privileged=privileged)
+            cut = result.stdout.index("\nhuge") + 5  # inside the second section's output
+            return dataclasses.replace(result, stdout=result.stdout[:cut] + "... [99 characters cut]")
+
+    node, _ = node_over([(("small",), Reply("ok\n")), (("big",), Reply("huge" * 10 + "\n"))], kind=Clipped)
+    small, big = probe("small"), probe("big", hang="big did not answer within {s} s")
+    answers = await node.batch([small, big])
+    assert answers.read(small) == "ok"
+    with pytest.raises(StepFailed, match=r"^unreadable big: no complete answer: .*output was cut") as caught:
+        answers.read(big)
+    assert caught.value.status is StepStatus.FAILED

@@ -104,33 +104,43 @@ class Node:
         self._log_batch(result, step, timeout, timed_out, len(asked))
         found = framing.sections(tag, len(asked), result.stdout, result.stderr)
         answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
-        hung: str | None = None
+        hung: str | None = None  # the section that timed out: the ones after it never ran
         for ((probe, _), bound, section) in zip(asked, bounds, found, strict=True):
-            answer = self._section_answer(probe, bound, section, result, timed_out or hung, step)
+            if section is None:
+                answers[id(probe)] = self._no_section(probe, bound, result, timed_out, hung, step)
+                continue
+            answer = self._section_answer(probe, bound, section, result, step)
             answers[id(probe)] = answer
-            if isinstance(answer, CommandTimeout) and hung is None:
+            if isinstance(answer, CommandTimeout):
                 hung = probe.what
         return answers
 
-    def _section_answer(self, probe: Probe[Any], bound: float, section: framing.Section | None,
-                        batch: CommandResult, cut_by: bool | str | None,
-                        step: StepName | None) -> CommandResult | CommandTimeout | StepFailed:
-        """One section as its own command's result; a CommandTimeout when it (or the batch around it) timed out,
-        a StepFailed when it never ran because an earlier section timed out (`cut_by` names that one)."""
-        if section is None:  # never ran, or cut: no answer, never an empty one
-            cut = CommandResult(probe.argv, None, "", "", batch.duration_s, batch.signal)
-            if isinstance(cut_by, str):
-                self._log_result(cut, step, bound, timed_out=False, batch=self.batches,
-                                 note=f"not run: {cut_by} timed out before it in the batch")
-                return StepFailed(f"{probe.what} not run: {cut_by} timed out", StepStatus.TIMEOUT,
-                                  Reason.COMMAND_TIMEOUT)
-            self._log_result(cut, step, bound, timed_out=True, batch=self.batches,
-                             note="no answer: the batch ended before this section did")
-            return CommandTimeout(cut, bound)
+    def _section_answer(self, probe: Probe[Any], bound: float, section: framing.Section, batch: CommandResult,
+                        step: StepName | None) -> CommandResult | CommandTimeout:
+        """One section as its own command's result; a CommandTimeout when its own `timeout` ended it."""
         result = CommandResult(probe.argv, section.exit_status, section.stdout, section.stderr, batch.duration_s)
         timed_out = section.exit_status in TIMEOUT_EXIT_STATUSES
         self._log_result(result, step, bound, timed_out=timed_out, batch=self.batches)
         return CommandTimeout(result, bound) if timed_out else result
+
+    def _no_section(self, probe: Probe[Any], bound: float, batch: CommandResult, batch_timed_out: bool,
+                    hung: str | None, step: StepName | None) -> CommandTimeout | StepFailed:
+        """A section with no complete frame: no answer, never an empty one. Why, in this order: an earlier
+        section timed out (this one never ran), the batch itself timed out, or its output was cut (the
+        transport's bound) or it ended early: unreadable."""
+        cut = CommandResult(probe.argv, None, "", "", batch.duration_s, batch.signal)
+        if hung is not None:
+            note = f"not run: {hung} timed out before it in the batch"
+            failure = StepFailed(f"{probe.what} not run: {hung} timed out", StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
+        elif batch_timed_out:
+            self._log_result(cut, step, bound, timed_out=True, batch=self.batches,
+                             note="no answer: the batch timed out before this section ended")
+            return CommandTimeout(cut, bound)
+        else:
+            note = f"no complete answer: the batch's output was cut or it ended early (exit {batch.exit_status})"
+            failure = StepFailed(probe.unreadable(note))
+        self._log_result(cut, step, bound, timed_out=False, batch=self.batches, note=note)
+        return failure
 
     async def hold(self, probe: Probe[Any], *, timeout: float) -> Held:
         """Start a long-lived command (see `Transport.hold`); it is logged when it ends."""
