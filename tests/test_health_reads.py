@@ -95,3 +95,17 @@ def test_not_available_values_are_unknown_never_healthy_or_sick() -> None:
     with pytest.raises(ProbeParseError, match="no PCI bus id"):
         health.parse_facts(row.replace(BUS, "[N/A]"))
     assert health.parse_facts(UNKNOWN_FIELD) is health.FIELDS_UNKNOWN
+
+
+async def test_a_driver_that_refuses_the_row_remapper_section_is_read_through_q_instead() -> None:
+    """`-q -d ROW_REMAPPER` exits non-zero (a driver without that display type): not a node that fails forever,
+    and not "no facts": the whole -q, one more command, and its findings count (a pending remap here)."""
+    sick = scripted_node.healthy_q(BUS).replace("Pending                                        : No",
+                                                "Pending                                        : Yes", 1)
+    assert sick != scripted_node.healthy_q(BUS)
+    refused = Reply("", "ERROR: Option -d ROW_REMAPPER is not recognized. Please run 'nvidia-smi -h'.\n", 2)
+    node, t, log = one_gpu_node(Reply(scripted_node.healthy_facts(BUS)), refused, sick)
+    outcome = await verify(node)
+    assert ("nvidia-smi", "-q") in t.ran and node.commands == 2
+    assert outcome.result.reason is Reason.HEALTH and "remap" in (outcome.result.error or "").lower()
+    assert [name for name, _ in log.events if name == "row_remapper_unread"] == ["row_remapper_unread"]

@@ -187,17 +187,29 @@ class HealthReads:
                        xids_before: Collection[health.Xid] | None) -> dict[str, tuple[Finding, ...]]:
         """What they found, judged by the host's policy; findings by GPU bus id ("" for an Xid on no listed GPU)."""
         policy = HealthPolicy.of(node.host)
-        facts = answers.read(self.facts)
-        if facts is health.FIELDS_UNKNOWN:  # an older driver: the whole -q, one more command
-            node.log.info("health_fields_unknown", step=str(StepName.VERIFY), fallback="nvidia-smi -q")
-            gpus = await node.ask(health.health(node.host.nvidia_smi), step=StepName.VERIFY, budget=budget)
-        else:
-            try:
-                gpus = health.joined(facts, answers.read(self.remaps))
-            except ProbeParseError as exc:
-                raise StepFailed(self.remaps.unreadable(exc)) from exc
+        gpus = await self._gpus(node, answers, budget)
         xids = () if self.xids is None or "xid" in policy.ignore else answers.read(self.xids)
         return judge(gpus, xids, policy, before=xids_before)
+
+    async def _gpus(self, node: Node, answers: Answers, budget: Budget) -> tuple[health.GpuHealth, ...]:
+        """Each GPU's health facts: the fields and the row remapper joined; the whole `-q` (one more command) on a
+        driver whose `--query-gpu` lacks a field or whose `-q -d` refused ROW_REMAPPER. A hang, unreadable
+        output or two reads that list other GPUs fail verify; they never fall back to "no facts"."""
+        facts = answers.read(self.facts)
+        if facts is health.FIELDS_UNKNOWN:
+            node.log.info("health_fields_unknown", step=str(StepName.VERIFY), fallback="nvidia-smi -q")
+            return await node.ask(health.health(node.host.nvidia_smi), step=StepName.VERIFY, budget=budget)
+        try:
+            remapper = answers.result(self.remaps)
+        except StepFailed as exc:
+            if exc.status is StepStatus.TIMEOUT:
+                raise
+            node.log.info("row_remapper_unread", step=str(StepName.VERIFY), error=str(exc), fallback="nvidia-smi -q")
+            return await node.ask(health.health(node.host.nvidia_smi), step=StepName.VERIFY, budget=budget)
+        try:
+            return health.joined(facts, self.remaps.read(remapper))
+        except ProbeParseError as exc:
+            raise StepFailed(self.remaps.unreadable(exc)) from exc
 
 
 def _where(rows: Sequence[smi.GpuRow], bus_id: str) -> str:
