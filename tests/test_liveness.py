@@ -106,3 +106,17 @@ async def test_a_late_answer_clears_the_silence_clock() -> None:
 def test_the_silence_bound_is_the_hosts_connect_timeout_at_least_the_floor(connect_timeout: float,
                                                                          expected: float) -> None:
     assert silence_s(connect_timeout) == expected
+
+
+async def test_a_request_that_raised_is_no_answer() -> None:
+    """A request that failed on the client's side (no reply read at all) never proves the session alive."""
+
+    class Broken:
+        async def _make_global_request(self, request: bytes, *args: bytes) -> object:
+            raise RuntimeError("no transport")
+
+    with Pinger(Broken(), silence=1.0) as pinger:
+        await anyio.sleep(0.05)
+        assert not pinger.silent()
+        assert await eventually(pinger.silent, 10)  # the condition, not a wall-clock guess
+    assert pinger.answered == 0

@@ -118,9 +118,7 @@ class Pinger:
     def silent(self) -> bool:
         """Whether the request in flight is unanswered past the silence bound; sends the next one when due."""
         now = self._loop.time()
-        if self._ping is not None and self._ping.done():
-            if not self._ping.cancelled():
-                self._ping.exception()  # retrieved: a lost connection ends the wait itself
+        if self._ping is not None and self._ping.done() and self._replied(self._ping):
             self._ping = None
             self.answered += 1
         if self._ping is None:
@@ -129,6 +127,12 @@ class Pinger:
             return False
         attention = (now - self._sent_at) - (self._lag.total - self._lag_at)
         return attention >= self._silence
+
+    @staticmethod
+    def _replied(ping: asyncio.Future[object]) -> bool:
+        """Whether a finished request got a reply (a refusal counts; a closed connection refuses every one).
+        One that raised proved nothing: it stays unanswered and its silence clock runs on."""
+        return not ping.cancelled() and ping.exception() is None
 
     def _send(self) -> None:
         self._sent_at, self._lag_at = self._loop.time(), self._lag.total
