@@ -30,7 +30,6 @@ from fleet.report.history import (
     History,
     history_path,
     newest_folders,
-    not_clean,
     remove_folders,
     stale_folders,
 )
@@ -47,6 +46,7 @@ from fleet.report.history_view import (
     unfinished_lines,
 )
 from fleet.report.logs import default_log_dir
+from fleet.report.rerun import rerun_of
 from fleet.reset.host import Mode
 from fleet.run import run_and_report
 from fleet.waves import parse_amount, parse_duration
@@ -271,7 +271,8 @@ def reset(
     rerun_failed: Annotated[
         str | None,
         typer.Option("--rerun-failed", metavar="[RUN_ID|last]", help="Target exactly the hosts that did not end"
-                     " clean in that run (default: the last one), with the inventory's variables of today."),
+                     " clean in that reset (default: the last one that was not a dry run), with the inventory's"
+                     " variables of today."),
     ] = None,
     keep_days: Annotated[
         int | None, typer.Option("--keep-days", min=1, metavar="N", help="After the run, remove the history's"
@@ -314,25 +315,20 @@ def reset(
 
 def _rerun_targets(given: str, log_dir: Path | None, hosts: list[str] | None, group: list[str] | None,
                    nodes: str | None, partition: str | None) -> list[str]:
-    """The hosts of a past run (`last`, or a run id) that did not end clean; exit 0 when there is none."""
+    """The hosts of a past reset (`last`: the newest not a dry run; or a run id) that did not end clean; exit 0
+    when every one did, exit 2 for a dry run or a check (`fleet.report.rerun`)."""
     if hosts or group or nodes or partition:
         raise UsageError("--rerun-failed chooses the hosts: not with HOST, -g, -w or --partition (--limit and"
                          " --exclude still narrow it)")
     folder = log_dir or default_log_dir()
     with _reading(folder) as history:
-        run_id = (history.last_run_id() if history else None) if given == "last" else given
-        record = history.get(run_id) if history and run_id else None
-    if record is None:
-        where = history_path(folder)
-        raise UsageError(f"--rerun-failed: no run {given!r} on record in {where}" if given != "last"
-                         else f"--rerun-failed: no run on record in {where}")
-    names = not_clean(record)
-    if not names:
-        _err(f"fleet: nothing to rerun: every host of run {record.run.run_id} ended clean")
-        raise typer.Exit(0)
-    _err(f"fleet: rerunning {len(names)} host{'s' if len(names) > 1 else ''} of run {record.run.run_id}:"
-         f" {reporting.fold(names)}")
-    return names
+        rerun = rerun_of(history, given, history_path(folder))
+    if rerun.exit_code == 2:
+        raise UsageError(rerun.line)
+    _err(f"fleet: {rerun.line}")
+    if rerun.exit_code is not None:
+        raise typer.Exit(rerun.exit_code)
+    return list(rerun.hosts)
 
 
 def _provenance(chosen: Targets) -> Inventory:

@@ -33,10 +33,12 @@ from fleet.report.history import (
     HistoryError,
     HostRow,
     Recorder,
+    RunKind,
     RunRow,
     history_path,
     host_values,
     run_id_time,
+    run_kind,
     stamp,
 )
 from fleet.report.history_view import (
@@ -120,6 +122,26 @@ def test_two_runs_are_on_record_and_the_history_answers_across_them(tmp_path: Pa
         assert record is not None
         assert [h.host for h in record.hosts] == ["gpu-b01", "gpu-b02"]
         assert history.get("run-9") is None
+
+
+def test_the_last_reset_is_the_newest_that_was_not_a_dry_run_and_the_last_run_is_any(tmp_path: Path) -> None:
+    """`last_reset_id` (`--rerun-failed last`) passes over dry runs and checks, as `run_kind` tells them;
+    `last_run_id` (`fleet show last`) does not."""
+    with History.open(tmp_path / HISTORY_FILE) as history:
+        assert history.last_reset_id() is None
+        runs = (("run-1", "reset", {"mode": "reset"}), ("run-2", "reset", {"mode": "plan"}),
+                ("run-3", "check", {"mode": "check"}), ("run-4", "reset", {"mode": "plan"}))
+        for minute, (run_id, command, options) in enumerate(runs):
+            history.start_run(run_id, command, ["gpu-b01"], options, stamp(NOW + timedelta(minutes=minute)), "0.1.0",
+                              "/logs")
+            if run_id == "run-2":
+                assert history.last_reset_id() == "run-1"
+        assert (history.last_run_id(), history.last_reset_id()) == ("run-4", "run-1")
+        kinds = {r.run_id: run_kind(r) for r in history.runs()}
+        assert kinds == {"run-1": RunKind.RESET, "run-2": RunKind.DRY_RUN, "run-3": RunKind.CHECK,
+                         "run-4": RunKind.DRY_RUN}
+        record_run(history, "run-5", NOW + timedelta(minutes=9), [host("gpu-b01")], exit_code=0)
+        assert history.last_reset_id() == "run-5"
 
 
 def test_a_host_recorded_again_is_updated_and_keeps_when_it_first_ended(tmp_path: Path) -> None:

@@ -13,8 +13,10 @@ import anyio
 import pytest
 
 from fleet.cli import optional_value
-from fleet.report.history import HostRow, RunRecord, RunRow, not_clean
+from fleet.errors import UsageError
+from fleet.report.history import HISTORY_FILE, History, HostRow, RunRecord, RunRow, not_clean
 from fleet.report.logs import new_run_id
+from fleet.report.rerun import Rerun, decide, find_run
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 
@@ -32,10 +34,56 @@ def _row(host: str, status: str) -> HostRow:
     return HostRow("r", host, status, None, None, 0.0, [], 0, [], None, None, None, [], None, None)
 
 
+def _run(command: str = "reset", mode: str = "reset", targets: tuple[str, ...] = ("a", "b")) -> RunRow:
+    return RunRow("r", command, targets, {"mode": mode}, "2026-12-03T00:00:00.000", None, None, "0.1.0", "/x")
+
+
 def test_not_clean_counts_hosts_a_killed_run_never_recorded() -> None:
-    run = RunRow("r", "reset", ("a", "b", "c", "d", "e"), {}, "2026-12-03T00:00:00.000", None, None, "0.1.0", "/x")
-    record = RunRecord(run, [_row("a", "clean"), _row("b", "failed"), _row("c", "skipped"), _row("e", "planned")])
-    assert not_clean(record) == ["b", "c", "d"]
+    """Only `clean` on record is clean: a host skipped, cut short or never recorded is not."""
+    record = RunRecord(_run(targets=("a", "b", "c", "d", "e")),
+                       [_row("a", "clean"), _row("b", "failed"), _row("c", "skipped"), _row("e", "planned")])
+    assert not_clean(record) == ["b", "c", "d", "e"]
+
+
+def test_a_dry_run_or_a_check_is_refused_saying_what_it_was() -> None:
+    """Neither reset anything: exit 2 and one line, never "nothing to rerun" (which would let `&&` go on)."""
+    dry = decide(RunRecord(_run(mode="plan"), [_row("a", "planned"), _row("b", "planned")]))
+    assert dry == Rerun("r", (), "--rerun-failed: run r was a dry run (fleet reset --dry-run), not a reset: it reset"
+                        " nothing; name a reset's run id, or `last` for the newest reset", exit_code=2)
+    check = decide(RunRecord(_run("check", "check"), [_row("a", "clean"), _row("b", "clean")]))
+    assert check.exit_code == 2 and "run r was a check (fleet check), not a reset" in check.line
+    assert "\n" not in dry.line + check.line
+
+
+def test_nothing_to_rerun_only_when_every_target_ended_clean() -> None:
+    done = decide(RunRecord(_run(), [_row("a", "clean"), _row("b", "clean")]))
+    assert done == Rerun("r", (), "nothing to rerun: every host of run r ended clean", exit_code=0)
+    cut = decide(RunRecord(_run(targets=("a", "b", "c", "d")),
+                           [_row("a", "clean"), _row("b", "failed"), _row("c", "skipped")]))  # d: the run died
+    assert cut == Rerun("r", ("b", "c", "d"), "rerunning 3 hosts of run r: b,c,d (1 failed, 1 skipped,"
+                        " 1 not recorded)")
+    one = decide(RunRecord(_run(), [_row("a", "clean"), _row("b", "unreachable")]))
+    assert (one.hosts, one.exit_code, one.line) == (("b",), None, "rerunning 1 host of run r: b (1 unreachable)")
+
+
+def test_last_is_the_newest_reset_and_a_history_without_one_says_so(tmp_path: Path) -> None:
+    path = tmp_path / HISTORY_FILE
+    with pytest.raises(UsageError, match="no run on record in"):
+        find_run(None, "last", path)
+    with History.open(path) as history:
+        for run_id, command, mode in (("R1", "reset", "reset"), ("R2", "reset", "plan"), ("R3", "check", "check")):
+            history.start_run(run_id, command, ["a"], {"mode": mode}, f"2026-12-03T00:00:0{run_id[1]}.000+00:00",
+                              "0.1.0", tmp_path)
+        assert find_run(history, "last", path).run.run_id == "R1"
+        assert find_run(history, "R2", path).run.run_id == "R2"  # found; `decide` refuses it
+        with pytest.raises(UsageError, match="no run 'R9' on record"):
+            find_run(history, "R9", path)
+    only_dry = tmp_path / "dry" / HISTORY_FILE
+    only_dry.parent.mkdir()
+    with History.open(only_dry) as history:
+        history.start_run("D1", "reset", ["a"], {"mode": "plan"}, "2026-12-03T00:00:00.000+00:00", "0.1.0", tmp_path)
+        with pytest.raises(UsageError, match=r"no reset on record in .*, only dry runs and checks"):
+            find_run(history, "last", only_dry)
 
 
 @pytest.fixture
@@ -70,6 +118,33 @@ async def test_rerun_targets_the_failed_hosts_of_the_last_run_or_of_a_named_one(
     named = await anyio.to_thread.run_sync(lambda: fleet_cli(
         "reset", "-i", inventory, "--rerun-failed", first_id, "--exclude", "gpu-b02", "-y", "--log-dir", logs))
     assert named.returncode == 2 and "no host" in named.stderr  # --exclude narrowed it to nothing
+
+
+async def test_last_skips_a_newer_dry_run_and_check_and_a_named_one_is_refused(sim: SimFleet,
+                                                                                tmp_path: Path) -> None:
+    """After a failing reset, a check and a dry run: `last` is still the reset (exit 1, so `&&` stops), and
+    naming the check or the dry run is exit 2 with one line saying what it was."""
+    inventory, logs = str(sim.inventory_path), str(tmp_path / "logs")
+    ids = {}
+    for name, args, code in (("reset", ("reset", "-y"), 1), ("check", ("check",), 1),
+                             ("dry", ("reset", "--dry-run"), 0)):
+        done = await anyio.to_thread.run_sync(lambda a=args: fleet_cli(
+            *a, "-i", inventory, "-g", "sim", "--json", "--log-dir", logs))
+        assert done.returncode == code, done.stderr
+        ids[name] = json.loads(done.stdout)["run_id"]
+
+    again = await anyio.to_thread.run_sync(lambda: fleet_cli(
+        "reset", "-i", inventory, "--rerun-failed", "last", "-y", "--json", "--log-dir", logs))
+    assert again.returncode == 1, again.stderr
+    assert f"rerunning 1 host of run {ids['reset']}: gpu-b02 (1 failed)" in again.stderr
+    assert "nothing to rerun" not in again.stderr and list(json.loads(again.stdout)["hosts"]) == ["gpu-b02"]
+    for name, what in (("dry", "a dry run (fleet reset --dry-run)"), ("check", "a check (fleet check)")):
+        refused = await anyio.to_thread.run_sync(lambda n=name: fleet_cli(
+            "reset", "-i", inventory, "--rerun-failed", ids[n], "-y", "--json", "--log-dir", logs))
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.splitlines() == [f"fleet: error: --rerun-failed: run {ids[name]} was {what}, not a"
+                                               " reset: it reset nothing; name a reset's run id, or `last` for the"
+                                               " newest reset"]
 
 
 async def test_nothing_to_rerun_exits_0_and_a_bad_run_or_mix_exits_2(sim: SimFleet, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -183,12 +184,32 @@ class RunRecord:
     hosts: list[HostRow]
 
 
+class RunKind(StrEnum):
+    """What a run on record was: only a reset changed anything on its hosts (`--rerun-failed` takes no other)."""
+
+    RESET = "reset"
+    DRY_RUN = "dry run"  # `fleet reset --dry-run`: command reset, mode plan
+    CHECK = "check"  # `fleet check`
+
+
+# How the runs table tells them apart; `run_kind` and `History.last_reset_id` read the same two columns.
+_DRY_RUN_MODE = "plan"
+_IS_RESET_SQL = (f"command = '{RunKind.RESET.value}'"
+                 f" AND coalesce(json_extract(options, '$.mode'), '') <> '{_DRY_RUN_MODE}'")
+
+
+def run_kind(run: RunRow) -> RunKind:
+    """A reset, a dry run or a check, from the run's command and its options' mode."""
+    if run.command != RunKind.RESET.value:
+        return RunKind.CHECK
+    return RunKind.DRY_RUN if run.options.get("mode") == _DRY_RUN_MODE else RunKind.RESET
+
+
 def not_clean(record: RunRecord) -> list[str]:
     """The run's targets that did not end clean: failed, unreachable or skipped on record, and those a killed
-    run never recorded (`--rerun-failed`). A dry run's planned hosts are not failures."""
+    run never recorded (`--rerun-failed`, which refuses dry runs and checks before it asks)."""
     ended = {h.host: h.status for h in record.hosts}
-    done = (HostStatus.CLEAN.value, HostStatus.PLANNED.value)
-    return [name for name in record.run.targets if ended.get(name) not in done]
+    return [name for name in record.run.targets if ended.get(name) != HostStatus.CLEAN.value]
 
 
 def host_values(report: HostReport) -> dict[str, Any]:
@@ -433,7 +454,14 @@ class History:
         return bool(row[0])
 
     def last_run_id(self) -> str | None:
+        """The newest run of any kind (`fleet show last`)."""
         row = self.conn.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1").fetchone()
+        return None if row is None else str(row[0])
+
+    def last_reset_id(self) -> str | None:
+        """The newest reset that was not a dry run (`--rerun-failed last`): dry runs and checks reset nothing."""
+        row = self.conn.execute(f"SELECT run_id FROM runs WHERE {_IS_RESET_SQL}"
+                                " ORDER BY started_at DESC, run_id DESC LIMIT 1").fetchone()
         return None if row is None else str(row[0])
 
     def get(self, run_id: str) -> RunRecord | None:
