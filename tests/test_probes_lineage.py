@@ -10,10 +10,19 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from deep_chain import deep_chain
 from test_signal_identity import start_time
 
 from fleet.node.probes import lineage as lineage_probes
-from fleet.node.probes.lineage import LINEAGE_AWK, LINEAGE_DEPTH, Lineage, ProcStat, lineage_argv, parse_lineage
+from fleet.node.probes.lineage import (
+    LINEAGE_AWK,
+    LINEAGE_DEPTH,
+    Ancestry,
+    Lineage,
+    ProcStat,
+    lineage_argv,
+    parse_lineage,
+)
 from fleet.node.probes.parse import ProbeParseError
 from fleet.sim import unitd
 
@@ -153,3 +162,54 @@ def test_lineage_of_a_vanished_pid_is_just_missing() -> None:
     done = _run(lineage_argv([child.pid]))
     assert done.returncode == 0
     assert child.pid not in parse_lineage(done.stdout).procs
+
+
+# --- whole or cut: how far a lineage was read ---------------------------------------------------------
+
+
+def test_ancestry_is_whole_when_it_reaches_a_process_whose_parent_is_pid_0() -> None:
+    lineage = parse_lineage("4242\t12\t9001\tpython3\n12\t1\t350\tnvidia-persiste\n1\t0\t2\tsystemd\n")
+    assert lineage.ancestry(4242) == Ancestry((ProcStat(12, 1, "nvidia-persiste", 350), ProcStat(1, 0, "systemd", 2)))
+    assert lineage.ancestry(1) == Ancestry(())
+    # a container's init has parent 0 too: its chain is whole inside the container
+    assert parse_lineage("7\t1\t5\tpython3\n1\t0\t1\ttini\n").ancestry(7).cut_at is None
+
+
+@pytest.mark.parametrize(
+    ("text", "pid", "chain", "cut_at"),
+    [
+        ("4242\t12\t9001\tpython3\n12\t11\t350\tbash\n", 4242, [12], 12),  # 11 never read: depth, or it vanished
+        ("4242\t12\t9001\tpython3\n", 4242, [], 4242),
+        ("1\t0\t2\tsystemd\n", 4242, [], 4242),  # the holder itself was not read
+        ("5\t6\t100\tx\n6\t5\t90\ty\n", 5, [6], 6),  # a loop (pids reused mid-walk) is no top
+    ],
+)
+def test_ancestry_says_where_a_cut_lineage_stopped(text: str, pid: int, chain: list[int], cut_at: int) -> None:
+    ancestry = parse_lineage(text).ancestry(pid)
+    assert ([p.pid for p in ancestry.chain], ancestry.cut_at) == (chain, cut_at)
+
+
+def test_a_chain_deeper_than_eight_is_walked_whole_here() -> None:
+    """12 real processes, each the parent of the next, below this test: the real walk reads every one of them
+    and on up to the top."""
+    with deep_chain(12) as chain:
+        done = _run(lineage_argv([chain.leaf]))
+        assert done.returncode == 0, done.stderr
+        ancestry = parse_lineage(done.stdout).ancestry(chain.leaf)
+    assert ancestry.cut_at is None
+    assert [p.pid for p in ancestry.chain][:12] == chain.levels
+    assert ancestry.chain[-1].ppid == 0
+
+
+def test_a_chain_deeper_than_the_walk_is_cut_and_says_so() -> None:
+    """LINEAGE_DEPTH processes are read from each start: past them the lineage is cut, never whole. A later
+    walk that meets a chain already read goes on through it and reads what lies above it."""
+    with deep_chain(LINEAGE_DEPTH + 6) as chain:
+        alone = parse_lineage(_run(lineage_argv([chain.leaf])).stdout)
+        middle = chain.levels[40]  # 41 generations above the leaf: within the walk's depth from there
+        both = parse_lineage(_run(lineage_argv([chain.leaf, middle])).stdout)
+    deep = alone.ancestry(chain.leaf)
+    assert len(deep.chain) == LINEAGE_DEPTH - 1 and deep.cut_at == deep.chain[-1].pid
+    assert deep.cut_at == chain.levels[LINEAGE_DEPTH - 2]
+    assert both.ancestry(middle).cut_at is None  # its walk went on through what the leaf's had read, and past it
+    assert both.ancestry(chain.leaf).cut_at is None

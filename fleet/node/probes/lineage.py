@@ -6,7 +6,12 @@ command, whose ancestors are the session fleet runs in, alive while it runs)
 and from each pid given, and prints `pid<TAB>ppid<TAB>starttime<TAB>comm` once per process it
 met. A chain cannot be read later, one command at a time: `timeout` and the
 shell between fleet and the probe are gone once the probe has exited, and the
-chain breaks there. A pid that vanished mid-walk just ends its chain.
+chain breaks there.
+
+A chain is whole when it reaches a process whose parent is pid 0 (init, or a
+container's init); one that ends anywhere else was cut (the walk's depth ran
+out, or a process vanished mid-walk), and `Lineage.ancestry` says where: what
+lies above is unknown, never "nothing".
 """
 
 from __future__ import annotations
@@ -39,21 +44,41 @@ class ProcStat:
 
 
 @dataclass(frozen=True)
+class Ancestry:
+    """A process's ancestors as the walk read them, parent first; `cut_at`: the pid the read stopped at
+    before reaching the top (the process itself when it was not read at all), None when it is whole."""
+
+    chain: tuple[ProcStat, ...]
+    cut_at: int | None = None
+
+
+@dataclass(frozen=True)
 class Lineage:
     """The processes a lineage walk met, and fleet's own chain among them."""
 
     procs: Mapping[int, ProcStat]
     own: tuple[int, ...] = ()  # the probe command, its parent, ... up to init
 
+    def ancestry(self, pid: int) -> Ancestry:
+        """pid's ancestors up to a process whose parent is pid 0, or to where the walk was cut: a parent it
+        did not read, or one met twice (a loop: pids reused mid-walk)."""
+        current = self.procs.get(pid)
+        if current is None:
+            return Ancestry((), pid)
+        chain: list[ProcStat] = []
+        seen = {pid}
+        while current.ppid != 0:
+            parent = self.procs.get(current.ppid)
+            if parent is None or parent.pid in seen:
+                return Ancestry(tuple(chain), current.pid)
+            chain.append(parent)
+            seen.add(parent.pid)
+            current = parent
+        return Ancestry(tuple(chain))
+
     def ancestors(self, pid: int, depth: int = LINEAGE_DEPTH) -> list[ProcStat]:
         """pid's parent, grandparent, ... as far as the walk read them (at most `depth`)."""
-        chain: list[ProcStat] = []
-        current = self.procs.get(pid)
-        while current is not None and len(chain) < depth:
-            current = self.procs.get(current.ppid)
-            if current is not None:
-                chain.append(current)
-        return chain
+        return list(self.ancestry(pid).chain[:depth])
 
 
 def _pid_words(pids: Sequence[int]) -> list[str]:
