@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from job_cgroup import job_cgroup
 from test_reset_sim import FAST, busy, step
 
 from fleet.graph import RunOptions, run_hosts
@@ -117,6 +118,32 @@ async def test_kill_users_leaves_another_users_process_alive_and_says_so(make_fl
     assert (host.error or "").startswith(f"gpu 3 holds 700 MiB (pid {theirs} python3)")
     assert {e["pid"]: e["reason"] for e in events(run_dir, "gpu-h01", "kept")}[theirs] == (
         "user nobody not in kill_users")
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+async def test_a_process_in_a_slurm_jobs_cgroup_is_kept_and_named_with_its_job(
+    make_fleet: Any, tmp_path: Path, version: str
+) -> None:
+    """A real cgroup laid out as Slurm lays out job 4711's extern step (where pam_slurm_adopt puts an ssh login
+    to a node where the user has a job), and a real process holding a simulated GPU moved into it: no slurmstepd
+    above it, yet the reset keeps it, names its job, and the node is not clean; the stray beside it is killed."""
+    sim = await make_fleet([NodeSpec("gpu-j01", linger_s=0.2)], {"gpu-j01": {**FAST, "settle_timeout": 2}})
+    node = sim.nodes["gpu-j01"]
+    with job_cgroup(version) as cgroup:
+        adopted = node.spawn_worker(WorkerSpec(gpus=(3,), mib=700))
+        path = cgroup.move(adopted)
+        stray = node.spawn_worker(WorkerSpec(gpus=(0,), mib=900))
+
+        report, run_dir = await reset(sim, tmp_path)
+
+        host = report.hosts["gpu-j01"]
+        assert node.alive(adopted) and not node.alive(stray)
+        reason = f"a Slurm job's process (job 4711, cgroup {path})"
+        assert f"pid {adopted} python3 ({reason})" in step(host, StepName.KILL).detail
+        assert [k.pid for k in host.killed] == [stray]
+        assert host.status is HostStatus.FAILED
+        assert (host.error or "").startswith(f"gpu 3 holds 700 MiB (pid {adopted} python3)")
+        assert {e["pid"]: e["reason"] for e in events(run_dir, "gpu-j01", "kept")}[adopted] == reason
 
 
 def rogue_node(name: str) -> NodeSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from fleet.errors import InventoryError
 from fleet.inventory.host import BUILTIN_PROTECTED, Host
 from fleet.inventory.load import load_inventory
+from fleet.node.probes.jobs import JobCgroup
 from fleet.node.probes.lineage import Lineage, ProcStat
 from fleet.node.probes.procs import Identity, PsRow
 from fleet.reset import protection
@@ -46,10 +48,14 @@ LINEAGE = Lineage(STATS, own=(990, 980, 970, 960, 711, 700, 1))
 
 
 def judge(pid: int, user: str = "root", name: str | None = None, exe: str | None = None, rules: Rules = RULES,
-          args: str = "") -> str | None:
-    comm = STATS[pid].comm if pid in STATS else (name or "python3")
+          args: str = "", lineage: Lineage = LINEAGE, jobs: Mapping[int, JobCgroup] | None = None) -> str | None:
+    """Why pid is kept; a pid the lineage does not know is a child of init, read whole."""
+    comm = lineage.procs[pid].comm if pid in lineage.procs else (name or "python3")
+    if pid not in lineage.procs:
+        lineage = Lineage({**lineage.procs, pid: ProcStat(pid, 1, comm)}, lineage.own)
     holder = Holder(pid, user, name or comm, exe, ("/dev/nvidia0",), comm=comm)
-    return protection.protected_by(holder, ProcessFacts({pid: PsRow(pid, 1, user, args)}, {}, LINEAGE), rules)
+    facts = ProcessFacts({pid: PsRow(pid, 1, user, args)}, {}, lineage, jobs=jobs or {})
+    return protection.protected_by(holder, facts, rules)
 
 
 @pytest.mark.parametrize(
@@ -100,13 +106,109 @@ def test_protected_name_of_a_helper_comes_from_its_full_name() -> None:
     assert protection.protected_ancestor(31, found, rules.protected_names) == ("my-inference-supervisor", 30)
 
 
-def test_inheritance_is_bounded() -> None:
-    chain = {i: ProcStat(i, i - 1, f"p{i}") for i in range(101, 120)}
-    stats = {100: ProcStat(100, 1, "nv-hostengine"), 1: ProcStat(1, 0, "systemd"), **chain}
-    found = ProcessFacts({}, {}, Lineage(stats))
-    assert protection.protected_ancestor(100 + protection.ANCESTRY_DEPTH, found, BUILTIN_PROTECTED) == (
-        "nv-hostengine", 100)
-    assert protection.protected_ancestor(101 + protection.ANCESTRY_DEPTH, found, BUILTIN_PROTECTED) is None
+def chain(top: int, levels: int, comm: str = "python3") -> dict[int, ProcStat]:
+    """`levels` processes below pid `top`: top+1 is its child, top+2 its grandchild, ..."""
+    return {top + i: ProcStat(top + i, top + i - 1, comm) for i in range(1, levels + 1)}
+
+
+def below(daemon: str, levels: int, top: int = 5000) -> Lineage:
+    """init > `daemon` (pid `top`) > `levels` processes, the deepest at pid top + levels."""
+    return Lineage({**STATS, top: ProcStat(top, 1, daemon), **chain(top, levels)}, LINEAGE.own)
+
+
+@pytest.mark.parametrize("levels", [1, 8, 9, 12, 40])
+def test_a_jobs_process_is_kept_however_deep(levels: int) -> None:
+    """slurmstepd anywhere in the lineage read: container, conda, torchrun and DataLoader nesting reach 9 and
+    more (a job's GPU process 12 levels below slurmstepd was SIGTERMed when only 8 were looked at)."""
+    reason = judge(5000 + levels, user="alice", lineage=below("slurmstepd", levels))
+    assert reason == "a Slurm job's process (slurmstepd pid 5000)"
+    kept = Holder(5000 + levels, "alice", "python3", None, (), protected_by=reason)
+    assert not kept.part_of_the_machine and not kept.lineage_unread
+
+
+def test_a_jobs_process_is_kept_whatever_kill_users_says() -> None:
+    """kill_users names whose processes may be killed: never a job's, however deep."""
+    rules = Rules(BUILTIN_PROTECTED, kill_users=("alice",))
+    assert judge(5012, user="alice", rules=rules, lineage=below("slurmstepd", 12)) == (
+        "a Slurm job's process (slurmstepd pid 5000)")
+    assert judge(5012, user="alice", rules=rules, lineage=below("bash", 12)) is None
+    assert judge(5012, user="bob", rules=rules, lineage=below("bash", 12)) == "user bob not in kill_users"
+
+
+def test_a_job_above_an_sshd_or_a_systemd_is_still_the_jobs() -> None:
+    """Protected names are not inherited past sshd or systemd (every session descends from them); a job is: a
+    job that runs its own sshd or init (a container) is still the job."""
+    stats = {**STATS, 5000: ProcStat(5000, 1, "slurmstepd"), 5001: ProcStat(5001, 5000, "sshd"),
+             **chain(5001, 10), 6000: ProcStat(6000, 1, "nv-hostengine"), 6001: ProcStat(6001, 6000, "sshd"),
+             6002: ProcStat(6002, 6001, "python3")}
+    lineage = Lineage(stats, LINEAGE.own)
+    assert judge(5011, lineage=lineage) == "a Slurm job's process (slurmstepd pid 5000)"
+    assert judge(6002, lineage=lineage) is None
+
+
+@pytest.mark.parametrize("levels", [1, 9, 30])
+def test_a_protected_daemons_children_are_kept_however_deep(levels: int) -> None:
+    assert judge(5000 + levels, lineage=below("nv-hostengine", levels)) == "child of nv-hostengine (pid 5000)"
+    found = ProcessFacts({}, {}, below("nv-hostengine", levels))
+    assert protection.protected_ancestor(5000 + levels, found, BUILTIN_PROTECTED) == ("nv-hostengine", 5000)
+    assert protection.protected_ancestor(5000 + levels, found, ("other",)) is None
+
+
+def test_a_cut_lineage_is_never_no_job() -> None:
+    """A lineage whose top the walk never reached (its depth ran out, a parent vanished mid-walk) may hide a
+    slurmstepd above the cut: the holder is kept, says where the read stopped, and is nobody's machine."""
+    cut = Lineage({5001: ProcStat(5001, 5000, "python3"), **chain(5001, 40)}, LINEAGE.own)  # 5000 never read
+    reason = judge(5041, user="alice", lineage=cut)
+    assert reason == "lineage not read past pid 5001: may be a Slurm job's process"
+    kept = Holder(5041, "alice", "python3", None, (), protected_by=reason)
+    assert kept.lineage_unread and not kept.part_of_the_machine
+    rules = Rules(BUILTIN_PROTECTED, kill_users=("alice",))
+    assert judge(5041, user="alice", rules=rules, lineage=cut) == reason  # kill_users never reads it as "no job"
+    assert judge(5041, name="nv-hostengine", lineage=cut) == reason  # nor does a protected name make it the machine
+
+
+def test_a_cut_lineage_still_finds_a_job_below_the_cut() -> None:
+    """What was read is judged: a slurmstepd below the cut makes it a job's process."""
+    cut = Lineage({5000: ProcStat(5000, 4999, "slurmstepd"), **chain(5000, 12)}, LINEAGE.own)
+    assert judge(5012, lineage=cut) == "a Slurm job's process (slurmstepd pid 5000)"
+
+
+def test_a_holder_the_walk_did_not_read_is_kept() -> None:
+    """Its own stat unread (it exited mid-walk, or the walk failed for it): nothing is known above it."""
+    holder = Holder(7777, "alice", "python3", None, ("/dev/nvidia0",), comm="python3")
+    facts = ProcessFacts({7777: PsRow(7777, 1, "alice", "python3")}, {}, LINEAGE)
+    assert protection.protected_by(holder, facts, RULES) == (
+        "lineage not read past pid 7777: may be a Slurm job's process")
+
+
+def test_a_lineage_that_loops_is_cut() -> None:
+    """Pids reused mid-walk can make the chain read loop: never walked forever, never whole."""
+    loop = Lineage({5001: ProcStat(5001, 5002, "python3"), 5002: ProcStat(5002, 5001, "bash")}, LINEAGE.own)
+    assert judge(5001, lineage=loop) == "lineage not read past pid 5002: may be a Slurm job's process"
+
+
+# The cgroup paths of a job's processes as Slurm makes them (fleet/node/probes/jobs.py names the source).
+V2_EXTERN = "/system.slice/slurmstepd.scope/job_4711/step_extern/user/task_special"
+V1_EXTERN = "/slurm/uid_1000/job_4711/step_extern"
+
+
+@pytest.mark.parametrize("path", [V2_EXTERN, V1_EXTERN])
+def test_a_process_adopted_into_a_job_is_the_jobs_whatever_its_parent(path: str) -> None:
+    """pam_slurm_adopt puts an ssh login to a node where the user has a job into the job's extern step: its
+    parent is sshd, its cgroup names the job. It is named with its job id and kept, nobody's machine."""
+    jobs = {4242: JobCgroup(4711, path)}
+    reason = judge(4242, user="alice", jobs=jobs)  # python3 > bash > sshd-session > sshd: no slurmstepd above
+    assert reason == f"a Slurm job's process (job 4711, cgroup {path})"
+    assert not Holder(4242, "alice", "python3", None, (), protected_by=reason).part_of_the_machine
+    rules = Rules(BUILTIN_PROTECTED, kill_users=("alice",))
+    assert judge(4242, user="alice", rules=rules, jobs=jobs) == reason
+    # whatever it is called: an MPS server a job started is the job's, not the machine's
+    assert judge(5003, name="nvidia-cuda-mps-server", jobs={5003: JobCgroup(4711, path)}) == (
+        f"a Slurm job's process (job 4711, cgroup {path})")
+    # its cgroup names the job even where its lineage was cut
+    cut = Lineage({5001: ProcStat(5001, 5000, "python3")}, LINEAGE.own)
+    assert judge(5001, lineage=cut, jobs={5001: JobCgroup(4711, path)}) == (
+        f"a Slurm job's process (job 4711, cgroup {path})")
 
 
 # --- units stop_units may stop ------------------------------------------------

@@ -236,8 +236,8 @@ class Log:
 
 def node(find: Reply, ps: Reply | None = None, *, become: bool = False) -> Node:
     script: list[tuple[tuple[str, ...], Answer]] = [(("find", "/proc", "-mindepth"), find)]
-    if ps is not None:  # the holders' description is one batch: ps, their exe links and lineage
-        script += [(("ps", "-ww"), ps), (("find",), Reply("")), (("awk",), Reply(""))]
+    if ps is not None:  # the holders' description is one batch: ps, their exe links, lineage and cgroups
+        script += [(("ps", "-ww"), ps), (("find",), Reply("")), (("awk",), Reply("")), (("grep",), Reply(""))]
     host = Host("gpu-b02", "10.0.0.2", user="fleetops", become=become, command_timeout=1.0)
     return Node(host, ScriptedTransport(script, become=become), Log())
 

@@ -2,7 +2,8 @@
 
 `scan` runs the holder scan (find over /proc/PID/fd), then for the holders
 found, in one command: ps (user, command line), the exe links, the lineage walk
-(comm, ancestors, fleet's own process chain); and, when asked, their systemd units.
+(comm, ancestors, fleet's own process chain) and their cgroups (the Slurm job
+each one's names); and, when asked, their systemd units.
 The judging itself is pure (`describe_holders`, with `fleet.reset.protection`).
 kill, verify and the dry run all look through this one scan.
 
@@ -22,7 +23,7 @@ from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probe import first_line
-from fleet.node.probes import lineage, procs, units
+from fleet.node.probes import jobs, lineage, procs, units
 from fleet.report.models import Reason, StepName
 from fleet.reset.protection import Holder, ProcessFacts, Rules, full_name, protected_by
 from fleet.transport.base import CommandResult
@@ -52,7 +53,7 @@ async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool =
     With `known` (an earlier scan of this step), holders it already judged are not described
     again: a rescan that finds only them costs one command, not two. `looked`: the result of the
     holder scan (`procs.holder_scan`) when a step's batch already ran it. The holders found are
-    described in one command (ps, their exe links and their lineage, in a batch).
+    described in one command (ps, their exe links, their lineage and their cgroups, in a batch).
     """
     probe = procs.holder_scan(node.host.devices)
     result = looked if looked is not None else await node.run(probe, step=step, budget=budget)
@@ -66,14 +67,15 @@ async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool =
         if all(h.pid in judged for h in found):
             return Scan(tuple(judged[h.pid] for h in found), known.own_units)
     pids = [h.pid for h in found]
-    ps_probe, exe_probe, walk_probe = procs.ps(pids), procs.exe(pids), lineage.lineage(pids)
-    answers = await node.batch([ps_probe, exe_probe, walk_probe], step=step, budget=budget)
+    ps_probe, exe_probe, walk_probe, job_probe = (procs.ps(pids), procs.exe(pids), lineage.lineage(pids),
+                                                  jobs.job_cgroups(pids))
+    answers = await node.batch([ps_probe, exe_probe, walk_probe, job_probe], step=step, budget=budget)
     ps_result = answers.result(ps_probe)
     ps = ps_probe.read(ps_result)
     _check_sight(node.host, ps_blindness(ps, ps_result.exit_status, ps_result.stderr))
-    exe, walk = answers.read(exe_probe), answers.read(walk_probe)
+    exe, walk, job_of = answers.read(exe_probe), answers.read(walk_probe), answers.read(job_probe)
     unit_of = await _units(node, sorted({*pids, *walk.own}), step, budget) if with_units else {}
-    holders = describe_holders(found, ProcessFacts(ps, exe, walk, unit_of), Rules.of(node.host))
+    holders = describe_holders(found, ProcessFacts(ps, exe, walk, unit_of, job_of), Rules.of(node.host))
     return Scan(holders, frozenset(unit_of[p] for p in walk.own if p in unit_of))
 
 

@@ -1,12 +1,16 @@
 """Who may be killed, and which units may be stopped: pure rules, no I/O.
 
 A holder is left alive, with the reason the report gives, when it is PID 1,
-part of fleet's own session, an sshd, has a protected name, descends from a
-process with a protected name, or belongs to a user outside `kill_users`.
+part of fleet's own session, an sshd, a Slurm job's process, has a lineage that
+could not be read to its end, has a protected name, descends from a process
+with a protected name, or belongs to a user outside `kill_users`.
 
-A Slurm job's processes (slurmstepd and what descends from it) are never killed,
-in any mode, and are never part of the machine either: the memory a job holds
-keeps the node from being clean.
+A Slurm job's processes (those in a job's cgroup, whatever their parent, and
+slurmstepd and whatever descends from it, however deep) are never killed, in any
+mode, and are never part of the machine either: the memory a job holds keeps the
+node from being clean. Every rule that looks at ancestors judges the whole
+lineage the walk read; a lineage that was cut (its top never reached) is never
+taken for "no job": the holder is kept, as nobody's machine.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.inventory.host import Host
-from fleet.node.probes.lineage import Lineage
+from fleet.node.probes.jobs import JobCgroup
+from fleet.node.probes.lineage import Ancestry, Lineage, ProcStat
 from fleet.node.probes.procs import Identity, PsRow
 
 # /proc/PID/comm holds at most this many characters (TASK_COMM_LEN - 1).
@@ -24,15 +29,16 @@ COMM_LEN = 15
 # What OpenSSH's daemon is called: since 9.8 it runs sessions as sshd-session (and sshd-auth).
 SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
 _DELETED = " (deleted)"
-# How far up its parent chain a holder inherits protection from a protected daemon.
-ANCESTRY_DEPTH = 8
-# Ancestors of every service and session: inheriting from them would protect everything.
+# Ancestors of every service and session: inheriting a protected name from above them would protect everything.
 NOT_INHERITED = frozenset({"systemd", "init"}) | SSHD_NAMES
 # Unit names (without suffix) of OpenSSH's daemon: never stopped, whatever respawns.
 SSHD_UNITS = frozenset({"ssh", "sshd"})
 # The daemons whose descendants are a workload manager's jobs: someone's work, kept but never "the machine".
 JOB_DAEMONS = frozenset({"slurmstepd"})
+_JOB_DAEMON_NAMES = tuple(sorted(JOB_DAEMONS))
 JOB_PROCESS = "a Slurm job's process"
+# A holder whose lineage could not be read to its top: it may be a job's process, so it is kept, never the machine.
+LINEAGE_CUT = "lineage not read past pid"
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,12 @@ class Holder:
         """Kept as part of the machine (a protected daemon, its helpers, sshd, fleet's own session): what it
         holds does not make the node unclean. A process kept only because `kill_users` leaves its user
         alone is someone's work on the GPUs: it still does."""
-        return (self.protected_by is not None and self.protected_by != outside_kill_users(self.user)
-                and not self.protected_by.startswith(JOB_PROCESS))
+        return self.protected_by is not None and not someones_work(self.protected_by, self.user)
+
+    @property
+    def lineage_unread(self) -> bool:
+        """Kept only because its lineage could not be read to its end: nobody can say whose it is."""
+        return self.protected_by is not None and self.protected_by.startswith(LINEAGE_CUT)
 
     def identity(self) -> Identity | None:
         """Who this process is, for a signal that must reach only it; None when its start time is unknown."""
@@ -90,12 +100,14 @@ class Rules:
 
 @dataclass(frozen=True)
 class ProcessFacts:
-    """What the probes told about the holders: ps rows, exe links, their lineage, their units."""
+    """What the probes told about the holders: ps rows, exe links, their lineage, their units, and the Slurm
+    job their cgroup names."""
 
     ps: Mapping[int, PsRow]
     exe: Mapping[int, str]
     lineage: Lineage = field(default_factory=lambda: Lineage({}))
     units: Mapping[int, str] = field(default_factory=dict)
+    jobs: Mapping[int, JobCgroup] = field(default_factory=dict)
 
 
 # --- names: what a process is called, and which names are protected --------------------------
@@ -146,13 +158,27 @@ def outside_kill_users(user: str) -> str:
     return f"user {user} not in kill_users"
 
 
+def lineage_cut(at: int) -> str:
+    """The reason a holder whose lineage was cut at pid `at` is left alive."""
+    return f"{LINEAGE_CUT} {at}: may be a Slurm job's process"
+
+
+def someones_work(reason: str, user: str) -> bool:
+    """Whether a holder kept for `reason` is someone's work (a job's, a spared user's, or one nobody can place),
+    not the machine's: what it holds keeps the node from being clean."""
+    return reason.startswith((JOB_PROCESS, LINEAGE_CUT)) or reason == outside_kill_users(user)
+
+
 def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | None:
     """Why `holder` must be left alive (the first rule that applies), or None.
 
     Never killed: PID 1; fleet's own session (the probe command's ancestors:
-    a job that runs `fleet reset` on its own node); any sshd; a protected
-    name; a child (grandchild, ...) of a process with a protected name; a
-    process of a user not in `kill_users`, when that is set.
+    a job that runs `fleet reset` on its own node); any sshd; a Slurm job's
+    process (its cgroup is a job's, it is slurmstepd, or slurmstepd is any of its
+    ancestors); a process whose lineage was cut before its top (it may be a
+    job's: nothing above the cut is known); a protected name; a descendant of a
+    process with a protected name; a process of a user not in `kill_users`, when
+    that is set.
     """
     comm = holder.comm or holder.name
     if holder.pid == 1:
@@ -161,14 +187,16 @@ def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | Non
         return "fleet's own session"
     if is_sshd(comm, holder.exe, holder.name):
         return "sshd"
+    ancestry = facts.lineage.ancestry(holder.pid)
+    job = job_reason(holder, ancestry, facts)
+    if job is not None:
+        return job
+    if ancestry.cut_at is not None:
+        return lineage_cut(ancestry.cut_at)
     name = is_protected(comm, holder.exe, rules.protected_names, holder.name)
-    if name in JOB_DAEMONS:
-        return f"{JOB_PROCESS} ({name})"
     if name is not None:
         return f"protected name {name}"
     parent = protected_ancestor(holder.pid, facts, rules.protected_names)
-    if parent is not None and parent[0] in JOB_DAEMONS:
-        return f"{JOB_PROCESS} ({parent[0]} pid {parent[1]})"
     if parent is not None:
         return f"child of {parent[0]} (pid {parent[1]})"
     if rules.kill_users and holder.user not in rules.kill_users:
@@ -176,21 +204,41 @@ def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | Non
     return None
 
 
+def job_reason(holder: Holder, ancestry: Ancestry, facts: ProcessFacts) -> str | None:
+    """`a Slurm job's process (job 4711, cgroup ...)` when its cgroup names a job; `(slurmstepd)` when it is
+    the step daemon; `(slurmstepd pid N)` when that daemon is any of its ancestors; else None."""
+    cgroup = facts.jobs.get(holder.pid)
+    if cgroup is not None:
+        return f"{JOB_PROCESS} (job {cgroup.job}, cgroup {cgroup.path})"
+    daemon = is_protected(holder.comm or holder.name, holder.exe, _JOB_DAEMON_NAMES, holder.name)
+    if daemon is not None:
+        return f"{JOB_PROCESS} ({daemon})"
+    for parent in ancestry.chain:
+        matched = _named(parent, facts, _JOB_DAEMON_NAMES)
+        if matched is not None:
+            return f"{JOB_PROCESS} ({matched} pid {parent.pid})"
+    return None
+
+
 def protected_ancestor(pid: int, facts: ProcessFacts, names: Sequence[str]) -> tuple[str, int] | None:
-    """The nearest ancestor (at most ANCESTRY_DEPTH up) with a protected name: (name, pid).
+    """The nearest ancestor with a protected name: (name, pid); as far up as the walk read.
 
     The walk stops at PID 1, systemd and sshd: every service and session descends from them.
     """
-    for parent in facts.lineage.ancestors(pid, ANCESTRY_DEPTH):
+    for parent in facts.lineage.ancestry(pid).chain:
         if parent.pid <= 1 or parent.comm in NOT_INHERITED:
             return None
-        row = facts.ps.get(parent.pid)
-        exe = facts.exe.get(parent.pid)
-        name = full_name(parent.comm, row.argv0 if row else None, exe)
-        matched = is_protected(parent.comm, exe, names, name)
+        matched = _named(parent, facts, names)
         if matched is not None:
             return matched, parent.pid
     return None
+
+
+def _named(proc: ProcStat, facts: ProcessFacts, names: Sequence[str]) -> str | None:
+    """The protected name an ancestor matches (by comm, its full name from ps, or its executable), or None."""
+    row = facts.ps.get(proc.pid)
+    exe = facts.exe.get(proc.pid)
+    return is_protected(proc.comm, exe, names, full_name(proc.comm, row.argv0 if row else None, exe))
 
 
 def unit_protected_by(unit: str, kept: Sequence[Holder], own_units: Iterable[str], names: Sequence[str]) -> str | None:

@@ -6,8 +6,10 @@ see every process fails verify, never passes it); holders it finds are then desc
 (pure, below): the problems that keep the node from being clean, most telling first: a GPU count that
 differs from `gpus`, memory over the GPU's allowance (`fleet.reset.settle.Allowance`: the threshold, the
 MIG one on a MIG GPU, plus what processes fleet keeps on purpose hold), a compute app still running that
-fleet would kill, an unprotected process still holding a device file. Processes fleet keeps (protected,
-such as the MPS server) are reported with what they hold, and never make a node unclean by themselves.
+fleet would kill, an unprotected process still holding a device file, or one kept only because its lineage
+could not be read to its end (nobody can say whose it is). Processes fleet keeps as part of the machine
+(protected, such as the MPS server) are reported with what they hold, and never make a node unclean by
+themselves.
 Reports: per GPU its memory (`gpus[]`), and the first problem as the host's error. `fleet check` runs
 this step alone.
 """
@@ -67,10 +69,12 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None,
     judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]
+    unplaced = [h for h in judged if h.lineage_unread]  # kept, but nobody can say whose: never clean
     kept_apps = [a for a in apps if a.pid in kept]
     apps = tuple(a for a in apps if a.pid not in kept)
     gpus = gpu_reports(rows, settle_s or {}, findings)
-    verdict = verify_verdict(rows, apps, host.gpus, Allowance.of(host, kept_apps), holders, findings)
+    verdict = verify_verdict(rows, apps, host.gpus, Allowance.of(host, kept_apps), [*holders, *unplaced],
+                             findings)
     reason, error = verdict if verdict else (None, None)
     detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps) + describe_health(rows, findings)
     status = StepStatus.FAILED if error else StepStatus.OK
@@ -109,7 +113,8 @@ def verify_problems(
     named = {a.pid for a in apps}
     for holder in holders:
         if holder.pid not in named:
-            problems.append((Reason.HOLDERS_LEFT, f"{holder.label()} still holds {', '.join(holder.devices)}"))
+            why = f" ({holder.protected_by})" if holder.protected_by else ""
+            problems.append((Reason.HOLDERS_LEFT, f"{holder.label()} still holds {', '.join(holder.devices)}{why}"))
     return problems
 
 

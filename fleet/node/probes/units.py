@@ -126,18 +126,35 @@ def unit_of_cgroup(path: str) -> str | None:
     return _valid_unit(services[0]) if services else None
 
 
-def parse_cgroups(text: str) -> dict[int, str]:
-    """pid -> unit from `cgroup_argv` output; the v2 line wins, then v1's name=systemd."""
-    found: dict[int, dict[str, str]] = {}
+@dataclass(frozen=True)
+class CgroupLine:
+    """One line of /proc/PID/cgroup: `kind` is `v2` for the unified hierarchy (`0::PATH`), else the v1
+    hierarchy's controllers (`name=systemd`, `memory`, `cpu,cpuacct`, ...)."""
+
+    pid: int
+    kind: str
+    path: str
+
+
+def cgroup_lines(text: str) -> list[CgroupLine]:
+    """`cgroup_argv` output (`/proc/PID/cgroup:ID:CONTROLLERS:PATH` lines), each line read."""
+    found = []
     for lineno, line in lines(text):
         match = _CGROUP_LINE.fullmatch(line)
         if match is None:
             raise ProbeParseError(lineno, line, "expected /proc/PID/cgroup:ID:CONTROLLERS:PATH")
         pid, hierarchy, controllers, path = match.groups()
-        unit = unit_of_cgroup(path)
-        kind = "v2" if (hierarchy, controllers) == ("0", "") else controllers
-        if unit is not None and kind in ("v2", "name=systemd"):
-            found.setdefault(int(pid), {})[kind] = unit
+        found.append(CgroupLine(int(pid), "v2" if (hierarchy, controllers) == ("0", "") else controllers, path))
+    return found
+
+
+def parse_cgroups(text: str) -> dict[int, str]:
+    """pid -> unit from `cgroup_argv` output; the v2 line wins, then v1's name=systemd."""
+    found: dict[int, dict[str, str]] = {}
+    for line in cgroup_lines(text):
+        unit = unit_of_cgroup(line.path)
+        if unit is not None and line.kind in ("v2", "name=systemd"):
+            found.setdefault(line.pid, {})[line.kind] = unit
     return {pid: kinds.get("v2") or kinds["name=systemd"] for pid, kinds in found.items()}
 
 
