@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,7 +21,8 @@ from typing import Any
 
 import anyio
 import pytest
-from slurm import StartCluster
+from deep_chain import CHAIN, lineage_of
+from slurm import StartCluster, live
 
 from fleet.graph import RunOptions, SlurmOptions
 from fleet.inventory.load import load_inventory
@@ -191,6 +193,56 @@ async def test_a_jobs_process_holding_a_gpu_is_never_killed(sim: SimFleet, clust
     kill = next(s for s in report.hosts["sim1"].steps if s.name is StepName.KILL)
     assert "a Slurm job's process (slurmstepd pid" in kill.detail
     assert cluster.job_state(job) == "RUNNING"
+
+
+async def test_a_jobs_process_twelve_levels_below_slurmstepd_is_never_killed(sim: SimFleet, cluster: SlurmCluster,
+                                                                              tmp_path: Path) -> None:
+    """Container, conda, torchrun and DataLoader nesting put a job's GPU process 9 and more levels below
+    slurmstepd: a reset without --slurm once looked 8 parents up, SIGTERMed it (the job ended FAILED) and called
+    the host clean. Here every level is a process of its own (a fork chain: no shell to exec a level away) and
+    the device holder runs 12 levels below slurmstepd: it is kept, named as the job's, and the job runs on."""
+    device = sim.nodes["sim1"].dev_dir / "nvidia0"
+    output = tmp_path / "deep.out"
+    out = cluster.run("sbatch", "--parsable", "-w", "sim1", "-o", str(output), "--wrap",
+                      f"exec {sys.executable} -c {shlex.quote(CHAIN)} 11 {device}").stdout
+    job = int(out.strip().split(";")[0])
+    leaf = None
+    try:
+        leaf = await deep_holder(cluster, job, output, device)
+        levels = lineage_of(leaf, 1)
+        stepd = next(p for p in levels if comm_of(p) == "slurmstepd")
+        assert levels.index(stepd) + 1 == 12  # slurmstepd is the holder's 12th ancestor
+
+        hosts = select(load_inventory(sim.inventory_path), patterns=["sim1"])
+        _, report = await run_and_report(hosts, RunOptions(), as_json=False, log_dir=tmp_path / "logs")
+
+        kill = next(s for s in report.hosts["sim1"].steps if s.name is StepName.KILL)
+        assert f"pid {leaf} {comm_of(leaf)} (a Slurm job's process (slurmstepd pid {stepd}))" in kill.detail
+        assert leaf not in [k.pid for k in report.hosts["sim1"].killed]
+        assert live(leaf) and cluster.job_state(job) == "RUNNING"
+    finally:
+        cluster.cancel(job)
+        if leaf is not None and live(leaf):
+            os.kill(leaf, signal.SIGKILL)
+
+
+async def deep_holder(cluster: SlurmCluster, job: int, output: Path, device: Path) -> int:
+    """The pid the job's deepest process printed, once it holds the device."""
+    for _ in range(300):
+        printed = first_word(output)
+        if printed is not None and printed in opened_by(device):
+            return printed
+        await anyio.sleep(0.1)
+    pytest.fail(f"job {job} never opened {device}: {cluster.job_state(job)}, output {first_word(output)}")
+
+
+def first_word(path: Path) -> int | None:
+    words = path.read_text().split() if path.exists() else []
+    return int(words[0]) if words else None
+
+
+def comm_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
 
 
 # --- the command line: targets from Slurm, and no inventory ------------------------------------------
