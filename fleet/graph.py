@@ -18,7 +18,6 @@ releases each host once it has its outcome, also when the run is cut short.
 from __future__ import annotations
 
 import math
-import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
@@ -30,6 +29,7 @@ import anyio
 import anyio.lowlevel
 
 from fleet.errors import TransportError
+from fleet.interrupts import Interrupts
 from fleet.inventory.host import Connection, Host
 from fleet.node.node import Node
 from fleet.report import progress
@@ -229,14 +229,6 @@ def _log_end(log: Any, report: HostReport) -> None:
                      duration_s=report.duration_s)
 
 
-async def _watch_signals(scope: anyio.CancelScope, state: RunState) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            state.interrupted = True
-            scope.cancel()
-            return
-
-
 @dataclass
 class Gate:
     """What decides whether a host may start: the concurrency limiter and the failure budget."""
@@ -255,7 +247,7 @@ class Gate:
 
 async def run_hosts(
     hosts: Sequence[Host], options: RunOptions, logs: RunLogs, *, connector: Connector = connect,
-    scheduler: Scheduler | None = None, on_host_end: HostEnded | None = None,
+    scheduler: Scheduler | None = None, on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None,
 ) -> tuple[RunReport, RunState]:
     """Run the command on every host (in waves when asked); always return a full report. `on_host_end` is told
     each host's report as the host finishes."""
@@ -264,18 +256,25 @@ async def run_hosts(
     async def body(state: RunState) -> None:
         await _run_waves(runs, options, logs, connector, state, scheduler, on_host_end)
 
-    return await run_bounded(runs, options, logs.run_id, body)
+    return await run_bounded(runs, options, logs.run_id, body, interrupts)
 
 
 async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
-                      body: Callable[[RunState], Awaitable[None]]) -> tuple[RunReport, RunState]:
-    """Run `body` within the run's bounds (the deadline, SIGINT/SIGTERM when asked, both cancel it); then the
-    full report of every host, those the run cut short included."""
+                      body: Callable[[RunState], Awaitable[None]],
+                      interrupts: Interrupts | None = None) -> tuple[RunReport, RunState]:
+    """Run `body` within the run's bounds (the deadline, and SIGINT/SIGTERM: both cancel it); then the full
+    report of every host, those the run cut short included.
+
+    `interrupts`: the caller's (which handles the signals until its report is written); without one, with
+    `options.handle_signals`, the run handles them itself while it runs."""
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
     state = RunState(Deadline(options.deadline_s))
     async with anyio.create_task_group() as outer:
-        if options.handle_signals:
-            outer.start_soon(_watch_signals, outer.cancel_scope, state)
+        if interrupts is None and options.handle_signals:
+            interrupts = Interrupts()
+            await outer.start(interrupts.watch)
+        if interrupts is not None:
+            interrupts.cuts(outer.cancel_scope, state)
         if options.progress:
             outer.start_soon(progress.watch, {r.host.name: r for r in runs})
         with anyio.move_on_after(state.deadline.start()) as deadline:

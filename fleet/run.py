@@ -14,10 +14,11 @@ import anyio
 
 from fleet import __version__
 from fleet.graph import Connector, RunOptions, Scheduler, run_hosts
+from fleet.interrupts import Interrupts
 from fleet.inventory.host import Host
 from fleet.report import render as reporting
 from fleet.report.history import Recorder, history_path, now_stamp
-from fleet.report.logs import RunLogs, default_log_dir, new_run_id
+from fleet.report.logs import RunLiveness, RunLogs, default_log_dir, new_run_id, run_liveness
 from fleet.report.models import RunReport
 from fleet.report.tables import report_table
 from fleet.waves import Amount
@@ -45,12 +46,19 @@ def raise_fd_limit(hosts: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-def slurm_lifecycle(options: RunOptions, run_id: str) -> Scheduler:
+def slurm_lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None) -> Scheduler:
+    """The Slurm lifecycle of a run; an earlier run's drain is known to be over when its log folder, beside this
+    run's, says so (`fleet.report.logs.run_liveness`)."""
     from fleet.slurm.control import Slurm
     from fleet.slurm.lifecycle import SlurmLifecycle
 
     assert options.slurm is not None
-    return SlurmLifecycle(Slurm(), run_id, options.mode, drain_wait_s=options.slurm.drain_wait_s)
+
+    def run_over(run_id: str) -> bool:
+        return run_liveness(logs.path.parent, run_id) is RunLiveness.OVER
+
+    return SlurmLifecycle(Slurm(), logs.run_id, options.mode, drain_wait_s=options.slurm.drain_wait_s,
+                          run_over=run_over, interrupts=interrupts)
 
 
 def say(line: str) -> None:
@@ -91,7 +99,23 @@ async def run_and_report(
     connector: Connector | None = None,
 ) -> tuple[int, RunReport]:
     """Run, write summary.json (even when interrupted), print the report; the exit status, and the report
-    (the demo checks what it showed)."""
+    (the demo checks what it showed). With `options.handle_signals`, SIGINT and SIGTERM are handled from the
+    start to the last line of the report (`fleet.interrupts`)."""
+    if not options.handle_signals:
+        return await _run_and_report(targets, options, None, as_json, log_dir, table, connector)
+    interrupts = Interrupts()
+    async with anyio.create_task_group() as signals:
+        await signals.start(interrupts.watch)
+        try:
+            outcome = await _run_and_report(targets, options, interrupts, as_json, log_dir, table, connector)
+        finally:
+            signals.cancel_scope.cancel()
+    return outcome
+
+
+async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrupts: Interrupts | None,
+                          as_json: bool, log_dir: Path | None, table: bool,
+                          connector: Connector | None) -> tuple[int, RunReport]:
     raise_fd_limit(len(targets))
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()
@@ -100,12 +124,14 @@ async def run_and_report(
         if options.slurm is not None and options.slurm.via_srun:
             from fleet.slurm.srun import run_via_srun
 
-            run_report, state = await run_via_srun(targets, options, logs, on_host_end=history.host_ended)
+            run_report, state = await run_via_srun(targets, options, logs, on_host_end=history.host_ended,
+                                                   interrupts=interrupts)
         else:
             extra: dict[str, Any] = {"connector": connector} if connector else {}
             if options.slurm is not None:
-                extra["scheduler"] = slurm_lifecycle(options, logs.run_id)
-            run_report, state = await run_hosts(targets, options, logs, on_host_end=history.host_ended, **extra)
+                extra["scheduler"] = slurm_lifecycle(options, logs, interrupts)
+            run_report, state = await run_hosts(targets, options, logs, on_host_end=history.host_ended,
+                                                interrupts=interrupts, **extra)
     except BaseException:
         history.close()
         raise
@@ -127,6 +153,10 @@ async def run_and_report(
     say(f"logs: {logs.path}")
     if state.interrupted:
         say("fleet: interrupted; in-flight commands were ended, the report above is complete")
+        abandoned = [h.slurm.node for h in run_report.hosts.values() if h.slurm and h.slurm.abandoned]
+        if abandoned:
+            say(f"fleet: left drained at the third interrupt (reason 'fleet: run {logs.run_id}'):"
+                f" {reporting.fold(abandoned)}")
     elif state.deadline.hit:
         say(f"fleet: {state.cut_short()}; in-flight commands were ended, the report above is complete")
     elif state.stopped:

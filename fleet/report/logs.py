@@ -1,5 +1,9 @@
 """Per-node structured logs: `<log-dir>/<run_id>/<host>.jsonl`, one JSON object a line.
 
+The run's folder also holds `running.lock`, which the run's fleet process keeps locked (flock) from the
+folder's creation to its last log line: the kernel drops the lock when the process ends, however it
+ends, so `run_liveness` tells a run in flight from one that is over (finished, or killed) on this machine.
+
 No global logging configuration: every host gets its own structlog logger whose
 last processor writes to that host's file. Each line carries `timestamp`,
 `level`, `event`, `host`, `run_id` and, where there is one, `step`.
@@ -7,10 +11,12 @@ last processor writes to that host's file. Each line carries `timestamp`,
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,6 +39,38 @@ def default_log_dir(env: dict[str, str] | None = None) -> Path:
     return Path(state) / "fleet" / "runs"
 
 
+RUNNING_LOCK = "running.lock"
+SUMMARY = "summary.json"
+
+
+class RunLiveness(StrEnum):
+    """What this machine can tell of a run from its log folder (`run_liveness`)."""
+
+    RUNNING = "running"  # its fleet process still holds running.lock
+    OVER = "over"  # finished (summary.json), or its process is gone (the lock is free)
+    UNKNOWN = "unknown"  # no such folder here (another controller, another --log-dir), or no lock file in it
+
+
+def run_liveness(log_dir: Path, run_id: str) -> RunLiveness:
+    """Whether the run `run_id`, logged under `log_dir`, is still running here; never guesses "over"."""
+    folder = log_dir / run_id
+    if (folder / SUMMARY).exists():
+        return RunLiveness.OVER
+    try:
+        fd = os.open(folder / RUNNING_LOCK, os.O_RDONLY)
+    except OSError:
+        return RunLiveness.UNKNOWN
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return RunLiveness.RUNNING
+    except OSError:
+        return RunLiveness.UNKNOWN
+    finally:
+        os.close(fd)
+    return RunLiveness.OVER
+
+
 class RunLogs:
     """The log folder of one run; hands out one logger per host."""
 
@@ -41,10 +79,14 @@ class RunLogs:
         self.path = log_dir / run_id
         self._files: list[IO[str]] = []
         self._relayed: dict[str, IO[str]] = {}
+        self._running: int | None = None
 
     def create(self) -> None:
+        """The run's folder, and its `running.lock` held (exclusive) until `close`."""
         try:
             self.path.mkdir(parents=True, exist_ok=False)
+            self._running = os.open(self.path / RUNNING_LOCK, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(self._running, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             raise UsageError(f"cannot create log folder {self.path}: {exc.strerror}") from exc
 
@@ -74,7 +116,7 @@ class RunLogs:
 
     def write_summary(self, text: str) -> Path:
         """summary.json (the report's JSON text), written whole or not at all (temp file + rename)."""
-        target = self.path / "summary.json"
+        target = self.path / SUMMARY
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(target)
@@ -85,3 +127,6 @@ class RunLogs:
             out.close()
         self._files.clear()
         self._relayed.clear()
+        if self._running is not None:
+            os.close(self._running)  # the lock goes with it
+            self._running = None

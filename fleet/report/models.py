@@ -176,6 +176,7 @@ class SlurmReport:
     jobs: tuple[str, ...] = ()  # ids of the jobs that held the node when the run reached it
     plan: str | None = None  # dry run: what a reset would do to it in Slurm
     error: str | None = None  # a Slurm command that failed for this node (the node's state may differ)
+    abandoned: bool = False  # a third interrupt stopped its release: left as fleet drained it for the run
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,8 @@ def host_document(host: HostReport) -> dict[str, Any]:
             "gpu_memory_mib": list(host.plan.gpu_memory_mib),
         }
     if host.slurm is not None:
-        document["slurm"] = {k: v for k, v in asdict(host.slurm).items() if k not in ("plan", "error") or v}
+        optional = ("plan", "error", "abandoned")  # only when set
+        document["slurm"] = {k: v for k, v in asdict(host.slurm).items() if k not in optional or v}
         document["slurm"]["jobs"] = list(host.slurm.jobs)
     return document
 

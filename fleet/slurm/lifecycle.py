@@ -2,23 +2,30 @@
 
     admit(wave)   one `scontrol show node` and one `squeue` for the wave's nodes, then one
                   `scontrol update ... State=DRAIN Reason="fleet: run <id>"` for those in service
-                  (and those an earlier fleet run left drained: adopted, `fleet.slurm.policy`)
+                  (and those an earlier fleet run left drained: adopted, `fleet.slurm.policy`);
+                  a drain that answered with an error is read back: a node Slurm shows drained
+                  for this run goes on, any other fails untouched (and is still released)
     ready(host)   wait until no job holds the node (DRAINED, not DRAINING), up to --drain-wait;
                   one poller asks Slurm for every waiting node at once, every POLL_S
-    release(host) once the host has its outcome: resume, restore, keep drained or leave, as
-                  `fleet.slurm.policy.release` says; then read the node again for the report
+    release(host) once the host has its outcome: read the node, decide (resume, restore, keep
+                  drained or leave, `fleet.slurm.policy.release`), update; an update that answered
+                  with an error is decided again from what Slurm then shows (UPDATE_TRIES); the
+                  report's state_after/reason_after are Slurm's, read last (a resume's transient
+                  NOT_RESPONDING waited out, up to SETTLE_READ_S)
 
-In a dry run and in `check`, Slurm is only read: nothing is drained, nothing waited for.
+In a dry run and in `check`, Slurm is only read: nothing is drained, nothing waited for. The releases
+are what an interrupted run still finishes (`fleet.interrupts`): a third signal abandons them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
+from fleet.interrupts import Interrupts
 from fleet.report.models import HostReport, HostStatus, Reason, SlurmReport
 from fleet.reset.host import HostRun, Mode
 from fleet.slurm import policy
@@ -31,6 +38,11 @@ POLL_S = 2.0
 DRAIN_WAIT_S = 600.0
 # Seconds the end of a host's Slurm lifecycle may take (it runs shielded, even on Ctrl-C).
 RELEASE_TIMEOUT_S = 45.0
+# Looks at a node in its release: read, decide, update; again after an update that answered with an error.
+UPDATE_TRIES = 3
+# Seconds a resumed node's state is read again while Slurm still flags it NOT_RESPONDING (until its next ping).
+SETTLE_READ_S = 10.0
+SETTLE_POLL_S = 0.5
 
 
 @dataclass
@@ -45,22 +57,35 @@ class _Node:
     waiting_since: float = 0.0
     drained: anyio.Event = field(default_factory=anyio.Event)
     lost: str | None = None  # why the wait ended without the node being drained (resumed under us, vanished)
-    released: bool = False
+    released: bool = False  # its release began
+    given_back: bool = False  # its release is over (done, failed or abandoned)
 
 
 class SlurmLifecycle:
     """Drain, wait, resume around every host of a run; see the module docstring."""
 
     def __init__(self, slurm: Slurm, run_id: str, mode: Mode, *, drain_wait_s: float = DRAIN_WAIT_S,
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S, run_over: Callable[[str], bool] = lambda run_id: False,
+                 interrupts: Interrupts | None = None) -> None:
+        """`run_over(run_id)`: whether that earlier run is known to be over (its drain then is an orphan)."""
         self.slurm = slurm
         self.run_id = run_id
         self.mode = mode
         self.drain_wait_s = drain_wait_s
         self.poll_s = poll_s
+        self.run_over = run_over
         self._nodes: dict[str, _Node] = {}  # host name -> its node
         self._waiting: dict[str, _Node] = {}  # slurm node name -> its node, while its jobs are waited for
         self._wake = anyio.Event()
+        self._finishing = (interrupts or Interrupts()).finishing(self._still_held, RELEASE_TIMEOUT_S, "them drained")
+
+    def _still_held(self) -> str | None:
+        """What an interrupted run still has to give back: "releasing 12 Slurm nodes", or None."""
+        held = [n for n in self._nodes.values() if self._held(n) and not n.given_back]
+        return f"releasing {len(held)} Slurm node{'s' if len(held) != 1 else ''}" if held else None
+
+    def _held(self, node: _Node) -> bool:
+        return self.mode is Mode.RESET and node.how in (policy.Hold.DRAIN, policy.Hold.ADOPT)
 
     # --- admit: read the wave, drain what fleet may drain ---------------------------------------
 
@@ -83,19 +108,29 @@ class SlurmLifecycle:
             if node.before is None:
                 node.error = f"slurm: Slurm has no node {node.name} (set slurm_node if its Slurm name differs)"
             else:
-                node.how = policy.hold(node.before)
-        if self.mode is Mode.RESET:
-            await self._drain([n for n in nodes.values() if n.how in (policy.Hold.DRAIN, policy.Hold.ADOPT)])
+                earlier = policy.in_flight_run(node.before)
+                node.how = policy.hold(node.before, earlier is not None and self.run_over(earlier))
+        await self._drain([n for n in nodes.values() if self._held(n)])
         self._record(runs)
 
     async def _drain(self, nodes: Sequence[_Node]) -> None:
+        """Drain the nodes at once. An update that answered with an error may still have been applied: Slurm is
+        read again, and a node it shows drained for this run goes on; any other fails, and is still released
+        (its release reads it once more: a drain applied later is given back)."""
         if not nodes:
             return
         try:
             await self.slurm.update([n.name for n in nodes], "DRAIN", policy.own_reason(self.run_id))
+            return
         except SlurmError as exc:
-            for node in nodes:
-                node.error, node.how = f"slurm: cannot drain the node: {exc}", None
+            failed = exc
+        try:
+            seen = await self.slurm.nodes([n.name for n in nodes])
+        except SlurmError:
+            seen = {}
+        for node in nodes:
+            if not policy.drained_for(seen.get(node.name), self.run_id):
+                node.error = f"slurm: cannot drain the node: {failed}"
 
     def _record(self, runs: Sequence[HostRun]) -> None:
         for run in runs:
@@ -177,34 +212,66 @@ class SlurmLifecycle:
     # --- release: resume, restore, keep drained or leave ----------------------------------------
 
     async def release(self, run: HostRun, report: HostReport, log: Any) -> None:
-        """The node's end of the run (shielded, bounded: it runs on Ctrl-C and past the deadline too)."""
+        """The node's end of the run (shielded, bounded: it runs on Ctrl-C and past the deadline too; a third
+        interrupt abandons it, and the report says the node was left drained)."""
         node = self._nodes.get(run.host.name)
         if node is None or node.released or node.before is None:
             return
         node.released = True
-        if self.mode is not Mode.RESET or node.how is None:
+        if not self._held(node):
             run.note_slurm(state_after=node.before.state, reason_after=node.before.reason)
+            node.given_back = True
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S) as scope:
+        with self._finishing.shielded() as shield, anyio.move_on_after(RELEASE_TIMEOUT_S) as bound:
             await self._release(run, node, report, log)
-        if scope.cancelled_caught:
+        node.given_back = True
+        if shield.cancelled_caught:
+            run.note_slurm(error=f"slurm: release abandoned at the third interrupt: {node.name} left drained"
+                                 f" ({policy.own_reason(self.run_id)})", abandoned=True)
+            log.error("slurm_abandoned", node=node.name)
+        elif bound.cancelled_caught:
             run.note_slurm(error=f"slurm: releasing {node.name} took over {RELEASE_TIMEOUT_S:g} s")
 
     async def _release(self, run: HostRun, node: _Node, report: HostReport, log: Any) -> None:
+        """Read, decide, update; after an update that answered with an error, read and decide again: it may have
+        been applied (slurmctld busy: `Socket timed out on send/recv operation`). Then read what it left."""
         assert node.before is not None and node.how is not None
+        touched = policy.touched(report.status, started=run.started is not None)
+        failure: SlurmError | None = None
+        resumed = False
+        for attempt in range(1, UPDATE_TRIES + 1):
+            try:
+                now = (await self.slurm.nodes([node.name])).get(node.name)
+                action = policy.release(node.how, node.before, now, self.run_id, report.status, report.error,
+                                        was_touched=touched)
+                log.info("slurm_release", node=node.name, action=action.what.value, why=action.why, attempt=attempt)
+                await self._apply(node.name, action)
+                failure, resumed = None, action.what is policy.Release.RESUME
+                break
+            except SlurmError as exc:
+                failure = exc
+                log.warning("slurm_error", node=node.name, error=str(exc), attempt=attempt)
+                await anyio.sleep(self.poll_s if attempt < UPDATE_TRIES else 0)
         try:
-            now = (await self.slurm.nodes([node.name])).get(node.name)
-            action = policy.release(node.how, node.before, now, self.run_id, report.status, report.error)
-            log.info("slurm_release", node=node.name, action=action.what.value, why=action.why)
-            if action.what is policy.Release.RESUME:
-                await self.slurm.update([node.name], "RESUME")
-            elif action.what in (policy.Release.RESTORE, policy.Release.KEEP_DRAINED):
-                await self.slurm.update([node.name], "DRAIN", action.reason)
-            after = (await self.slurm.nodes([node.name])).get(node.name)
+            after = await self._settled(node.name, resumed)
         except SlurmError as exc:
-            log.error("slurm_error", node=node.name, error=str(exc))
-            run.note_slurm(error=f"slurm: {exc}")
-            return
-        run.note_slurm(state_after=after.state if after else None,
-                            reason_after=after.reason if after else None)
+            failure = failure or exc
+            after = None
+        run.note_slurm(state_after=after.state if after else None, reason_after=after.reason if after else None,
+                       error=f"slurm: {failure}" if failure else None)
 
+    async def _apply(self, name: str, action: policy.Action) -> None:
+        if action.what is policy.Release.RESUME:
+            await self.slurm.update([name], "RESUME")
+        elif action.what in (policy.Release.RESTORE, policy.Release.KEEP_DRAINED):
+            await self.slurm.update([name], "DRAIN", action.reason)
+
+    async def _settled(self, name: str, resumed: bool) -> SlurmNode | None:
+        """The node as Slurm shows it now; after a resume, once its transient NOT_RESPONDING is gone (slurmctld
+        pings a resumed node first), up to SETTLE_READ_S: then as it is, flag and all."""
+        give_up = anyio.current_time() + (SETTLE_READ_S if resumed else 0.0)
+        while True:
+            node = (await self.slurm.nodes([name])).get(name)
+            if node is None or "NOT_RESPONDING" not in node.flags or anyio.current_time() >= give_up:
+                return node
+            await anyio.sleep(SETTLE_POLL_S)

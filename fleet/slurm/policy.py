@@ -1,14 +1,17 @@
 """What fleet does to a node's Slurm state around a reset: pure decisions, no I/O.
 
 Before a host is touched (`hold`): a node in service is drained with fleet's reason for
-this run; a node an earlier fleet run left drained after failing it is taken over
-(adopted); any other drained or down node is left exactly as it is (its reason is
-someone else's: an admin's "bad DIMM", or a fleet run still in flight).
+this run; a node an earlier fleet run left drained after failing it, or left drained by a run
+that is over (finished, or killed before its release: `fleet.report.logs.run_liveness`) is taken
+over (adopted); any other drained or down node is left exactly as it is (its reason is someone
+else's: an admin's "bad DIMM", or a fleet run still in flight).
 
 After (`release`), only while the node's reason is still this run's own: clean ->
 resume; untouched (skipped: jobs still running, never started; unreachable: never
-connected) -> back exactly as it was; failed -> stays drained, and its reason says
-why. NHC's rule: fleet only ever resumes a node whose reason it set itself.
+connected; a drain Slurm may or may not have applied) -> back exactly as it was; failed ->
+stays drained, and its reason says why. NHC's rule: fleet only ever resumes a node whose
+reason it set itself. What Slurm shows is the only truth: the release reads the node before
+each decision, so an update whose reply was lost is decided again from what it left.
 """
 
 from __future__ import annotations
@@ -52,13 +55,28 @@ class Hold(StrEnum):
     LEAVE = "leave"  # drained or down for another reason: never resumed, its reason never rewritten
 
 
-def hold(node: SlurmNode) -> Hold:
+def hold(node: SlurmNode, earlier_over: bool = False) -> Hold:
+    """`earlier_over`: the run named in a `fleet: run <id>` reason without an error part is known to be over
+    (finished, or killed before its release): its drain is an orphan, taken over like a failed run's."""
     if node.in_service:
         return Hold.DRAIN
     earlier = fleet_run_of(node.reason)
-    if node.draining_or_drained and node.base != "DOWN" and earlier is not None and earlier[1] is not None:
+    if node.draining_or_drained and node.base != "DOWN" and earlier is not None \
+            and (earlier[1] is not None or earlier_over):
         return Hold.ADOPT
     return Hold.LEAVE
+
+
+def in_flight_run(node: SlurmNode) -> str | None:
+    """The run id of a `fleet: run <id>` reason without an error part: a run in flight, or one that died
+    before its release (whether it is over is not Slurm's to say)."""
+    earlier = fleet_run_of(node.reason)
+    return earlier[0] if earlier is not None and earlier[1] is None else None
+
+
+def drained_for(node: SlurmNode | None, run_id: str) -> bool:
+    """The node is drained (or draining) with this run's own reason: fleet's to give back."""
+    return node is not None and node.draining_or_drained and node.reason == own_reason(run_id)
 
 
 class Release(StrEnum):
@@ -77,23 +95,25 @@ class Action:
     reason: str | None = None  # the reason to set, for RESTORE and KEEP_DRAINED
 
 
-def touched(status: HostStatus) -> bool:
-    """Whether the reset did anything to the node: skipped and unreachable hosts were never touched."""
-    return status in (HostStatus.CLEAN, HostStatus.FAILED)
+def touched(status: HostStatus, started: bool = True) -> bool:
+    """Whether the reset did anything to the node: skipped and unreachable hosts were never touched, nor was a
+    host that never started (failed at its admission: Slurm unreadable, a drain refused)."""
+    return started and status in (HostStatus.CLEAN, HostStatus.FAILED)
 
 
 def release(how: Hold, before: SlurmNode, now: SlurmNode | None, run_id: str, status: HostStatus,
-            error: str | None) -> Action:
-    """What to do to the node now that its host ended with `status`, seeing it as `now`."""
+            error: str | None, *, was_touched: bool | None = None) -> Action:
+    """What to do to the node now that its host ended with `status`, seeing it as `now`. `was_touched`
+    (default: from the status) says whether the reset did anything to the node."""
     if how is Hold.LEAVE:
         return Action(Release.LEAVE, f"it was {describe(before)} before the run: left as it is")
     if now is None:
         return Action(Release.LEAVE, "Slurm no longer shows the node")
-    if now.reason != own_reason(run_id) or not now.draining_or_drained:
-        return Action(Release.LEAVE, f"someone changed it during the run (now {describe(now)}): left as it is")
+    if not drained_for(now, run_id):
+        return Action(Release.LEAVE, f"not drained for this run (now {describe(now)}): left as it is")
     if status is HostStatus.CLEAN:
         return Action(Release.RESUME, "clean")
-    if not touched(status):
+    if not (touched(status) if was_touched is None else was_touched):
         if how is Hold.ADOPT:
             return Action(Release.RESTORE, "never touched: drained again with its earlier reason", before.reason)
         return Action(Release.RESUME, "never touched: back in service as it was")

@@ -1,0 +1,104 @@
+"""A scripted Slurm for rule tests: scontrol and squeue answered from a dict, in the shapes Slurm 22.05 prints
+(tests/fixtures/slurm/show_node.txt), with the faults a busy slurmctld shows.
+
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    slurm.lose_replies = 1        # the next update is applied, and its reply lost (exit 1, socket timeout)
+    slurm.refuse = 2              # the next two updates are not applied (exit 1)
+    slurm.not_responding_reads = 2   # after a resume, the node reads IDLE* twice before IDLE
+    slurm.unreadable_after_update = 1  # once an update is applied, the next read fails
+    lifecycle = SlurmLifecycle(slurm.client(), ...)
+
+`updates` records every update that was applied, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ClusterShell.NodeSet import NodeSet
+
+from fleet.slurm.control import Slurm
+from fleet.transport.scripted import Reply, ScriptedTransport
+
+# What scontrol prints when slurmctld took the request but its reply never came back.
+LOST_REPLY = "slurm_update error: Socket timed out on send/recv operation"
+REFUSED = "slurm_update error: Unable to contact slurm controller (connect failure)"
+
+
+@dataclass
+class _Node:
+    state: str
+    reason: str | None = None
+
+
+class ScriptedSlurm:
+    """Nodes given as name -> state, or name -> (state, reason)."""
+
+    def __init__(self, nodes: dict[str, str | tuple[str, str]]) -> None:
+        self.nodes = {name: _Node(*((v,) if isinstance(v, str) else v)) for name, v in nodes.items()}
+        self.jobs: dict[str, list[str]] = {}
+        self.updates: list[tuple[str, str, str | None]] = []
+        self.lose_replies = 0
+        self.refuse = 0
+        self.unreadable = 0  # the next N `scontrol show node` fail
+        self.unreadable_after_update = 0  # ... from the next update on
+        self.not_responding_reads = 0
+        self._flagged: dict[str, int] = {}
+
+    def client(self) -> Slurm:
+        transport = ScriptedTransport([
+            (("scontrol", "show", "node"), self._show),
+            (("scontrol", "update"), self._update),
+            (("squeue",), self._squeue),
+        ])
+        return Slurm(transport)
+
+    # --- the commands ------------------------------------------------------------------------------
+
+    def _show(self, argv: Sequence[str]) -> Reply:
+        if self.unreadable:
+            self.unreadable -= 1
+            return Reply(stderr="slurm_load_node error: Socket timed out on send/recv operation", exit_status=1)
+        records, unknown = [], []
+        for name in NodeSet(argv[3]):
+            node = self.nodes.get(name)
+            if node is None:
+                unknown.append(f"Node {name} not found")
+                continue
+            state = node.state
+            if self._flagged.get(name):
+                self._flagged[name] -= 1
+                state = f"{state}*"
+            reason = f"   Reason={node.reason} [root@2026-12-03T07:00:00]\n" if node.reason else ""
+            records.append(f"NodeName={name} Arch=x86_64 CoresPerSocket=1 \n   Gres=gpu:8\n   State={state}"
+                           f" ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n{reason}\n")
+        return Reply("".join(records), "\n".join(unknown), 1 if unknown else 0)
+
+    def _update(self, argv: Sequence[str]) -> Reply:
+        if self.refuse:
+            self.refuse -= 1
+            return Reply(stderr=REFUSED, exit_status=1)
+        words = dict(a.split("=", 1) for a in argv[2:])
+        for name in NodeSet(words["NodeName"]):
+            self._apply(name, words["State"], words.get("Reason"))
+        self.unreadable, self.unreadable_after_update = self.unreadable + self.unreadable_after_update, 0
+        if self.lose_replies:
+            self.lose_replies -= 1
+            return Reply(stderr=LOST_REPLY, exit_status=1)
+        return Reply()
+
+    def _apply(self, name: str, state: str, reason: str | None) -> None:
+        node = self.nodes[name]
+        base = node.state.split("+")[0]
+        self.updates.append((name, state, reason))
+        if state == "DRAIN":
+            node.state, node.reason = f"{base}+DRAIN", reason
+        elif state == "RESUME":
+            node.state, node.reason = base, None
+            self._flagged[name] = self.not_responding_reads
+
+    def _squeue(self, argv: Sequence[str]) -> Reply:
+        wanted = set(NodeSet(argv[argv.index("--nodelist") + 1]))
+        lines = [f"{job} {name}" for name in sorted(wanted) for job in self.jobs.get(name, [])]
+        return Reply("".join(f"{line}\n" for line in lines))

@@ -1,0 +1,165 @@
+"""The Slurm lifecycle's rules at their edges, over a scripted Slurm (`scripted_slurm`): an update whose reply is
+lost is read back, never assumed; the report's state_after is what Slurm shows; a resumed node's transient
+NOT_RESPONDING is waited out; a drain left by a run that is over is taken over. The same rules run against the
+real slurmctld in test_slurm_sim.py."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import structlog
+from scripted_slurm import ScriptedSlurm
+
+from fleet.inventory.host import Host
+from fleet.report.models import HostStatus, Reason
+from fleet.reset.host import HostRun, Mode
+from fleet.slurm.lifecycle import SlurmLifecycle
+
+RUN = "20261203T070000Z-abc123"
+OWN = f"fleet: run {RUN}"
+EARLIER = "20261202T070000Z-def456"
+
+
+def lifecycle(slurm: ScriptedSlurm, over: tuple[str, ...] = ()) -> SlurmLifecycle:
+    return SlurmLifecycle(slurm.client(), RUN, Mode.RESET, drain_wait_s=0, poll_s=0.01,
+                          run_over=lambda run_id: run_id in over)
+
+
+def log() -> Any:
+    return structlog.wrap_logger(structlog.ReturnLogger())
+
+
+async def through(life: SlurmLifecycle, name: str, status: HostStatus | None = HostStatus.CLEAN,
+                  error: str | None = None) -> HostRun:
+    """Admit, wait and release one host as the task graph does: `status` None means the host never started
+    (the lifecycle itself refused it)."""
+    run = HostRun(Host(name=name, address="127.0.0.1"))
+    await life.admit([run])
+    held = await life.ready(run, log())
+    if held is not None:
+        run.finish(*held)
+    elif status is not None:
+        run.started = time.monotonic()
+        run.finish(status, error, None if status is HostStatus.CLEAN else Reason.MEMORY_HELD)
+    report = run.report()
+    await life.release(run, report, log())
+    return run
+
+
+def after(run: HostRun) -> tuple[str | None, str | None, str | None]:
+    assert run.slurm is not None
+    return run.slurm.state_after, run.slurm.reason_after, run.slurm.error
+
+
+# --- a drain whose reply was lost ---------------------------------------------------------------------
+
+
+async def test_a_drain_applied_but_unanswered_goes_on_and_is_resumed() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    slurm.lose_replies = 1
+    run = await through(lifecycle(slurm), "sim1")
+    assert run.status is HostStatus.CLEAN
+    assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]
+    assert after(run) == ("IDLE", None, None)
+
+
+async def test_a_drain_refused_fails_the_host_untouched_and_says_what_slurm_shows() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    slurm.refuse = 1
+    run = await through(lifecycle(slurm), "sim1")
+    assert run.status is HostStatus.FAILED and run.reason is Reason.SLURM and run.started is None
+    assert "cannot drain the node" in (run.error or "")
+    assert slurm.updates == []
+    assert after(run)[:2] == ("IDLE", None)
+
+
+async def test_a_drain_unconfirmed_because_slurm_went_unreadable_is_given_back_at_the_release() -> None:
+    """The update's reply is lost and the read back fails too: the host is not reset; its release reads the
+    node again, finds this run's drain, and resumes it (never touched)."""
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    slurm.lose_replies, slurm.unreadable_after_update = 1, 1
+    run = await through(lifecycle(slurm), "sim1")
+    assert run.status is HostStatus.FAILED and run.started is None
+    assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]
+    assert after(run) == ("IDLE", None, None)
+
+
+# --- a release whose update failed ------------------------------------------------------------------------
+
+
+async def test_a_resume_applied_but_unanswered_is_read_back_not_retried_and_reported_as_slurm_shows() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    life = lifecycle(slurm)
+    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    await life.admit([run])
+    assert await life.ready(run, log()) is None
+    run.started = time.monotonic()
+    run.finish(HostStatus.CLEAN)
+    slurm.lose_replies = 1
+    await life.release(run, run.report(), log())
+    assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]  # once: the read back saw it
+    assert after(run) == ("IDLE", None, None)
+
+
+async def test_a_resume_refused_is_tried_again_from_a_fresh_read() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    life = lifecycle(slurm)
+    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    await life.admit([run])
+    run.started = time.monotonic()
+    run.finish(HostStatus.CLEAN)
+    slurm.refuse = 2
+    await life.release(run, run.report(), log())
+    assert after(run) == ("IDLE", None, None)
+
+
+async def test_a_resume_refused_every_time_reports_the_drain_slurm_still_shows_and_the_error() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    life = lifecycle(slurm)
+    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    await life.admit([run])
+    run.started = time.monotonic()
+    run.finish(HostStatus.CLEAN)
+    slurm.refuse = 10
+    await life.release(run, run.report(), log())
+    state, reason, error = after(run)
+    assert (state, reason) == ("IDLE+DRAIN", OWN)  # never what fleet meant to set
+    assert error is not None and "Unable to contact slurm controller" in error
+
+
+async def test_keep_drained_applied_but_unanswered_is_not_written_twice() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    life = lifecycle(slurm)
+    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    await life.admit([run])
+    run.started = time.monotonic()
+    run.finish(HostStatus.FAILED, "GPU 0 still holds 1523 MiB", Reason.MEMORY_HELD)
+    slurm.lose_replies = 1
+    await life.release(run, run.report(), log())
+    assert [u[1] for u in slurm.updates] == ["DRAIN", "DRAIN"]
+    assert after(run) == ("IDLE+DRAIN", f"{OWN}: GPU 0 still holds 1523 MiB", None)
+
+
+async def test_state_after_a_resume_waits_out_not_responding() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    slurm.not_responding_reads = 3
+    run = await through(lifecycle(slurm), "sim1")
+    assert after(run) == ("IDLE", None, None)
+
+
+# --- a drain left by a run that is over ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("over", "taken_over"), [((EARLIER,), True), ((), False)])
+async def test_a_bare_fleet_reason_is_taken_over_only_when_its_run_is_over(over: tuple[str, ...],
+                                                                           taken_over: bool) -> None:
+    slurm = ScriptedSlurm({"sim1": ("IDLE+DRAIN", f"fleet: run {EARLIER}")})
+    run = await through(lifecycle(slurm, over), "sim1")
+    if taken_over:
+        assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]
+        assert after(run) == ("IDLE", None, None)
+    else:  # a run still in flight (or one fleet cannot see): its drain is left alone
+        assert slurm.updates == []
+        assert after(run)[:2] == ("IDLE+DRAIN", f"fleet: run {EARLIER}")
