@@ -65,8 +65,10 @@ def slurm_cluster(tmp_path: Path) -> Iterator[StartCluster]:
             *,
             partitions: Mapping[str, Sequence[str]] | None = None,
             task_env: Mapping[str, Mapping[str, str]] | None = None,
+            gpus: Mapping[str, int] | None = None,
         ) -> SlurmCluster:
-            cluster = SlurmCluster(tmp_path / f"slurm{len(started)}", nodes, partitions=partitions, task_env=task_env)
+            cluster = SlurmCluster(tmp_path / f"slurm{len(started)}", nodes, partitions=partitions, task_env=task_env,
+                                   gpus=gpus)
             started.append(cluster)
             stack.callback(cluster.stop)
             return cluster.start()

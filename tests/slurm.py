@@ -28,6 +28,7 @@ class StartCluster(Protocol):
         *,
         partitions: Mapping[str, Sequence[str]] | None = None,
         task_env: Mapping[str, Mapping[str, str]] | None = None,
+        gpus: Mapping[str, int] | None = None,
     ) -> SlurmCluster: ...
 
 

@@ -61,9 +61,11 @@ async def sim(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[S
 
 @pytest.fixture
 def cluster(sim: SimFleet, slurm_cluster: StartCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
-    """Slurm over the same nodes; fleet's Slurm commands find it through SLURM_CONF, as on a login node."""
+    """Slurm over the same nodes, each with `Gres=gpu:8` as a GPU cluster configures them; fleet's Slurm commands
+    find it through SLURM_CONF, as on a login node."""
     started = slurm_cluster({n: sim.address(n) for n in NAMES},
-                            task_env={n: {"PATH": node.env()["PATH"]} for n, node in sim.nodes.items()})
+                            task_env={n: {"PATH": node.env()["PATH"]} for n, node in sim.nodes.items()},
+                            gpus=dict.fromkeys(NAMES, len(ALL)))
     monkeypatch.setenv("SLURM_CONF", started.env["SLURM_CONF"])
     return started
 

@@ -37,10 +37,11 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -132,7 +133,13 @@ class SlurmCluster:
     exactly the given value (any value without a newline; give PATH in full, e.g. a SimNode's
     `env()["PATH"]`; without one a task keeps the PATH srun or sbatch passed it). Every task's PATH
     also contains the folder of `sys.executable`, appended when missing, so the running venv's
-    `fleet` is found as it would be on a node where fleet is installed. slurmctld starts with its
+    `fleet` is found as it would be on a node where fleet is installed. `gpus` maps a node name to its
+    GPU count: `GresTypes=gpu`, the node's `Gres=gpu:N`, and one gres.conf line `Name=gpu File=PATH` a
+    GPU, PATH a character device made under ROOT/gres/NODE/ with the null device's numbers (slurmd drops
+    a GPU with no File and refuses a File that is no device; writes to these are discarded, as to
+    /dev/null), and select/cons_tres (select/linear cannot give a step GPUs). The cluster does not
+    constrain devices (no cgroups here); what it shows is what a ConstrainDevices cluster enforces: a
+    step gets the GPUs it asks for (`SLURM_STEP_GPUS`), and none without asking. slurmctld starts with its
     state cleared (`-c`): a ROOT used before starts as a new cluster.
     """
 
@@ -143,9 +150,13 @@ class SlurmCluster:
         *,
         partitions: Mapping[str, Sequence[str]] | None = None,
         task_env: Mapping[str, Mapping[str, str]] | None = None,
+        gpus: Mapping[str, int] | None = None,
     ) -> None:
         self.root = root.absolute()
         self.nodes = _check_nodes(nodes)
+        for node in gpus or {}:
+            self._known(node)
+        self.gpus = {node: count for node, count in (gpus or {}).items() if count > 0}
         self.partitions = _check_partitions(partitions, self.nodes)
         self.task_env = _check_task_env(task_env, self.nodes)
         self.token = secrets.token_hex(8)
@@ -288,6 +299,18 @@ class SlurmCluster:
         self._known(node)
         self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """slurmctld stopped (SIGSTOP) while the block runs: a controller that answers nothing, as one too busy to
+        (clients time out after MessageTimeout, 10 s; what they sent is still read once it runs again). It is
+        continued (SIGCONT) when the block ends, also on error."""
+        pid = self._daemons["slurmctld"].pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
     def node_state(self, node: str) -> str:
         """sinfo's long state of node: idle, allocated, drained, draining, down... ("*": not responding)."""
         self._known(node)
@@ -381,13 +404,29 @@ class SlurmCluster:
         self.controller_port = ports[0]
         self.node_ports = dict(zip(self.nodes, ports[1:], strict=True))
         self.conf_path.write_text(self._conf())
+        (self.root / "gres.conf").write_text("".join(
+            f"NodeName={node} Name=gpu File={path}\n" for node in self.gpus for path in self._gpu_devices(node)))
+
+    def _gpu_devices(self, node: str) -> list[Path]:
+        """The node's GPU device files for gres.conf: character devices 1:3 (the null device's numbers)."""
+        folder = self.root / "gres" / node
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = [folder / f"nvidia{i}" for i in range(self.gpus[node])]
+        for path in paths:
+            if not path.exists():
+                os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        return paths
 
     def _conf(self) -> str:
         text = _CONF.format(root=self.root, cluster=CLUSTER_NAME, ctld_port=self.controller_port,
                             slurmd_port=next(iter(self.node_ports.values())))
+        if self.gpus:  # GPUs as GPU clusters have them: gres, and the select plugin that places steps on them
+            text = text.replace("SelectType=select/linear", "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core")
+            text += "GresTypes=gpu\n"
         for node, address in self.nodes.items():
+            gres = f" Gres=gpu:{self.gpus[node]}" if node in self.gpus else ""
             text += (f"NodeName={node} NodeHostname=localhost NodeAddr={address} Port={self.node_ports[node]}"
-                     " CPUs=1 State=UNKNOWN\n")
+                     f" CPUs=1{gres} State=UNKNOWN\n")
         for i, (partition, members) in enumerate(self.partitions.items()):
             default = "YES" if i == 0 else "NO"
             text += f"PartitionName={partition} Nodes={','.join(members)} Default={default} MaxTime=INFINITE State=UP\n"

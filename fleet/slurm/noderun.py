@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -81,6 +82,15 @@ class LineLogs(RunLogs):
         )
 
 
+def step_event(host: str, run_id: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The node's first log event, before it touches anything: the job step it runs in and the GPUs Slurm gave
+    it (`SLURM_STEP_GPUS`; none on a cluster without GPU gres)."""
+    return {"event": "slurm_step", "level": "info", "timestamp": datetime.now(UTC).isoformat(),
+            "host": host, "run_id": run_id, "job": environ.get("SLURM_JOB_ID"),
+            "job_step": environ.get("SLURM_STEP_ID"),
+            "gpus": environ.get("SLURM_STEP_GPUS") or environ.get("CUDA_VISIBLE_DEVICES")}
+
+
 def host_of(name: str, variables: dict[str, Any]) -> Host:
     """The host the controller resolved (its variables as `fleet inventory --json` prints them), run locally."""
     values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in variables.items()}
@@ -115,6 +125,7 @@ async def node_run(document: dict[str, Any], node: str, out: IO[str]) -> int:
     except (KeyError, TypeError, ValueError) as exc:
         return _failed(lines, name, f"the controller's variables for {name} do not fit this fleet: {exc}",
                        Reason.VERSION)
+    lines.emit(log=step_event(name, str(document.get("run_id")), os.environ))
     report, _ = await run_hosts([host], run_options, LineLogs(str(document.get("run_id")), lines))
     outcome = report.hosts[name]
     lines.report(outcome)

@@ -4,12 +4,17 @@
                fails, a node out of service (drained, down) is skipped: a job step cannot run there
     reserve    `scontrol create reservation fleet-<run_id> ... Flags=MAINT,IGNORE_JOBS`: other users'
                jobs stay off the nodes from now on, the running ones are waited for (--drain-wait)
-    step       `srun --reservation=... fleet node-run` over the nodes with no job, the controller's
+    step       `srun --reservation=... --exclusive --gres=gpu:N fleet node-run` over the nodes with no
+               job (one srun per GPU count: a step sees only the GPUs it asks for), the controller's
                document on every task's stdin; each task streams its node's log events and, last,
-               its report as JSON lines (`fleet.slurm.noderun`), merged into the run's report and logs
-    cleanup    always (failure, deadline, Ctrl-C; shielded, bounded): the step's job cancelled if it
-               still runs, the reservation removed, a node the step failed left drained with fleet's
-               reason (as SSH fan-out leaves it)
+               its report as JSON lines (`fleet.slurm.noderun`), merged into the run's report and logs.
+               srun runs in an environment fleet controls (`srun_env`: no SLURM_* input variable
+               reframes its output or puts the step in someone's allocation)
+    cleanup    always (failure, deadline, Ctrl-C; shielded, bounded; a third interrupt abandons it):
+               the step's job cancelled if it still runs; the nodes read at once; every node the step
+               failed (or whose frames could not be read) drained, one `scontrol update` per reason,
+               *before* the reservation is removed (no moment lets a job onto an unclean node); the
+               nodes read at once again for the report
 
 The controller's work does not grow with the nodes: a fixed number of Slurm commands and one srun,
 whose fan-out is slurmd's tree.
@@ -20,9 +25,10 @@ from __future__ import annotations
 import getpass
 import json
 import math
+import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from subprocess import PIPE
@@ -34,6 +40,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from fleet import __version__
 from fleet.graph import HostEnded, RunOptions, RunState, run_bounded
+from fleet.interrupts import Interrupts
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
 from fleet.report.logs import RunLogs
@@ -42,7 +49,7 @@ from fleet.report.render import host_from_document
 from fleet.reset.host import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError, hostlist
-from fleet.slurm.frames import Assembler, FrameError
+from fleet.slurm.frames import MARK, Assembler, FrameError
 from fleet.slurm.lifecycle import POLL_S
 from fleet.slurm.state import SlurmNode
 from fleet.transport.base import bounded_argv, client_deadline
@@ -62,6 +69,16 @@ LINE_LIMIT = 1024 * 1024
 STDERR_LIMIT = 256 * 1024
 # Seconds between two tries at removing the reservation while the step's job still completes.
 DELETE_RETRY_S = 1.0
+# Environment variables srun must not inherit: Slurm's input variables (srun's, and salloc's and sbatch's that
+# srun reads inside an allocation) reframe its output (SLURM_LABELIO), buffer it, or put the step into another
+# job's allocation (SLURM_JOB_ID). SLURM_CONF, which only says where the configuration is, is kept.
+SLURM_INPUT_PREFIXES = ("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")
+KEPT_VARIABLES = frozenset({"SLURM_CONF"})
+
+
+def srun_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment srun runs in: this process's, without Slurm's input variables (SLURM_CONF kept)."""
+    return {k: v for k, v in environ.items() if k in KEPT_VARIABLES or not k.startswith(SLURM_INPUT_PREFIXES)}
 
 
 def step_seconds(hosts: Sequence[Host]) -> float:
@@ -70,15 +87,27 @@ def step_seconds(hosts: Sequence[Host]) -> float:
     return max(h.drain_timeout + 2 * h.kill_grace + h.settle_timeout + 30 * h.command_timeout for h in hosts)
 
 
-def srun_argv(reservation: str, nodes: Sequence[str], minutes: int) -> list[str]:
-    """srun over `nodes` in the reservation: one task a node, every task the same stdin, no task's failure
-    ending the others."""
+def srun_argv(reservation: str, nodes: Sequence[str], minutes: int, gpus: int = 0) -> list[str]:
+    """srun over `nodes` in the reservation: whole nodes (`--exclusive`) and, where Slurm gives GPUs out, every
+    one of them (`--gres=gpu:N`: on a ConstrainDevices cluster a step sees only the GPUs it was given); one
+    task a node, every task the same stdin, no task's failure ending the others."""
     return [
         "srun", f"--reservation={reservation}", f"--job-name={reservation}", f"--nodelist={hostlist(nodes)}",
-        f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "--input=all",
+        f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "--exclusive",
+        *([f"--gres=gpu:{gpus}"] if gpus else []), "--input=all",
         "--kill-on-bad-exit=0", f"--immediate={IMMEDIATE_S}", f"--time={minutes}", "--chdir=/", "--quiet",
         *NODE_COMMAND,
     ]
+
+
+def by_gpus(nodes: Sequence[str], seen: Mapping[str, SlurmNode]) -> dict[int, list[str]]:
+    """The nodes grouped by how many GPUs Slurm gives out on each: one step a group (a step's `--gres` is per
+    node, the same on all of its nodes)."""
+    groups: dict[int, list[str]] = {}
+    for name in nodes:
+        node = seen.get(name)
+        groups.setdefault(node.gpus if node else 0, []).append(name)
+    return groups
 
 
 @dataclass
@@ -86,10 +115,11 @@ class _Step:
     """What the step saw: each node's report, whether it began working, and what srun said on stderr."""
 
     reports: dict[str, HostReport] = field(default_factory=dict)
-    heard_from: set[str] = field(default_factory=set)
+    heard_from: set[str] = field(default_factory=set)  # nodes a whole message came from
+    named: set[str] = field(default_factory=set)  # nodes any frame named, whole or not
     stderr_text: str = ""
     noise: list[str] = field(default_factory=list)  # stdout lines that were no node's JSON
-    exit_status: int | None = None
+    exit_status: dict[str, int | None] = field(default_factory=dict)  # each node's srun's
 
     @property
     def stderr(self) -> list[str]:
@@ -101,7 +131,7 @@ class SrunRun:
     """One `--via srun` run; see the module docstring."""
 
     def __init__(self, slurm: Slurm, runs: Sequence[HostRun], options: RunOptions, logs: RunLogs,
-                 on_host_end: HostEnded | None = None) -> None:
+                 on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None) -> None:
         assert options.slurm is not None
         self.slurm, self.options, self.logs = slurm, options, logs
         self.on_host_end = on_host_end
@@ -114,6 +144,15 @@ class SrunRun:
         self.stepped: list[str] = []
         self.step = _Step()
         self.frames = Assembler()
+        self.cleaned = False
+        self.finishing = (interrupts or Interrupts()).finishing(
+            self._still_doing, CLEANUP_TIMEOUT_S + CANCEL_GRACE_S,
+            f"the reservation {self.reservation} in place and failed nodes maybe not drained")
+
+    def _still_doing(self) -> str | None:
+        if self.cleaned or not (self.reserved or self.stepped):
+            return None
+        return f"ending the job step and removing the reservation {self.reservation}"
 
     async def body(self, state: RunState) -> None:
         try:
@@ -125,8 +164,11 @@ class SrunRun:
                 if ready:
                     await self._run_step(ready)
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+            with self.finishing.shielded() as shield, anyio.move_on_after(CLEANUP_TIMEOUT_S):
                 await self._cleanup()
+            self.cleaned = True
+            if shield.cancelled_caught:
+                self._abandoned()
 
     # --- read: who can take part -----------------------------------------------------------------
 
@@ -225,13 +267,20 @@ class SrunRun:
         }).encode() + b"\n"
 
     async def _run_step(self, nodes: list[str]) -> None:
+        """One srun per GPU count, at once (all in the one reservation, under the one job name)."""
         self.stepped = nodes
-        bound = step_seconds([self.runs[n].host for n in nodes]) + IMMEDIATE_S
-        argv = bounded_argv(srun_argv(self.reservation, nodes, _minutes(bound)), bound)
         for name in nodes:
             self.runs[name].started = time.monotonic()
             self.log[name].info("host_start", command="reset", via="srun", reservation=self.reservation)
-        process = await anyio.open_process(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True)
+        async with anyio.create_task_group() as group:
+            for gpus, members in by_gpus(nodes, self.before).items():
+                group.start_soon(self._one_step, members, gpus)
+
+    async def _one_step(self, nodes: list[str], gpus: int) -> None:
+        bound = step_seconds([self.runs[n].host for n in nodes]) + IMMEDIATE_S
+        argv = bounded_argv(srun_argv(self.reservation, nodes, _minutes(bound), gpus), bound)
+        process = await anyio.open_process(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True,
+                                           env=srun_env(os.environ))
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
         out = BufferedByteReceiveStream(process.stdout)
         finished = False
@@ -243,11 +292,12 @@ class SrunRun:
                     with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                         await process.stdin.send(self._document(nodes))
                         await process.stdin.aclose()
-                    self.step.exit_status = await process.wait()
+                    await process.wait()
             finished = True
         finally:
-            with anyio.CancelScope(shield=True):
+            with self.finishing.shielded():
                 await self._end_step(process, out)
+            self.step.exit_status.update(dict.fromkeys(nodes, process.returncode))
             self._merge(nodes, finished)
 
     async def _end_step(self, process: Process, out: BufferedByteReceiveStream) -> None:
@@ -260,7 +310,7 @@ class SrunRun:
                 await self._read_lines(out)
             signal_session(process.pid, signal.SIGKILL)
         with anyio.move_on_after(REAP_TIMEOUT_S):
-            self.step.exit_status = await process.wait()
+            await process.wait()
 
     async def _read_lines(self, out: BufferedByteReceiveStream) -> None:
         while True:
@@ -280,6 +330,9 @@ class SrunRun:
 
     def _take(self, raw: bytes) -> None:
         line = raw.decode(errors="replace")
+        words = line.split(" ", 2)
+        if len(words) > 1 and words[0] == MARK:
+            self.step.named.add(words[1])
         try:
             whole = self.frames.feed(line)
         except FrameError as exc:
@@ -314,7 +367,7 @@ class SrunRun:
             if report is None:
                 said = "; ".join(self.step.stderr[-3:] + self.step.noise[-2:]) or "nothing on stderr"
                 self._end(name, HostStatus.FAILED,
-                          f"no report from {name} (srun exit status {self.step.exit_status}): {said}"[:500],
+                          f"no report from {name} (srun exit status {self.step.exit_status.get(name)}): {said}"[:500],
                           Reason.NO_REPORT)
                 continue
             run.steps, run.killed, run.gpus = list(report.steps), report.killed, report.gpus
@@ -326,15 +379,61 @@ class SrunRun:
     # --- cleanup ------------------------------------------------------------------------------------
 
     async def _cleanup(self) -> None:
+        """Drain what must stay out of service, then remove the reservation, then read the nodes for the report:
+        in that order, so that no moment lets a job onto a node the step failed."""
+        now = await self._read_all(self.stepped)
+        if now is not None:
+            await self._drain_failed(now)
         if self.reserved:
             await self._delete_reservation()
-        touched = {n for n in self.stepped if n in self.step.heard_from}
+        after = await self._read_all(self.stepped) if self.stepped else {}
         for name in self.stepped:
-            await self._after(name, name in touched and _ran(self.step.reports.get(name)))
+            node = (after or {}).get(name)
+            if after is not None:
+                self._record(name, state_after=node.state if node else None,
+                             reason_after=node.reason if node else None)
         for name, run in self.runs.items():
             if run.slurm is not None and run.slurm.state_after is None and name not in self.stepped:
                 node = self.before.get(name)
                 self._record(name, state_after=node.state if node else None, reason_after=node.reason if node else None)
+
+    async def _read_all(self, names: Sequence[str]) -> dict[str, SlurmNode] | None:
+        """Every named node in one `scontrol show node`; None (each node's record says why) when Slurm failed."""
+        if not names:
+            return {}
+        try:
+            return await self.slurm.nodes(names)
+        except SlurmError as exc:
+            for name in names:
+                self._record(name, error=f"slurm: {exc}")
+            return None
+
+    def touched(self, name: str) -> bool:
+        """Whether the step may have done anything to the node. Only a node that said so is untouched: its report
+        says no step ran (a version refusal), or nothing on srun's stdout can be its (no frame named it and no
+        line was unreadable: its task never started, since a node's first message comes before it acts)."""
+        report = self.step.reports.get(name)
+        if report is not None:
+            return _ran(report)
+        return name in self.step.named or bool(self.step.noise)
+
+    async def _drain_failed(self, now: Mapping[str, SlurmNode]) -> None:
+        """Drain every node the step failed, one `scontrol update` per reason (nodes failed the same way share it)."""
+        reasons: dict[str, list[str]] = {}
+        for name in self.stepped:
+            run = self.runs[name]
+            action = policy.after_step(now.get(name), self.run_id, run.status or HostStatus.FAILED, run.error,
+                                       self.touched(name))
+            self.log[name].info("slurm_release", node=name, action=action.what.value, why=action.why)
+            if action.what is policy.Release.KEEP_DRAINED and action.reason is not None:
+                reasons.setdefault(action.reason, []).append(name)
+        for reason, names in reasons.items():
+            try:
+                await self.slurm.update(names, "DRAIN", reason)
+            except SlurmError as exc:
+                for name in names:
+                    self.log[name].error("slurm_error", node=name, error=str(exc))
+                    self._record(name, error=f"slurm: {exc}")
 
     async def _delete_reservation(self) -> None:
         with anyio.move_on_after(CLEANUP_TIMEOUT_S / 2):
@@ -349,20 +448,12 @@ class SrunRun:
         for log in self.log.values():
             log.error("slurm_error", error=f"reservation {self.reservation} not removed: {last}")
 
-    async def _after(self, name: str, touched: bool) -> None:
-        run = self.runs[name]
-        status = run.status or HostStatus.FAILED
-        try:
-            now = (await self.slurm.nodes([name])).get(name)
-            action = policy.after_step(now, self.run_id, status, run.error, touched)
-            self.log[name].info("slurm_release", node=name, action=action.what.value, why=action.why)
-            if action.what is policy.Release.KEEP_DRAINED:
-                await self.slurm.update([name], "DRAIN", action.reason)
-                now = (await self.slurm.nodes([name])).get(name)
-        except SlurmError as exc:
-            self._record(name, error=f"slurm: {exc}")
-            return
-        self._record(name, state_after=now.state if now else None, reason_after=now.reason if now else None)
+    def _abandoned(self) -> None:
+        """A third interrupt stopped the cleanup: every stepped node's record says what may be left."""
+        left = f"reservation {self.reservation} still in place" if self.reserved else "reservation removed"
+        for name in self.stepped:
+            self._record(name, abandoned=True, error=f"slurm: cleanup abandoned at the third interrupt ({left});"
+                                                     f" check with: scontrol show reservation {self.reservation}")
 
     # --- outcomes -----------------------------------------------------------------------------------
 
@@ -396,9 +487,10 @@ def _minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60))
 
 
-async def run_via_srun(hosts: Sequence[Host], options: RunOptions, logs: RunLogs,
-                       slurm: Slurm | None = None, on_host_end: HostEnded | None = None) -> tuple[RunReport, RunState]:
+async def run_via_srun(hosts: Sequence[Host], options: RunOptions, logs: RunLogs, slurm: Slurm | None = None,
+                       on_host_end: HostEnded | None = None,
+                       interrupts: Interrupts | None = None) -> tuple[RunReport, RunState]:
     """The run's report, as `fleet.graph.run_hosts` gives it, from one job step instead of SSH fan-out."""
     runs = [HostRun(h) for h in hosts]
-    srun = SrunRun(slurm or Slurm(), runs, options, logs, on_host_end)
-    return await run_bounded(runs, options, logs.run_id, srun.body)
+    srun = SrunRun(slurm or Slurm(), runs, options, logs, on_host_end, interrupts)
+    return await run_bounded(runs, options, logs.run_id, srun.body, interrupts)

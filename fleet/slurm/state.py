@@ -24,6 +24,8 @@ IN_SERVICE = frozenset({"IDLE", "ALLOCATED", "MIXED"})
 BUSY = frozenset({"ALLOCATED", "MIXED"})
 # What squeue is asked for: every job state in which a job holds its nodes.
 HOLDING_JOB_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING")
+# One gpu entry of Gres=: gpu[:type]:count[(S:sockets)], entries separated by commas outside parentheses.
+_GRES_GPU = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 _STAMP = re.compile(r"^(?P<text>.*?)\s*\[(?P<who>[^\]@]*)@(?P<when>[^\]]*)\]$")
 
 
@@ -39,6 +41,7 @@ class SlurmNode:
     state: str  # as Slurm prints it: IDLE+DRAIN
     reason: str | None = None  # the text, without "[user@time]"
     reason_by: str | None = None  # who set the reason
+    gpus: int = 0  # GPUs Slurm gives out on it (`gres/gpu` in CfgTRES, else the gpu entries of Gres=)
 
     @property
     def base(self) -> str:
@@ -75,7 +78,7 @@ def parse_nodes(text: str) -> dict[str, SlurmNode]:
         if not name or not state:
             raise SlurmParseError(f"scontrol printed a node record without NodeName or State: {record[0][:80]!r}")
         reason, by = split_reason(fields.get("Reason"))
-        nodes[name] = SlurmNode(name, state, reason, by)
+        nodes[name] = SlurmNode(name, state, reason, by, gpu_count(fields.get("CfgTRES"), fields.get("Gres")))
     return nodes
 
 
@@ -102,6 +105,16 @@ def _fields(lines: Sequence[str]) -> dict[str, str]:
                 k, v = token.split("=", 1)
                 fields.setdefault(k, v)
     return fields
+
+
+def gpu_count(tres: str | None, gres: str | None) -> int:
+    """The node's GPUs: `gres/gpu=8` in `CfgTRES=cpu=64,mem=1T,gres/gpu=8` (with AccountingStorageTRES), else
+    the sum of the gpu entries of `Gres=gpu:8`, `Gres=gpu:h100:4(S:0-1),gpu:a100:4,nic:1`; 0 for `(null)`."""
+    for item in (tres or "").split(","):
+        key, _, value = item.partition("=")
+        if key == "gres/gpu" and value.isdigit():
+            return int(value)
+    return sum(int(m.group(1)) for m in _GRES_GPU.finditer(gres or ""))
 
 
 def split_reason(raw: str | None) -> tuple[str | None, str | None]:

@@ -1,0 +1,235 @@
+"""fleet with a real Slurm at its edges (issue 18): a slurmctld that stops answering mid-release, a second and a
+third Ctrl-C, a drain left by a dead run, `--via srun` on GPU gres nodes, from a polluted environment, and with
+frames it cannot read. The same four busy simulated nodes and real cluster as test_slurm_sim.py."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_slurm_sim import ALL, FAST, NAMES, cluster, events, reset, sim, slurm_of, state  # noqa: F401
+
+from fleet.graph import RunOptions, SlurmOptions
+from fleet.inventory.load import load_inventory
+from fleet.inventory.targeting import select
+from fleet.report.logs import RUNNING_LOCK, SUMMARY
+from fleet.report.models import HostStatus, Reason
+from fleet.run import run_and_report
+from fleet.sim.fleetsim import SimFleet
+from fleet.sim.slurmcluster import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+WAIT_S = 90.0
+
+
+async def until(done: Callable[[], bool], what: str, within: float = WAIT_S) -> None:
+    deadline = time.monotonic() + within
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never: {what}")
+        await anyio.sleep(0.1)
+
+
+def logged(logs: Path, host: str, event: str, **fields: Any) -> bool:
+    """Some run under `logs` logged `event` (with these fields) for host."""
+    for path in logs.glob(f"*/{host}.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("event") == event and all(record.get(k) == v for k, v in fields.items()):
+                return True
+    return False
+
+
+# --- 2. an update that failed is read again ---------------------------------------------------------------
+
+
+async def test_a_release_while_slurmctld_answers_nothing_reports_what_slurm_then_shows(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """slurmctld stops answering as sim1's verify begins: the release's read times out (scontrol's own
+    MessageTimeout); once slurmctld runs again, the release reads again, resumes, and the report's state_after is
+    what Slurm shows, settled (no NOT_RESPONDING)."""
+    logs = tmp_path / "logs"
+    hosts = select(load_inventory(sim.inventory_path), patterns=["sim1"])
+    outcome: dict[str, Any] = {}
+
+    async def run() -> None:
+        outcome["report"] = (await run_and_report(hosts, RunOptions(slurm=SlurmOptions(4.0)), as_json=False,
+                                                  log_dir=logs))[1]
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await until(lambda: logged(logs, "sim1", "step_start", step="verify"), "sim1 reached verify")
+        with cluster.frozen():
+            await until(lambda: logged(logs, "sim1", "slurm_error", attempt=1), "the release's read failed")
+    sim1 = outcome["report"].hosts["sim1"]
+    assert sim1.status is HostStatus.CLEAN
+    assert slurm_of(sim1).state_after == "IDLE" and slurm_of(sim1).reason_after is None
+    assert slurm_of(sim1).error is None
+    assert state(cluster, "sim1") == "idle"
+
+
+# --- 2. a drain left by a run that is over is taken over ------------------------------------------------------
+
+
+@pytest.mark.parametrize("earlier_alive", [False, True])
+async def test_a_bare_fleet_drain_is_taken_over_only_when_its_run_is_over(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path, earlier_alive: bool
+) -> None:
+    """`fleet: run <id>` with no error part: a run killed before its release left it (its log folder's lock is
+    free), or one still in flight (its fleet process holds the lock: here, this test)."""
+    earlier = "20261201T000000Z-0a0b0c"
+    folder = tmp_path / "logs" / earlier
+    folder.mkdir(parents=True)
+    lock = os.open(folder / RUNNING_LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if earlier_alive:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        cluster.drain("sim1", f"fleet: run {earlier}")
+        report = await reset(sim, tmp_path)
+    finally:
+        os.close(lock)
+    sim1 = slurm_of(report.hosts["sim1"])
+    if earlier_alive:
+        assert sim1.reason_after == f"fleet: run {earlier}" and state(cluster, "sim1") == "drained"
+    else:
+        assert report.hosts["sim1"].status is HostStatus.CLEAN
+        assert sim1.state_after == "IDLE" and state(cluster, "sim1") == "idle"
+    assert not (folder / SUMMARY).exists()
+
+
+# --- 3. a second Ctrl-C never abandons the release; a third does, and the report is still written ---------
+
+
+def start_cli(sim: SimFleet, cluster: SlurmCluster, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
+    stderr = tmp_path / "stderr.txt"
+    argv = [sys.executable, "-m", "fleet", "reset", "sim1", "sim2", "-y", "-i", str(sim.inventory_path),
+            "--log-dir", str(tmp_path / "logs"), "--json", *args]
+    with stderr.open("w") as err:
+        process = subprocess.Popen(argv, env={**os.environ, **cluster.env}, stdout=subprocess.PIPE, stderr=err,
+                                   text=True)
+    return process, stderr
+
+
+async def finish(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, _ = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=WAIT_S))
+    return dict(json.loads(out))
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize("sim", [{"linger_s": 60.0}], indirect=True)  # settle still waits at the signal
+async def test_a_second_interrupt_says_what_is_left_and_the_release_still_happens(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    process, stderr = start_cli(sim, cluster, tmp_path, "--slurm", "--drain-wait", "4")
+    try:
+        await until(lambda: logged(tmp_path / "logs", "sim1", "step_start", step="settle"), "sim1 reached settle")
+        with cluster.frozen():
+            process.send_signal(signal.SIGINT)
+            await until(lambda: logged(tmp_path / "logs", "sim1", "slurm_release") or
+                        logged(tmp_path / "logs", "sim1", "slurm_error"), "the release began", 30)
+            process.send_signal(signal.SIGTERM)  # systemd's stop timeout, after its SIGINT
+            await until(lambda: "still releasing" in stderr.read_text(), "the second signal was answered", 10)
+            assert process.poll() is None
+        document = await finish(process)
+    finally:
+        stop(process)
+    said = stderr.read_text()
+    assert "fleet: still releasing 2 Slurm nodes (up to 45 s); again to abandon them drained" in said, said
+    assert process.returncode == 130
+    for name in ("sim1", "sim2"):
+        host = document["hosts"][name]
+        assert host["reason"] == "interrupted" and not host["slurm"].get("abandoned")
+        assert host["slurm"]["state_after"] == "IDLE+DRAIN"
+        assert cluster.node_reason(name) == host["slurm"]["reason_after"]
+        assert cluster.node_reason(name).endswith("interrupted during settle")
+
+
+@pytest.mark.parametrize("sim", [{"linger_s": 60.0}], indirect=True)
+async def test_a_third_interrupt_abandons_the_release_and_the_report_says_which_nodes_were_left(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    process, stderr = start_cli(sim, cluster, tmp_path, "--slurm", "--drain-wait", "4")
+    try:
+        await until(lambda: logged(tmp_path / "logs", "sim1", "step_start", step="settle"), "sim1 reached settle")
+        with cluster.frozen():
+            process.send_signal(signal.SIGINT)
+            await until(lambda: logged(tmp_path / "logs", "sim1", "slurm_release") or
+                        logged(tmp_path / "logs", "sim1", "slurm_error"), "the release began", 30)
+            process.send_signal(signal.SIGINT)
+            await until(lambda: "still releasing" in stderr.read_text(), "the second signal was answered", 10)
+            process.send_signal(signal.SIGINT)
+            document = await finish(process)  # while slurmctld is still frozen: nothing waited for it
+        run_id = document["run_id"]
+    finally:
+        stop(process)
+    said = stderr.read_text()
+    assert process.returncode == 130
+    assert "fleet: stopped releasing 2 Slurm nodes: left them drained; writing the report" in said
+    assert f"left drained at the third interrupt (reason 'fleet: run {run_id}'): sim[1-2]" in said
+    for name in ("sim1", "sim2"):
+        slurm = document["hosts"][name]["slurm"]
+        assert slurm["abandoned"] is True and "release abandoned at the third interrupt" in slurm["error"]
+        assert cluster.node_reason(name) == f"fleet: run {run_id}"
+    assert (tmp_path / "logs" / run_id / SUMMARY).exists()
+
+
+# --- 4. `--via srun`: the step gets the GPUs, whatever the environment says ----------------------------------
+
+
+async def test_via_srun_the_step_holds_every_gpu_and_ignores_slurm_variables_in_the_environment(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fleet run from inside someone's allocation, with output-changing variables set: srun gets none of them."""
+    job = cluster.submit_sleep("sim3", 600)
+    for name, value in {"SLURM_LABELIO": "1", "SLURM_UNBUFFEREDIO": "1", "SLURM_JOB_ID": str(job),
+                        "SLURM_JOBID": str(job), "SLURM_NNODES": "1"}.items():
+        monkeypatch.setenv(name, value)
+    hosts = select(load_inventory(sim.inventory_path), patterns=["sim1", "sim2"])
+    options = RunOptions(slurm=SlurmOptions(4.0, via_srun=True))
+    _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
+    for name in ("sim1", "sim2"):
+        assert report.hosts[name].status is HostStatus.CLEAN, report.hosts[name].error
+        step = next(e for e in events(tmp_path, report, name) if e["event"] == "slurm_step")
+        assert step["gpus"] == ",".join(str(g) for g in ALL) and step["job"] != str(job)
+    assert cluster.job_state(job) == "RUNNING"
+    assert cluster.reservations() == []
+
+
+async def test_via_srun_nodes_whose_frames_cannot_be_read_are_kept_drained_before_the_reservation_goes(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SLURM_LABELIO let through (as an older fleet did): every line comes back `0: @fleet ...`, no node is heard
+    from, and each is kept drained: it may have been touched. The drain (one update for all) comes before the
+    reservation is removed, in slurmctld's own log."""
+    monkeypatch.setattr("fleet.slurm.srun.KEPT_VARIABLES", frozenset({"SLURM_CONF", "SLURM_LABELIO"}))
+    monkeypatch.setenv("SLURM_LABELIO", "1")
+    hosts = select(load_inventory(sim.inventory_path), patterns=["sim1", "sim2"])
+    _, report = await run_and_report(hosts, RunOptions(slurm=SlurmOptions(4.0, via_srun=True)), as_json=False,
+                                     log_dir=tmp_path / "logs")
+    for name in ("sim1", "sim2"):
+        host = report.hosts[name]
+        assert host.status is HostStatus.FAILED and host.reason is Reason.NO_REPORT
+        assert state(cluster, name) == "drained"
+        assert cluster.node_reason(name).startswith(f"fleet: run {report.run_id}: no report from {name}")
+    assert cluster.reservations() == []
+    ctld = (cluster.log_dir / "slurmctld.log").read_text()
+    drained = [i for i, line in enumerate(ctld.splitlines()) if "update_node: node sim1 reason set to" in line]
+    removed = [i for i, line in enumerate(ctld.splitlines()) if f"fleet-{report.run_id}" in line and "delete" in line]
+    assert drained and removed and max(drained) < min(removed), ctld[-3000:]
