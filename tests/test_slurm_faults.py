@@ -17,7 +17,8 @@ from typing import Any
 
 import anyio
 import pytest
-from test_slurm_sim import ALL, FAST, NAMES, cluster, events, reset, sim, slurm_of, state  # noqa: F401
+import test_slurm_sim
+from test_slurm_sim import ALL, events, reset, slurm_of, state
 
 from fleet.graph import RunOptions, SlurmOptions
 from fleet.inventory.load import load_inventory
@@ -29,6 +30,7 @@ from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
+sim, cluster = test_slurm_sim.sim, test_slurm_sim.cluster  # the same fixtures: four busy nodes, their Slurm
 
 WAIT_S = 90.0
 

@@ -121,6 +121,15 @@ class _Step:
     noise: list[str] = field(default_factory=list)  # stdout lines that were no node's JSON
     exit_status: dict[str, int | None] = field(default_factory=dict)  # each node's srun's
 
+    def touched(self, name: str) -> bool:
+        """Whether the step may have done anything to the node. Only a node that said so is untouched: its report
+        says no step ran (a version refusal), or nothing on srun's stdout can be its (no frame named it and no
+        line was unreadable: its task never started, since a node's first message comes before it acts)."""
+        report = self.reports.get(name)
+        if report is not None:
+            return _ran(report)
+        return name in self.named or bool(self.noise)
+
     @property
     def stderr(self) -> list[str]:
         """srun's stderr (its own messages and the tasks'), by line."""
@@ -408,22 +417,13 @@ class SrunRun:
                 self._record(name, error=f"slurm: {exc}")
             return None
 
-    def touched(self, name: str) -> bool:
-        """Whether the step may have done anything to the node. Only a node that said so is untouched: its report
-        says no step ran (a version refusal), or nothing on srun's stdout can be its (no frame named it and no
-        line was unreadable: its task never started, since a node's first message comes before it acts)."""
-        report = self.step.reports.get(name)
-        if report is not None:
-            return _ran(report)
-        return name in self.step.named or bool(self.step.noise)
-
     async def _drain_failed(self, now: Mapping[str, SlurmNode]) -> None:
         """Drain every node the step failed, one `scontrol update` per reason (nodes failed the same way share it)."""
         reasons: dict[str, list[str]] = {}
         for name in self.stepped:
             run = self.runs[name]
             action = policy.after_step(now.get(name), self.run_id, run.status or HostStatus.FAILED, run.error,
-                                       self.touched(name))
+                                       self.step.touched(name))
             self.log[name].info("slurm_release", node=name, action=action.what.value, why=action.why)
             if action.what is policy.Release.KEEP_DRAINED and action.reason is not None:
                 reasons.setdefault(action.reason, []).append(name)
