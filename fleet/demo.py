@@ -158,7 +158,8 @@ async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun:
         async with SimFleet(Path(tmp), specs, groups={"blackwell": [s.name for s in specs]}) as sim:
             task_env = {n: {"PATH": node.env()["PATH"]} for n, node in sim.nodes.items()}
             addresses = {n: sim.address(n) for n in sim.nodes}
-            with SlurmCluster(Path(tmp) / "slurm", addresses, task_env=task_env) as cluster, \
+            gpus = {s.name: s.gpus for s in specs}  # Gres=gpu:8, as a GPU cluster has them
+            with SlurmCluster(Path(tmp) / "slurm", addresses, task_env=task_env, gpus=gpus) as cluster, \
                     _environment(cluster.env):
                 busy, admin = slurm_roles(nodes)
                 if busy:
