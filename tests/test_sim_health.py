@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -383,3 +384,55 @@ def test_reset_is_refused_for_any_holder_of_the_device_file(make_node: MakeNode)
     assert node.gpu_memory()[5] == 0
     assert sh(node, "nvidia-smi -r -i 3").returncode == 255
     assert node.gpu_resets() == [5]
+
+
+# ---------------------------------------------------------------- device minor numbers and how long a reset takes
+
+# A DGX-like numbering: device files in the driver's probe order, not nvidia-smi's (PCI) index order.
+MINORS = (2, 3, 0, 1, 6, 7, 4, 5)
+
+
+def test_device_files_are_named_by_minor_number_which_q_prints(make_node: MakeNode) -> None:
+    """GPU index 0's device file is dev/nvidia2 (`Minor Number : 2` in its -q section), and a worker on GPU 0
+    holds dev/nvidia2: what fleet finds open is a minor number, never an index."""
+    node = make_node(NodeSpec("minors", minor_numbers=MINORS, workers=(WorkerSpec((0,), 100),)))
+    _, sections = q_of(node)
+    assert [values(lines)[("Minor Number",)] for _, lines in sections] == [str(m) for m in MINORS]
+    assert sorted(p.name for p in node.dev_dir.iterdir()) == sorted(
+        [f"nvidia{m}" for m in MINORS] + ["nvidiactl", "nvidia-uvm"])
+    pid = next(r["pid"] for r in state.registrations(node.root) if r["gpus"] == [0])
+    opened = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    assert str(node.dev_dir.resolve() / "nvidia2") in opened
+    assert str(node.dev_dir.resolve() / "nvidia0") not in opened
+
+
+def test_a_reset_is_refused_for_the_gpu_whose_device_file_is_held(make_node: MakeNode) -> None:
+    """dev/nvidia0 is GPU 2's (MINORS): holding it blocks a reset of GPU 2, not of GPU 0; -i takes a bus id."""
+    node = make_node(NodeSpec("minor-reset", minor_numbers=MINORS, leaked_mib=((0, 100), (2, 100)),
+                              protected_daemon=False))
+    buses = [row["pci.bus_id"] for row in query_gpus(node)]
+    with open(node.dev_dir / "nvidia0", "rb") as device:
+        holder = subprocess.Popen(["sleep", "60"], stdin=device)
+    try:
+        out = sh(node, "nvidia-smi -r -i 2")
+        assert (out.returncode, out.stdout) == (255, refusal([buses[2]]))
+        out = sh(node, f"nvidia-smi -r -i {buses[0]}")
+        assert (out.returncode, out.stdout) == (0, f"GPU {buses[0]} was successfully reset.\nAll done.\n")
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=5)
+    assert node.gpu_resets() == [0]
+
+
+def test_minor_numbers_must_be_one_per_gpu() -> None:
+    with pytest.raises(SimError, match="minor_numbers"):
+        NodeSpec("bad", gpus=2, minor_numbers=(0, 0))
+
+
+def test_a_reset_takes_gpu_reset_s(make_node: MakeNode) -> None:
+    node = make_node(NodeSpec("slow-reset", gpu_reset_s=0.6, leaked_mib=((1, 100),), protected_daemon=False))
+    started = time.monotonic()
+    out = sh(node, "nvidia-smi -r -i 1")
+    assert out.returncode == 0, out
+    assert time.monotonic() - started >= 0.6
+    assert node.gpu_resets() == [1]

@@ -90,6 +90,10 @@ class NodeSpec:
     PCIe link at x8 of x16; `leaked_mib` ((gpu, MiB), ...) stays in memory.used with no process until
     `nvidia-smi -r`; `xids` ((gpu, code, text), ...) are in the kernel log from the node's start, `text`
     what follows the code (see `journalctl.xid_message`).
+
+    `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in
+    `nvidia-smi -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's
+    index; empty, they are the same. `gpu_reset_s` is how long `nvidia-smi -r` takes.
     """
 
     name: str
@@ -114,6 +118,13 @@ class NodeSpec:
     narrow_pcie_gpus: tuple[int, ...] = ()
     leaked_mib: tuple[tuple[int, int], ...] = ()
     xids: tuple[tuple[int, int, str], ...] = ()
+    minor_numbers: tuple[int, ...] = ()
+    gpu_reset_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        minors = self.minor_numbers
+        if minors and (len(minors) != self.gpus or len(set(minors)) != len(minors) or min(minors) < 0):
+            raise SimError(f"{self.name}: minor_numbers must give each of the {self.gpus} GPUs its own number")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1) + "\n"
@@ -194,7 +205,8 @@ class SimNode:
         their health as the spec says (no reset yet) and a kernel log holding the spec's Xids."""
         for sub in ("bin", "dev", "log", "run", "state/procs", "state/units"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        devices = [f"nvidia{i}" for i in range(self.spec.gpus)] + ["nvidiactl", "nvidia-uvm"]
+        config = json.loads(self.spec.to_json())
+        devices = [state.device_file(config, i) for i in range(self.spec.gpus)] + ["nvidiactl", "nvidia-uvm"]
         for device in devices:
             (self.dev_dir / device).touch()
         for tool, module in TOOLS:

@@ -24,8 +24,9 @@ every line kept, the node's values put where the real tool prints them (`q_value
 
 `-r` resets the selected GPUs (all without `-i`) at once: refused, with the real message and exit
 status 255, while any process holds one of their device files or a registration is on one;
-otherwise it frees their leaked memory, applies their pending row remaps, records the reset
-(state/health.json) and prints what the real tool prints.
+otherwise it takes `gpu_reset_s` seconds, frees their leaked memory, applies their pending row remaps,
+records the reset (state/health.json) and prints what the real tool prints. A GPU's device file is
+dev/nvidia<minor> and `-q` prints that minor number (`minor_numbers`; by default the index).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class Gpu(NamedTuple):
     remap_failed: bool = False
     fabric: tuple[str, str] = ("Completed", "Success")  # (state, status)
     narrow: bool = False  # the PCIe link trained at x8 instead of x16
+    minor: int | None = None  # the device file's minor number (dev/nvidia<minor>); None: the index
 
     @property
     def free(self) -> int | None:
@@ -244,6 +246,7 @@ def make_gpu(
         remap_failed=index in config["remap_failed_gpus"],
         fabric=fabric_of(config["fabric"]),
         narrow=index in config["narrow_pcie_gpus"],
+        minor=state.minor_of(config, index),
     )
 
 
@@ -261,11 +264,11 @@ def compute_apps(root: Path, config: state.NodeConfig, selected: list[Gpu]) -> l
 
 
 def select_gpus(all_gpus: list[Gpu], ids: str | None) -> list[Gpu]:
-    """The GPUs `-i` names (indices or UUIDs, comma-separated); all without `-i`."""
+    """The GPUs `-i` names (indices, UUIDs or PCI bus ids, comma-separated); all without `-i`."""
     if ids is None:
         return all_gpus
     wanted = [part.strip() for part in ids.split(",")]
-    chosen = [g for g in all_gpus if str(g.number) in wanted or g.uuid in wanted]
+    chosen = [g for g in all_gpus if str(g.number) in wanted or g.uuid in wanted or g.bus_id in wanted]
     if len(chosen) != len(wanted):
         raise mode_failure("no-devices")
     return chosen
@@ -445,7 +448,7 @@ def q_values(gpu: Gpu) -> dict[KeyPath, str]:
         ("MIG Mode", "Pending"): enabled[gpu.mig],
         ("Serial Number",): gpu.serial,
         ("GPU UUID",): gpu.uuid,
-        ("Minor Number",): str(gpu.number),
+        ("Minor Number",): str(gpu.number if gpu.minor is None else gpu.minor),
         ("Board ID",): f"0x{bus}00",  # as real HGX boards show it (the 535.183.01 8-GPU capture)
         ("GSP Firmware Version",): gpu.driver,
         ("PCI", "Bus"): f"0x{bus}",
@@ -543,6 +546,7 @@ def reset(root: Path, config: state.NodeConfig, targets: list[Gpu]) -> str:
     busy = set(state.gpus_in_use(root, config, [g.number for g in targets]))
     if busy:
         raise in_use([g.bus_id for g in targets if g.number in busy])
+    time.sleep(config["gpu_reset_s"])  # a whole HGX baseboard's reset takes far longer than a query
     state.reset_gpus(root, config, [g.number for g in targets])
     return "".join(f"GPU {g.bus_id} was successfully reset.\n" for g in targets) + "All done.\n"
 

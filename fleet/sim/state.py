@@ -69,6 +69,8 @@ class NodeConfig(TypedDict):
     narrow_pcie_gpus: list[int]
     leaked_mib: list[tuple[int, int]]
     xids: list[tuple[int, int, str]]
+    minor_numbers: list[int]
+    gpu_reset_s: float
 
 
 # What an idle MIG-enabled GPU reports used with no process at all: its GPU instances' reservations
@@ -367,11 +369,23 @@ def compute_apps(root: Path, config: NodeConfig) -> list[Registration]:
     return [reg for reg in live if reg["compute"]]
 
 
-def device_holders(root: Path, gpus: Collection[int]) -> dict[int, set[int]]:
-    """{GPU index: pids with ROOT/dev/nvidia<index> open}, from a scan of /proc/*/fd (as `fuser`
+def minor_of(config: NodeConfig, gpu: int) -> int:
+    """The device minor number of GPU index `gpu`, whose device file is dev/nvidia<minor>: `minor_numbers`
+    when the spec sets them (real nodes number device files in the driver's probe order, not by index)."""
+    minors = config["minor_numbers"]
+    return minors[gpu] if 0 <= gpu < len(minors) else gpu
+
+
+def device_file(config: NodeConfig, gpu: int) -> str:
+    """The name of GPU index `gpu`'s device file under ROOT/dev."""
+    return f"nvidia{minor_of(config, gpu)}"
+
+
+def device_holders(root: Path, config: NodeConfig, gpus: Collection[int]) -> dict[int, set[int]]:
+    """{GPU index: pids with its ROOT/dev/nvidia<minor> open}, from a scan of /proc/*/fd (as `fuser`
     would; processes this user may not inspect are skipped)."""
     dev = Path(os.path.realpath(root)) / "dev"
-    wanted = {str(dev / f"nvidia{gpu}"): gpu for gpu in gpus}
+    wanted = {str(dev / device_file(config, gpu)): gpu for gpu in gpus}
     held: dict[int, set[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -394,7 +408,7 @@ def gpus_in_use(root: Path, config: NodeConfig, gpus: Collection[int]) -> list[i
     (live, or lingering while its context is torn down) is on it."""
     live, lingering = holding(root, config["linger_s"])
     registered = {gpu for reg in live + lingering for gpu in reg["gpus"]}
-    opened = device_holders(root, gpus)
+    opened = device_holders(root, config, gpus)
     return sorted(gpu for gpu in set(gpus) if gpu in registered or gpu in opened)
 
 

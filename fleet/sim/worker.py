@@ -84,8 +84,9 @@ def set_comm(name: str) -> None:
 
 
 def open_devices(root: Path, gpus: list[int]) -> list[int]:
-    """Open (and keep open) dev/nvidiactl plus dev/nvidia<i> for each GPU."""
-    names = ["nvidiactl", *(f"nvidia{gpu}" for gpu in gpus)]
+    """Open (and keep open) dev/nvidiactl plus each GPU's device file (dev/nvidia<minor number>)."""
+    config = state.load_config(root)
+    names = ["nvidiactl", *(state.device_file(config, gpu) for gpu in gpus)]
     return [os.open(root / "dev" / name, os.O_RDONLY) for name in names]
 
 
