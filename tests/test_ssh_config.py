@@ -33,7 +33,7 @@ from fleet.report.models import Reason
 from fleet.report.tables import inventory_table
 from fleet.transport import ssh as ssh_module
 from fleet.transport.base import Note
-from fleet.transport.ssh import Jump, connect_options, known_hosts, open_ssh, route
+from fleet.transport.ssh import Jump, connect_options, jumps, known_hosts, open_ssh, route
 
 ENCRYPTED = (
     "identity_file {path} is encrypted and no ssh-agent is running (SSH_AUTH_SOCK unset): load it with ssh-add,"
@@ -289,7 +289,7 @@ async def test_a_host_behind_a_jump_is_reached_through_it_with_ssh_configs_port_
     user, _, _, _, server_port = result.stdout.split()
     assert (user, int(server_port)) == ("root", site.target.port)  # ssh_config's User and Port
     assert accepted(site.jump) == 1 and accepted(site.target) == 1  # through the jump, its key checked
-    assert not ssh_module._jump_pool()  # closed with the last host behind it
+    assert not jumps.jump_pool()  # closed with the last host behind it
 
 
 @pytest.mark.sshd
@@ -302,7 +302,7 @@ async def test_ssh_configs_user_is_used_and_the_inventorys_wins(site: Site) -> N
         f"authentication failed for fleet-nosuch at 127.0.0.1:{site.target.port} via jump host {site.jump_spec}"
     )
     assert "Invalid user fleet-nosuch from 127.0.0.1" in site.target.log.read_text()
-    assert not ssh_module._jump_pool()
+    assert not jumps.jump_pool()
     async with await open_ssh(Host(name="gpu-j01", address="gpu-j01", user="root", connect_timeout=10)):
         pass
     assert accepted(site.target, "root") == 1
@@ -317,7 +317,7 @@ async def test_the_inventorys_port_wins_over_ssh_configs(site: Site) -> None:
         f"cannot reach 127.0.0.1:{closed.port} via jump host {site.jump_spec}: Connection refused"
     )
     assert caught.value.reason is Reason.CONNECT_REFUSED
-    assert accepted(site.target) == 0 and not ssh_module._jump_pool()
+    assert accepted(site.target) == 0 and not jumps.jump_pool()
     write_config(site.home, (site.home / ".ssh" / "config").read_text().replace(f"Port {site.target.port}",
                                                                                f"Port {closed.port}"))
     async with await open_ssh(replace(closed, port=site.target.port)):
@@ -418,25 +418,25 @@ async def test_the_jump_connection_closes_with_the_last_host_and_on_a_cancel(sit
     host = Host(name="gpu-j01", address="gpu-j01", connect_timeout=10)
     first = await open_ssh(host)
     second = await open_ssh(replace(host, name="gpu-j02"))
-    (shared,) = ssh_module._jump_pool().values()
-    assert (shared.users, shared.handshakes.total_tokens) == (2, ssh_module.JUMP_HANDSHAKES)
+    (shared,) = jumps.jump_pool().values()
+    assert (shared.users, shared.handshakes.total_tokens) == (2, jumps.JUMP_HANDSHAKES)
     conn = shared.conn
     assert conn is not None
     await first.close()
     assert shared.users == 1 and not conn.is_closed()
     await second.close()
-    assert not ssh_module._jump_pool() and conn.is_closed()
+    assert not jumps.jump_pool() and conn.is_closed()
     assert accepted(site.jump) == 1
     with anyio.CancelScope() as scope:
         scope.cancel()  # Ctrl-C as the host starts: nothing is left open
         await open_ssh(host)
-    assert not ssh_module._jump_pool()
+    assert not jumps.jump_pool()
 
 
 @pytest.mark.sshd
 async def test_handshakes_through_one_jump_are_bounded(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
     """Many hosts at once behind one jump host: never more handshakes through it in flight than the bound."""
-    monkeypatch.setattr(ssh_module, "JUMP_HANDSHAKES", 2)
+    monkeypatch.setattr(jumps, "JUMP_HANDSHAKES", 2)
     real_connect = asyncssh.connect
     in_flight: list[int] = [0]
     most: list[int] = [0]
@@ -450,7 +450,7 @@ async def test_handshakes_through_one_jump_are_bounded(site: Site, monkeypatch: 
         finally:
             in_flight[0] -= tunnelled
 
-    monkeypatch.setattr(ssh_module.asyncssh, "connect", counting)
+    monkeypatch.setattr(jumps.asyncssh, "connect", counting)
     opened: list[ssh_module.SshTransport] = []
     try:
         with anyio.fail_after(60):
@@ -463,7 +463,7 @@ async def test_handshakes_through_one_jump_are_bounded(site: Site, monkeypatch: 
             await transport.close()
     assert (len(opened), most[0]) == (6, 2)
     assert accepted(site.jump) == 1 and accepted(site.target) == 6
-    assert not ssh_module._jump_pool()
+    assert not jumps.jump_pool()
 
 
 async def _open_into(host: Host, opened: list[ssh_module.SshTransport]) -> None:
