@@ -103,3 +103,17 @@ def test_product_code_never_asks_the_environment_whether_it_runs_on_a_simulator(
     product = [p for n, p in modules().items() if not n.startswith("fleet.sim")]
     assert [p.name for p in product if "FLEET_SIM_NODE" in p.read_text()] == []
     assert "ENVIRON" not in (PACKAGE / "node" / "probes" / "lineage.awk").read_text()
+
+
+def imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    return [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+
+
+def test_only_the_simulator_and_the_demo_import_the_simulator() -> None:
+    """The simulator may know the product; the product never knows the simulator (imports anywhere in a module,
+    function bodies included)."""
+    users = {name for name, path in modules().items()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.ImportFrom | ast.Import)
+             and any(m == "fleet.sim" or m.startswith("fleet.sim.") for m in imported(node))}
+    assert {u for u in users if not u.startswith("fleet.sim") and u != "fleet.demo"} == set()

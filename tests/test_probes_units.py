@@ -18,6 +18,7 @@ from fleet.node.probe import ANY_EXIT
 from fleet.node.probes import units
 from fleet.node.probes.parse import ProbeParseError
 from fleet.node.probes.units import (
+    SIM_UNIT_VAR,
     UnitState,
     cgroup_argv,
     parse_cgroups,
@@ -32,7 +33,6 @@ from fleet.node.probes.units import (
     unit_stop_argv,
 )
 from fleet.sim import unitd
-from fleet.sim.unitd import SIM_UNIT_VAR
 from fleet.transport.base import CommandResult
 
 
@@ -253,9 +253,10 @@ def test_units_of_reads_the_simulators_stand_in_only_on_a_simulated_host(pids: l
         5: "a.service"}
 
 
-def test_sim_unit_var_is_the_unit_supervisors_declared_once() -> None:
-    assert vars(units)["SIM_UNIT_VAR"] is unitd.SIM_UNIT_VAR == "FLEET_SIM_UNIT"  # imported, not redeclared
-    assigned = {t.id for node in ast.parse(inspect.getsource(units)).body if isinstance(node, ast.Assign)
+def test_sim_unit_var_is_declared_once_where_it_is_read() -> None:
+    """The product declares the name; the simulator's unit supervisor imports it (never the other way round)."""
+    assert vars(unitd)["SIM_UNIT_VAR"] is units.SIM_UNIT_VAR == "FLEET_SIM_UNIT"  # imported, not redeclared
+    assigned = {t.id for node in ast.parse(inspect.getsource(unitd)).body if isinstance(node, ast.Assign)
                 for t in node.targets if isinstance(t, ast.Name)}
     assert "SIM_UNIT_VAR" not in assigned
 

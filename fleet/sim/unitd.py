@@ -35,11 +35,11 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from fleet.node.probes.units import SIM_UNIT_VAR
 from fleet.sim import state, worker
 
 # The simulator's stand-in for cgroups: the unit a process belongs to, in its environment. Declared here,
 # where it is set; fleet's unit probe (fleet.node.probes.units) reads it on hosts with `simulated: true`.
-SIM_UNIT_VAR = "FLEET_SIM_UNIT"
 
 CLEAN_SIGNALS = frozenset({signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE})
 

@@ -26,7 +26,11 @@ from dataclasses import dataclass
 from fleet.inventory import validate
 from fleet.node.probe import ANY_EXIT, Probe, action
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
-from fleet.sim.unitd import SIM_UNIT_VAR
+
+# The variable a simulated node's unit supervisor (`fleet.sim.unitd`) puts in the environment of its units'
+# processes, standing in for the cgroup a real node's systemd gives them. Declared here, where it is read: the
+# simulator knows the product, never the other way round.
+SIM_UNIT_VAR = "FLEET_SIM_UNIT"
 
 # `systemctl stop` exits 5 for a unit that is not loaded: nothing to stop, not an error.
 STOP_ANSWERS = frozenset({0, 5})
