@@ -141,7 +141,8 @@ async def test_a_second_interrupt_says_what_is_left_and_the_release_still_happen
 ) -> None:
     process, stderr = start_cli(sim, cluster, tmp_path, "--slurm", "--drain-wait", "4")
     try:
-        await until(lambda: logged(tmp_path / "logs", "sim1", "step_start", step="settle"), "sim1 reached settle")
+        await until(lambda: all(logged(tmp_path / "logs", n, "step_start", step="settle") for n in ("sim1", "sim2")),
+                    "both hosts reached settle")
         with cluster.frozen():
             process.send_signal(signal.SIGINT)
             await until(lambda: logged(tmp_path / "logs", "sim1", "slurm_release") or
@@ -169,7 +170,8 @@ async def test_a_third_interrupt_abandons_the_release_and_the_report_says_which_
 ) -> None:
     process, stderr = start_cli(sim, cluster, tmp_path, "--slurm", "--drain-wait", "4")
     try:
-        await until(lambda: logged(tmp_path / "logs", "sim1", "step_start", step="settle"), "sim1 reached settle")
+        await until(lambda: all(logged(tmp_path / "logs", n, "step_start", step="settle") for n in ("sim1", "sim2")),
+                    "both hosts reached settle")
         with cluster.frozen():
             process.send_signal(signal.SIGINT)
             await until(lambda: logged(tmp_path / "logs", "sim1", "slurm_release") or
