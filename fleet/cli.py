@@ -3,52 +3,49 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 import typer
 
 from fleet import __version__
+from fleet.choose import choose_targets, provenance
+from fleet.cli_options import (
+    CHECK_EPILOG,
+    RESET_EPILOG,
+    ConcurrencyOpt,
+    ExcludeOpt,
+    GroupOpt,
+    HostsArg,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    LogDirOpt,
+    MetricsFileOpt,
+    NodesOpt,
+    PartitionOpt,
+    SlurmOpt,
+)
 from fleet.errors import UsageError
 from fleet.graph import RunOptions, SlurmOptions
 from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
-from fleet.inventory.load import Inventory, host_vars, inventory_path, load_inventory
-from fleet.inventory.targeting import named, select, select_with
+from fleet.inventory.load import host_vars
 from fleet.report import render as reporting
+from fleet.report.archive import listing, prune, reading, shown
 from fleet.report.history import (
     UNFINISHED,
-    History,
     history_path,
-    newest_folders,
-    remove_folders,
-    stale_folders,
 )
 from fleet.report.history_view import (
     STATUS_ORDER,
-    host_lines,
-    log_lines,
-    parse_since,
-    prune_line,
-    report_from_document,
-    run_lines,
-    tally,
-    tally_line,
-    unfinished_lines,
 )
 from fleet.report.logs import default_log_dir
 from fleet.report.rerun import rerun_of
 from fleet.reset.host import Mode
-from fleet.run import run_and_report
+from fleet.run import execute
 from fleet.waves import parse_amount, parse_duration
 
 app = typer.Typer(
@@ -59,70 +56,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-HostsArg = Annotated[
-    list[str] | None, typer.Argument(help="Host names or node-set patterns.", show_default=False, metavar="HOST")
-]
-InventoryOpt = Annotated[
-    str | None, typer.Option("-i", "--inventory", metavar="PATH", help="Inventory file (else $FLEET_INVENTORY).")
-]
-GroupOpt = Annotated[
-    list[str] | None, typer.Option("-g", "--group", metavar="NAME", help="Target a group (repeatable, union).")
-]
-LimitOpt = Annotated[
-    str | None, typer.Option("-l", "--limit", metavar="PATTERN", help="Intersect with these hosts/patterns.")
-]
-ExcludeOpt = Annotated[str | None, typer.Option("--exclude", metavar="PATTERN", help="Remove these hosts/patterns.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout; humans read stderr.")]
-ConcurrencyOpt = Annotated[
-    int | None,
-    typer.Option("-j", "--concurrency", min=1, metavar="N", help="At most N hosts with remote work in flight."),
-]
-NodesOpt = Annotated[
-    str | None,
-    typer.Option("-w", "--nodes", metavar="HOSTLIST",
-                 help="Target these hosts (node sets: gpu-c[01-64]), listed in the inventory or not."),
-]
-SlurmOpt = Annotated[
-    bool, typer.Option("--slurm", help="Drain in Slurm before, resume after (or `scheduler: slurm` in the inventory).")
-]
-PartitionOpt = Annotated[
-    str | None, typer.Option("--partition", metavar="NAME", help="With --slurm: target the partition's nodes.")
-]
-MetricsFileOpt = Annotated[
-    Path | None,
-    typer.Option("--metrics-file", metavar="PATH", help="Write the run's Prometheus metrics there (atomically),"
-                 " for node_exporter's textfile collector."),
-]
-LogDirOpt = Annotated[
-    Path | None, typer.Option("--log-dir", metavar="DIR", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")
-]
-
-
-EXIT_CODES = """\b
-Exit status:
-  0    every host clean (a dry run: every host planned)
-  1    a host ended failed, unreachable or skipped; or --deadline passed
-  2    usage or inventory error: one line naming the file and key, nothing touched
-  130  interrupted (SIGINT/SIGTERM): in-flight commands ended, the report still written"""
-
-RESET_EPILOG = f"""\b
-Examples:
-  fleet reset -i site.yaml -g blackwell --dry-run        what would happen, per host
-  fleet reset -g rack-a -y --canary 1 --batch 25%        one node first, then quarter-rack waves
-  fleet reset -g blackwell -y --deadline 10m -j 32       nightly: bounded in time and fan-out
-  fleet reset --slurm --partition gpu -y                 drain in Slurm, wait for jobs, resume
-  fleet reset -w gpu-c[01-64] --slurm --via srun -y      no inventory, no SSH: one srun step
-
-{EXIT_CODES}"""
-
-CHECK_EPILOG = f"""\b
-Examples:
-  fleet check -g blackwell                               exit 0 when every host is clean
-  fleet check gpu-b[01-04] --json | jq '.hosts[] | select(.status != "clean")'
-
-{EXIT_CODES}"""
-
 
 def _version(value: bool) -> None:
     if value:
@@ -144,54 +77,6 @@ def _err(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-@dataclass(frozen=True)
-class Targets:
-    """What the command line chose: the hosts, the inventory they came from (if any), and whether Slurm is on."""
-
-    hosts: list[Host]
-    inventory: Inventory | None
-    slurm: bool
-
-
-def _targets(
-    hosts: list[str] | None, inventory: str | None, group: list[str] | None, limit: str | None, exclude: str | None,
-    *, nodes: str | None = None, partition: str | None = None, slurm: bool = False,
-    rerun: list[str] | None = None,
-) -> Targets:
-    outright = nodes is not None or partition is not None or rerun is not None
-    inv = _inventory(inventory, required=not outright)
-    slurm = slurm or (inv is not None and inv.scheduler == "slurm")
-    if partition is not None and not slurm:
-        raise UsageError("--partition needs --slurm (or `scheduler: slurm` in the inventory)")
-    if not outright:
-        assert inv is not None
-        return Targets(select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude), inv, slurm)
-    extra = named(nodes) if nodes is not None else list(rerun or [])
-    if partition is not None:
-        extra += _partition_hosts(partition, inv)
-    chosen = select_with(inv, extra, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude,
-                         origin="-w" if nodes is not None else "--rerun-failed" if rerun else "--partition")
-    return Targets(chosen, inv, slurm)
-
-
-def _inventory(cli_value: str | None, *, required: bool) -> Inventory | None:
-    if not required and cli_value is None and not os.environ.get("FLEET_INVENTORY", "").strip():
-        return None
-    return load_inventory(inventory_path(cli_value))
-
-
-def _partition_hosts(partition: str, inv: Inventory | None) -> list[str]:
-    """The host names of a Slurm partition's nodes: the inventory host whose slurm_node it is, else the node name."""
-    from fleet.slurm.control import Slurm, SlurmError
-
-    try:
-        nodes = anyio.run(Slurm().partition, partition)
-    except SlurmError as exc:
-        raise UsageError(f"--partition {partition}: {exc}") from None
-    by_node = {h.slurm_node or h.name: h.name for h in (inv.hosts.values() if inv else ())}
-    return [by_node.get(node, node) for node in nodes]
-
-
 def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
     if yes or dry_run or len(targets) <= 1:
         return
@@ -205,20 +90,6 @@ def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
     if sys.stdin.readline().strip().lower() not in ("y", "yes"):
         _err("fleet: nothing done")
         raise typer.Exit(1)
-
-
-def execute(targets: list[Host], options: RunOptions, *, as_json: bool, log_dir: Path | None,
-            metrics_file: Path | None = None) -> int:
-    """Run; then the metrics file (not for a dry run: it would replace the last real run's with `planned`)."""
-    code, report = anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir))
-    if metrics_file is not None and options.mode is not Mode.PLAN:
-        from fleet.report.metrics import render_metrics, write_metrics
-
-        try:
-            write_metrics(metrics_file, render_metrics(report, exit_code=code, finished_at=time.time()))
-        except OSError as exc:  # a metrics file never changes the run's outcome
-            _err(f"fleet: warning: metrics not written to {metrics_file}: {exc.strerror or exc}")
-    return code
 
 
 @app.command(epilog=RESET_EPILOG)
@@ -284,8 +155,8 @@ def reset(
     """Drain -> kill -> settle -> verify on every target."""
     if via not in ("ssh", "srun"):
         raise UsageError(f"--via takes ssh or srun, not {via!r}")
-    rerun = _rerun_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
-    chosen = _targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
+    rerun = _rerunchoose_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
+    chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
                       slurm=slurm or via == "srun", rerun=rerun)
     options = RunOptions(
         mode=Mode.PLAN if dry_run else Mode.RESET,
@@ -302,18 +173,18 @@ def reset(
         if chosen.slurm else None,
     )
     if via != "srun":  # with srun, no SSH: each node runs its own commands
-        check_files(_provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
+        check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
     _confirm(chosen.hosts, yes, dry_run)
     code = execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file)
     if keep_days is not None:  # the nightly run keeps its own history in bounds; this run itself is never old
         try:
-            _prune(log_dir or default_log_dir(), keep_days, datetime.now(UTC))
+            prune(log_dir or default_log_dir(), keep_days, datetime.now(UTC))
         except (OSError, UsageError) as exc:  # retention never changes the run's outcome
             _err(f"fleet: warning: --keep-days: {exc}")
     raise typer.Exit(code)
 
 
-def _rerun_targets(given: str, log_dir: Path | None, hosts: list[str] | None, group: list[str] | None,
+def _rerunchoose_targets(given: str, log_dir: Path | None, hosts: list[str] | None, group: list[str] | None,
                    nodes: str | None, partition: str | None) -> list[str]:
     """The hosts of a past reset (`last`: the newest not a dry run; or a run id) that did not end clean; exit 0
     when every one did, exit 2 for a dry run or a check (`fleet.report.rerun`)."""
@@ -321,7 +192,7 @@ def _rerun_targets(given: str, log_dir: Path | None, hosts: list[str] | None, gr
         raise UsageError("--rerun-failed chooses the hosts: not with HOST, -g, -w or --partition (--limit and"
                          " --exclude still narrow it)")
     folder = log_dir or default_log_dir()
-    with _reading(folder) as history:
+    with reading(folder) as history:
         rerun = rerun_of(history, given, history_path(folder))
     if rerun.exit_code == 2:
         raise UsageError(rerun.line)
@@ -329,11 +200,6 @@ def _rerun_targets(given: str, log_dir: Path | None, hosts: list[str] | None, gr
     if rerun.exit_code is not None:
         raise typer.Exit(rerun.exit_code)
     return list(rerun.hosts)
-
-
-def _provenance(chosen: Targets) -> Inventory:
-    """Where the hosts' variables came from, for error messages: the inventory, else the built-in defaults."""
-    return chosen.inventory or Inventory(path=Path("built-in defaults"), hosts={}, groups={})
 
 
 @app.command(epilog=CHECK_EPILOG)
@@ -352,8 +218,8 @@ def check(
     log_dir: LogDirOpt = None,
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean. With Slurm, each node's state is reported."""
-    chosen = _targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm)
-    check_files(_provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything connects
+    chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm)
+    check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything connects
     options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True, progress=True,
                          slurm=SlurmOptions() if chosen.slurm else None)
     raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
@@ -369,7 +235,7 @@ def inventory_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The resolved targets and their variables."""
-    chosen = _targets(hosts, inventory, group, limit, exclude)
+    chosen = choose_targets(hosts, inventory, group, limit, exclude)
     inv, targets = chosen.inventory, chosen.hosts
     assert inv is not None
     if as_json:
@@ -407,30 +273,13 @@ def runs(
     ] = None,
 ) -> None:
     """Recent runs from the history (<log-dir>/history.sqlite); with --host, one node's record across runs."""
-    folder = log_dir or default_log_dir()
-    now = datetime.now(UTC)
-    cutoff = parse_since(since, now) if since else None
     if status is not None and status not in (*STATUS_ORDER, UNFINISHED):
         raise UsageError(f"--status takes {', '.join(STATUS_ORDER)} or {UNFINISHED}, not {status!r}")
     if host is not None and (group or status == UNFINISHED):
         raise UsageError("--host lists one host's outcomes: not with --group or --status unfinished")
-    group_hosts = [h.name for h in _targets(None, inventory, group, None, None).hosts] if group else None
-    pruned = _prune(folder, keep_days, now) if keep_days is not None else None
-    with _reading(folder) as history:
-        if host is not None:
-            if history is None or not history.knows_host(host):
-                raise UsageError(f"no run on record targeted {host} ({history_path(folder)})")
-            rows = history.host_history(host, since=cutoff, status=status)
-            summary = tally(host, rows)
-            document: dict[str, Any] = {"history": str(history_path(folder)), "tally": summary,
-                                        "runs": [r.document() for r in rows[:limit]]}
-            lines = [*(host_lines(rows[:limit]) if rows else []), tally_line(summary)]
-        else:
-            found = history.runs(limit, group_hosts=group_hosts, status=status, since=cutoff) if history else []
-            document = {"history": str(history_path(folder)), "runs": [r.document() for r in found]}
-            lines = run_lines(found) if found else [f"no run on record in {history_path(folder)}"]
-    if pruned is not None:
-        document["pruned"] = pruned
+    group_hosts = [h.name for h in choose_targets(None, inventory, group, None, None).hosts] if group else None
+    document, lines = listing(log_dir or default_log_dir(), host=host, group_hosts=group_hosts, status=status,
+                              since=since, limit=limit, keep_days=keep_days)
     if as_json:
         sys.stdout.write(json.dumps(document, indent=1) + "\n")
     else:
@@ -450,76 +299,7 @@ def show(
     log_dir: LogDirOpt = None,
 ) -> None:
     """A past run's report again (its summary.json), or one host's log of it."""
-    folder = log_dir or default_log_dir()
-    run_id = _run_id(folder, run_id)
-    run_folder = folder / run_id
-    if host is not None:
-        log = run_folder / f"{_plain_name(host, '--host')}.jsonl"
-        if not log.is_file():
-            raise UsageError(f"run {run_id} has no log of host {host} ({log} does not exist)")
-        text = log.read_text(encoding="utf-8", errors="replace")
-        sys.stdout.write(text if as_json else "".join(f"{line}\n" for line in log_lines(text)))
-        return
-    summary = run_folder / "summary.json"
-    if summary.is_file():
-        text = summary.read_text(encoding="utf-8")
-        if as_json:
-            sys.stdout.write(text)
-            return
-        report = report_from_document(json.loads(text))
-        print("\n".join([*reporting.plan_lines(report), *reporting.human_lines(report), f"logs: {run_folder}"]))
-        return
-    with _reading(folder) as history:
-        record = history.get(run_id) if history else None
-    if record is None:
-        raise UsageError(f"run {run_id} has no summary.json and no record in {history_path(folder)}")
-    if as_json:
-        doc = {"run": record.run.document(), "hosts": {h.host: h.document() for h in record.hosts}}
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        return
-    print("\n".join([*unfinished_lines(record), f"logs: {run_folder}"]))
-
-
-@contextmanager
-def _reading(folder: Path) -> Iterator[History | None]:
-    """The folder's history, or None when it has none (a read never creates one)."""
-    path = history_path(folder)
-    if not path.is_file():
-        yield None
-        return
-    with History.open(path) as history:
-        yield history
-
-
-def _plain_name(value: str, what: str) -> str:
-    """A run id or host name that names a file in a folder, never a path."""
-    if not value or value in (".", "..") or "/" in value or "\0" in value:
-        raise UsageError(f"{what}: {value!r} is no run id or host name")
-    return value
-
-
-def _run_id(folder: Path, given: str) -> str:
-    """`last` (the newest run, on record or with a log folder), or a run id that exists in `folder`."""
-    with _reading(folder) as history:
-        if given == "last":
-            candidates = [history.last_run_id() if history else None, *newest_folders(folder, 1)]
-            found = max((c for c in candidates if c), default=None)
-            if found is None:
-                raise UsageError(f"no run on record in {folder}")
-            return found
-        _plain_name(given, "run id")
-        if (folder / given).is_dir() or (history is not None and history.get(given) is not None):
-            return given
-    raise UsageError(f"no run {given} in {folder}")
-
-
-def _prune(folder: Path, keep_days: int, now: datetime) -> dict[str, list[str]]:
-    """`--keep-days`: the old records, then the old log folders (recorded or not); says what went."""
-    with _reading(folder) as history:
-        records = history.prune(keep_days, now) if history else []
-    folders = remove_folders(folder, sorted(set(records) | set(stale_folders(folder, keep_days, now))))
-    _err(prune_line(records, folders, keep_days))
-    return {"records": records, "folders": folders}
+    sys.stdout.write(shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json))
 
 
 @app.command()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import resource
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, fields, is_dataclass
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from fleet.report.history import Recorder, history_path, now_stamp
 from fleet.report.logs import RunLiveness, RunLogs, default_log_dir, new_run_id, run_liveness
 from fleet.report.models import RunReport
 from fleet.report.tables import report_table
+from fleet.reset.host import Mode
 from fleet.waves import Amount
 
 # File descriptors a host holds during a run: its connection's socket and its log file.
@@ -163,3 +166,17 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
         say(f"fleet: stopped starting hosts: {state.stopped}")
     await anyio.to_thread.run_sync(history.close)
     return code, run_report
+
+
+def execute(targets: list[Host], options: RunOptions, *, as_json: bool, log_dir: Path | None,
+            metrics_file: Path | None = None) -> int:
+    """Run; then the metrics file (not for a dry run: it would replace the last real run's with `planned`)."""
+    code, report = anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir))
+    if metrics_file is not None and options.mode is not Mode.PLAN:
+        from fleet.report.metrics import render_metrics, write_metrics
+
+        try:
+            write_metrics(metrics_file, render_metrics(report, exit_code=code, finished_at=time.time()))
+        except OSError as exc:  # a metrics file never changes the run's outcome
+            say(f"fleet: warning: metrics not written to {metrics_file}: {exc.strerror or exc}")
+    return code

@@ -1,0 +1,72 @@
+"""The command line's shared parts, declared once: the options several commands take (typer `Annotated` types)
+and the help texts (examples, exit status) that `fleet.cli` puts under its commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+HostsArg = Annotated[
+    list[str] | None, typer.Argument(help="Host names or node-set patterns.", show_default=False, metavar="HOST")
+]
+InventoryOpt = Annotated[
+    str | None, typer.Option("-i", "--inventory", metavar="PATH", help="Inventory file (else $FLEET_INVENTORY).")
+]
+GroupOpt = Annotated[
+    list[str] | None, typer.Option("-g", "--group", metavar="NAME", help="Target a group (repeatable, union).")
+]
+LimitOpt = Annotated[
+    str | None, typer.Option("-l", "--limit", metavar="PATTERN", help="Intersect with these hosts/patterns.")
+]
+ExcludeOpt = Annotated[str | None, typer.Option("--exclude", metavar="PATTERN", help="Remove these hosts/patterns.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout; humans read stderr.")]
+ConcurrencyOpt = Annotated[
+    int | None,
+    typer.Option("-j", "--concurrency", min=1, metavar="N", help="At most N hosts with remote work in flight."),
+]
+NodesOpt = Annotated[
+    str | None,
+    typer.Option("-w", "--nodes", metavar="HOSTLIST",
+                 help="Target these hosts (node sets: gpu-c[01-64]), listed in the inventory or not."),
+]
+SlurmOpt = Annotated[
+    bool, typer.Option("--slurm", help="Drain in Slurm before, resume after (or `scheduler: slurm` in the inventory).")
+]
+PartitionOpt = Annotated[
+    str | None, typer.Option("--partition", metavar="NAME", help="With --slurm: target the partition's nodes.")
+]
+MetricsFileOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics-file", metavar="PATH", help="Write the run's Prometheus metrics there (atomically),"
+                 " for node_exporter's textfile collector."),
+]
+LogDirOpt = Annotated[
+    Path | None, typer.Option("--log-dir", metavar="DIR", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")
+]
+
+
+EXIT_CODES = """\b
+Exit status:
+  0    every host clean (a dry run: every host planned)
+  1    a host ended failed, unreachable or skipped; or --deadline passed
+  2    usage or inventory error: one line naming the file and key, nothing touched
+  130  interrupted (SIGINT/SIGTERM): in-flight commands ended, the report still written"""
+
+RESET_EPILOG = f"""\b
+Examples:
+  fleet reset -i site.yaml -g blackwell --dry-run        what would happen, per host
+  fleet reset -g rack-a -y --canary 1 --batch 25%        one node first, then quarter-rack waves
+  fleet reset -g blackwell -y --deadline 10m -j 32       nightly: bounded in time and fan-out
+  fleet reset --slurm --partition gpu -y                 drain in Slurm, wait for jobs, resume
+  fleet reset -w gpu-c[01-64] --slurm --via srun -y      no inventory, no SSH: one srun step
+
+{EXIT_CODES}"""
+
+CHECK_EPILOG = f"""\b
+Examples:
+  fleet check -g blackwell                               exit 0 when every host is clean
+  fleet check gpu-b[01-04] --json | jq '.hosts[] | select(.status != "clean")'
+
+{EXIT_CODES}"""

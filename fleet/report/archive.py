@@ -1,0 +1,127 @@
+"""The runs on disk, as the commands name them: a run id (or `last`) resolved against a log folder, the folder's
+history opened for reading (never created by a read), and retention (`--keep-days`). Used by `fleet runs`,
+`fleet show` and `reset --keep-days`; the CLI only declares those commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fleet.errors import UsageError
+from fleet.report import render
+from fleet.report.history import History, history_path, newest_folders, remove_folders, stale_folders
+from fleet.report.history_view import (
+    host_lines,
+    log_lines,
+    parse_since,
+    prune_line,
+    report_from_document,
+    run_lines,
+    tally,
+    tally_line,
+    unfinished_lines,
+)
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def reading(folder: Path) -> Iterator[History | None]:
+    """The folder's history, or None when it has none (a read never creates one)."""
+    path = history_path(folder)
+    if not path.is_file():
+        yield None
+        return
+    with History.open(path) as history:
+        yield history
+
+
+def plain_name(value: str, what: str) -> str:
+    """A run id or host name that names a file in a folder, never a path."""
+    if not value or value in (".", "..") or "/" in value or "\0" in value:
+        raise UsageError(f"{what}: {value!r} is no run id or host name")
+    return value
+
+
+def resolve_run_id(folder: Path, given: str) -> str:
+    """`last` (the newest run, on record or with a log folder), or a run id that exists in `folder`."""
+    with reading(folder) as history:
+        if given == "last":
+            candidates = [history.last_run_id() if history else None, *newest_folders(folder, 1)]
+            found = max((c for c in candidates if c), default=None)
+            if found is None:
+                raise UsageError(f"no run on record in {folder}")
+            return found
+        plain_name(given, "run id")
+        if (folder / given).is_dir() or (history is not None and history.get(given) is not None):
+            return given
+    raise UsageError(f"no run {given} in {folder}")
+
+
+def prune(folder: Path, keep_days: int, now: datetime) -> dict[str, list[str]]:
+    """`--keep-days`: the old records, then the old log folders (recorded or not); says what went."""
+    with reading(folder) as history:
+        records = history.prune(keep_days, now) if history else []
+    folders = remove_folders(folder, sorted(set(records) | set(stale_folders(folder, keep_days, now))))
+    say(prune_line(records, folders, keep_days))
+    return {"records": records, "folders": folders}
+
+
+def listing(folder: Path, *, host: str | None, group_hosts: list[str] | None, status: str | None,
+            since: str | None, limit: int, keep_days: int | None) -> tuple[dict[str, Any], list[str]]:
+    """`fleet runs`: the JSON document and the lines for humans (after `--keep-days`' pruning, when asked)."""
+    now = datetime.now(UTC)
+    cutoff = parse_since(since, now) if since else None
+    pruned = prune(folder, keep_days, now) if keep_days is not None else None
+    with reading(folder) as history:
+        if host is not None:
+            if history is None or not history.knows_host(host):
+                raise UsageError(f"no run on record targeted {host} ({history_path(folder)})")
+            rows = history.host_history(host, since=cutoff, status=status)
+            summary = tally(host, rows)
+            document: dict[str, Any] = {"history": str(history_path(folder)), "tally": summary,
+                                        "runs": [r.document() for r in rows[:limit]]}
+            lines = [*(host_lines(rows[:limit]) if rows else []), tally_line(summary)]
+        else:
+            found = history.runs(limit, group_hosts=group_hosts, status=status, since=cutoff) if history else []
+            document = {"history": str(history_path(folder)), "runs": [r.document() for r in found]}
+            lines = run_lines(found) if found else [f"no run on record in {history_path(folder)}"]
+    if pruned is not None:
+        document["pruned"] = pruned
+    return document, lines
+
+
+def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
+    """`fleet show`: what it prints on stdout. A run's summary.json (as it is, or for humans); one host's log
+    (a readable line per event, or the raw JSONL); for a run with no summary (killed, or still going), what the
+    history has of it."""
+    run_id = resolve_run_id(folder, given)
+    run_folder = folder / run_id
+    if host is not None:
+        log = run_folder / f"{plain_name(host, '--host')}.jsonl"
+        if not log.is_file():
+            raise UsageError(f"run {run_id} has no log of host {host} ({log} does not exist)")
+        text = log.read_text(encoding="utf-8", errors="replace")
+        return text if as_json else "".join(f"{line}\n" for line in log_lines(text))
+    summary = run_folder / "summary.json"
+    if summary.is_file():
+        text = summary.read_text(encoding="utf-8")
+        if as_json:
+            return text
+        report = report_from_document(json.loads(text))
+        return "\n".join([*render.plan_lines(report), *render.human_lines(report), f"logs: {run_folder}"]) + "\n"
+    with reading(folder) as history:
+        record = history.get(run_id) if history else None
+    if record is None:
+        raise UsageError(f"run {run_id} has no summary.json and no record in {history_path(folder)}")
+    if as_json:
+        doc = {"run": record.run.document(), "hosts": {h.host: h.document() for h in record.hosts}}
+        return json.dumps(doc, indent=1) + "\n"
+    return "\n".join([*unfinished_lines(record), f"logs: {run_folder}"]) + "\n"
