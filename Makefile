@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast check bench clean
+.PHONY: install demo test test-fast check dist bench clean
 
 install: $(STAMP)
 
@@ -21,14 +21,19 @@ test: install
 	$(BIN)/pytest
 
 test-fast: install
-	$(BIN)/pytest -m 'not sshd and not slurm'
+	$(BIN)/pytest -m 'not sshd and not slurm and not wheel'
+
+# The sdist and the wheel in dist/, built as pip builds them (an isolated build environment).
+dist: install
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 check: install
 	$(BIN)/ruff check fleet tests benchmarks
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info dist build
 
 # `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes); benchmarks/controller.py (fleet's own CPU,
 # memory and output a host at 1,000, 5,000 and 10,000 hosts, no SSH); benchmarks/slurm.py (`--slurm` over SSH

@@ -67,7 +67,7 @@ def test_version_prints_the_package_version_and_exits_0() -> None:
     proc = run_cli("--version")
     assert proc.returncode == 0
     assert proc.stdout == f"fleet {fleet.__version__}\n"
-    assert importlib.metadata.version("fleet") == fleet.__version__  # pyproject reads the same declaration
+    assert importlib.metadata.version("gpu-fleet") == fleet.__version__  # pyproject reads the same declaration
 
 
 def test_nothing_reads_outside_the_repository() -> None:
