@@ -31,7 +31,8 @@ NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "build", "dis
 def run(argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "FLEET_INVENTORY")}
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    said = f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{said}"
     return proc
 
 
@@ -67,5 +68,5 @@ def test_the_installed_wheel_resets_a_simulated_fleet(installed: Path, tmp_path:
 
 def test_the_installed_wheel_reads_an_example_inventory(installed: Path, tmp_path: Path) -> None:
     inventory = shutil.copy(REPO / "inventory" / "site.yaml", tmp_path / "site.yaml")
-    proc = run([str(installed / "fleet"), "inventory", "-i", str(inventory), "--json"], cwd=tmp_path)
+    proc = run([str(installed / "fleet"), "inventory", "-i", str(inventory), "-g", "all", "--json"], cwd=tmp_path)
     assert '"hosts"' in proc.stdout and "gpu-" in proc.stdout
