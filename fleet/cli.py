@@ -290,11 +290,12 @@ def runs(
 def show(
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID|last", help="A run id, or `last`.", show_default=False)],
     host: Annotated[
-        str | None, typer.Option("--host", metavar="HOST", help="That host's log, a readable line per event (the"
-                                 " raw JSONL with --json).")
+        str | None, typer.Option("--host", metavar="HOST", help="That host's log, a readable line per event (with"
+                                 " --json: one JSON list of its events).")
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="summary.json as it is (with --host: the raw JSONL).")
+        bool, typer.Option("--json", help="One JSON document: summary.json as it is (with --host: the host's"
+                      " events as a list).")
     ] = False,
     log_dir: LogDirOpt = None,
 ) -> None:

@@ -510,7 +510,7 @@ async def test_runs_and_show_answer_from_real_runs(tmp_path: Path, capsys: pytes
     assert any(" verify " in line and "$ " in line and "nvidia-smi" in line for line in shown)
     assert "status=clean" in shown[-1] and "host_end" in shown[-1]
     assert main(["show", last, "--host", "gpu-b01", "--json", "--log-dir", str(logs)]) == 0
-    assert capsys.readouterr().out == raw
+    assert json.loads(capsys.readouterr().out) == [json.loads(line) for line in raw.splitlines()]  # one document
 
     for bad in (["show", "20991231T000000Z-000000"], ["show", last, "--host", "gpu-b09"], ["show", "../logs"],
                 ["runs", "--since", "yesterday"], ["runs", "--host", "gpu-b09"], ["runs", "--status", "done"]):
@@ -660,3 +660,11 @@ def test_the_history_lives_next_to_the_run_folders(tmp_path: Path, monkeypatch: 
                             timeout=60, check=False, env={**os.environ, "FLEET_LOG_DIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["history"] == str(tmp_path / HISTORY_FILE)
+
+
+def test_a_hosts_log_as_json_is_one_list_even_with_a_line_cut_mid_write() -> None:
+    from fleet.report.archive import log_events
+
+    text = '{"event": "host_start", "host": "gpu-b01"}\n\n{"event": "command", "argv": ["nvid'
+    assert log_events(text) == [{"event": "host_start", "host": "gpu-b01"},
+                                {"event": "unreadable_line", "line": 3, "text": '{"event": "command", "argv": ["nvid'}]

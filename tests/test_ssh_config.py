@@ -309,6 +309,23 @@ async def test_ssh_configs_user_is_used_and_the_inventorys_wins(site: Site) -> N
 
 
 @pytest.mark.sshd
+async def test_a_jump_host_error_names_where_the_jump_and_the_target_really_were(site: Site) -> None:
+    """ssh_config names the jump by an alias (`rack7-badjump`) whose HostName and Port are elsewhere: the error
+    says where fleet really went (the jump's address and port) and on the way to where (the target's), as a
+    direct host's error does."""
+    closed = free_port()
+    write_config(site.home, (site.home / ".ssh" / "config").read_text().replace(
+        f"ProxyJump root@127.0.0.1:{site.jump.port}", "ProxyJump rack7-badjump")
+        + f"Host rack7-badjump\n  HostName 127.0.0.1\n  Port {closed}\n  User root\n")
+    with pytest.raises(ConnectError) as caught:
+        await open_ssh(Host(name="gpu-j01", address="gpu-j01", connect_timeout=10))
+    assert str(caught.value) == (f"jump host rack7-badjump: connection refused (127.0.0.1:{closed}), on the way to"
+                                 f" 127.0.0.1:{site.target.port}")
+    assert caught.value.reason is Reason.CONNECT_REFUSED
+    assert not jumps.jump_pool()
+
+
+@pytest.mark.sshd
 async def test_the_inventorys_port_wins_over_ssh_configs(site: Site) -> None:
     closed = Host(name="gpu-j01", address="gpu-j01", port=free_port(), connect_timeout=10)
     with pytest.raises(ConnectError) as caught:

@@ -98,10 +98,25 @@ def listing(folder: Path, *, host: str | None, group_hosts: list[str] | None, st
     return document, lines
 
 
+def log_events(text: str) -> list[dict[str, Any]]:
+    """A host's JSONL log as one JSON list of its events, in order. A line that is no JSON object (the last one
+    of a run killed mid-write) is kept, as `{"event": "unreadable_line", "line": N, "text": ...}`."""
+    events: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        events.append(event if isinstance(event, dict) else {"event": "unreadable_line", "line": number, "text": line})
+    return events
+
+
 def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
     """`fleet show`: what it prints on stdout. A run's summary.json (as it is, or for humans); one host's log
-    (a readable line per event, or the raw JSONL); for a run with no summary (killed, or still going), what the
-    history has of it."""
+    (a readable line per event, or one JSON list of its events); for a run with no summary (killed, or still
+    going), what the history has of it."""
     run_id = resolve_run_id(folder, given)
     run_folder = folder / run_id
     if host is not None:
@@ -109,7 +124,9 @@ def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
         if not log.is_file():
             raise UsageError(f"run {run_id} has no log of host {host} ({log} does not exist)")
         text = log.read_text(encoding="utf-8", errors="replace")
-        return text if as_json else "".join(f"{line}\n" for line in log_lines(text))
+        if as_json:
+            return json.dumps(log_events(text), indent=1) + "\n"
+        return "".join(f"{line}\n" for line in log_lines(text))
     summary = run_folder / "summary.json"
     if summary.is_file():
         text = summary.read_text(encoding="utf-8")

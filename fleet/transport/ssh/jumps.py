@@ -19,7 +19,7 @@ from fleet.inventory.host import Host
 from fleet.report.models import Reason
 from fleet.transport.ssh.known_hosts import KnownHosts
 from fleet.transport.ssh.options import CONNECT_GRACE_S, connect_errors, connect_options
-from fleet.transport.ssh.routing import Jump
+from fleet.transport.ssh.routing import Jump, Route, route
 
 # Seconds allowed for a connection to close cleanly (then it is aborted).
 CLOSE_TIMEOUT_S = 3.0
@@ -77,11 +77,12 @@ def jump_pool() -> dict[tuple[object, ...], SharedJump]:
     return _JUMP_POOLS.setdefault(asyncio.get_running_loop(), {})
 
 
-async def lease(host: Host, jump: Jump, known: KnownHosts) -> SharedJump:
+async def lease(host: Host, jump: Jump, known: KnownHosts, where: Route) -> SharedJump:
     """The shared connection to jump (opened now by the first host that asks), one more user counted.
 
     A jump that cannot be opened fails every host waiting on it with the same reason, its message naming the
-    jump host; once no host holds it, the next one to ask tries again.
+    jump host and where it was really reached (its ssh_config HostName and port), and, for each host, that
+    host's own address and port (`where`); once no host holds it, the next one to ask tries again.
     """
     pool = jump_pool()
     key = (jump.spec, known.paths)
@@ -99,7 +100,7 @@ async def lease(host: Host, jump: Jump, known: KnownHosts) -> SharedJump:
                 except TransportError as exc:
                     shared.error = exc
             if shared.error is not None:
-                raise again(shared.error) from None
+                raise again(shared.error, f", on the way to {where.hostname}:{where.port}") from None
     except BaseException:
         await shared.release()
         raise
@@ -112,14 +113,17 @@ async def open_jump(host: Host, jump: Jump, known: KnownHosts) -> asyncssh.SSHCl
     via = Host(name=jump.spec, address=jump.host, port=jump.port, user=jump.user,
                connect_timeout=host.connect_timeout)
     with connect_errors(via, prefix=f"jump host {jump.spec}: "):
+        reached = route(via)
+    with connect_errors(via, reached, prefix=f"jump host {jump.spec}: "):
         options = connect_options(via, known)
         with anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
             return await asyncssh.connect(via.address, **options)
 
 
-def again(exc: TransportError) -> TransportError:
-    """A new error like exc, for one more host (an exception is never raised in two tasks)."""
+def again(exc: TransportError, suffix: str = "") -> TransportError:
+    """A new error like exc, its message ending in `suffix`, for one more host (an exception is never raised in
+    two tasks)."""
     if isinstance(exc, ConnectError):
-        return ConnectError(str(exc), timed_out=exc.reason is Reason.CONNECT_TIMEOUT)
-    return type(exc)(str(exc))
+        return ConnectError(f"{exc}{suffix}", timed_out=exc.reason is Reason.CONNECT_TIMEOUT)
+    return type(exc)(f"{exc}{suffix}")
 

@@ -88,7 +88,7 @@ async def open_ssh(host: Host) -> SshTransport:
         with connect_errors(host, where, hint=hint), anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
             conn = await asyncssh.connect(host.address, **options)
         return SshTransport(host, conn, known.notes())
-    shared = await lease(host, jump, known)
+    shared = await lease(host, jump, known, where)
     try:
         with connect_errors(host, where, hint=hint):
             async with shared.handshakes:
