@@ -44,11 +44,13 @@ from fleet.report.history import (
 from fleet.report.history_view import (
     log_line,
     log_lines,
+    outcome,
     parse_since,
     report_from_document,
     run_lines,
     tally,
     tally_line,
+    terminal_columns,
     took,
 )
 from fleet.report.logs import new_run_id
@@ -668,3 +670,22 @@ def test_a_hosts_log_as_json_is_one_list_even_with_a_line_cut_mid_write() -> Non
     text = '{"event": "host_start", "host": "gpu-b01"}\n\n{"event": "command", "argv": ["nvid'
     assert log_events(text) == [{"event": "host_start", "host": "gpu-b01"},
                                 {"event": "unreadable_line", "line": 3, "text": '{"event": "command", "argv": ["nvid'}]
+
+
+def test_on_an_80_column_terminal_runs_fit_and_the_outcome_wraps_under_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fleet runs` (and `--host`) on COLUMNS=80: STARTED goes (the run id says it), the free-text column wraps
+    within its own column; piped without COLUMNS, lines stay whole for grep and awk."""
+    killed = RunRow("20261202T120000Z-aaaaaa", "reset", tuple(f"gpu-b{i:02}" for i in range(1, 513)),
+                    {"mode": "reset"}, stamp(NOW), None, None, "0.2.0", "/logs", {"clean": 500, "failed": 7})
+    lines = run_lines([killed], width=80)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].split() == ["RUN", "TOOK", "COMMAND", "HOSTS", "EXIT", "OUTCOME"]
+    indent = lines[0].index("OUTCOME")
+    assert lines[1].startswith("20261202T120000Z-aaaaaa") and all(line[:indent].strip() == "" for line in lines[2:])
+    assert " ".join(line[indent:] for line in lines[1:]) == outcome(killed)
+    assert run_lines([killed]) == run_lines([killed], width=None) and len(run_lines([killed])) == 2
+    monkeypatch.setenv("COLUMNS", "80")
+    assert terminal_columns() == 80
+    monkeypatch.delenv("COLUMNS")
+    assert terminal_columns() is None  # pytest captures stdout: no terminal

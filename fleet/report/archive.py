@@ -24,6 +24,7 @@ from fleet.report.history_view import (
     run_lines,
     tally,
     tally_line,
+    terminal_columns,
     unfinished_lines,
 )
 
@@ -88,11 +89,11 @@ def listing(folder: Path, *, host: str | None, group_hosts: list[str] | None, st
             summary = tally(host, rows)
             document: dict[str, Any] = {"history": str(history_path(folder)), "tally": summary,
                                         "runs": [r.document() for r in rows[:limit]]}
-            lines = [*(host_lines(rows[:limit]) if rows else []), tally_line(summary)]
+            lines = [*(host_lines(rows[:limit], terminal_columns()) if rows else []), tally_line(summary)]
         else:
             found = history.runs(limit, group_hosts=group_hosts, status=status, since=cutoff) if history else []
             document = {"history": str(history_path(folder)), "runs": [r.document() for r in found]}
-            lines = run_lines(found) if found else [f"no run on record in {history_path(folder)}"]
+            lines = run_lines(found, terminal_columns()) if found else [f"no run on record in {history_path(folder)}"]
     if pruned is not None:
         document["pruned"] = pruned
     return document, lines

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import sys
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -61,11 +64,45 @@ def took(seconds: float | None) -> str:
     return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Columns left-aligned, two spaces apart; the last one not padded."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return [("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))).rstrip()
-            for row in [header, *rows]]
+# The narrowest room the last (free-text) column is wrapped into, whatever the terminal.
+LAST_COLUMN_MIN = 24
+
+
+def terminal_columns() -> int | None:
+    """The width to fit a table into: $COLUMNS when set, else the terminal's; None when stdout is no terminal
+    (a pipe, a file: nothing wraps there, so lines stay whole for grep and awk)."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    if sys.stdout.isatty():
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    return None
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None,
+          droppable: Sequence[int] = ()) -> list[str]:
+    """Columns left-aligned, two spaces apart; the last one free text, not padded. Within `width` (a terminal's
+    columns), the `droppable` columns go first (in that order) while the table is too wide, then the last column
+    wraps within its own column, its continuation lines indented under it: never under another column."""
+    cells = [list(header), *[list(r) for r in rows]]
+    for index in droppable:
+        if width is None or _width(cells) <= width:
+            break
+        cells = [row[:index] + row[index + 1:] for row in cells]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
+    indent = sum(widths) + 2 * len(widths)
+    room = max(LAST_COLUMN_MIN, width - indent) if width is not None else None
+    lines = []
+    for row in cells:
+        lead = "".join(cell.ljust(w) + "  " for cell, w in zip(row[:-1], widths, strict=True))
+        parts = textwrap.wrap(row[-1], room, break_on_hyphens=False) if room and len(row[-1]) > room else [row[-1]]
+        lines.append((lead + (parts[0] if parts else "")).rstrip())
+        lines.extend(" " * indent + part for part in parts[1:])
+    return lines
+
+
+def _width(cells: Sequence[Sequence[str]]) -> int:
+    return sum(max(len(row[i]) for row in cells) for i in range(len(cells[0]))) + 2 * (len(cells[0]) - 1)
 
 
 def command_label(run: RunRow) -> str:
@@ -86,18 +123,19 @@ def outcome(run: RunRow) -> str:
     return f"{UNFINISHED}: {run.recorded} of {len(run.targets)} on record" + (f" ({done})" if done else "")
 
 
-def run_lines(runs: Sequence[RunRow]) -> list[str]:
-    """`fleet runs`: newest first, a run a line."""
+def run_lines(runs: Sequence[RunRow], width: int | None = None) -> list[str]:
+    """`fleet runs`: newest first, a run a line (within `width`: STARTED goes first, the run id says it too)."""
     rows = [[r.run_id, short_time(r.started_at), took(r.duration_s), command_label(r), str(len(r.targets)),
              "-" if r.exit_code is None else str(r.exit_code), outcome(r)] for r in runs]
-    return table(["RUN", "STARTED (UTC)", "TOOK", "COMMAND", "HOSTS", "EXIT", "OUTCOME"], rows)
+    return table(["RUN", "STARTED (UTC)", "TOOK", "COMMAND", "HOSTS", "EXIT", "OUTCOME"], rows, width, droppable=(1,))
 
 
-def host_lines(rows: Sequence[HostRow]) -> list[str]:
-    """`fleet runs --host H`: that host's outcome in each run, newest first."""
+def host_lines(rows: Sequence[HostRow], width: int | None = None) -> list[str]:
+    """`fleet runs --host H`: that host's outcome in each run, newest first (within `width`, as `run_lines`)."""
     lines = [[r.run_id, short_time(r.started_at), r.command, r.status, r.reason or "-", took(r.duration_s),
               one_line(r.error or "")] for r in rows]
-    return table(["RUN", "STARTED (UTC)", "COMMAND", "STATUS", "REASON", "TOOK", "ERROR"], lines)
+    return table(["RUN", "STARTED (UTC)", "COMMAND", "STATUS", "REASON", "TOOK", "ERROR"], lines, width,
+                 droppable=(1,))
 
 
 def tally(host: str, rows: Sequence[HostRow]) -> dict[str, Any]:
