@@ -1,3 +1,56 @@
-"""fleet: make racks of GPU nodes clean again, many at once, and prove it."""
+"""fleet: make racks of GPU nodes clean again, many at once, and prove it.
+
+The importable API is what `__all__` names: load an inventory, choose hosts, run, read the report.
+
+    from fleet import RunOptions, load_inventory, run_and_report, select
+    hosts = select(load_inventory("site.yaml"), groups=["blackwell"])
+    code, report = anyio.run(functools.partial(run_and_report, hosts, RunOptions(), as_json=False, log_dir=None))
+
+Each name is imported on first use (PEP 562), so `import fleet` (and `fleet --version`) stays cheap.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
+
+# name -> the module that defines it
+_API = {
+    "Host": "fleet.inventory.host",
+    "Inventory": "fleet.inventory.load",
+    "load_inventory": "fleet.inventory.load",
+    "select": "fleet.inventory.targeting",
+    "Mode": "fleet.reset.host",
+    "RunOptions": "fleet.graph",
+    "SlurmOptions": "fleet.graph",
+    "run_and_report": "fleet.run",
+    "RunReport": "fleet.report.models",
+    "HostReport": "fleet.report.models",
+    "HostStatus": "fleet.report.models",
+    "Reason": "fleet.report.models",
+    "FleetError": "fleet.errors",
+    "UsageError": "fleet.errors",
+}
+
+__all__ = [
+    "FleetError", "Host", "HostReport", "HostStatus", "Inventory", "Mode", "Reason", "RunOptions", "RunReport",
+    "SlurmOptions", "UsageError", "__version__", "load_inventory", "run_and_report", "select",
+]
+
+if TYPE_CHECKING:
+    from fleet.errors import FleetError, UsageError
+    from fleet.graph import RunOptions, SlurmOptions
+    from fleet.inventory.host import Host
+    from fleet.inventory.load import Inventory, load_inventory
+    from fleet.inventory.targeting import select
+    from fleet.report.models import HostReport, HostStatus, Reason, RunReport
+    from fleet.reset.host import Mode
+    from fleet.run import run_and_report
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(import_module(_API[name]), name)
+    raise AttributeError(f"module 'fleet' has no attribute {name!r}")

@@ -117,3 +117,15 @@ def test_only_the_simulator_and_the_demo_import_the_simulator() -> None:
              if isinstance(node, ast.ImportFrom | ast.Import)
              and any(m == "fleet.sim" or m.startswith("fleet.sim.") for m in imported(node))}
     assert {u for u in users if not u.startswith("fleet.sim") and u != "fleet.demo"} == set()
+
+
+def test_the_importable_api_is_stated_and_every_name_resolves() -> None:
+    """`fleet.__all__` names the API; each name is the object its module defines (imported on first use)."""
+    import importlib
+
+    import fleet
+
+    assert set(fleet.__all__) == {"__version__", *vars(fleet)["_API"]}
+    for name in fleet.__all__:
+        assert getattr(fleet, name) is not None, name
+    assert fleet.RunOptions is importlib.import_module("fleet.graph").RunOptions
