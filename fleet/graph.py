@@ -23,12 +23,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 import anyio.lowlevel
 
 from fleet.errors import TransportError
+from fleet.hostlog import HostLog, NoLog
 from fleet.interrupts import Interrupts
 from fleet.inventory.host import Connection, Host
 from fleet.node.node import Node
@@ -55,10 +56,10 @@ class Scheduler(Protocol):
     async def admit(self, runs: Sequence[HostRun]) -> None:
         """Before a wave starts: read and take its nodes out of service."""
 
-    async def ready(self, run: HostRun, log: Any) -> tuple[HostStatus, str, Reason] | None:
+    async def ready(self, run: HostRun, log: HostLog) -> tuple[HostStatus, str, Reason] | None:
         """Wait until the host may be touched; else the outcome it ends with, untouched."""
 
-    async def release(self, run: HostRun, report: HostReport, log: Any) -> None:
+    async def release(self, run: HostRun, report: HostReport, log: HostLog) -> None:
         """After the host's outcome: give its node back, or keep it out of service (shielded, bounded)."""
 
 
@@ -126,7 +127,7 @@ class RunState:
         return Reason.DEADLINE if self.cut_short() != "interrupted" else Reason.INTERRUPTED
 
 
-async def _close(transport: Transport, log: Any) -> None:
+async def _close(transport: Transport, log: HostLog) -> None:
     """Close the host's session (shielded, bounded); a close that fails is logged, never the host's outcome."""
     try:
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_S):
@@ -138,7 +139,7 @@ async def _close(transport: Transport, log: Any) -> None:
 async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLogs, connector: Connector,
                      scheduler: Scheduler | None, on_host_end: HostEnded | None = None) -> None:
     """One host from start to outcome. The host boundary: whatever it raises (but a cancel) is its outcome."""
-    log: Any = None
+    log: HostLog | None = None
     try:
         if scheduler is not None:
             log = logs.host_logger(run.host.name)
@@ -162,7 +163,7 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
         gate.settle(run)
         cut = gate.state.cut_short(), gate.state.cut_reason()
         if scheduler is not None:
-            await _release(scheduler, run, run.report(*cut), log)
+            await _release(scheduler, run, run.report(*cut), log or NoLog())
         report = run.report(*cut)  # after the release: the Slurm state it left
         _log_end(log, report)
         if on_host_end is not None:
@@ -178,7 +179,7 @@ async def _admit(scheduler: Scheduler, wave: Sequence[HostRun]) -> None:
         await scheduler.admit(wave)
 
 
-async def _release(scheduler: Scheduler, run: HostRun, report: HostReport, log: Any) -> None:
+async def _release(scheduler: Scheduler, run: HostRun, report: HostReport, log: HostLog) -> None:
     """The scheduler's end of a host: never the host's outcome, never the run's end."""
     try:
         await scheduler.release(run, report, log)
@@ -188,7 +189,7 @@ async def _release(scheduler: Scheduler, run: HostRun, report: HostReport, log: 
                 log.exception("internal_error", step="release")
 
 
-async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector: Connector, run_id: str) -> None:
+async def _connected_walk(run: HostRun, options: RunOptions, log: HostLog, connector: Connector, run_id: str) -> None:
     try:
         transport = await connector(run.host)
     except TransportError as exc:
@@ -209,7 +210,7 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: Any, connector
         await _close(transport, log)
 
 
-def _internal_error(run: HostRun, log: Any, exc: Exception, where: object) -> None:
+def _internal_error(run: HostRun, log: HostLog | None, exc: Exception, where: object) -> None:
     """A host's bug becomes its `failed` outcome with one line; the traceback goes to its log (when it has one).
 
     Called in the `except` block, so that the log finds the exception being handled.
@@ -222,7 +223,7 @@ def _internal_error(run: HostRun, log: Any, exc: Exception, where: object) -> No
             log.exception("internal_error", step=str(where))
 
 
-def _log_end(log: Any, report: HostReport) -> None:
+def _log_end(log: HostLog | None, report: HostReport) -> None:
     if log is not None:
         with suppress(OSError, ValueError):  # a log that cannot be written: the report still says it
             log.info("host_end", status=str(report.status), reason=report.reason, error=report.error,

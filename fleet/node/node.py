@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fleet.errors import CommandTimeout, StepFailed
+from fleet.hostlog import HostLog
 from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.probe import Probe
@@ -39,7 +40,7 @@ def is_remote_command(event: Mapping[str, object]) -> bool:
 class Node:
     """What the steps talk to: one host, its transport, its log."""
 
-    def __init__(self, host: Host, transport: Transport, log: Any) -> None:
+    def __init__(self, host: Host, transport: Transport, log: HostLog) -> None:
         self.host = host
         self.transport = transport
         self.log = log

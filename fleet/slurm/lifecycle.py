@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
+from fleet.hostlog import HostLog
 from fleet.interrupts import Interrupts
 from fleet.report.models import HostReport, HostStatus, Reason, SlurmReport
 from fleet.reset.host import HostRun, Mode
@@ -148,7 +148,7 @@ class SlurmLifecycle:
 
     # --- ready: wait until no job holds the node ------------------------------------------------
 
-    async def ready(self, run: HostRun, log: Any) -> tuple[HostStatus, str, Reason] | None:
+    async def ready(self, run: HostRun, log: HostLog) -> tuple[HostStatus, str, Reason] | None:
         """None when the host may be reset now; else the outcome it ends with, untouched."""
         node = self._nodes[run.host.name]
         if node.error is not None:
@@ -211,7 +211,7 @@ class SlurmLifecycle:
 
     # --- release: resume, restore, keep drained or leave ----------------------------------------
 
-    async def release(self, run: HostRun, report: HostReport, log: Any) -> None:
+    async def release(self, run: HostRun, report: HostReport, log: HostLog) -> None:
         """The node's end of the run (shielded, bounded: it runs on Ctrl-C and past the deadline too; a third
         interrupt abandons it, and the report says the node was left drained)."""
         node = self._nodes.get(run.host.name)
@@ -232,7 +232,7 @@ class SlurmLifecycle:
         elif bound.cancelled_caught:
             run.note_slurm(error=f"slurm: releasing {node.name} took over {RELEASE_TIMEOUT_S:g} s")
 
-    async def _release(self, run: HostRun, node: _Node, report: HostReport, log: Any) -> None:
+    async def _release(self, run: HostRun, node: _Node, report: HostReport, log: HostLog) -> None:
         """Read, decide, update; after an update that answered with an error, read and decide again: it may have
         been applied (slurmctld busy: `Socket timed out on send/recv operation`). Then read what it left."""
         assert node.before is not None and node.how is not None
