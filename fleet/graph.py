@@ -160,7 +160,7 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
     except Exception as exc:  # connect, the log, a bug: one host never stops the others
         _internal_error(run, log, exc, run.current or ("connect" if run.started else "start"))
     finally:
-        gate.settle(run)
+        gate.count(run)
         cut = gate.state.cut_short(), gate.state.cut_reason()
         if scheduler is not None:
             await _release(scheduler, run, run.report(*cut), log or NoLog())
@@ -238,7 +238,7 @@ class Gate:
     budget: FailureBudget
     state: RunState
 
-    def settle(self, run: HostRun) -> None:
+    def count(self, run: HostRun) -> None:
         """Count a finished host against the budget; once spent, no new host starts."""
         if run.status in (HostStatus.FAILED, HostStatus.UNREACHABLE):
             self.budget.note_failure()

@@ -8,7 +8,7 @@ import pytest
 
 from fleet.report.models import HostStatus
 from fleet.slurm import policy
-from fleet.slurm.policy import Hold, Release
+from fleet.slurm.policy import Admission, Release
 from fleet.slurm.state import SlurmNode, SlurmParseError, parse_jobs, parse_node_list, parse_nodes, split_reason
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -81,17 +81,17 @@ def test_partition_listing_keeps_order_and_drops_repeats() -> None:
 @pytest.mark.parametrize(
     ("node", "expected"),
     [
-        (SlurmNode("n", "IDLE"), Hold.DRAIN),
-        (SlurmNode("n", "MIXED"), Hold.DRAIN),
-        (SlurmNode("n", "IDLE+DRAIN", "bad DIMM", "root"), Hold.LEAVE),
-        (SlurmNode("n", "DOWN*", "Not responding", "slurm"), Hold.LEAVE),
-        (SlurmNode("n", "IDLE+DRAIN", "fleet: run OLD: memory_held on GPU 0"), Hold.ADOPT),
-        (SlurmNode("n", "IDLE+DRAIN", "fleet: run OTHER"), Hold.LEAVE),  # a fleet run in flight
-        (SlurmNode("n", "DOWN+DRAIN", "fleet: run OLD: x"), Hold.LEAVE),
+        (SlurmNode("n", "IDLE"), Admission.DRAIN),
+        (SlurmNode("n", "MIXED"), Admission.DRAIN),
+        (SlurmNode("n", "IDLE+DRAIN", "bad DIMM", "root"), Admission.LEAVE),
+        (SlurmNode("n", "DOWN*", "Not responding", "slurm"), Admission.LEAVE),
+        (SlurmNode("n", "IDLE+DRAIN", "fleet: run OLD: memory_held on GPU 0"), Admission.ADOPT),
+        (SlurmNode("n", "IDLE+DRAIN", "fleet: run OTHER"), Admission.LEAVE),  # a fleet run in flight
+        (SlurmNode("n", "DOWN+DRAIN", "fleet: run OLD: x"), Admission.LEAVE),
     ],
 )
-def test_hold(node: SlurmNode, expected: Hold) -> None:
-    assert policy.hold(node) is expected
+def test_admission(node: SlurmNode, expected: Admission) -> None:
+    assert policy.admission(node) is expected
 
 
 # --- after: resume, restore, keep drained, leave -----------------------------------------------------
@@ -100,12 +100,12 @@ OURS = SlurmNode("n", "IDLE+DRAIN", policy.own_reason(RUN), "root")
 
 
 def test_clean_node_is_resumed() -> None:
-    action = policy.release(Hold.DRAIN, SlurmNode("n", "IDLE"), OURS, RUN, HostStatus.CLEAN, None)
+    action = policy.release(Admission.DRAIN, SlurmNode("n", "IDLE"), OURS, RUN, HostStatus.CLEAN, None)
     assert action.what is Release.RESUME
 
 
 def test_failed_node_stays_drained_with_the_error() -> None:
-    action = policy.release(Hold.DRAIN, SlurmNode("n", "IDLE"), OURS, RUN, HostStatus.FAILED,
+    action = policy.release(Admission.DRAIN, SlurmNode("n", "IDLE"), OURS, RUN, HostStatus.FAILED,
                             "GPU 0 still holds 1523 MiB\nafter 60 s")
     assert action.what is Release.KEEP_DRAINED
     assert action.reason == f"fleet: run {RUN}: GPU 0 still holds 1523 MiB after 60 s"
@@ -113,24 +113,24 @@ def test_failed_node_stays_drained_with_the_error() -> None:
 
 @pytest.mark.parametrize("status", [HostStatus.SKIPPED, HostStatus.UNREACHABLE])
 def test_untouched_node_goes_back_as_it_was(status: HostStatus) -> None:
-    assert policy.release(Hold.DRAIN, SlurmNode("n", "MIXED"), OURS, RUN, status, "x").what is Release.RESUME
+    assert policy.release(Admission.DRAIN, SlurmNode("n", "MIXED"), OURS, RUN, status, "x").what is Release.RESUME
     earlier = SlurmNode("n", "IDLE+DRAIN", "fleet: run OLD: memory held")
-    action = policy.release(Hold.ADOPT, earlier, OURS, RUN, status, "x")
+    action = policy.release(Admission.ADOPT, earlier, OURS, RUN, status, "x")
     assert action.what is Release.RESTORE and action.reason == "fleet: run OLD: memory held"
 
 
 def test_someone_elses_node_is_never_resumed_nor_rewritten() -> None:
     admin = SlurmNode("n", "IDLE+DRAIN", "bad DIMM", "root")
     for status in HostStatus:
-        assert policy.release(Hold.LEAVE, admin, admin, RUN, status, "x").what is Release.LEAVE
+        assert policy.release(Admission.LEAVE, admin, admin, RUN, status, "x").what is Release.LEAVE
 
 
 def test_a_reason_changed_during_the_run_is_left_alone() -> None:
     idle = SlurmNode("n", "IDLE")
     changed = SlurmNode("n", "IDLE+DRAIN", "admin: keep out", "root")
-    assert policy.release(Hold.DRAIN, idle, changed, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
-    assert policy.release(Hold.DRAIN, idle, SlurmNode("n", "IDLE"), RUN, HostStatus.FAILED, "x").what is Release.LEAVE
-    assert policy.release(Hold.DRAIN, idle, None, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
+    assert policy.release(Admission.DRAIN, idle, changed, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
+    assert policy.release(Admission.DRAIN, idle, SlurmNode("n", "IDLE"), RUN, HostStatus.FAILED, "x").what is Release.LEAVE
+    assert policy.release(Admission.DRAIN, idle, None, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
 
 
 def test_failed_reason_is_one_bounded_line() -> None:

@@ -51,7 +51,7 @@ class _Node:
 
     name: str
     before: SlurmNode | None = None
-    how: policy.Hold | None = None
+    how: policy.Admission | None = None
     jobs: tuple[str, ...] = ()
     error: str | None = None  # why the host may not be reset (Slurm unreadable, unknown node, drain refused)
     waiting_since: float = 0.0
@@ -85,7 +85,7 @@ class SlurmLifecycle:
         return f"releasing {len(held)} Slurm node{'s' if len(held) != 1 else ''}" if held else None
 
     def _held(self, node: _Node) -> bool:
-        return self.mode is Mode.RESET and node.how in (policy.Hold.DRAIN, policy.Hold.ADOPT)
+        return self.mode is Mode.RESET and node.how in (policy.Admission.DRAIN, policy.Admission.ADOPT)
 
     # --- admit: read the wave, drain what fleet may drain ---------------------------------------
 
@@ -109,7 +109,7 @@ class SlurmLifecycle:
                 node.error = f"slurm: Slurm has no node {node.name} (set slurm_node if its Slurm name differs)"
             else:
                 earlier = policy.in_flight_run(node.before)
-                node.how = policy.hold(node.before, earlier is not None and self.run_over(earlier))
+                node.how = policy.admission(node.before, earlier is not None and self.run_over(earlier))
         await self._drain([n for n in nodes.values() if self._held(n)])
         self._record(runs)
 
@@ -203,7 +203,7 @@ class SlurmLifecycle:
             node.jobs = jobs.get(name, node.jobs)
             if now is None:
                 node.lost = f"slurm: the node {name} is gone from Slurm: not reset"
-            elif node.how is not policy.Hold.LEAVE and not now.draining_or_drained:
+            elif node.how is not policy.Admission.LEAVE and not now.draining_or_drained:
                 node.lost = f"slurm: someone resumed {name} during the wait ({policy.describe(now)}): not reset"
             elif now.busy or node.jobs:
                 continue

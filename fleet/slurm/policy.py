@@ -1,6 +1,6 @@
 """What fleet does to a node's Slurm state around a reset: pure decisions, no I/O.
 
-Before a host is touched (`hold`): a node in service is drained with fleet's reason for
+Before a host is touched (`admission`): a node in service is drained with fleet's reason for
 this run; a node an earlier fleet run left drained after failing it, or left drained by a run
 that is over (finished, or killed before its release: `fleet.report.logs.run_liveness`) is taken
 over (adopted); any other drained or down node is left exactly as it is (its reason is someone
@@ -47,7 +47,7 @@ def fleet_run_of(reason: str | None) -> tuple[str, str | None] | None:
     return (match["run_id"], match["error"]) if match else None
 
 
-class Hold(StrEnum):
+class Admission(StrEnum):
     """What fleet does to a node before the reset."""
 
     DRAIN = "drain"  # in service: drained now with this run's reason, resumed when clean
@@ -55,16 +55,16 @@ class Hold(StrEnum):
     LEAVE = "leave"  # drained or down for another reason: never resumed, its reason never rewritten
 
 
-def hold(node: SlurmNode, earlier_over: bool = False) -> Hold:
+def admission(node: SlurmNode, earlier_over: bool = False) -> Admission:
     """`earlier_over`: the run named in a `fleet: run <id>` reason without an error part is known to be over
     (finished, or killed before its release): its drain is an orphan, taken over like a failed run's."""
     if node.in_service:
-        return Hold.DRAIN
+        return Admission.DRAIN
     earlier = fleet_run_of(node.reason)
     if node.draining_or_drained and node.base != "DOWN" and earlier is not None \
             and (earlier[1] is not None or earlier_over):
-        return Hold.ADOPT
-    return Hold.LEAVE
+        return Admission.ADOPT
+    return Admission.LEAVE
 
 
 def in_flight_run(node: SlurmNode) -> str | None:
@@ -101,11 +101,11 @@ def touched(status: HostStatus, started: bool = True) -> bool:
     return started and status in (HostStatus.CLEAN, HostStatus.FAILED)
 
 
-def release(how: Hold, before: SlurmNode, now: SlurmNode | None, run_id: str, status: HostStatus,
+def release(how: Admission, before: SlurmNode, now: SlurmNode | None, run_id: str, status: HostStatus,
             error: str | None, *, was_touched: bool | None = None) -> Action:
     """What to do to the node now that its host ended with `status`, seeing it as `now`. `was_touched`
     (default: from the status) says whether the reset did anything to the node."""
-    if how is Hold.LEAVE:
+    if how is Admission.LEAVE:
         return Action(Release.LEAVE, f"it was {describe(before)} before the run: left as it is")
     if now is None:
         return Action(Release.LEAVE, "Slurm no longer shows the node")
@@ -114,7 +114,7 @@ def release(how: Hold, before: SlurmNode, now: SlurmNode | None, run_id: str, st
     if status is HostStatus.CLEAN:
         return Action(Release.RESUME, "clean")
     if not (touched(status) if was_touched is None else was_touched):
-        if how is Hold.ADOPT:
+        if how is Admission.ADOPT:
             return Action(Release.RESTORE, "never touched: drained again with its earlier reason", before.reason)
         return Action(Release.RESUME, "never touched: back in service as it was")
     return Action(Release.KEEP_DRAINED, "not clean: stays drained", failed_reason(run_id, error))
@@ -130,11 +130,11 @@ def describe(node: SlurmNode) -> str:
 
 def plan_line(node: SlurmNode, jobs: tuple[str, ...], drain_wait_s: float) -> str:
     """Dry run: what a reset would do to the node in Slurm."""
-    how = hold(node)
+    how = admission(node)
     waits = f", wait up to {drain_wait_s:g} s for job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}" if jobs else ""
-    if how is Hold.DRAIN:
+    if how is Admission.DRAIN:
         return f"slurm {describe(node)}: would drain{waits}, reset, resume if clean, else keep it drained"
-    if how is Hold.ADOPT:
+    if how is Admission.ADOPT:
         return f"slurm {describe(node)}: would take over fleet's earlier drain{waits}, reset, resume if clean"
     return f"slurm {describe(node)}: drained or down for another reason: would{waits[1:] + ',' if jobs else ''}" \
         " reset, never resume, reason untouched"
