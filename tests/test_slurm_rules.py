@@ -129,7 +129,8 @@ def test_a_reason_changed_during_the_run_is_left_alone() -> None:
     idle = SlurmNode("n", "IDLE")
     changed = SlurmNode("n", "IDLE+DRAIN", "admin: keep out", "root")
     assert policy.release(Admission.DRAIN, idle, changed, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
-    assert policy.release(Admission.DRAIN, idle, SlurmNode("n", "IDLE"), RUN, HostStatus.FAILED, "x").what is Release.LEAVE
+    resumed = SlurmNode("n", "IDLE")
+    assert policy.release(Admission.DRAIN, idle, resumed, RUN, HostStatus.FAILED, "x").what is Release.LEAVE
     assert policy.release(Admission.DRAIN, idle, None, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
 
 
