@@ -34,7 +34,7 @@ from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
 from fleet.report import render as reporting
-from fleet.report.archive import listing, prune, reading, shown
+from fleet.report.archive import listing, prune, reading, shown, shown_html
 from fleet.report.history import (
     UNFINISHED,
     history_path,
@@ -298,8 +298,17 @@ def show(
                       " events as a list).")
     ] = False,
     log_dir: LogDirOpt = None,
+    as_html: Annotated[
+        bool, typer.Option("--html", help="The path of the run's report.html (written first for a run that has"
+                           " none: from its summary.json, else from its history).")
+    ] = False,
 ) -> None:
     """A past run's report again (its summary.json), or one host's log of it."""
+    if as_html:
+        if host is not None or as_json:
+            raise UsageError("--html prints the path of the run's report.html: not with --host or --json")
+        sys.stdout.write(shown_html(log_dir or default_log_dir(), run_id))
+        return
     sys.stdout.write(shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json))
 
 

@@ -20,6 +20,7 @@ from fleet.interrupts import Interrupts
 from fleet.inventory.host import Host
 from fleet.report import render as reporting
 from fleet.report.history import Recorder, history_path, now_stamp
+from fleet.report.html_report import write_page
 from fleet.report.logs import RunLiveness, RunLogs, default_log_dir, new_run_id, run_liveness
 from fleet.report.models import RunReport
 from fleet.report.tables import report_table
@@ -92,6 +93,15 @@ def start_history(logs: RunLogs, targets: Sequence[Host], options: RunOptions) -
     return history
 
 
+def write_report_page(logs: RunLogs, document: dict[str, Any]) -> None:
+    """report.html beside summary.json (`fleet.report.html_report`); a page it cannot write is one warning line
+    and never changes the run's outcome."""
+    try:
+        write_page(logs.path, document)
+    except OSError as exc:
+        say(f"fleet: warning: report.html not written in {logs.path}: {exc.strerror or exc}")
+
+
 async def run_and_report(
     targets: Sequence[Host],
     options: RunOptions,
@@ -140,8 +150,10 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
         raise
     finally:
         logs.close()
-    text = reporting.render(reporting.to_document(run_report))
+    document = reporting.to_document(run_report)
+    text = reporting.render(document)
     logs.write_summary(text)
+    write_report_page(logs, document)
     code = reporting.exit_code(run_report, interrupted=state.interrupted)
     history.finish_run(list(run_report.hosts.values()), code)
     if as_json:

@@ -27,6 +27,7 @@ from fleet.report.history_view import (
     terminal_columns,
     unfinished_lines,
 )
+from fleet.report.html_report import REPORT_HTML, record_document, write_page
 
 
 def say(line: str) -> None:
@@ -143,3 +144,27 @@ def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
         doc = {"run": record.run.document(), "hosts": {h.host: h.document() for h in record.hosts}}
         return json.dumps(doc, indent=1) + "\n"
     return "\n".join([*unfinished_lines(record), f"logs: {run_folder}"]) + "\n"
+
+
+def shown_html(folder: Path, given: str) -> str:
+    """`fleet show --html`: the path of the run's report.html, written first when it is not there: from the run's
+    summary.json (a run of an older fleet), else from what the history has of it (a run killed before its end)."""
+    run_id = resolve_run_id(folder, given)
+    run_folder = folder / run_id
+    path = run_folder / REPORT_HTML
+    if path.is_file():
+        return f"{path}\n"
+    summary = run_folder / "summary.json"
+    if summary.is_file():
+        document = json.loads(summary.read_text(encoding="utf-8"))
+    else:
+        with reading(folder) as history:
+            record = history.get(run_id) if history else None
+        if record is None:
+            raise UsageError(f"run {run_id} has no summary.json and no record in {history_path(folder)}")
+        document = record_document(record)
+    try:
+        run_folder.mkdir(exist_ok=True)
+        return f"{write_page(run_folder, document)}\n"
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -1,0 +1,463 @@
+"""report.html: a run at a glance, for the person who decides in the morning whether the benchmark can start.
+
+`page(document)` is pure: the JSON report (`render.to_document`, summary.json) in, one self-contained HTML page
+out: inline CSS and SVG, no script, no font, nothing from the network (its Content-Security-Policy forbids every
+load), every string from the document escaped. It shows the outcome folded as the summary folds it (largest group
+first), a rack grid (a row per host, a cell per GPU coloured by its memory before and after the reset, outlined
+where a health finding fails or warns; each cell's title gives the numbers), a timeline (a row per host, its
+steps as bars on one time axis, sorted by end time) and, per host, the error, what was killed and kept, the health
+findings, Slurm before and after, and the path of its JSONL log.
+
+The report keeps each step's duration, not when it began: a host's bars are laid end to end from its own start,
+the time before drain (connect, lock, baselines) first. How long a host waited for Slurm before it started is
+not in the report, so it is not drawn. `write_page` is the I/O: report.html beside summary.json, atomically.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fleet.report.history import RunRecord
+from fleet.report.render import error_shape, fold, fold_errors
+
+REPORT_HTML = "report.html"
+STATUS_ORDER = ("clean", "failed", "unreachable", "skipped", "planned")
+STEPS = ("drain", "kill", "settle", "verify")
+# Memory buckets of a grid cell: (class, the most MiB it takes, the legend's words).
+BUCKETS = (("m0", 16, "≤ 16 MiB"), ("m1", 1024, "≤ 1 GiB"), ("m2", 16384, "≤ 16 GiB"), ("m3", 49152, "≤ 48 GiB"),
+           ("m4", None, "> 48 GiB"))
+TICKS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+BAR_UNITS = 1000  # a timeline row's SVG width in user units; the axis spans [0, extent] seconds
+
+Doc = Mapping[str, Any]
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def mib(value: object) -> str:
+    return f"{value} MiB" if isinstance(value, int) else "n/a"
+
+
+def secs(value: object) -> str:
+    return f"{value:.1f} s" if isinstance(value, int | float) else "-"
+
+
+def page(document: Doc, *, log_folder: str | None = None) -> str:
+    """The report page of one run. `log_folder` names the run's log folder in each host's log path (else the page's
+    own folder: the logs lie beside it)."""
+    hosts: dict[str, Doc] = dict(document.get("hosts") or {})
+    title = f"fleet {document.get('command', 'run')} {document.get('run_id', '')}: {_tally(hosts)}"
+    body = [_header(document, hosts), _outcome(hosts), _grid(hosts), _timeline(hosts), _details(hosts, log_folder),
+            f"<footer>fleet {esc(document.get('fleet_version', ''))} · built from summary.json · no script, nothing"
+            " loaded from the network</footer>"]
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{esc(title)}</title>\n"
+            f"<style>{CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_page(folder: Path, document: Doc) -> Path:
+    """Write `folder/report.html` (a temporary file renamed over it: a reader never sees half a page)."""
+    path = folder / REPORT_HTML
+    temporary = folder / f".{REPORT_HTML}.tmp"
+    temporary.write_text(page(document, log_folder=str(folder)), encoding="utf-8")
+    os.replace(temporary, path)
+    return path
+
+
+def record_document(record: RunRecord) -> dict[str, Any]:
+    """A run with no summary.json (killed, or still going) as a report document, from what the history has of it:
+    each host on record, and the targets not on record as `not on record`."""
+    run = record.run
+    hosts: dict[str, Any] = {}
+    for row in record.hosts:
+        after, settle = row.memory_after_mib or [], row.settle_s or []
+        gpus = [{"index": i, "memory_used_mib": m, "settle_s": settle[i] if i < len(settle) else None,
+                 "health": [f for f in row.health if f.get("gpu") == i]} for i, m in enumerate(after)]
+        hosts[row.host] = {"status": row.status, "reason": row.reason, "duration_s": row.duration_s,
+                           "error": row.error, "steps": row.steps, "killed": row.killed, "gpus": gpus,
+                           "health": [f for f in row.health if f.get("gpu") is None], "slurm": row.slurm,
+                           "memory_before_mib": row.memory_before_mib}
+    for name in run.targets:
+        hosts.setdefault(name, {"status": "not on record", "error": "the run ended before this host's outcome was"
+                                " recorded", "steps": [], "gpus": []})
+    state = "ended without a summary" if run.finished else "has no end on record (still running, or killed)"
+    return {"run_id": run.run_id, "fleet_version": run.fleet_version, "command": run.command,
+            "started_at": run.started_at, "duration_s": run.duration_s, "hosts": hosts,
+            "note": f"this run {state}: built from its history, {len(record.hosts)} of {len(run.targets)} hosts"
+                    " on record"}
+
+
+# --- header and outcome ---------------------------------------------------------------------------------------
+
+
+def _counts(hosts: Mapping[str, Doc]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for host in hosts.values():
+        counts[str(host.get("status"))] += 1
+    known = [s for s in STATUS_ORDER if counts.get(s)]
+    return {s: counts[s] for s in known + sorted(set(counts) - set(STATUS_ORDER))}
+
+
+def _tally(hosts: Mapping[str, Doc]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in _counts(hosts).items()) or "no host"
+
+
+def _status_class(status: object) -> str:
+    return f"s-{status}" if status in STATUS_ORDER else "s-other"
+
+
+def _header(document: Doc, hosts: Mapping[str, Doc]) -> str:
+    counts = _counts(hosts)
+    good = counts.get("clean", 0) + counts.get("planned", 0)
+    verdict = (f"all {len(hosts)} hosts {'clean' if counts.get('clean') else 'planned'}" if good == len(hosts)
+               else f"{len(hosts) - good} of {len(hosts)} hosts not clean")
+    badges = "".join(f"<li class=\"badge {_status_class(s)}\" data-status=\"{esc(s)}\" data-count=\"{n}\">{n} {esc(s)}"
+                     "</li>" for s, n in counts.items())
+    started = str(document.get("started_at", "")).replace("T", " ")
+    note = f"<p class=\"note\">{esc(document['note'])}</p>" if document.get("note") else ""
+    return (f"<header><h1>fleet {esc(document.get('command', ''))} <span class=\"id\">{esc(document.get('run_id', ''))}"
+            f"</span></h1>\n<p class=\"meta\">started {esc(started)} · took {secs(document.get('duration_s'))} ·"
+            f" {len(hosts)} hosts</p>\n<p class=\"verdict {'ok' if good == len(hosts) else 'bad'}\">{esc(verdict)}</p>"
+            f"\n<ul class=\"counts\">{badges}</ul>{note}</header>")
+
+
+def outcome_groups(hosts: Mapping[str, Doc]) -> list[tuple[str, str, list[str], str]]:
+    """(status, reason, hosts, error folded) per status, reason and shape of error, as the human summary folds
+    them (`render.human_lines`); the largest group first."""
+    groups: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)
+    for name, host in hosts.items():
+        error = str(host.get("error") or "")
+        shape = error_shape(error, name) if error else ""
+        groups[(str(host.get("status")), str(host.get("reason") or ""), shape)].append((name, error))
+    order = {s: i for i, s in enumerate(STATUS_ORDER)}
+    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), order.get(kv[0][0], len(order)), kv[0]))
+    return [(status, reason, [n for n, _ in members], fold_errors(members) if members[0][1] else "")
+            for (status, reason, _), members in ranked]
+
+
+def _outcome(hosts: Mapping[str, Doc]) -> str:
+    rows = [f"<tr data-row=\"outcome\" data-count=\"{len(names)}\"><td class=\"num\">{len(names)}</td>"
+            f"<td><span class=\"badge {_status_class(status)}\">{esc(status)}</span></td><td>{esc(reason)}</td>"
+            f"<td class=\"set\">{esc(fold(names))}</td><td>{esc(error)}</td></tr>"
+            for status, reason, names, error in outcome_groups(hosts)]
+    return ("<section id=\"outcome\"><h2>Outcome</h2>\n<table class=\"outcome\"><tr><th>hosts</th><th>status</th>"
+            "<th>reason</th><th>node set</th><th>error</th></tr>\n" + "\n".join(rows) + "</table></section>")
+
+
+# --- the rack grid ----------------------------------------------------------------------------------------------
+
+
+def bucket(value: object) -> str:
+    if not isinstance(value, int):
+        return "na"
+    return next(name for name, most, _ in BUCKETS if most is None or value <= most)
+
+
+def gpu_cells(host: Doc) -> list[tuple[int, object, Doc | None]]:
+    """(index, MiB before, the GPU's report after) per GPU: before is the n-th of `memory_before_mib` (a dry run's
+    `plan.gpu_memory_mib`), paired with the n-th GPU verify listed (by index)."""
+    before = host.get("memory_before_mib")
+    if before is None:
+        before = (host.get("plan") or {}).get("gpu_memory_mib")
+    before = list(before or [])
+    after = sorted(host.get("gpus") or [], key=lambda g: g.get("index", 0))
+    cells = []
+    for n in range(max(len(before), len(after))):
+        gpu = after[n] if n < len(after) else None
+        index = gpu.get("index", n) if gpu is not None else n
+        cells.append((index, before[n] if n < len(before) else "", gpu))
+    return cells
+
+
+def _worst(findings: Iterable[Doc]) -> str:
+    levels = {f.get("level") for f in findings}
+    return " hf" if "fail" in levels else " hw" if "warn" in levels else ""
+
+
+def _amount(value: object) -> str:
+    return str(value) if isinstance(value, int) else "n/a"
+
+
+def _cell(index: int, before: object, gpu: Doc | None, has_before: bool) -> str:
+    """A GPU's cell: its title says `gpu 3: 70000 → 0 MiB; settled in 1.2 s; <each health finding>`."""
+    after = gpu.get("memory_used_mib") if gpu is not None else None
+    findings = list(gpu.get("health") or []) if gpu is not None else []
+    now = f"{_amount(after)} MiB" if gpu is not None else "not listed after"
+    words = [f"gpu {index}: {_amount(before)} → {now}" if has_before else f"gpu {index}: {now}"]
+    if gpu is not None and gpu.get("settle_s") is not None:
+        words.append(f"settled in {gpu['settle_s']} s")
+    words += [f"{f.get('check')} {f.get('level')}: {f.get('detail')}" for f in findings]
+    halves = (f"<i class=\"b {bucket(before)}\"></i>" if has_before else "") + (
+        f"<i class=\"{bucket(after) if gpu is not None else 'gone'}{'' if has_before else ' w'}\"></i>")
+    return f"<td class=\"c{_worst(findings)}\" title=\"{esc('; '.join(words))}\">{halves}</td>"
+
+
+def _model(host: Doc) -> str:
+    """How many GPUs verify listed, the first one's model and memory: the grid row's hover text."""
+    gpus = list(host.get("gpus") or [])
+    if not gpus:
+        return "no GPU listed"
+    first = gpus[0]
+    total = f", {first['memory_total_mib']} MiB" if first.get("memory_total_mib") is not None else ""
+    return f"{len(gpus)} × {first.get('name') or 'GPU'}{total}"
+
+
+def _grid_row(name: str, host: Doc) -> str:
+    cells = gpu_cells(host)
+    has_before = any(b != "" for _, b, _ in cells)
+    node = list(host.get("health") or [])
+    words = "; ".join(_finding_words(f) for f in node)
+    mark = f"<span class=\"mark{_worst(node)}\" title=\"{esc(words)}\">!</span>" if node else ""
+    body = "".join(_cell(i, b, g, has_before) for i, b, g in cells) or "<td class=\"none\">no GPU read</td>"
+    status = str(host.get("status"))
+    return (f"<tr data-row=\"grid\" data-host=\"{esc(name)}\" data-gpus=\"{len(cells)}\"><th title=\""
+            f"{esc(_model(host))}\"><a href=\"#h-{esc(name)}\">{esc(name)}</a>{mark}</th><td class=\"st"
+            f" {_status_class(status)}\">{esc(status)}</td>{body}</tr>")
+
+
+def _legend() -> str:
+    swatches = "".join(f"<span><i class=\"{name}\"></i>{esc(words)}</span>" for name, _, words in BUCKETS)
+    return ("<p class=\"legend\">a cell per GPU, coloured by the memory it used: the thin top strip before the"
+            " reset, the body after (a check, or a host with no baseline: the whole cell); hover a cell for its"
+            " numbers. " + swatches +
+            "<span><i class=\"na\"></i>unreadable</span><span><i class=\"gone\"></i>not listed after</span>"
+            "<span><i class=\"m0 hf-s\"></i>health check failed</span><span><i class=\"m0 hw-s\"></i>health warning"
+            "</span></p>")
+
+
+def _grid(hosts: Mapping[str, Doc]) -> str:
+    rows = "\n".join(_grid_row(name, host) for name, host in hosts.items())
+    return (f"<section id=\"grid\"><h2>GPUs</h2>\n{_legend()}\n<table class=\"grid\"><tr><th>host</th><th>status</th>"
+            f"<th colspan=\"64\">GPUs</th></tr>\n{rows}</table></section>")
+
+
+# --- the timeline -----------------------------------------------------------------------------------------------
+
+
+def segments(host: Doc) -> list[tuple[str, float, float, str]]:
+    """(class, start, length, words) in seconds from the host's start: the time before drain (connect, lock,
+    baselines: the host's duration less its steps'), then each step that ran, end to end."""
+    steps = [s for s in host.get("steps") or [] if s.get("status") != "skipped" and s.get("duration_s")]
+    total = float(host.get("duration_s") or 0.0)
+    spent = sum(float(s["duration_s"]) for s in steps)
+    out = []
+    at = max(total - spent, 0.0)
+    if at > 0:
+        out.append(("pre", 0.0, at, f"before drain {at:.2f} s"))
+    for step in steps:
+        length = float(step["duration_s"])
+        bad = step.get("status") in ("failed", "timeout")
+        name = str(step.get("name"))
+        kind = "bad" if bad else name if name in STEPS else "other"
+        out.append((kind, at, length, f"{name} {step.get('status')} {length:.2f} s"))
+        at += length
+    return out
+
+
+def tick_step(extent: float) -> float:
+    return next((t for t in TICKS_S if extent / t <= 10), TICKS_S[-1])
+
+
+def timeline_order(hosts: Mapping[str, Doc]) -> list[str]:
+    """Hosts that ran, by end time (its duration: every bar starts at the host's start); then those that never
+    started, by name."""
+    ran = [n for n, h in hosts.items() if segments(h)]
+    rest = sorted(n for n in hosts if n not in set(ran))
+    return sorted(ran, key=lambda n: (float(hosts[n].get("duration_s") or 0.0), n)) + rest
+
+
+def _bar(host: Doc, extent: float) -> str:
+    scale = BAR_UNITS / extent
+    rects = "".join(f"<rect class=\"{kind}\" x=\"{start * scale:.1f}\" width=\"{max(length * scale, 0.5):.1f}\""
+                    f" height=\"10\"><title>{esc(words)}</title></rect>" for kind, start, length, words
+                    in segments(host))
+    if not rects:
+        return "<td class=\"bar idle\">not started</td>"
+    return (f"<td class=\"bar\"><svg viewBox=\"0 0 {BAR_UNITS} 10\" preserveAspectRatio=\"none\" width=\"100%\""
+            f" height=\"12\">{rects}</svg></td>")
+
+
+def _timeline(hosts: Mapping[str, Doc]) -> str:
+    order = timeline_order(hosts)
+    longest = max((float(h.get("duration_s") or 0.0) for h in hosts.values()), default=0.0)
+    step = tick_step(longest or 1.0)
+    extent = step * max(1, -(-longest // step))
+    ticks = "".join(f"<span style=\"left:{100 * k * step / extent:.2f}%\">{k * step:g} s</span>"
+                    for k in range(round(extent / step) + 1))
+    rows = "\n".join(f"<tr data-row=\"timeline\" data-host=\"{esc(n)}\" data-end=\"{hosts[n].get('duration_s', 0)}\">"
+                     f"<th><a href=\"#h-{esc(n)}\">{esc(n)}</a></th>{_bar(hosts[n], extent)}"
+                     f"<td class=\"num {_status_class(hosts[n].get('status'))}\">"
+                     f"{secs(hosts[n].get('duration_s'))}</td></tr>" for n in order)
+    swatches = "".join(f"<span><i class=\"{k}\"></i>{w}</span>" for k, w in (
+        ("pre", "before drain: connect, lock, baselines"), ("drain", "drain"), ("kill", "kill"),
+        ("settle", "settle"), ("verify", "verify"), ("bad", "a step that failed or timed out")))
+    tick = f"--tick:{100 * step / extent:.4f}%"
+    return (f"<section id=\"timeline\"><h2>Timeline</h2>\n<p class=\"legend\">seconds from each host's start, bars"
+            f" end to end (the report keeps step durations, not start times); sorted by end time, so stragglers"
+            f" come last. {swatches}</p>\n{_slowest(hosts, order)}<table class=\"timeline\" style=\"{tick}\">"
+            f"<tr class=\"axis\"><th></th><td><div class=\"ticks\">{ticks}</div></td><td></td></tr>\n"
+            f"{rows}</table></section>")
+
+
+def _slowest(hosts: Mapping[str, Doc], order: Sequence[str]) -> str:
+    ran = [n for n in order if segments(hosts[n])]
+    if not ran:
+        return ""
+    name, host = ran[-1], hosts[ran[-1]]
+    longest = max(((s.get("name"), s.get("duration_s") or 0) for s in host.get("steps") or []),
+                  key=lambda pair: pair[1], default=None)
+    where = f" (longest step: {esc(longest[0])} {secs(longest[1])})" if longest else ""
+    middle = hosts[ran[len(ran) // 2]].get("duration_s")
+    return (f"<p class=\"meta\">last to end: <a href=\"#h-{esc(name)}\">{esc(name)}</a> after"
+            f" {secs(host.get('duration_s'))}{where}; the median host took {secs(middle)}</p>\n")
+
+
+# --- per host ---------------------------------------------------------------------------------------------------
+
+
+_KEPT = re.compile(r"pid (\d+) (\S+) \(")
+
+
+def kept_from_detail(detail: str) -> list[tuple[str, str, str]]:
+    """(pid, name, why) of each holder the kill step's detail names as kept (`kept pid 77 x (why), pid 78 y (why)`),
+    a why's own parentheses balanced; [] for a detail of another shape."""
+    start = detail.find("kept pid ")
+    found: list[tuple[str, str, str]] = []
+    at = start + len("kept ") if start >= 0 else len(detail)
+    while (match := _KEPT.match(detail, at)) is not None:
+        depth, end = 1, match.end()
+        while end < len(detail) and depth:
+            depth += {"(": 1, ")": -1}.get(detail[end], 0)
+            end += 1
+        if depth:
+            break
+        found.append((match.group(1), match.group(2), detail[match.end():end - 1]))
+        at = end + 2 if detail.startswith(", ", end) else len(detail)
+    return found
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[object]], cls: str = "") -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table class=\"{' '.join(('small', cls)).strip()}\"><tr>{head}</tr>{body}</table>" if body else ""
+
+
+def _finding_words(finding: Doc) -> str:
+    where = f" at {finding['pci']}" if finding.get("pci") else ""
+    return f"{finding.get('check')} {finding.get('level')}{where}: {finding.get('detail')}"
+
+
+def _processes(host: Doc) -> list[str]:
+    parts = []
+    killed = _table(("killed pid", "name", "user", "signal"), ((k.get("pid"), k.get("name"), k.get("user"),
+                                                               k.get("signal")) for k in host.get("killed") or []))
+    kill: Doc = next((s for s in host.get("steps") or [] if s.get("name") == "kill"), {})
+    kept = _table(("kept pid", "name", "why"), kept_from_detail(str(kill.get("detail") or "")))
+    plan = host.get("plan") or {}
+    would = _table(("would kill pid", "user", "name", "MiB"), ((p.get("pid"), p.get("user"), p.get("name"),
+                                                               mib(p.get("mib"))) for p in plan.get("would_kill", [])))
+    spared = _table(("would keep pid", "user", "name", "MiB", "why"), (
+        (p.get("pid"), p.get("user"), p.get("name"), mib(p.get("mib")), p.get("kept_because"))
+        for p in plan.get("kept", [])))
+    parts += [t for t in (killed, kept, would, spared) if t]
+    return parts
+
+
+def _health(host: Doc) -> str:
+    rows = [(f"gpu {g.get('index')}", f.get("check"), f.get("level"), f.get("detail"))
+            for g in host.get("gpus") or [] for f in g.get("health") or []]
+    rows += [(f"node{' ' + str(f['pci']) if f.get('pci') else ''}", f.get("check"), f.get("level"), f.get("detail"))
+             for f in host.get("health") or []]
+    return _table(("where", "check", "level", "finding"), rows, "health")
+
+
+def _slurm(host: Doc) -> str:
+    """`slurm gpu-b07: before MIXED, after IDLE`, each reason in parentheses; then its jobs, plan and error."""
+    slurm = host.get("slurm")
+    if not slurm:
+        return ""
+
+    def state(when: str) -> str:
+        reason = slurm.get(f"reason_{when}")
+        return f"{slurm.get(f'state_{when}') or 'unknown'}" + (f" ({reason})" if reason else "")
+
+    lines = [f"slurm {slurm.get('node')}: before {state('before')}; after {state('after')}"]
+    if slurm.get("jobs"):
+        lines.append("jobs: " + ", ".join(str(j) for j in slurm["jobs"]))
+    lines += [f"slurm {key}: {slurm[key]}" for key in ("plan", "error") if slurm.get(key)]
+    if slurm.get("abandoned"):
+        lines.append("slurm: release abandoned at the third interrupt: left drained")
+    return "".join(f"<p class=\"slurm\">{esc(line)}</p>" for line in lines)
+
+
+def _host(name: str, host: Doc, log_folder: str | None) -> str:
+    status = str(host.get("status"))
+    reason = f" {host['reason']}" if host.get("reason") else ""
+    error = host.get("error")
+    steps = _table(("step", "status", "took", "detail"), (
+        (s.get("name"), s.get("status"), secs(s.get("duration_s")) if s.get("status") != "skipped" else "-",
+         s.get("detail") or "") for s in host.get("steps") or []), "steps")
+    log = f"{log_folder.rstrip('/')}/{name}.jsonl" if log_folder else f"{name}.jsonl"
+    parts = [f"<p class=\"err\">{esc(error)}</p>" if error else "", steps, *_processes(host), _health(host),
+             _slurm(host), f"<p class=\"log\">log: <a href=\"{esc(name)}.jsonl\">{esc(log)}</a></p>"]
+    opened = "" if status in ("clean", "planned") else " open"
+    return (f"<details id=\"h-{esc(name)}\" data-row=\"host\" data-host=\"{esc(name)}\"{opened}><summary>"
+            f"<b>{esc(name)}</b> <span class=\"badge {_status_class(status)}\">{esc(status)}</span>{esc(reason)} ·"
+            f" {secs(host.get('duration_s'))}</summary>{''.join(p for p in parts if p)}</details>")
+
+
+def _details(hosts: Mapping[str, Doc], log_folder: str | None) -> str:
+    order = {s: i for i, s in enumerate(STATUS_ORDER)}
+    names = sorted(hosts, key=lambda n: (str(hosts[n].get("status")) in ("clean", "planned"),
+                                         order.get(str(hosts[n].get("status")), -1), n))
+    return ("<section id=\"hosts\"><h2>Hosts</h2>\n<p class=\"legend\">hosts that did not end clean first, open;"
+            " click a host to open or close it.</p>\n" + "\n".join(_host(n, hosts[n], log_folder) for n in names)
+            + "</section>")
+
+
+CSS = """
+body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:16px 24px;color:#212529;
+background:#fff}h1{font-size:20px;margin:0 0 4px}h1 .id{font-family:ui-monospace,monospace;font-weight:normal}
+h2{font-size:15px;margin:22px 0 6px;border-bottom:1px solid #dee2e6}.meta,.legend,footer{color:#495057}
+.legend span{margin-left:10px;white-space:nowrap}.legend i{display:inline-block;width:12px;height:12px;
+margin-right:3px;vertical-align:-2px}.verdict{font-size:17px;font-weight:600;margin:6px 0}.verdict.ok{color:#2b8a3e}
+.verdict.bad{color:#c92a2a}.note{color:#c92a2a}ul.counts{list-style:none;padding:0;margin:4px 0}
+ul.counts li{display:inline-block;margin-right:6px}.badge{padding:1px 6px;border-radius:3px;font-weight:600}
+.s-clean{background:#d3f9d8;color:#2b8a3e}.s-failed{background:#ffe3e3;color:#c92a2a}
+.s-unreachable{background:#ffe8cc;color:#d9480f}.s-skipped{background:#e9ecef;color:#495057}
+.s-planned{background:#e7f5ff;color:#1864ab}.s-other{background:#f3f0ff;color:#5f3dc4}
+table{border-collapse:collapse}td,th{text-align:left;vertical-align:top}.outcome td,.outcome th,table.small td,
+table.small th{padding:2px 8px;border-bottom:1px solid #f1f3f5}.num{text-align:right;white-space:nowrap}
+.set{font-family:ui-monospace,monospace}
+.grid th,.grid td,.timeline th,.timeline td{padding:0 4px 0 0;white-space:nowrap;font-weight:normal}
+.grid td.st{font-size:11px;padding:0 6px;border-radius:0}.grid td.c{padding:0;border:2px solid #fff}
+.grid td.c i{display:block;width:22px;height:11px}.grid td.c i.b{height:4px;border-bottom:1px solid #fff}
+.grid td.c i.w{height:16px}
+.grid td.hf{outline:2px solid #e03131;outline-offset:-2px}.grid td.hw{outline:2px dashed #f08c00;outline-offset:-2px}
+.hf-s{outline:2px solid #e03131;outline-offset:-2px}.hw-s{outline:2px dashed #f08c00;outline-offset:-2px}
+.mark{color:#fff;background:#e03131;border-radius:6px;padding:0 4px;margin-left:3px;font-size:10px}
+.mark.hw{background:#f08c00}.none{color:#868e96;font-style:italic}
+.m0{background:#b2f2bb}.m1{background:#fff3bf}.m2{background:#ffc078}.m3{background:#f76707}.m4{background:#a61e4d}
+.na{background:repeating-linear-gradient(45deg,#adb5bd 0 2px,#f1f3f5 2px 4px)}.gone{background:#343a40}
+.timeline{width:100%}.timeline th{width:1%}.timeline td.num{width:1%;padding:0 6px;font-size:11px}
+td.bar{width:98%;padding:0;background-image:linear-gradient(to right,#dee2e6 1px,transparent 1px);
+background-repeat:repeat-x;background-size:var(--tick) 100%}
+td.bar svg{display:block}td.idle{color:#868e96;font-style:italic;font-size:11px}
+.ticks{position:relative;height:14px;font-size:10px;color:#868e96}.ticks span{position:absolute;top:0}
+rect.pre,i.pre{fill:#ced4da;background:#ced4da}rect.drain,i.drain{fill:#4dabf7;background:#4dabf7}
+rect.kill,i.kill{fill:#9775fa;background:#9775fa}rect.settle,i.settle{fill:#38d9a9;background:#38d9a9}
+rect.verify,i.verify{fill:#69db7c;background:#69db7c}rect.bad,i.bad{fill:#e03131;background:#e03131}
+rect.other{fill:#adb5bd}details{margin:2px 0;padding:2px 6px;border-left:3px solid #dee2e6}
+details[open]{border-left-color:#868e96;padding-bottom:6px}summary{cursor:pointer}.err{color:#c92a2a;margin:4px 0}
+table.small{margin:4px 0;font-size:12px}table.small th{color:#495057;font-weight:600}.log{font-family:ui-monospace,
+monospace;font-size:12px;color:#495057;margin:4px 0}.slurm{margin:4px 0}footer{margin-top:24px;font-size:11px}
+"""

@@ -1,0 +1,351 @@
+"""report.html (`fleet.report.html_report`): built from a real demo run's summary.json and from a synthetic 512-host
+report, read back as a document (html.parser); rendered by Debian's headless Chromium; written by every run (Ctrl-C
+too); and `fleet show --html`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from report_page import Page, demo_document, png_pixels, synthetic_document
+
+from fleet.cli import main
+from fleet.errors import ConnectError
+from fleet.graph import RunOptions
+from fleet.inventory.host import Host
+from fleet.report.history import History, history_path
+from fleet.report.html_report import REPORT_HTML, kept_from_detail, outcome_groups, page
+from fleet.report.models import HostReport, HostStatus, Reason
+from fleet.report.render import fold
+from fleet.run import run_and_report
+
+CELL = re.compile(r"^gpu (\d+): (?:(\S+) → )?(\S+) MiB")
+SIZE_BOUND = 2_000_000  # bytes: the page of a 512-host run, to attach to a mail or a chat
+
+
+def cells_of(row: Any) -> list[tuple[int, str | None, str]]:
+    """(index, before, after) of each GPU cell of a grid row, read from its title."""
+    found = []
+    for cell in row.children:
+        match = CELL.match(cell.get("title")) if cell.tag == "td" else None
+        if match:
+            found.append((int(match[1]), match[2], match[3]))
+    return found
+
+
+# --- the page as a document --------------------------------------------------------------------------------------
+
+
+def test_the_demo_page_has_every_host_with_the_numbers_of_its_json() -> None:
+    document = demo_document()
+    hosts = document["hosts"]
+    parsed = Page(page(document, log_folder="/var/log/fleet/runs/x"))
+    for kind in ("grid", "timeline", "host"):
+        assert sorted(r.get("data-host") for r in parsed.of(kind)) == sorted(hosts), kind
+    for row in parsed.of("grid"):
+        host = hosts[row.get("data-host")]
+        expected = [(g["index"], str(b), str(g["memory_used_mib"]))
+                    for g, b in zip(host["gpus"], host["memory_before_mib"], strict=True)]
+        assert cells_of(row) == expected
+        assert row.get("data-gpus") == str(len(host["gpus"]))
+    text = "".join(parsed.text)
+    assert "1 of 16 hosts not clean" in text
+    assert all(f"{n} {s}" in text for s, n in document["summary"].items() if s != "total" and n)
+    sick = next(r for r in parsed.of("host") if r.get("data-host") == "gpu-b16")
+    assert "gpu 5: Xid 79" in sick.text and "/var/log/fleet/runs/x/gpu-b16.jsonl" in sick.text
+    assert "open" in sick.attrs  # a host that did not end clean is shown open
+    killed = hosts["gpu-b16"]["killed"][0]
+    assert f"{killed['pid']}python3root{killed['signal']}" in sick.text
+    failed_cells = [c for c in next(r for r in parsed.of("grid") if r.get("data-host") == "gpu-b16").children
+                    if c.tag == "td" and "hf" in c.get("class").split()]
+    assert [c.get("title").split(":")[0] for c in failed_cells] == ["gpu 5"]
+    assert "xid fail: Xid 79" in failed_cells[0].get("title")
+
+
+def test_the_timeline_sorts_hosts_by_end_and_its_bars_add_up_to_each_duration() -> None:
+    document = synthetic_document()
+    parsed = Page(page(document))
+    rows = parsed.of("timeline")
+    ran = [r for r in rows if any(c.tag == "rect" for c in r.children)]
+    ends = [float(r.get("data-end")) for r in ran]
+    assert ends == sorted(ends)
+    for row in ran:
+        host = document["hosts"][row.get("data-host")]
+        assert float(row.get("data-end")) == host["duration_s"]
+        seconds = [float(c.get("title").split()[-2]) for c in row.children if c.tag == "rect"]
+        assert sum(seconds) == pytest.approx(host["duration_s"], abs=0.02)
+        names = [c.get("class") for c in row.children if c.tag == "rect"]
+        assert [n for n in names if n not in ("pre", "bad")] == [
+            s["name"] for s in host["steps"] if s["status"] == "ok"]
+    never = [r for r in rows if r not in ran]
+    assert all("not started" in r.text for r in never)
+    assert [r.get("data-host") for r in never] == sorted(r.get("data-host") for r in never)
+
+
+def test_the_outcome_folds_as_the_summary_does_largest_group_first() -> None:
+    document = synthetic_document()
+    groups = outcome_groups(document["hosts"])
+    sizes = [len(names) for _, _, names, _ in groups]
+    assert sizes == sorted(sizes, reverse=True) and sum(sizes) == len(document["hosts"])
+    parsed = Page(page(document))
+    rows = parsed.of("outcome")
+    assert [int(r.get("data-count")) for r in rows] == sizes
+    for row, (status, reason, names, _) in zip(rows, groups, strict=True):
+        assert fold(names) in row.text and status in row.text and reason in row.text
+    memory = next(g for g in groups if g[1] == "memory_held")
+    assert re.fullmatch(r"gpu 3 holds \d+-\d+ MiB after 60 s \(threshold 16 MiB\)", memory[3])
+
+
+def test_every_string_from_the_document_is_escaped() -> None:
+    evil = '<script>alert("x")</script> & <img src=x onerror=alert(1)> "quoted" \'single\''
+    document = demo_document()
+    host = document["hosts"]["gpu-b16"]
+    host.update(error=evil, reason=evil)
+    host["steps"][1]["detail"] = f"killed 1 (0 on SIGTERM, 1 on SIGKILL); kept pid 7 {evil.split()[0]} ({evil})"
+    host["gpus"][0]["health"] = [{"check": evil, "level": "warn", "detail": evil}]
+    host["slurm"] = {"node": evil, "state_before": evil, "reason_before": evil, "jobs": [evil]}
+    document["hosts"][evil] = host
+    text = page(document, log_folder=evil)
+    parsed = Page(text)
+    assert parsed.tags["script"] == 0 and parsed.tags["img"] == 0
+    assert evil in "".join(parsed.text)
+    assert any(r.get("data-host") == evil for r in parsed.of("grid"))
+
+
+def test_the_page_loads_nothing_and_runs_nothing() -> None:
+    text = page(synthetic_document())
+    assert "<script" not in text and "://" not in text and "src=" not in text
+    assert "@import" not in text and "url(" not in text and "@font-face" not in text
+    assert "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">" \
+        in text
+
+
+def test_a_512_host_page_stays_under_2_mb() -> None:
+    document = synthetic_document()
+    assert len(document["hosts"]) == 512
+    text = page(document, log_folder="/home/operator/.local/state/fleet/runs/20261203T030000Z-5e1f00")
+    size = len(text.encode("utf-8"))
+    assert size < SIZE_BOUND, f"{size} bytes for 512 hosts"
+    parsed = Page(text)
+    assert (len(parsed.of("grid")), len(parsed.of("timeline")), len(parsed.of("host"))) == (512, 512, 512)
+
+
+def test_a_check_without_baselines_and_a_host_never_reached() -> None:
+    document = demo_document()
+    document["command"] = "check"
+    for host in document["hosts"].values():
+        host.pop("memory_before_mib")
+    document["hosts"]["gpu-b09"] = {"status": "unreachable", "reason": "connect_timeout", "duration_s": 10.0,
+                                    "error": "no SSH session within 10 s", "gpus": [], "killed": [],
+                                    "steps": [{"name": n, "status": "skipped", "duration_s": 0.0, "detail": ""}
+                                              for n in ("drain", "kill", "settle", "verify")]}
+    parsed = Page(page(document))
+    grid = {r.get("data-host"): r for r in parsed.of("grid")}
+    assert cells_of(grid["gpu-b01"]) == [(i, None, "0") for i in range(8)]
+    assert "no GPU read" in grid["gpu-b09"].text and grid["gpu-b09"].get("data-gpus") == "0"
+    timeline = {r.get("data-host"): r for r in parsed.of("timeline")}
+    assert [(c.get("class"), c.get("title")) for c in timeline["gpu-b09"].children if c.tag == "rect"] == [
+        ("pre", "before drain 10.00 s")]  # its time went into trying to connect
+
+
+def test_a_host_that_never_started_ends_the_timeline() -> None:
+    document = demo_document()
+    document["hosts"]["gpu-a01"] = {"status": "skipped", "reason": "stopped", "duration_s": 0.0,
+                                    "error": "stopped: more than 0 hosts failed", "gpus": [], "killed": [],
+                                    "steps": [{"name": n, "status": "skipped", "duration_s": 0.0, "detail": ""}
+                                              for n in ("drain", "kill", "settle", "verify")]}
+    timeline = Page(page(document)).of("timeline")
+    assert timeline[-1].get("data-host") == "gpu-a01" and "not started" in timeline[-1].text
+
+
+@pytest.mark.parametrize(("detail", "kept"), [
+    ("killed 1 (0 on SIGTERM, 1 on SIGKILL); kept pid 21467 nvidia-persistenced (protected name nvidia-persistenced)",
+     [("21467", "nvidia-persistenced", "protected name nvidia-persistenced")]),
+    ("no GPU holders to kill; kept pid 7 python3 (a Slurm job's process (job 4711, cgroup /a/job_4711)), pid 9"
+     " nv-hostengine (protected name nv-hostengine); holding after kill: pid 8 x",
+     [("7", "python3", "a Slurm job's process (job 4711, cgroup /a/job_4711)"),
+      ("9", "nv-hostengine", "protected name nv-hostengine")]),
+    ("killed 2 (2 on SIGTERM, 0 on SIGKILL)", []),
+    ("kept pid 7 python3 (cut short", []),
+])
+def test_kept_holders_are_read_from_the_kill_steps_detail(detail: str, kept: list[tuple[str, str, str]]) -> None:
+    assert kept_from_detail(detail) == kept
+
+
+# --- written by every run, and by fleet show --html -------------------------------------------------------------
+
+
+async def test_a_run_writes_its_page_beside_summary_json(tmp_path: Path) -> None:
+    async def refused(h: Host) -> Any:
+        raise ConnectError(f"connection refused ({h.address}:22)")
+
+    hosts = [Host(name=n, address="192.0.2.1") for n in ("gpu-b01", "gpu-b02")]
+    _, report = await run_and_report(hosts, RunOptions(), as_json=False, log_dir=tmp_path, connector=refused)
+    folder = tmp_path / report.run_id
+    summary = json.loads((folder / "summary.json").read_text())
+    text = (folder / REPORT_HTML).read_text()
+    assert text == page(summary, log_folder=str(folder))
+    assert [r.get("data-host") for r in Page(text).of("grid")] == ["gpu-b01", "gpu-b02"]
+    assert not list(folder.glob(".*tmp"))
+
+
+async def test_an_interrupted_run_still_writes_its_page(tmp_path: Path) -> None:
+    """SIGINT to this process (the run handles it, as Ctrl-C): exit 130, and the page says where each host was."""
+    async def hangs(h: Host) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        await anyio.sleep(30)
+
+    hosts = [Host(name="gpu-b01", address="192.0.2.1")]
+    with anyio.fail_after(20):
+        code, report = await run_and_report(hosts, RunOptions(handle_signals=True), as_json=False, log_dir=tmp_path,
+                                            connector=hangs)
+    assert code == 130
+    text = (tmp_path / report.run_id / REPORT_HTML).read_text()
+    assert "interrupted during connect" in "".join(Page(text).text)
+
+
+def test_show_html_prints_the_path_and_writes_the_page_of_an_older_run(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    document = demo_document()
+    folder = tmp_path / document["run_id"]
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps(document))
+    assert main(["show", "last", "--html", "--log-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{folder / REPORT_HTML}\n"
+    assert (folder / REPORT_HTML).read_text() == page(document, log_folder=str(folder))
+    (folder / REPORT_HTML).write_text("kept as it is")
+    assert main(["show", document["run_id"], "--html", "--log-dir", str(tmp_path)]) == 0
+    assert (folder / REPORT_HTML).read_text() == "kept as it is"  # a page that is there is never rewritten
+    capsys.readouterr()
+    for bad in (["--host", "gpu-b01"], ["--json"]):
+        assert main(["show", "last", "--html", *bad, "--log-dir", str(tmp_path)]) == 2
+    assert "--html prints the path" in capsys.readouterr().err
+
+
+def test_show_html_of_a_run_killed_before_its_summary_builds_the_page_from_the_history(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with History.open(history_path(tmp_path)) as history:
+        history.start_run("run-k", "reset", ["gpu-b01", "gpu-b02"], {"mode": "reset"}, "2026-12-03T03:00:00Z",
+                          "0.2.0", tmp_path)
+        history.record_host("run-k", HostReport("gpu-b01", HostStatus.FAILED, 3.5, "gpu 0 holds 900 MiB",
+                                                reason=Reason.MEMORY_HELD))
+    assert main(["show", "run-k", "--html", "--log-dir", str(tmp_path)]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path == tmp_path / "run-k" / REPORT_HTML
+    parsed = Page(path.read_text())
+    assert [r.get("data-host") for r in parsed.of("grid")] == ["gpu-b01", "gpu-b02"]
+    text = "".join(parsed.text)
+    assert "built from its history, 1 of 2 hosts on record" in text
+    assert "gpu 0 holds 900 MiB" in text and "not on record" in text
+
+
+# --- in a real browser --------------------------------------------------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"
+                                    " (/usr/bin/chromium): apt-get install chromium (.ci/run installs it)")
+WINDOW = (1000, 1250)
+CLEAN_BADGE, FAILED_BADGE, BUSY_BEFORE = bytes.fromhex("d3f9d8"), bytes.fromhex("ffe3e3"), bytes.fromhex("a61e4d")
+
+
+@contextmanager
+def _profile() -> Iterator[Path]:
+    """Chromium's own temporary profile; every process still naming it afterwards is ended by pid; then removed."""
+    folder = Path(tempfile.mkdtemp(prefix="fleet-chromium-"))
+    try:
+        yield folder
+    finally:
+        for pid in _processes_naming(str(folder)):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def chromium(page_file: Path, screenshot: Path) -> tuple[str, list[str]]:
+    """Open the page in headless Chromium once: its DOM after load (--dump-dom, stdout), a screenshot of the
+    window, and the console messages it logged (stderr, with --enable-logging=stderr --v=0). Chromium runs in its
+    own session with its own temporary profile, bounded by a timeout; its process group is ended after."""
+    with _profile() as profile:
+        argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
+                f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--screenshot={screenshot}", "--dump-dom",
+                page_file.as_uri()]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=90)
+        finally:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # its whole group: renderers, zygotes, crash handler
+            proc.wait()
+    assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+    console = [line for line in err.decode(errors="replace").splitlines() if ":CONSOLE" in line]
+    return out.decode(), console
+
+
+@needs_chromium
+@pytest.mark.browser
+def test_the_console_check_sees_a_console_message(tmp_path: Path) -> None:
+    """The control for the check below: a page that logs, throws and loads from the network is caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text("<!doctype html><meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';"
+                   " script-src 'unsafe-inline'\"><img src=\"https://example.invalid/x.png\">"
+                   "<script>console.error('boom'); undefinedName();</script>")
+    _, console = chromium(bad, tmp_path / "bad.png")
+    assert any("boom" in line for line in console)
+    assert any("undefinedName" in line for line in console)
+    assert any("example.invalid" in line for line in console)
+
+
+@needs_chromium
+@pytest.mark.browser
+@pytest.mark.parametrize("which", ["demo", "512 hosts"])
+def test_chromium_renders_the_page_with_no_console_message(which: str, tmp_path: Path) -> None:
+    """The page opened from a file in Debian's headless Chromium (as from a mail attachment).
+
+    How the check is made reliable: Chromium with `--enable-logging=stderr --v=0` writes every console message
+    of the page to stderr as `INFO:CONSOLE:<line>] "<message>", source: <url>`: errors, warnings, uncaught
+    exceptions and, through the page's Content-Security-Policy (`default-src 'none'`), every load it would have
+    made (an image, a font, a stylesheet, a script); the control test above shows all four are caught. The page
+    has no script, so any such line fails. The rows are counted in the DOM Chromium built (`--dump-dom`), after
+    its HTML parser (which drops or moves what does not belong in a table), by their `data-row` attributes; the
+    screenshot shows the CSS applied: the status badges' and the memory cells' own colours are in it."""
+    document = demo_document() if which == "demo" else synthetic_document()
+    page_file = tmp_path / REPORT_HTML
+    page_file.write_text(page(document, log_folder=str(tmp_path)), encoding="utf-8")
+    shot = tmp_path / "report.png"
+    dom, console = chromium(page_file, shot)
+    assert console == []
+    parsed = Page(dom)
+    hosts = len(document["hosts"])
+    assert (len(parsed.of("grid")), len(parsed.of("timeline")), len(parsed.of("host"))) == (hosts, hosts, hosts)
+    assert sum(len(cells_of(r)) for r in parsed.of("grid")) == sum(
+        max(len(h.get("gpus", [])), len(h.get("memory_before_mib", []))) for h in document["hosts"].values())
+    width, height, colours = png_pixels(shot.read_bytes())
+    assert (width, height) == WINDOW
+    assert colours[CLEAN_BADGE] > 100 and colours[FAILED_BADGE] > 100 and colours[BUSY_BEFORE] > 100
+    if which == "demo" and os.environ.get("FLEET_REPORT_SCREENSHOT"):  # refresh the README's picture
+        shutil.copyfile(shot, os.environ["FLEET_REPORT_SCREENSHOT"])
