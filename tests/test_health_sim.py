@@ -98,6 +98,9 @@ async def test_a_leaked_context_stays_without_gpu_reset(make_fleet: Any, tmp_pat
     host = report.hosts["gpu-l01"]
     assert host.status is HostStatus.FAILED
     assert step(host, StepName.SETTLE).status is StepStatus.TIMEOUT
+    assert host.reason is Reason.MEMORY_LEAKED  # not a slow release: no process holds it, and the line says so
+    assert host.error == ("settle: gpu 3 holds 2048 MiB with no process holding it after 2 s: a leaked context;"
+                          " --gpu-reset can reset it")
     assert sim.nodes["gpu-l01"].gpu_resets() == []
 
 
@@ -141,4 +144,6 @@ async def test_gpu_reset_refuses_and_says_who_while_a_process_holds_the_gpu(make
     assert code == 1, err
     settle = next(s for s in host["steps"] if s["name"] == "settle")
     assert "gpu reset refused: pid " in settle["detail"] and "nvidia-cuda-mps-server" in settle["detail"]
+    assert "; gpu reset refused: pid " in host["error"] and "nvidia-cuda-mps-server" in host["error"]  # the host's line
+    assert host["reason"] == "memory_leaked"
     assert sim.nodes["gpu-l03"].gpu_resets() == []

@@ -425,3 +425,34 @@ def test_the_probes_run_those_argvs_read_their_output_and_explain_a_failure() ->
     text = fixture("error_no-devices-found.txt")
     for probe in (query, apps):
         assert probe.failure(CommandResult(probe.argv, 6, text, "", 0.1)) == classify_smi_failure(6, text, "")
+
+
+# --- device minor numbers (nvidia-smi -q) -------------------------------------------------------------
+
+
+def test_minor_numbers_of_real_q_captures() -> None:
+    """Each GPU section's `Minor Number` (/dev/nvidiaN's N), keyed to its PCI bus id as --query-gpu prints it."""
+    eight = smi.parse_minor_numbers((FIXTURES / "8x-h100-80gb-hbm3_drv535.183.01_q_one-gpu-busy.txt").read_text())
+    assert eight == {0: "00000000:53:00.0", 1: "00000000:64:00.0", 2: "00000000:75:00.0", 3: "00000000:86:00.0",
+                     4: "00000000:97:00.0", 5: "00000000:A8:00.0", 6: "00000000:B9:00.0", 7: "00000000:CA:00.0"}
+    azure = "8x-a100-sxm4-40gb_drv460.32.03_q_idle-persistence-off_gpu1-and-gpu5-of-8.txt"
+    assert smi.parse_minor_numbers((FIXTURES / azure).read_text()) == {0: "00000001:00:00.0", 4: "0000000B:00:00.0"}
+    assert smi.parse_minor_numbers((FIXTURES / "h200_drv590.48.01_1gpu_q_idle.txt").read_text()) == {
+        0: "00000000:83:00.0"}
+
+
+def test_minor_numbers_that_cannot_be_trusted_are_left_out() -> None:
+    """`N/A` (no device file), a section without one, a number two sections claim; lower-case bus ids upper-cased."""
+    text = ("GPU 00000000:1b:00.0\n    Minor Number                          : 3\n"
+            "GPU 00000000:2B:00.0\n    Minor Number                          : N/A\n"
+            "GPU 00000000:3B:00.0\n    Product Name                          : X\n"
+            "GPU 00000000:4B:00.0\n    Minor Number                          : 5\n"
+            "GPU 00000000:5B:00.0\n    Minor Number                          : 5\n")
+    assert smi.parse_minor_numbers(text) == {3: "00000000:1B:00.0"}
+
+
+@pytest.mark.parametrize(("path", "minor"), [("/dev/nvidia0", 0), ("/dev/nvidia12", 12), ("/x/dev/nvidia7", 7),
+                                            ("/dev/nvidiactl", None), ("/dev/nvidia-uvm", None),
+                                            ("/dev/nvidia-caps/nvidia-cap1", None), ("/dev/nvidia3x", None)])
+def test_device_minor(path: str, minor: int | None) -> None:
+    assert smi.device_minor(path) == minor

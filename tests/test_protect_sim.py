@@ -25,7 +25,7 @@ from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, RunReport, StepName, StepStatus
+from fleet.report.models import HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
@@ -126,8 +126,9 @@ async def test_a_process_in_a_slurm_jobs_cgroup_is_kept_and_named_with_its_job(
 ) -> None:
     """A real cgroup laid out as Slurm lays out job 4711's extern step (where pam_slurm_adopt puts an ssh login
     to a node where the user has a job), and a real process holding a simulated GPU moved into it: no slurmstepd
-    above it, yet the reset keeps it, names its job, and the node is not clean; the stray beside it is killed."""
-    sim = await make_fleet([NodeSpec("gpu-j01", linger_s=0.2)], {"gpu-j01": {**FAST, "settle_timeout": 2}})
+    above it, yet the reset keeps it, names its job, and the node is not clean; the stray beside it is killed.
+    The job's memory fails the host at once (`memory_held_by_job`), not after settle_timeout (30 s here)."""
+    sim = await make_fleet([NodeSpec("gpu-j01", linger_s=0.2)], {"gpu-j01": {**FAST, "settle_timeout": 30}})
     node = sim.nodes["gpu-j01"]
     with job_cgroup(version) as cgroup:
         adopted = node.spawn_worker(WorkerSpec(gpus=(3,), mib=700))
@@ -141,9 +142,35 @@ async def test_a_process_in_a_slurm_jobs_cgroup_is_kept_and_named_with_its_job(
         reason = f"a Slurm job's process (job 4711, cgroup {path})"
         assert f"pid {adopted} python3 ({reason})" in step(host, StepName.KILL).detail
         assert [k.pid for k in host.killed] == [stray]
-        assert host.status is HostStatus.FAILED
-        assert (host.error or "").startswith(f"gpu 3 holds 700 MiB (pid {adopted} python3)")
+        assert (host.status, host.reason) == (HostStatus.FAILED, Reason.MEMORY_HELD_BY_JOB)
+        assert (host.error or "").startswith(
+            f"settle: gpu 3 holds 700 MiB: memory held by Slurm job 4711 (pid {adopted} python3); ")
+        assert step(host, StepName.SETTLE).duration_s < 15
         assert {e["pid"]: e["reason"] for e in events(run_dir, "gpu-j01", "kept")}[adopted] == reason
+
+
+async def test_memory_held_below_slurmstepd_fails_at_once_naming_the_job(make_fleet: Any, tmp_path: Path) -> None:
+    """Without --slurm: a process below a slurmstepd holds GPUs 0 and 1; the reset keeps it and, right after
+    settle's first poll, fails the host naming the job's slurmstepd, instead of waiting settle_timeout (30 s)."""
+    sim = await make_fleet([busy("gpu-j02")], {"gpu-j02": {**FAST, "settle_timeout": 30}})
+    node = sim.nodes["gpu-j02"]
+    task = WorkerSpec(gpus=(0, 1), mib=30000, name="python3")
+    stepd = node.spawn_worker(WorkerSpec(gpus=(), mib=0, name="slurmstepd", compute=False, child=task))
+    [child] = node.children_of(stepd)
+
+    report, _ = await reset(sim, tmp_path)
+
+    host = report.hosts["gpu-j02"]
+    assert node.alive(stepd) and node.alive(child)
+    assert node.unit_state("sglang.service") == "inactive"
+    assert (host.status, host.reason) == (HostStatus.FAILED, Reason.MEMORY_HELD_BY_JOB)
+    error = host.error or ""  # gpu 0 holds the task's 30000 MiB, and sglang's while they are still coming back
+    assert error.startswith("settle: gpu 0 holds ")
+    assert error.endswith("; fleet never kills a job's processes: drain the node in Slurm first (--slurm waits for"
+                          " its jobs)")
+    assert f" MiB (+1 more): memory held by a Slurm job (slurmstepd pid {stepd}); " in error
+    settle = step(host, StepName.SETTLE)
+    assert settle.status is StepStatus.FAILED and settle.duration_s < 15
 
 
 def rogue_node(name: str) -> NodeSpec:

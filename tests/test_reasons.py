@@ -81,3 +81,15 @@ def test_the_host_takes_verifys_reason_a_reboots_or_the_first_failures() -> None
     assert host_outcome([unexplained])[2] is Reason.PROBE_FAILED
     assert host_outcome([StepResult(StepName.VERIFY, StepStatus.OK)]) == (
         host_outcome([])[0], None, None)
+
+
+@pytest.mark.parametrize("reason", [Reason.MEMORY_LEAKED, Reason.MEMORY_HELD_BY_JOB])
+def test_settle_saying_whose_the_memory_is_beats_verifys_memory_held_but_not_a_health_failure(reason: Reason) -> None:
+    """A leaked context or a job's memory is the host's error (a refused --gpu-reset's holders with it), not
+    verify's plainer `gpu 3 holds 4096 MiB` of that same memory; verify finding something else still wins."""
+    settled = StepResult(StepName.SETTLE, StepStatus.TIMEOUT, 60.0, "x", "gpu 3 holds 4096 MiB with ...", reason)
+    held = StepResult(StepName.VERIFY, StepStatus.FAILED, 1.0, "y", "gpu 3 holds 4096 MiB", Reason.MEMORY_HELD)
+    sick = StepResult(StepName.VERIFY, StepStatus.FAILED, 1.0, "y", "gpu 5: Xid 79", Reason.HEALTH)
+    assert host_outcome([settled, held])[1:] == ("settle: gpu 3 holds 4096 MiB with ...", reason)
+    assert host_outcome([settled, sick])[1:] == ("gpu 5: Xid 79", Reason.HEALTH)
+    assert host_outcome([settled])[2] is reason

@@ -106,11 +106,13 @@ async def test_hanging_nvidia_smi_fails_within_budget_and_names_it(tmp_path: Pat
 
 
 async def test_memory_that_never_settles_fails_with_the_gpu_named(tmp_path: Path) -> None:
+    """No process holds it (the complete scan after the window found none): a leaked context, said so."""
     t = ScriptedTransport(node_script(settle_mib=1523))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.FAILED
-    assert host.error == "gpu 0 holds 1523 MiB" and host.reason is Reason.MEMORY_HELD
+    assert host.error == ("settle: gpu 0 holds 1523 MiB with no process holding it after 1 s: a leaked context;"
+                          " --gpu-reset can reset it") and host.reason is Reason.MEMORY_LEAKED
 
 
 async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> None:

@@ -205,6 +205,15 @@ class Host:
     ] = 30.0
     kill_grace: Annotated[float, Var("seconds between SIGTERM and SIGKILL", gt=0, le=300)] = 5.0
     settle_timeout: Annotated[float, Var("seconds for GPU memory to come back", gt=0, le=3600)] = 60.0
+    gpu_reset_timeout: Annotated[
+        float,
+        Var(
+            "seconds `--gpu-reset`'s `nvidia-smi -r` may take on the host, all its resets together: a whole"
+            " NVSwitch baseboard's reset can take minutes, far longer than `command_timeout`",
+            gt=0,
+            le=3600,
+        ),
+    ] = 300.0
     lock_file: Annotated[
         str,
         Var(

@@ -35,6 +35,8 @@ class Reason(StrEnum):
     """Why a host did not end clean: a stable code for scripts, dashboards and history (the README lists them)."""
 
     MEMORY_HELD = "memory_held"  # GPU memory still used after settle (or at verify)
+    MEMORY_LEAKED = "memory_leaked"  # GPU memory no process holds after settle (a complete scan): a leaked context
+    MEMORY_HELD_BY_JOB = "memory_held_by_job"  # GPU memory held only by a Slurm job's processes (kept)
     RESPAWNED = "respawned"  # a killed holder came back
     HOLDERS_LEFT = "holders_left"  # a process fleet may kill still holds a device at verify
     KILL_FAILED = "kill_failed"  # a signal was refused, or a holder's identity could not be checked
@@ -137,6 +139,7 @@ class StepOutcome:
     gpus: tuple[GpuReport, ...] = ()
     settle_s: Mapping[int, float] = field(default_factory=dict)  # GPU index -> seconds until it settled
     kept: frozenset[int] = frozenset()  # pids of GPU holders left alive on purpose (protected)
+    jobs: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
 
 
 @dataclass(frozen=True)

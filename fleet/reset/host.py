@@ -44,6 +44,8 @@ STEP_ENDERS = (StepFailed, BudgetSpent, CommandTimeout)
 BASELINE_READ_S = 5.0
 # The reason a step ends with when one of its commands failed (`systemctl stop` refused: the drain failed).
 FAILED_STEP_REASONS = {StepName.DRAIN: Reason.DRAIN_FAILED, StepName.KILL: Reason.KILL_FAILED}
+# Settle's reasons that say whose the memory verify then finds held is: more telling than verify's `memory_held`.
+WHOSE_MEMORY = frozenset({Reason.MEMORY_LEAKED, Reason.MEMORY_HELD_BY_JOB})
 
 
 class Mode(StrEnum):
@@ -131,7 +133,7 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
         run.killed = killed.killed
         if killed.result.status is StepStatus.OK:
             settled = await _run_step(node, run, StepName.SETTLE,
-                                      lambda: settle.settle(node, killed.kept, gpu_reset=gpu_reset))
+                                      lambda: settle.settle(node, killed.kept, killed.jobs, gpu_reset=gpu_reset))
             settle_s = dict(settled.settle_s)
     verified = await _run_step(node, run, StepName.VERIFY, lambda: verify.verify(node, settle_s, xids_before))
     run.gpus = verified.gpus
@@ -206,13 +208,17 @@ async def _survey(node: Node, run: HostRun) -> None:
 
 def host_outcome(results: Sequence[StepResult]) -> tuple[HostStatus, str | None, Reason | None]:
     """Clean only when every step that ran is ok; the error (and its reason) is a GPU reset's that did not free
-    the memory (`needs_reboot`), else verify's if it failed, else the first failure's."""
+    the memory (`needs_reboot`), else settle's saying whose the memory is (a leaked context, a Slurm job's) when
+    verify found that same memory held, else verify's if it failed, else the first failure's."""
     bad = [s for s in results if s.status is not StepStatus.OK]
     if not bad:
         return HostStatus.CLEAN, None, None
     failed_verify = next((s for s in bad if s.name is StepName.VERIFY), None)
     reboot = next((s for s in bad if s.reason is Reason.NEEDS_REBOOT), None)  # the remedy verify's memory needs
-    first = reboot or failed_verify or bad[0]
+    whose = next((s for s in bad if s.reason in WHOSE_MEMORY), None)
+    if failed_verify is not None and failed_verify.reason not in (Reason.MEMORY_HELD, Reason.HOLDERS_LEFT):
+        whose = None  # verify found something else first (an Xid, a missing GPU): that is the host's error
+    first = reboot or whose or failed_verify or bad[0]
     line = first.error or first.detail or first.status.value
     reason = first.reason or (Reason.COMMAND_TIMEOUT if first.status is StepStatus.TIMEOUT else Reason.PROBE_FAILED)
     return HostStatus.FAILED, line if first is failed_verify else f"{first.name}: {line}", reason

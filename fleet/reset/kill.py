@@ -26,7 +26,7 @@ from fleet.report.models import KilledProcess, Reason, StepName, StepOutcome, St
 from fleet.reset.drain import UnitsStopped, stop_units
 from fleet.reset.holders import Scan, scan
 from fleet.reset.poll import POLL_MARGIN_S, backoff
-from fleet.reset.protection import Holder, Rules, units_to_stop
+from fleet.reset.protection import Holder, Rules, job_of, units_to_stop
 
 # Seconds to wait for SIGKILLed processes to vanish.
 SIGKILL_WAIT_S = 5.0
@@ -168,8 +168,9 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
     reason, error = (Reason.DRAIN_FAILED, stopped.error) if stopped and stopped.error else (last.reason, last.error)
     status = StepStatus.FAILED if error else StepStatus.OK
     kept = frozenset(h.pid for h in last.kept if h.part_of_the_machine)
+    jobs = frozenset(h.pid for h in last.kept if job_of(h) is not None)
     return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error, reason), killed=killed,
-                       kept=kept)
+                       kept=kept, jobs=jobs)
 
 
 # --- what the kill decides and says (pure) -----------------------------------

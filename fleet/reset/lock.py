@@ -114,8 +114,10 @@ def parse_owner(text: str) -> str | None:
 
 
 def hold_bound_s(host: Host, wait_s: float) -> float:
-    """The lock command's own bound on the node: the wait plus twice the longest reset, and a margin."""
+    """The lock command's own bound on the node: the wait plus twice the longest reset (with `--gpu-reset`'s
+    resets and second settle window), and a margin."""
     windows = host.drain_timeout + ESCALATION_WINDOW_S + host.kill_grace + SIGKILL_WAIT_S + host.settle_timeout
+    windows += host.gpu_reset_timeout + host.settle_timeout
     return wait_s + 2 * (windows + RESET_COMMANDS * host.command_timeout) + HOLD_MARGIN_S
 
 

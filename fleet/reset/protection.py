@@ -16,6 +16,7 @@ taken for "no job": the holder is kept, as nobody's machine.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -218,6 +219,33 @@ def job_reason(holder: Holder, ancestry: Ancestry, facts: ProcessFacts) -> str |
         if matched is not None:
             return f"{JOB_PROCESS} ({matched} pid {parent.pid})"
     return None
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The Slurm job a kept holder is part of, as far as its reason says: the job id (its cgroup names it) and
+    the pid of the slurmstepd above it (the holder itself, or an ancestor)."""
+
+    job: int | None = None
+    stepd: int | None = None
+
+
+_JOB_REASON = re.compile(re.escape(JOB_PROCESS) + r" \((?:job (\d+), cgroup .*|\S+ pid (\d+)|\S+)\)")
+
+
+def job_of(holder: Holder) -> JobRef | None:
+    """The job a holder kept as a Slurm job's process is part of (read back from what `job_reason` wrote);
+    None for any other holder."""
+    reason = holder.protected_by
+    if reason is None or not reason.startswith(JOB_PROCESS):
+        return None
+    found = _JOB_REASON.fullmatch(reason)
+    if found is None:
+        return JobRef()
+    job, parent = found.groups()
+    if job is not None:
+        return JobRef(job=int(job))
+    return JobRef(stepd=int(parent) if parent is not None else holder.pid)
 
 
 def protected_ancestor(pid: int, facts: ProcessFacts, names: Sequence[str]) -> tuple[str, int] | None:

@@ -3,10 +3,15 @@
 Asks the node: `nvidia-smi --query-gpu=index,uuid,memory.used,mig.mode.current` until every GPU is at or
 under its allowance, within `settle_timeout` (a driver frees a dead process's memory some time after it
 died); when the kill kept processes on purpose (protected, such as the MPS server), also the compute apps,
-to know what those hold. Decides (pure, `Allowance`): a GPU's allowance is `memory_threshold_mib`
+to know what those hold. When memory is still held, one complete look says whose it is (`fleet.reset.leaks`):
+at the end of the window, and at once, after the first poll, when the kill kept a Slurm job's processes.
+Decides (pure, `Allowance` and the verdicts below): a GPU's allowance is `memory_threshold_mib`
 (`mig_memory_threshold_mib` when MIG is enabled: an idle MIG GPU reserves tens of MiB with no process),
-plus what kept processes use on it; when each GPU first went (and stayed) under. Reports: how long each GPU
-took (`gpus[].settle_s`), or which GPU still holds what when the time is up (status `timeout`).
+plus what kept processes use on it; when each GPU first went (and stayed) under; and, for memory still held,
+why: only a Slurm job's processes hold it (`memory_held_by_job`, at once: fleet never kills them, waiting
+cannot help), another process does (`memory_held`), or no process does (`memory_leaked`: a leaked context,
+which `--gpu-reset` resets, `fleet.reset.remedy`). Reports: how long each GPU took (`gpus[].settle_s`), or
+which GPU still holds what, and whose it is.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 
@@ -22,8 +27,8 @@ from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import smi
-from fleet.report.models import Reason, StepName, StepOutcome, StepResult, StepStatus
-from fleet.reset import remedy
+from fleet.report.models import Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict
+from fleet.reset import leaks, remedy
 from fleet.reset.poll import POLL_MARGIN_S, backoff
 
 
@@ -69,42 +74,96 @@ def kept_usage(apps: Iterable[smi.ComputeApp]) -> dict[str, int]:
     return dict(used)
 
 
-async def settle(node: Node, kept: Collection[int] = (), *, gpu_reset: bool = False) -> StepOutcome:
+async def settle(node: Node, kept: Collection[int] = (), jobs: Collection[int] = (), *,
+                 gpu_reset: bool = False) -> StepOutcome:
     """Poll GPU memory with backoff until every GPU is under its allowance; no fixed sleep.
 
-    `kept`: pids of GPU holders the kill left alive on purpose; what they use does not count.
-    `gpu_reset` (`--gpu-reset`): when the window passes with memory still held, reset those GPUs
+    `kept`: pids of GPU holders the kill left alive as part of the machine; what they use does not count.
+    `jobs`: pids of holders it left alive as a Slurm job's processes: when memory is held after the first poll,
+    one look says whether only they hold it, and the step fails at once if so.
+    `gpu_reset` (`--gpu-reset`): when the window passes with memory no process holds, reset those GPUs
     (`fleet.reset.remedy`) and wait once more; memory that survives a reset needs a reboot.
     """
     started, host = time.monotonic(), node.host
-    waited = await _wait_free(node, kept)
+    budget = Budget(host.settle_timeout, slack=2 * host.command_timeout)
+    waited = await _wait_free(node, kept, budget, polls=1 if jobs else None)
+    if jobs and waited.rows and not waited.free:
+        seen = await _look(node, kept)
+        held = job_verdict(seen.unsettled, seen.found.titles)
+        if held is not None:
+            return _failed(started, waited, held, StepStatus.FAILED)
+        waited = await _wait_free(node, kept, budget, settled=waited.settled)
     if waited.free:
-        detail = f"{len(waited.rows)} GPUs at or under {host.memory_threshold_mib} MiB after {waited.elapsed:.1f} s"
-        return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=waited.settled)
-    msg = unsettled_error(waited.rows, waited.allowance, host.settle_timeout)
-    if not gpu_reset or not waited.rows:
-        return StepOutcome(StepResult.since(StepName.SETTLE, started, msg, StepStatus.TIMEOUT, msg,
-                                            Reason.MEMORY_HELD), settle_s=waited.settled)
-    return await _after_reset(node, kept, waited, msg, started)
+        return _settled(started, waited, host.memory_threshold_mib)
+    if not waited.rows:
+        return _failed(started, waited, (Reason.MEMORY_HELD, "nvidia-smi listed no GPUs"))
+    return await _whose(node, kept, waited, started, budget, gpu_reset=gpu_reset)
 
 
-async def _after_reset(node: Node, kept: Collection[int], before: Waited, msg: str, started: float) -> StepOutcome:
-    """Reset the GPUs still holding memory, then wait once more: a reboot is the next remedy, not fleet's."""
+async def _whose(node: Node, kept: Collection[int], waited: Waited, started: float, budget: Budget, *,
+                 gpu_reset: bool) -> StepOutcome:
+    """The window passed with memory held: look once, and say whose it is (or reset it, with `gpu_reset`)."""
     host = node.host
-    leaked = [r.index for r in before.rows if before.allowance.problem(r) is not None]
-    reset = await remedy.reset_gpus(node, leaked, [r.index for r in before.rows])
+    seen = await _look(node, kept)
+    if not seen.unsettled:  # it came back while the look was taken
+        now = {r.index: round(budget.elapsed, 3) for r in waited.rows}
+        return _settled(started, replace(waited, settled={**now, **waited.settled}), host.memory_threshold_mib)
+    verdict = job_verdict(seen.unsettled, seen.found.titles)
+    if verdict is not None:
+        return _failed(started, waited, verdict, StepStatus.FAILED)
+    if not all(u.leaked for u in seen.unsettled):
+        return _failed(started, waited, held_verdict(seen.unsettled, seen.allowance, host.settle_timeout))
+    plan = remedy.plan_reset([u.index for u in seen.unsettled], seen.found.holders_by_gpu(),
+                             seen.found.board.nvswitch if seen.found.board else None,
+                             [r.index for r in seen.found.rows])
+    context = leaked_line(seen.unsettled, host.settle_timeout)
+    if not gpu_reset:
+        return _failed(started, waited, (Reason.MEMORY_LEAKED, f"{context}; {reset_advice(plan)}"))
+    return await _after_reset(node, kept, waited, plan, context, started)
+
+
+async def _after_reset(node: Node, kept: Collection[int], before: Waited, plan: remedy.ResetPlan, context: str,
+                       started: float) -> StepOutcome:
+    """Reset the GPUs whose context leaked, then wait once more: a reboot is the next remedy, not fleet's."""
+    host = node.host
+    reset = await remedy.reset_gpus(node, plan)
     if not reset.ran:
-        line = f"{msg}; {reset.line}"
-        return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.TIMEOUT, line,
-                                            Reason.MEMORY_HELD), settle_s=before.settled)
-    after = await _wait_free(node, kept)
+        return _failed(started, before, (Reason.MEMORY_LEAKED, f"{context}; {reset.line}"))
+    after = await _wait_free(node, kept, Budget(host.settle_timeout, slack=2 * host.command_timeout))
     if after.free:
         detail = f"{reset.line}; {len(after.rows)} GPUs at or under {host.memory_threshold_mib} MiB after it"
         return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=before.settled)
     still = unsettled_error(after.rows, after.allowance, host.settle_timeout)
     line = f"needs_reboot: {still}, even after {reset.line}"
-    return StepOutcome(StepResult.since(StepName.SETTLE, started, line, StepStatus.FAILED, line,
-                                        Reason.NEEDS_REBOOT), settle_s=before.settled)
+    return _failed(started, before, (Reason.NEEDS_REBOOT, line), StepStatus.FAILED)
+
+
+def _settled(started: float, waited: Waited, threshold: int) -> StepOutcome:
+    detail = f"{len(waited.rows)} GPUs at or under {threshold} MiB after {waited.elapsed:.1f} s"
+    return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=waited.settled)
+
+
+def _failed(started: float, waited: Waited, verdict: Verdict, status: StepStatus = StepStatus.TIMEOUT) -> StepOutcome:
+    reason, line = verdict
+    return StepOutcome(StepResult.since(StepName.SETTLE, started, line, status, line, reason), settle_s=waited.settled)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One look at whose the memory is: the look, the allowance it gives, and each GPU still over it."""
+
+    found: leaks.Look
+    allowance: Allowance
+    unsettled: tuple[leaks.Unsettled, ...]
+
+
+async def _look(node: Node, kept: Collection[int]) -> Seen:
+    """Look once (`fleet.reset.leaks.look`) and say, for each GPU over its allowance, who holds it."""
+    found = await leaks.look(node)
+    machine = found.machine | frozenset(kept)
+    allowance = Allowance.of(node.host, [a for a in found.apps if a.pid in machine])
+    problems = {r.index: p for r in found.rows if (p := allowance.problem(r)) is not None}
+    return Seen(found, allowance, leaks.explain(found, problems, kept))
 
 
 @dataclass(frozen=True)
@@ -121,24 +180,25 @@ class Waited:
         return bool(self.rows) and len(self.settled) == len(self.rows)
 
 
-async def _wait_free(node: Node, kept: Collection[int]) -> Waited:
-    """Poll (backoff) until every GPU is under its allowance or `settle_timeout` passes."""
+async def _wait_free(node: Node, kept: Collection[int], budget: Budget, *, polls: int | None = None,
+                     settled: Mapping[int, float] | None = None) -> Waited:
+    """Poll (backoff) until every GPU is under its allowance, the budget's window passes, or `polls` polls
+    were made; `settled`: when each GPU went under in polls before these (the same budget)."""
     host = node.host
-    budget = Budget(host.settle_timeout, slack=2 * host.command_timeout)
-    settled: dict[int, float] = {}
+    noted: dict[int, float] = dict(settled or {})
     rows: tuple[smi.GpuRow, ...] = ()
     allowance = Allowance.of(host)
     query = smi.gpu_query(host.nvidia_smi, smi.SETTLE_FIELDS)
-    for wait in backoff():
+    for count, wait in enumerate(backoff(), start=1):
         rows = await node.ask(query, step=StepName.SETTLE, budget=budget)
         if kept:
             apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.SETTLE, budget=budget)
             allowance = Allowance.of(host, [a for a in apps if a.pid in kept])
-        note_settled(rows, allowance, budget.elapsed, settled)
-        if (rows and len(settled) == len(rows)) or budget.window_left <= POLL_MARGIN_S:
+        note_settled(rows, allowance, budget.elapsed, noted)
+        if (rows and len(noted) == len(rows)) or budget.window_left <= POLL_MARGIN_S or count == polls:
             break
         await anyio.sleep(min(wait, budget.window_left))
-    return Waited(rows, settled, allowance, budget.elapsed)
+    return Waited(rows, noted, allowance, budget.elapsed)
 
 
 def note_settled(rows: Iterable[smi.GpuRow], allowance: Allowance, elapsed: float,
@@ -162,3 +222,41 @@ def unsettled_error(rows: Sequence[smi.GpuRow], allowance: Allowance, timeout: f
         return "nvidia-smi listed no GPUs"
     problems = [p for p in (allowance.problem(r) for r in rows) if p]
     return f"{first_of(problems)} after {timeout:g} s (threshold {allowance.threshold} MiB)"
+
+
+# --- whose the memory is, in one line (pure) -----------------------------------
+
+# A leaked GPU that processes fleet keeps as part of the machine (nvidia-persistenced, DCGM) hold open.
+MACHINE_ONLY = "only the machine's own processes"
+
+
+
+def job_verdict(unsettled: Sequence[leaks.Unsettled], titles: Mapping[int, str]) -> Verdict | None:
+    """`memory_held_by_job` when a GPU's memory is held only by a Slurm job's processes (besides the machine's
+    own): `gpu 0 holds 30000 MiB: memory held by Slurm job 4711 (slurmstepd pid 20); ...`. None otherwise."""
+    by_jobs = [u for u in unsettled if u.by_jobs]
+    if not by_jobs:
+        return None
+    line = (f"{first_of([u.problem for u in by_jobs])}: memory held by {leaks.jobs_holding(by_jobs, titles)};"
+            " fleet never kills a job's processes: drain the node in Slurm first (--slurm waits for its jobs)")
+    return Reason.MEMORY_HELD_BY_JOB, line
+
+
+def held_verdict(unsettled: Sequence[leaks.Unsettled], allowance: Allowance, timeout: float) -> Verdict:
+    """`memory_held`: a process that is no part of the machine still holds a GPU's memory; it is named."""
+    held = [u for u in unsettled if not u.leaked]
+    named = [u for u in held if u.holders or u.strays]
+    who = f", held by {leaks.who(named[0].holders, named[0].strays)}" if named else ""
+    line = f"{first_of([u.problem for u in held])} after {timeout:g} s (threshold {allowance.threshold} MiB){who}"
+    return Reason.MEMORY_HELD, line
+
+
+def leaked_line(unsettled: Sequence[leaks.Unsettled], timeout: float) -> str:
+    """`gpu 3 holds 4096 MiB with no process holding it after 60 s: a leaked context`."""
+    phrases = [f"{u.problem} with {MACHINE_ONLY if u.machine else 'no process'} holding it" for u in unsettled]
+    return f"{first_of(phrases)} after {timeout:g} s: a leaked context"
+
+
+def reset_advice(plan: remedy.ResetPlan) -> str:
+    """What `--gpu-reset` would do: `--gpu-reset can reset it`, or why it would be refused."""
+    return "--gpu-reset can reset it" if plan.blocked is None else f"--gpu-reset would be refused: {plan.blocked}"

@@ -81,10 +81,11 @@ def srun_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k in KEPT_VARIABLES or not k.startswith(SLURM_INPUT_PREFIXES)}
 
 
-def step_seconds(hosts: Sequence[Host]) -> float:
+def step_seconds(hosts: Sequence[Host], gpu_reset: bool = False) -> float:
     """A generous bound on one node's reset, the step's time limit: drain, two kill waits, settle, and thirty
-    commands at their timeout."""
-    return max(h.drain_timeout + 2 * h.kill_grace + h.settle_timeout + 30 * h.command_timeout for h in hosts)
+    commands at their timeout; with `--gpu-reset`, its resets and a second settle window too."""
+    return max(h.drain_timeout + 2 * h.kill_grace + h.settle_timeout + 30 * h.command_timeout
+               + ((h.gpu_reset_timeout + h.settle_timeout) if gpu_reset else 0.0) for h in hosts)
 
 
 def srun_argv(reservation: str, nodes: Sequence[str], minutes: int, gpus: int = 0) -> list[str]:
@@ -220,7 +221,8 @@ class SrunRun:
 
     async def _reserve_and_wait(self, eligible: list[str]) -> list[str]:
         wait_s = self.options.slurm.drain_wait_s if self.options.slurm else 0.0
-        minutes = _minutes(wait_s + step_seconds([self.runs[n].host for n in eligible]) + CANCEL_GRACE_S)
+        step_s = step_seconds([self.runs[n].host for n in eligible], self.options.gpu_reset)
+        minutes = _minutes(wait_s + step_s + CANCEL_GRACE_S)
         try:
             await self.slurm.run([
                 "scontrol", "create", "reservation", f"ReservationName={self.reservation}", "StartTime=now",
@@ -286,7 +288,7 @@ class SrunRun:
                 group.start_soon(self._one_step, members, gpus)
 
     async def _one_step(self, nodes: list[str], gpus: int) -> None:
-        bound = step_seconds([self.runs[n].host for n in nodes]) + IMMEDIATE_S
+        bound = step_seconds([self.runs[n].host for n in nodes], self.options.gpu_reset) + IMMEDIATE_S
         argv = bounded_argv(srun_argv(self.reservation, nodes, _minutes(bound), gpus), bound)
         process = await anyio.open_process(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True,
                                            env=srun_env(os.environ))

@@ -172,6 +172,43 @@ def _compute_app(lineno: int, line: str) -> ComputeApp:
     )
 
 
+# --- nvidia-smi -q: device minor numbers --------------------------------------
+
+_Q_SECTION = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*")
+_Q_MINOR = re.compile(r" {4}Minor Number\s*:\s*(\d+)\s*")
+_DEVICE = re.compile(r"nvidia(\d+)")
+
+
+def device_minor(path: str) -> int | None:
+    """The minor number a GPU device file's name carries (`/dev/nvidia3` -> 3); None for any other file
+    (nvidiactl, nvidia-uvm, nvidia-caps/...)."""
+    match = _DEVICE.fullmatch(path.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else None
+
+
+def parse_minor_numbers(text: str) -> dict[int, str]:
+    """Device minor number -> PCI bus id (upper case, as `--query-gpu=pci.bus_id` prints it), from `nvidia-smi
+    -q`. `/dev/nvidiaN`'s N is the GPU's minor number, not its nvidia-smi index: they differ on real nodes. A
+    section whose `Minor Number` is missing or not a number (`N/A`) is left out; so is a number two sections
+    claim (neither can be trusted)."""
+    found: dict[int, str] = {}
+    twice: set[int] = set()
+    bus_id: str | None = None
+    for _, line in lines(text):
+        section = _Q_SECTION.fullmatch(line)
+        if section is not None:
+            bus_id = section.group(1).upper()
+            continue
+        minor = _Q_MINOR.fullmatch(line) if bus_id is not None else None
+        if minor is not None and bus_id is not None:
+            number = int(minor.group(1))
+            if number in found:
+                twice.add(number)
+            found[number] = bus_id
+            bus_id = None  # one minor number per section
+    return {n: bus for n, bus in found.items() if n not in twice}
+
+
 # --- nvidia-smi failures ------------------------------------------------------
 
 # (substring, one-line meaning), first match wins; matched in stdout and stderr.
