@@ -21,7 +21,7 @@ test: install
 	$(BIN)/pytest
 
 test-fast: install
-	$(BIN)/pytest -m 'not sshd and not slurm and not wheel'
+	$(BIN)/pytest -m 'not sshd and not slurm and not wheel and not browser'
 
 # The sdist and the wheel in dist/, built as pip builds them (an isolated build environment).
 dist: install
