@@ -51,7 +51,7 @@ from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.transport import batch, connect
-from fleet.transport.base import CommandResult, Held, Transport
+from fleet.transport.base import CommandResult, OpenCommand, Transport
 from fleet.transport.scripted import Reply, ScriptedTransport
 
 ALL = (0, 1, 2, 3, 4, 5, 6, 7)
@@ -90,8 +90,8 @@ class Recorder:
                 self._keep(part, section.exit_status, section.stdout, section.stderr)
         return result
 
-    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
-        held = await self.inner.hold(argv, timeout=timeout, privileged=privileged)
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
+        held = await self.inner.open_command(argv, timeout=timeout, privileged=privileged)
         self._keep(list(argv), 0, held.first_line + "\n", "")
         return held
 

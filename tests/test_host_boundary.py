@@ -68,7 +68,7 @@ async def test_a_connector_that_raises_fails_that_host_only(tmp_path: Path) -> N
     assert report.hosts["gpu-02"].reason is Reason.INTERNAL
     for name, transport in clean.items():
         assert report.hosts[name].status is HostStatus.CLEAN, report.hosts[name].error
-        assert transport.closed and transport.holding == 0
+        assert transport.closed and transport.open_commands == 0
     (logged,) = events(tmp_path, "gpu-02", "internal_error")
     assert logged["step"] == "connect" and "ValueError: bad value" in json.dumps(logged["exception"])
     assert [e["status"] for e in events(tmp_path, "gpu-02", "host_end")] == ["failed"]
@@ -107,7 +107,7 @@ async def test_a_silent_session_ends_the_host_at_once_in_one_line(tmp_path: Path
     assert report.hosts["gpu-01"].error == "ssh session to gpu-01 went silent during drain"
     assert report.hosts["gpu-01"].reason is Reason.SILENT_SESSION
     assert silent.ran[-1][:2] == ("systemctl", "show")
-    assert silent.closed and silent.holding == 0
+    assert silent.closed and silent.open_commands == 0
 
 
 async def test_other_transport_errors_keep_their_words(tmp_path: Path) -> None:

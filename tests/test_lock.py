@@ -31,7 +31,7 @@ from fleet.report.models import HostStatus, StepStatus
 from fleet.reset import lock
 from fleet.reset.host import Mode
 from fleet.reset.lock import LockBusy, LockError, host_lock
-from fleet.transport.base import Held, Transport
+from fleet.transport.base import OpenCommand, Transport
 from fleet.transport.local import LocalTransport
 from fleet.transport.scripted import Reply, ScriptedTransport
 from fleet.transport.ssh import open_ssh
@@ -139,7 +139,8 @@ async def test_hold_keeps_the_command_until_release_then_eof_ends_it(open_transp
                                                                       tmp_path: Path) -> None:
     transport = await open_transport(make_host())
     pidfile = tmp_path / "pid"
-    held = await transport.hold(["sh", "-c", 'echo $$ > "$1"; echo ready; exec cat', "x", str(pidfile)], timeout=30)
+    held = await transport.open_command(["sh", "-c", 'echo $$ > "$1"; echo ready; exec cat', "x", str(pidfile)],
+                                        timeout=30)
     pid = int(await line_within(pidfile, 5))
     assert held.first_line == "ready" and held.running and held.result is None
     await anyio.sleep(0.2)
@@ -153,7 +154,7 @@ async def test_hold_keeps_the_command_until_release_then_eof_ends_it(open_transp
 @both
 async def test_a_command_that_ends_before_its_first_line_is_a_result(open_transport: OpenTransport) -> None:
     transport = await open_transport(make_host())
-    held = await transport.hold(["sh", "-c", "echo no lock >&2; exit 3"], timeout=10)
+    held = await transport.open_command(["sh", "-c", "echo no lock >&2; exit 3"], timeout=10)
     assert not held.running
     assert held.result is not None and held.result.exit_status == 3 and held.result.stderr == "no lock\n"
     assert await held.release() is held.result
@@ -165,7 +166,7 @@ async def test_cancel_while_waiting_for_the_first_line_ends_the_command(open_tra
     transport = await open_transport(make_host())
     pidfile = tmp_path / "pid"
     with anyio.move_on_after(1):
-        await transport.hold(["sh", "-c", 'echo $$ > "$1"; exec sleep 60', "x", str(pidfile)], timeout=30)
+        await transport.open_command(["sh", "-c", 'echo $$ > "$1"; exec sleep 60', "x", str(pidfile)], timeout=30)
     assert await gone_within(int(await line_within(pidfile, 1)), 2)
 
 
@@ -173,7 +174,7 @@ async def test_cancel_while_waiting_for_the_first_line_ends_the_command(open_tra
 async def test_no_first_line_within_the_remote_bound_is_a_timeout(open_transport: OpenTransport) -> None:
     transport = await open_transport(make_host())
     with anyio.fail_after(10), pytest.raises(CommandTimeout):
-        await transport.hold(["sleep", "60"], timeout=0.5)
+        await transport.open_command(["sleep", "60"], timeout=0.5)
 
 
 # --- host_lock with real flock ----------------------------------------------------------------
@@ -285,7 +286,7 @@ async def test_reset_holds_the_lock_and_releases_it_even_after_an_internal_error
     assert "internal error during kill" in (report.hosts["gpu-02"].error or "")
     for t in (clean, broken):
         assert t.ran[0][0] == "flock"
-        assert t.holding == 0
+        assert t.open_commands == 0
 
 
 async def test_check_takes_no_lock(tmp_path: Path) -> None:
@@ -295,23 +296,23 @@ async def test_check_takes_no_lock(tmp_path: Path) -> None:
 
 
 def test_held_that_ended_is_not_running() -> None:
-    assert not Held("", None).running
+    assert not OpenCommand("", None).running
 
 
 class _StubbornHold:
-    """A Transport whose held command never ends on release (Held.release returns None: it was killed)."""
+    """A Transport whose held command never ends on release (OpenCommand.release returns None: it was killed)."""
 
-    async def hold(self, argv: Any, *, timeout: float, privileged: bool = False) -> Held:
+    async def open_command(self, argv: Any, *, timeout: float, privileged: bool = False) -> OpenCommand:
         async def release() -> None:
             return None
 
-        return Held("locked", release=release)
+        return OpenCommand("locked", release=release)
 
 
 async def test_a_held_command_killed_on_release_is_still_logged_as_a_command() -> None:
     log = Events()
     remote = Node(make_host(), _StubbornHold(), log)  # type: ignore[arg-type]
-    held = await remote.hold(action(["flock", "/run/lock/x", "cat"], "reset lock", needs_root=True), timeout=30)
+    held = await remote.open_command(action(["flock", "/run/lock/x", "cat"], "reset lock", needs_root=True), timeout=30)
     assert await held.release() is None
     assert log.names() == ["command"]
     fields = log.first("command")

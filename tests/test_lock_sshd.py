@@ -39,7 +39,7 @@ async def main(port, user, key, known_hosts, lock_file):
     host = Host(name="sshd", address="127.0.0.1", port=int(port), user=user, identity_file=key,
                 known_hosts=known_hosts, connect_timeout=5)
     transport = await open_ssh(host)
-    held = await transport.hold(lock_argv(lock_file, "run-dead", 1), timeout=120)
+    held = await transport.open_command(lock_argv(lock_file, "run-dead", 1), timeout=120)
     print(held.first_line, flush=True)
     await anyio.sleep(120)
 
@@ -80,7 +80,7 @@ async def eventually_free(path: str, within: float) -> bool:
 
 
 async def test_release_is_eof_and_ends_the_holder_through_openssh(host: Host) -> None:
-    """Held across OpenSSH, refused to a second session with the owner's id, freed by EOF (exit 0, no kill)."""
+    """OpenCommand across OpenSSH, refused to a second session with the owner's id, freed by EOF (exit 0, no kill)."""
     first_log, second_log = Events(), Events()
     async with await open_ssh(host) as first, await open_ssh(host) as second:
         async with host_lock(Node(host, first, first_log), "run-a", wait_s=2):

@@ -16,7 +16,7 @@ from fleet.node.probe import Probe
 from fleet.node.probes import lineage, procs, smi, units
 from fleet.report.models import HostStatus, Reason
 from fleet.reset import lock
-from fleet.transport.base import CommandResult, Held, bounded_argv, finish
+from fleet.transport.base import CommandResult, OpenCommand, bounded_argv, finish
 from fleet.transport.scripted import ScriptedTransport
 
 ID_100 = procs.Identity(100, 4242, "/usr/bin/python3.11", "root")
@@ -79,13 +79,13 @@ def test_a_sudo_that_asks_is_one_auth_error_line(stderr: str) -> None:
 async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole reset over the scripted transport: sudo for signals, stop, /proc reads and the lock; nothing else."""
     asked: list[Probe[Any]] = []  # every probe the node ran, batched or held
-    node_run, node_hold, node_batch = Node.run, Node.hold, Node.batch
+    node_run, node_hold, node_batch = Node.run, Node.open_command, Node.batch
 
     async def run_probe(self: Node, probe: Probe[Any], **kw: Any) -> CommandResult:
         asked.append(probe)
         return await node_run(self, probe, **kw)
 
-    async def hold_probe(self: Node, probe: Probe[Any], **kw: Any) -> Held:
+    async def hold_probe(self: Node, probe: Probe[Any], **kw: Any) -> OpenCommand:
         asked.append(probe)
         return await node_hold(self, probe, **kw)
 
@@ -94,7 +94,7 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
         return await node_batch(self, probes, **kw)
 
     monkeypatch.setattr(Node, "run", run_probe)
-    monkeypatch.setattr(Node, "hold", hold_probe)
+    monkeypatch.setattr(Node, "open_command", hold_probe)
     monkeypatch.setattr(Node, "batch", batch_probes)
     t = ScriptedTransport(node_script(), become=True)
     report, _ = await run([make_host(become=True)], {"gpu-01": t}, tmp_path)

@@ -161,7 +161,7 @@ async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) 
     assert result.status is HostStatus.FAILED
     assert result.error == "interrupted during drain" and result.reason is Reason.INTERRUPTED
     assert slow.closed
-    assert slow.holding == 0, "the reset lock was not released"
+    assert slow.open_commands == 0, "the reset lock was not released"
 
 
 async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:

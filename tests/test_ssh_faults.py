@@ -34,7 +34,7 @@ from fleet.reset.host import Mode
 from fleet.run import run_and_report
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec
 from fleet.transport import batch, liveness
-from fleet.transport.base import CommandResult, Held, Note
+from fleet.transport.base import CommandResult, Note, OpenCommand
 from fleet.transport.ssh import SshTransport, open_ssh
 
 pytestmark = pytest.mark.sshd
@@ -239,9 +239,9 @@ class FreezeBefore:
         self._note(argv)
         return await self.inner.run(argv, timeout=timeout, privileged=privileged)
 
-    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
         self._note(argv)
-        return await self.inner.hold(argv, timeout=timeout, privileged=privileged)
+        return await self.inner.open_command(argv, timeout=timeout, privileged=privileged)
 
     async def close(self) -> None:
         await self.inner.close()
@@ -346,7 +346,7 @@ async def test_silent_mid_command_is_noticed_once_then_nothing_touches_the_wire(
     with pytest.raises(SessionSilent):
         await ssh.run(["true"], timeout=5)
     with pytest.raises(SessionSilent):
-        await ssh.hold(["cat"], timeout=5)
+        await ssh.open_command(["cat"], timeout=5)
     await ssh.close()
     assert time.monotonic() - started < 0.5
 
@@ -359,7 +359,7 @@ async def test_channel_never_confirmed_is_silent_within_the_silence_bound(ssh: S
     freezer.freeze()
     started = time.monotonic()
     with anyio.fail_after(SILENT_WITHIN_S + 10), pytest.raises(SessionSilent):
-        await ssh.hold(["sh", "-c", "echo locked; exec cat"], timeout=600)
+        await ssh.open_command(["sh", "-c", "echo locked; exec cat"], timeout=600)
     assert time.monotonic() - started < SILENT_WITHIN_S
     await ssh.close()
 

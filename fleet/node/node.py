@@ -24,7 +24,7 @@ from fleet.node.budget import Budget
 from fleet.node.probe import Probe
 from fleet.report.models import Reason, StepName, StepStatus
 from fleet.transport import batch as framing
-from fleet.transport.base import RELEASE_TIMEOUT_S, TIMEOUT_EXIT_STATUSES, CommandResult, Held, Transport, clip
+from fleet.transport.base import RELEASE_TIMEOUT_S, TIMEOUT_EXIT_STATUSES, CommandResult, OpenCommand, Transport, clip
 
 T = TypeVar("T")
 # Output kept per stream in the per-node log.
@@ -143,21 +143,21 @@ class Node:
         self._log_result(cut, step, bound, timed_out=False, batch=self.batches, note=note)
         return failure
 
-    async def hold(self, probe: Probe[Any], *, timeout: float) -> Held:
-        """Start a long-lived command (see `Transport.hold`); it is logged when it ends."""
+    async def open_command(self, probe: Probe[Any], *, timeout: float) -> OpenCommand:
+        """Start a long-lived command (see `Transport.open_command`); it is logged when it ends."""
         self.commands += 1
         started = time.monotonic()
         try:
-            held = await self.transport.hold(probe.argv, timeout=timeout, privileged=probe.needs_root)
+            held = await self.transport.open_command(probe.argv, timeout=timeout, privileged=probe.needs_root)
         except CommandTimeout as exc:
             self._log_result(exc.result, None, timeout, timed_out=True)
             raise
         if held.result is not None:
             self._log_result(held.result, None, timeout, timed_out=False)
             return held
-        return Held(held.first_line, release=lambda: self._release(held, probe.argv, timeout, started))
+        return OpenCommand(held.first_line, release=lambda: self._release(held, probe.argv, timeout, started))
 
-    async def _release(self, held: Held, argv: tuple[str, ...], timeout: float,
+    async def _release(self, held: OpenCommand, argv: tuple[str, ...], timeout: float,
                        started: float) -> CommandResult | None:
         """Release a held command and log how it ended; one that had to be killed is logged as such
         (its duration, like every command's, counted from its start)."""

@@ -4,7 +4,7 @@
         ...  # drain, kill, settle, verify
 
 The lock is `flock` on `host.lock_file` (default /run/lock/fleet-reset.lock),
-held by a remote command that started with its stdin open (`Transport.hold`):
+held by a remote command that started with its stdin open (`Transport.open_command`):
 
     timeout -k 1 T flock -w WAIT -E 75 LOCK sh -c '...; echo locked; exec cat >/dev/null' fleet-lock RUN_ID OWNER
 
@@ -33,7 +33,7 @@ from fleet.node.probe import Probe, first_line
 from fleet.report.models import Reason
 from fleet.reset.drain import ESCALATION_WINDOW_S
 from fleet.reset.kill import SIGKILL_WAIT_S
-from fleet.transport.base import RELEASE_TIMEOUT_S, Held
+from fleet.transport.base import RELEASE_TIMEOUT_S, OpenCommand
 
 # Seconds a run waits for another run's lock on a host before it fails that host.
 LOCK_WAIT_S = 10.0
@@ -97,7 +97,7 @@ def in_root_dir(path: str) -> bool:
 
 
 def lock_probe(lock_file: str, run: str, wait_s: float) -> Probe[str]:
-    """The lock command; its first line is all fleet reads (`Node.hold`)."""
+    """The lock command; its first line is all fleet reads (`Node.open_command`)."""
     return Probe(tuple(lock_argv(lock_file, run, wait_s)), f"reset lock {lock_file}", str,
                  needs_root=in_root_dir(lock_file))
 
@@ -122,7 +122,7 @@ def hold_bound_s(host: Host, wait_s: float) -> float:
 
 
 @asynccontextmanager
-async def host_lock(node: Node, run: str, wait_s: float | None = None) -> AsyncIterator[Held]:
+async def host_lock(node: Node, run: str, wait_s: float | None = None) -> AsyncIterator[OpenCommand]:
     """Hold the host's reset lock for the block; LockBusy or LockError when it cannot be taken.
 
     The lock is released when the block ends, whatever way (shielded, bounded).
@@ -144,14 +144,14 @@ async def host_lock(node: Node, run: str, wait_s: float | None = None) -> AsyncI
         await _release(node, held, taken)
 
 
-async def _acquire(node: Node, run: str, wait_s: float) -> Held:
+async def _acquire(node: Node, run: str, wait_s: float) -> OpenCommand:
     """Start the lock command and wait for its answer (bounded by the wait plus command_timeout)."""
     host = node.host
     bound = wait_s + host.command_timeout
-    held: Held | None = None
+    held: OpenCommand | None = None
     try:
         with anyio.move_on_after(bound):
-            held = await node.hold(lock_probe(host.lock_file, run, wait_s), timeout=hold_bound_s(host, wait_s))
+            held = await node.open_command(lock_probe(host.lock_file, run, wait_s), timeout=hold_bound_s(host, wait_s))
         if held is None:
             raise LockError(f"reset lock {host.lock_file}: no answer within {bound:g} s", Reason.COMMAND_TIMEOUT)
         if held.running and held.first_line == LOCKED_LINE:
@@ -162,7 +162,7 @@ async def _acquire(node: Node, run: str, wait_s: float) -> Held:
         raise LockError(f"cannot take the reset lock: {exc}", exc.reason) from exc
 
 
-async def _refusal(node: Node, held: Held) -> LockError:
+async def _refusal(node: Node, held: OpenCommand) -> LockError:
     """Why the lock command did not hold: another run (LockBusy), or the lock could not be used."""
     result = held.result
     if result is not None and result.exit_status == BUSY_EXIT:
@@ -185,7 +185,7 @@ async def _owner(node: Node) -> str | None:
     return probe.parse(result.stdout) if result.ok else None
 
 
-async def _release(node: Node, held: Held, taken: float) -> None:
+async def _release(node: Node, held: OpenCommand, taken: float) -> None:
     """Release the lock (EOF for its holder), shielded and bounded; log how it ended."""
     result = None
     with anyio.move_on_after(RELEASE_TIMEOUT_S + 1.0, shield=True):

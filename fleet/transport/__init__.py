@@ -1,6 +1,6 @@
 """How fleet talks to a node: the Transport seam and the transports behind it.
 
-    base.py      the seam: the Transport protocol, CommandResult, Held, bounded argv, clip
+    base.py      the seam: the Transport protocol, CommandResult, OpenCommand, bounded argv, clip
     ssh.py       the SSH Transport (asyncssh)
     local.py     the local Transport (`connection: local`): this machine's own processes
     scripted.py  a scripted Transport for logic tests
@@ -13,10 +13,10 @@ The rule: ssh.py is the only module outside `fleet.sim` that imports asyncssh.
 from __future__ import annotations
 
 from fleet.inventory.host import Connection, Host
-from fleet.transport.base import CommandResult, Held, Transport
+from fleet.transport.base import CommandResult, OpenCommand, Transport
 from fleet.transport.local import LocalTransport
 
-__all__ = ["CommandResult", "Held", "Transport", "connect"]
+__all__ = ["CommandResult", "OpenCommand", "Transport", "connect"]
 
 
 async def connect(host: Host) -> Transport:

@@ -6,9 +6,9 @@ mean "no answer". Every command is bounded twice: on the node by coreutils'
 `timeout` (so nothing it started outlives it there) and on the client by a
 deadline a little after that.
 
-`Transport.hold` is for the one long-lived command, the host's reset lock:
-it starts a bounded command with its stdin open and returns a `Held` once the
-command printed its first line. The command ends when `Held.release()` closes
+`Transport.open_command` is for the one long-lived command, the host's reset lock:
+it starts a bounded command with its stdin open and returns a `OpenCommand` once the
+command printed its first line. The command ends when `OpenCommand.release()` closes
 its stdin (EOF), when its session ends (the client died: the channel closes,
 stdin ends too), or at its own remote bound at the latest.
 
@@ -81,8 +81,8 @@ def notes_of(transport: object) -> tuple[Note, ...]:
     return tuple(n for n in notes if isinstance(n, Note))
 
 
-class Held:
-    """A command started by `Transport.hold`: its first stdout line, and how to end it.
+class OpenCommand:
+    """A command started by `Transport.open_command`: its first stdout line, and how to end it.
 
     `result` is set when the command ended without a whole first line: it
     holds nothing then, and `release()` just returns that result. Otherwise
@@ -100,7 +100,7 @@ class Held:
 
     @property
     def running(self) -> bool:
-        """Whether the command is still holding (started, not ended, not released)."""
+        """Whether the command is still open (started, not ended, not released)."""
         return not self._released
 
     async def release(self) -> CommandResult | None:
@@ -118,7 +118,7 @@ class Transport(Protocol):
         """Run argv bounded by `timeout` seconds; raise CommandTimeout past it."""
         ...
 
-    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
         """Start argv (bounded by `timeout` on the node) with stdin open; return at its first line or end."""
         ...
 

@@ -21,7 +21,7 @@ from fleet.inventory.host import Host
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
     CommandResult,
-    Held,
+    OpenCommand,
     bounded_argv,
     client_deadline,
     finish,
@@ -72,8 +72,8 @@ class LocalTransport:
             raise CommandTimeout(result, timeout)
         return finish(result, self._host, timeout, become=become)
 
-    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
-        """Start argv locally with stdin open; return at its first stdout line or its end (see `Held`)."""
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
+        """Start argv locally with stdin open; return at its first stdout line or its end (see `OpenCommand`)."""
         started = time.monotonic()
         become = self._host.become and privileged
         proc = await self._spawn(bounded_argv(argv, timeout, become=become), stdin=asyncio.subprocess.PIPE)
@@ -82,12 +82,13 @@ class LocalTransport:
         if first is None:
             raise CommandTimeout(_local_result(argv, proc, "", err.text(), started), timeout)
         if first.endswith(b"\n"):
-            return Held(_decode(first).rstrip("\n"), release=lambda: _release(proc, argv, first, out, err, started))
+            return OpenCommand(_decode(first).rstrip("\n"),
+                               release=lambda: _release(proc, argv, first, out, err, started))
         ended = await _collect(proc, out, err, client_deadline(timeout))  # no full line: it is ending
         result = _local_result(argv, proc, _decode(first) + out.text(), err.text(), started)
         if not ended:
             raise CommandTimeout(result, timeout)
-        return Held(_decode(first).strip(), finish(result, self._host, timeout, become=become))
+        return OpenCommand(_decode(first).strip(), finish(result, self._host, timeout, become=become))
 
     async def close(self) -> None:
         """Nothing stays open between commands."""

@@ -4,7 +4,7 @@ A script maps an argv prefix to an answer (a CommandResult-like tuple, a callabl
 or a delay that simulates a hang). Unmatched commands fail loudly, so a test
 states every command the logic may run.
 
-`hold` answers from the same script: a reply with exit status 0 and a first
+`open_command` answers from the same script: a reply with exit status 0 and a first
 stdout line is a command that now holds (until `release()`); any other reply is
 a command that ended at once. `ran` records every argv as the logic asked for
 it, `sent` as it would go on the wire (`fleet.transport.base.bounded_argv`:
@@ -26,7 +26,7 @@ import anyio
 
 from fleet.errors import CommandTimeout
 from fleet.transport import batch
-from fleet.transport.base import TIMEOUT_EXIT_STATUSES, CommandResult, Held, bounded_argv
+from fleet.transport.base import TIMEOUT_EXIT_STATUSES, CommandResult, OpenCommand, bounded_argv
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class ScriptedTransport:
     become: bool = False
     ran: list[tuple[str, ...]] = field(default_factory=list)
     sent: list[tuple[str, ...]] = field(default_factory=list)
-    holding: int = 0  # held commands not released yet
+    open_commands: int = 0  # held commands not released yet
     closed: bool = False
 
     def _answer(self, argv: Sequence[str], timeout: float, privileged: bool) -> Reply:
@@ -104,18 +104,19 @@ class ScriptedTransport:
         out, err = batch.frame(tag, done)
         return CommandResult(tuple(argv), 0, out, err, timeout - left)
 
-    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
         reply = self._answer(argv, timeout, privileged)
         if reply.delay_s:
             await anyio.sleep(min(reply.delay_s, timeout))
         first = reply.stdout.split("\n", 1)[0]
         if reply.exit_status == 0 and first:
-            self.holding += 1
-            return Held(first, release=lambda: self._release(argv, reply))
-        return Held(first, CommandResult(tuple(argv), reply.exit_status, reply.stdout, reply.stderr, reply.delay_s))
+            self.open_commands += 1
+            return OpenCommand(first, release=lambda: self._release(argv, reply))
+        ended = CommandResult(tuple(argv), reply.exit_status, reply.stdout, reply.stderr, reply.delay_s)
+        return OpenCommand(first, ended)
 
     async def _release(self, argv: Sequence[str], reply: Reply) -> CommandResult:
-        self.holding -= 1
+        self.open_commands -= 1
         return CommandResult(tuple(argv), 0, reply.stdout, reply.stderr, reply.delay_s)
 
     async def close(self) -> None:

@@ -51,8 +51,8 @@ from fleet.transport import liveness, reap
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
     CommandResult,
-    Held,
     Note,
+    OpenCommand,
     bounded_argv,
     client_deadline,
     command_line,
@@ -156,8 +156,8 @@ class SshTransport:
         self._check_ended(result)
         return finish(result, self._host, timeout, become=become)
 
-    async def hold(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> Held:
-        """Start argv with stdin open; return at its first stdout line or its end (see `Held`).
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
+        """Start argv with stdin open; return at its first stdout line or its end (see `OpenCommand`).
 
         With OpenSSH, closing the channel does not end the remote command; EOF on
         its stdin (release, or sshd closing the pipes when this client is gone) does.
@@ -174,13 +174,13 @@ class SshTransport:
                 output = ("", "") if process is None else process.collect_output()
                 raise CommandTimeout(make_result(argv, None, None, *output, started), timeout)
             if first.endswith("\n"):
-                return Held(first.rstrip("\n"), release=lambda: self._release(process, argv, first, started))
+                return OpenCommand(first.rstrip("\n"), release=lambda: self._release(process, argv, first, started))
             (out, err), timed_out = await self._communicate(process, deadline)  # no full line: it is ending
         result = _result(argv, process, (first + out, err), started)
         if timed_out:
             raise CommandTimeout(result, timeout)
         self._check_ended(result)
-        return Held(first.strip(), finish(result, self._host, timeout, become=become))
+        return OpenCommand(first.strip(), finish(result, self._host, timeout, become=become))
 
     async def close(self) -> None:
         """Close the connection and wait for it: idempotent, shielded, bounded; a silent one is aborted at once.
