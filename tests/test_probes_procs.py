@@ -30,7 +30,6 @@ from fleet.node.probes.procs import (
     exe_argv,
     holders_scan_argv,
     parse_exe,
-    parse_holders,
     parse_ps,
     parse_scan,
     parse_verdicts,
@@ -99,6 +98,11 @@ def test_holders_scan_argv_needs_globs(devices: list[str]) -> None:
         holders_scan_argv(devices)
 
 
+def holders_of(text: str) -> tuple[HolderRow, ...]:
+    """Just the holders of a scan's output."""
+    return parse_scan(text).rows
+
+
 def test_parse_holders_groups_sorts_and_dedups() -> None:
     text = (
         "alice\t/proc/4242/fd/7\t/dev/nvidia0\n"
@@ -108,7 +112,7 @@ def test_parse_holders_groups_sorts_and_dedups() -> None:
         "\n"
         "1000\t/proc/99/fd/4\t/dev/nvidia-uvm"
     )
-    assert parse_holders(text) == (
+    assert holders_of(text) == (
         HolderRow(17, "bob", ("/dev/nvidiactl",)),
         HolderRow(99, "1000", ("/dev/nvidia-uvm",)),
         HolderRow(4242, "alice", ("/dev/nvidia0", "/dev/nvidiactl")),
@@ -116,7 +120,7 @@ def test_parse_holders_groups_sorts_and_dedups() -> None:
 
 
 def test_parse_holders_empty() -> None:
-    assert parse_holders("") == ()
+    assert holders_of("") == ()
     assert parse_scan("") == HolderScan((), init_seen=False, unreadable=())
 
 
@@ -133,7 +137,7 @@ def test_parse_scan_tells_what_the_scan_could_not_see() -> None:
     assert parse_scan(text) == HolderScan(
         rows=(HolderRow(4242, "alice", ("/dev/nvidia0",)),), init_seen=True, unreadable=(5, 12, 77)
     )
-    assert parse_holders(text) == (HolderRow(4242, "alice", ("/dev/nvidia0",)),)
+    assert holders_of(text) == (HolderRow(4242, "alice", ("/dev/nvidia0",)),)
     assert parse_scan("alice\t/proc/4242/fd/7\t/dev/nvidia0\n").init_seen is False
 
 
@@ -155,7 +159,7 @@ def test_parse_scan_malformed_unreadable_line(line: str) -> None:
 )
 def test_parse_holders_malformed(line: str, reason: str) -> None:
     with pytest.raises(ProbeParseError, match=f"line 2: {reason}"):
-        parse_holders("alice\t/proc/1/fd/1\t/dev/nvidia0\n" + line)
+        holders_of("alice\t/proc/1/fd/1\t/dev/nvidia0\n" + line)
 
 
 def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
@@ -166,7 +170,7 @@ def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
             holders_scan_argv([str(tmp_path / "nvidia*")]), capture_output=True, text=True, check=False
         )
     assert done.returncode in (0, 1), done.stderr
-    holders = {h.pid: h for h in parse_holders(done.stdout)}
+    holders = {h.pid: h for h in holders_of(done.stdout)}
     assert holders == {os.getpid(): HolderRow(os.getpid(), pwd.getpwuid(os.geteuid()).pw_name, (str(device),))}
     seen = parse_scan(done.stdout)
     assert seen.init_seen  # /proc/1 is there for every scan that ran (no hidepid here)

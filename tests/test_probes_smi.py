@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,19 +11,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleet.node.probes import smi
-from fleet.node.probes.parse import ProbeParseError
+from fleet.node.probes.parse import ProbeParseError, lines
 from fleet.node.probes.smi import (
     SETTLE_FIELDS,
+    SMI_SEPARATOR,
     VERIFY_FIELDS,
     ComputeApp,
     GpuRow,
     classify_smi_failure,
     compute_apps_argv,
+    field_value,
     gpu_query_argv,
     parse_compute_apps,
-    parse_gpu_csv_with_header,
     parse_gpu_query,
     parse_mib,
+    split_csv,
 )
 from fleet.transport.base import CommandResult
 
@@ -32,6 +35,21 @@ H100_IDLE = "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_idle.csv"
 H100_LOAD = "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_load.csv"
 P100_NOUNITS = "tesla-p100-pcie-16gb_drv510.47.03_1gpu_query-gpu_csv-nounits.csv"
 
+
+
+def parse_gpu_csv_with_header(text: str) -> list[dict[str, str | None]]:
+    """Rows of `--format=csv` (header line first), keyed by field name less its ` [unit]`: how the captures with
+    a header (the fixtures) are read back here; fleet itself always asks `noheader`."""
+    numbered = lines(text)
+    first = next(numbered, None)
+    if first is None:
+        return []
+    header = [re.sub(r" \[[^\]]*\]$", "", name.strip()) for name in first[1].split(SMI_SEPARATOR)]
+    rows = []
+    for lineno, line in numbered:
+        columns = split_csv(line, lineno, len(header))
+        rows.append({name: field_value(raw) for name, raw in zip(header, columns, strict=True)})
+    return rows
 
 def fixture(name: str) -> str:
     """A fixture byte for byte: no newline translation."""

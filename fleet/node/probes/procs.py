@@ -125,11 +125,6 @@ def parse_scan(text: str) -> HolderScan:
     return HolderScan(rows, init_seen, tuple(sorted(unreadable)))
 
 
-def parse_holders(text: str) -> tuple[HolderRow, ...]:
-    """Just the holders of a scan's output."""
-    return parse_scan(text).rows
-
-
 def _unreadable_pid(lineno: int, line: str) -> int:
     match = _PID_DIR.fullmatch(line.rsplit("\t", 1)[-1])
     if match is None:

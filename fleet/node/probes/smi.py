@@ -44,7 +44,6 @@ NULL_VALUES = frozenset(
 )
 
 _MIB = re.compile(r"(-?\d+)(?: MiB)?")
-_UNIT_SUFFIX = re.compile(r" \[[^\]]*\]$")
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ def _optional_int(value: str | None) -> int | None:
     return int(value)
 
 
-def _split_csv(line: str, lineno: int, expected: int) -> list[str]:
+def split_csv(line: str, lineno: int, expected: int) -> list[str]:
     columns = line.split(SMI_SEPARATOR)
     if len(columns) != expected:
         raise ProbeParseError(lineno, line, f"expected {expected} columns, got {len(columns)}")
@@ -114,7 +113,7 @@ def parse_gpu_query(text: str, fields: Sequence[str]) -> tuple[GpuRow, ...]:
         raise ValueError("the field list must contain 'index'")
     rows = []
     for lineno, line in lines(text):
-        columns = _split_csv(line, lineno, len(fields))
+        columns = split_csv(line, lineno, len(fields))
         values = {name: field_value(raw) for name, raw in zip(fields, columns, strict=True)}
         rows.append(_gpu_row(values, lineno, line))
     return tuple(rows)
@@ -131,20 +130,6 @@ def _gpu_row(values: dict[str, str | None], lineno: int, line: str) -> GpuRow:
         ecc_uncorrected=_optional_int(values.get("ecc.errors.uncorrected.volatile.total")),
         mig=values.get("mig.mode.current") == "Enabled",
     )
-
-
-def parse_gpu_csv_with_header(text: str) -> list[dict[str, str | None]]:
-    """Rows of `--format=csv` (header line first), keyed by field name less its ` [unit]`."""
-    numbered = lines(text)
-    first = next(numbered, None)
-    if first is None:
-        return []
-    header = [_UNIT_SUFFIX.sub("", name.strip()) for name in first[1].split(SMI_SEPARATOR)]
-    rows = []
-    for lineno, line in numbered:
-        columns = _split_csv(line, lineno, len(header))
-        rows.append({name: field_value(raw) for name, raw in zip(header, columns, strict=True)})
-    return rows
 
 
 # --- nvidia-smi --query-compute-apps -----------------------------------------
