@@ -294,7 +294,7 @@ def test_journalctl_without_a_match_and_other_questions(make_node: MakeNode) -> 
         ("journalctl --follow -k", "journalctl: unrecognized option '--follow'"),
         ("journalctl -k -b -o bogus --grep x", "Unknown output format 'bogus'."),
         ("journalctl -k -b -o json --no-pager -q --grep Xid", None),
-        ("journalctl -k -b -o short-unix --no-pager -q", None),
+        ("journalctl -b -o short-unix --no-pager -q", None),
         ("journalctl -k -b -o short-unix -q --grep", "journalctl: option '--grep' requires an argument"),
         ("journalctl -k -b -o short-unix -q --grep Xid _PID=1", None),
     ):

@@ -1,33 +1,45 @@
-"""A fake `journalctl` that answers the one question fleet asks a node's journal: this boot's Xids.
+"""A fake `journalctl` that answers what fleet asks a node's journal: this boot's kernel messages.
 
-ROOT/bin/journalctl runs `python -m fleet.sim.journalctl --node ROOT ARGS...`. Answered (options in
-any order, short or long, `--opt=value` or `--opt value`):
+ROOT/bin/journalctl runs `python -m fleet.sim.journalctl --node ROOT ARGS...`. Answered (options in any order,
+short or long, `--opt=value` or `--opt value`, short flags bundled):
 
-  journalctl -k -b -o short-unix --no-pager -q --grep "NVRM: Xid"
+  journalctl -k -b -o short-unix [--no-pager] [-q] [--show-cursor] [--after-cursor CURSOR] [--grep PATTERN]
 
-It prints every kernel message of this boot (ROOT/log/kern.log, see `state.log_kernel`) that the
-pattern matches, in journalctl's short-unix form (systemd src/shared/logs-show.c:
-`"%10" PRI_USEC ".%06" PRI_USEC`, then the host name, then `kernel: ` and the message):
+It prints the kernel messages of this boot (ROOT/log/kern.log, see `state.log_kernel`), those after CURSOR only
+when given, those PATTERN matches only when given, in journalctl's short-unix form (systemd
+src/shared/logs-show.c: `"%10" PRI_USEC ".%06" PRI_USEC`, then the host name, then `kernel: ` and the message):
 
   1701600000.123456 gpu-a01 kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.
 
-Exit 0 when something matched; 1 when nothing did (journalctl --grep's rule since systemd 243, PR #12581),
-with no output under -q (else `-- No entries --`). The pattern is a regular expression, matched without
-case when it is all lowercase, as journalctl does. Anything else exits 1 with one line on stderr: an
-unknown option as getopt reports it, an option this journal does not model as a refusal naming it.
-Stdlib only.
+and what systemd 252 prints around them, as tests/fixtures/journalctl/ captured it (its SOURCES.md names the
+source lines): `-- No entries --` when nothing was shown (not under -q); with --show-cursor, `-- cursor: ...` for
+the last message read (the cursor's own when nothing came after it), in journalctl's format
+(`s=<seqnum id>;i=<seqnum>;b=<boot id>;m=<monotonic>;t=<realtime>;x=<hash>`, hex) and only when there was one.
+Exit 0; 1 when there was no kernel message at all, when --grep matched nothing (systemd 243, PR #12581), and on
+every error. A pattern is a regular expression (Python's here, PCRE2 there), matched without case when it is all
+lowercase, as journalctl does.
+
+The node's journal (NodeSpec `journal`, switched with `SimNode.set_journal`): `ok`; `no_pcre`, a journalctl built
+without pattern matching (--grep: `Compiled without pattern matching support`); `no_files`, no journal file at all
+(`No journal files were found.`); `no_permission`, a user outside the journal's groups who sees only their own
+journal (the `Hint: ...` notice); `hang`, a journalctl that never answers. An unknown option is refused as getopt
+reports it, one this journal does not model as a refusal naming it: one line on stderr, exit 1. Stdlib only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.sim import state
 
 XID_GREP = "NVRM: Xid"
 OUTPUT = "short-unix"
+JOURNAL_MODES = ("ok", "no_pcre", "no_files", "no_permission", "hang")
 # option -> (key, takes a value)
 OPTIONS = {
     "-k": ("dmesg", False),
@@ -41,17 +53,34 @@ OPTIONS = {
     "--quiet": ("quiet", False),
     "-g": ("grep", True),
     "--grep": ("grep", True),
+    "--show-cursor": ("show-cursor", False),
+    "--after-cursor": ("after-cursor", True),
 }
-REQUIRED = ("dmesg", "boot", "output", "grep")
+REQUIRED = ("dmesg", "boot", "output")
 OUTPUT_MODES = (
     "short", "short-full", "short-iso", "short-iso-precise", "short-precise", "short-monotonic", "short-unix",
     "short-delta", "with-unit", "verbose", "export", "json", "json-pretty", "json-sse", "json-seq", "cat",
 )  # fmt: skip
-ANSWERED = f"-k -b -o {OUTPUT} --no-pager -q --grep PATTERN"
+ANSWERED = f"-k -b -o {OUTPUT} [--no-pager] [-q] [--show-cursor] [--after-cursor CURSOR] [--grep PATTERN]"
+# What systemd 252 says (tests/fixtures/journalctl/SOURCES.md names each one's source).
+NO_ENTRIES = "-- No entries --"
+NO_PCRE = "Compiled without pattern matching support"
+NO_FILES = "No journal files were found."
+HINT = ("Hint: You are currently not seeing messages from other users and the system.\n"
+        "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
+        "      Pass -q to turn off this notice.")
+BAD_CURSOR = "Failed to seek to cursor: Invalid argument"
+BOOT_USEC = 1_000_000  # the monotonic clock of the first message (µs since the node "booted")
 
 
 class Usage(Exception):
     """journalctl gave up before reading the journal: one line on stderr, exit 1."""
+
+
+def boot_messages(driver_version: str) -> list[str]:
+    """The kernel messages a simulated node's boot leaves (a real boot leaves hundreds; none is an Xid)."""
+    return ["Linux version 6.8.0-49-generic (simulated node)",
+            f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {driver_version}"]
 
 
 def pci_address(bus_id: str) -> str:
@@ -104,19 +133,59 @@ def parse_args(argv: list[str]) -> dict[str, str]:
     return opts
 
 
-def check(opts: dict[str, str]) -> re.Pattern[str]:
-    """The compiled --grep pattern, once the options are the question this journal answers."""
+def check(opts: dict[str, str], mode: str) -> re.Pattern[str] | None:
+    """The compiled --grep pattern (None without one), once the options are a question this journal answers."""
     output = opts.get("output", "short")
     if output not in OUTPUT_MODES:
         raise Usage(f"Unknown output format '{output}'.")
     missing = [key for key in REQUIRED if key not in opts]
     if missing or output != OUTPUT:
         raise Usage(f"journalctl (simulated): only `{ANSWERED}` is answered")
+    if "grep" not in opts:
+        return None
+    if mode == "no_pcre":
+        raise Usage(NO_PCRE)
     pattern = opts["grep"]
     try:
         return re.compile(pattern, 0 if any(c.isupper() for c in pattern) else re.IGNORECASE)
     except re.error as err:
-        raise Usage(f'Failed to compile pattern "{pattern}": {err}') from None
+        raise Usage(f'Bad pattern "{pattern}": {err}') from None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A kernel message as the journal holds it: its sequence number (from 1) and what kern.log recorded."""
+
+    seqnum: int
+    record: state.KernelRecord
+
+
+def _hex_id(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:32]
+
+
+def cursor(entry: Entry, host: str, boot_usec: int) -> str:
+    """journalctl's cursor of an entry: seqnum id, seqnum, boot id, monotonic and realtime µs, a hash; hex."""
+    usec = entry.record["usec"]
+    x = hashlib.sha256(entry.record["message"].encode()).hexdigest()[:16]
+    return (f"s={_hex_id(host, 'seqnum')};i={entry.seqnum:x};b={_hex_id(host, 'boot')};"
+            f"m={usec - boot_usec + BOOT_USEC:x};t={usec:x};x={x}")
+
+
+def position(text: str, entries: list[Entry], host: str) -> int:
+    """The seqnum a cursor points at (sd_journal_seek_cursor: by seqnum in this journal, else by realtime); 0
+    before the first entry. `Usage` for text that is not a cursor."""
+    fields: dict[str, int] = {}
+    for part in text.split(";"):
+        key, eq, value = part.partition("=")
+        if not eq or len(key) != 1 or not re.fullmatch(r"[0-9a-f]+", value):
+            raise Usage(BAD_CURSOR)
+        fields[key] = int(value, 16)
+    if "i" in fields and text.startswith(f"s={_hex_id(host, 'seqnum')};"):
+        return fields["i"]
+    if "t" in fields:
+        return max((e.seqnum for e in entries if e.record["usec"] <= fields["t"]), default=0)
+    raise Usage(BAD_CURSOR)
 
 
 def short_unix(record: state.KernelRecord, host: str) -> str:
@@ -124,22 +193,47 @@ def short_unix(record: state.KernelRecord, host: str) -> str:
     return f"{usec // 1_000_000:10d}.{usec % 1_000_000:06d} {host} kernel: {record['message']}\n"
 
 
+def answer(root: Path, opts: dict[str, str], pattern: re.Pattern[str] | None) -> tuple[str, str, int]:
+    """(stdout, stderr, exit status) of journalctl on a journal it can read."""
+    host = state.load_config(root)["name"]
+    entries = [Entry(n, r) for n, r in enumerate(state.kernel_records(root), start=1)]
+    boot_usec = entries[0].record["usec"] if entries else 0
+    after = position(opts["after-cursor"], entries, host) if "after-cursor" in opts else None
+    read = [e for e in entries if after is None or e.seqnum > after]
+    shown = [e for e in read if pattern is None or pattern.search(e.record["message"])]
+    out = "".join(short_unix(e.record, host) for e in shown)
+    if not shown and "quiet" not in opts:
+        out += f"{NO_ENTRIES}\n"
+    last = read[-1] if read else next((e for e in entries if after is not None and e.seqnum == after), None)
+    if "show-cursor" in opts and last is not None:
+        out += f"-- cursor: {cursor(last, host, boot_usec)}\n"
+    failed = last is None or (pattern is not None and not shown)
+    return out, "", 1 if failed else 0
+
+
+def unreadable(mode: str, opts: dict[str, str]) -> tuple[str, str, int]:
+    """What journalctl prints when it can open no journal with kernel messages in it: nothing read, exit 1."""
+    quiet = "quiet" in opts
+    notice = {"no_files": NO_FILES, "no_permission": HINT}[mode]
+    return ("" if quiet else f"{NO_ENTRIES}\n"), ("" if quiet else f"{notice}\n"), 1
+
+
 def run(root: Path, argv: list[str]) -> int:
     """Print what journalctl would for `argv` on the node at `root`; the exit status."""
+    mode = state.load_config(root).get("journal", "ok")
     try:
         opts = parse_args(argv)
-        pattern = check(opts)
+        pattern = check(opts, mode)
+        if mode == "hang":
+            time.sleep(3600)
+        out, err, status = unreadable(mode, opts) if mode in ("no_files", "no_permission") else \
+            answer(root, opts, pattern)
     except Usage as usage:
         sys.stderr.write(f"{usage}\n")
         return 1
-    host = state.load_config(root)["name"]
-    lines = [short_unix(r, host) for r in state.kernel_records(root) if pattern.search(r["message"])]
-    if not lines:
-        if "quiet" not in opts:
-            sys.stdout.write("-- No entries --\n")
-        return 1
-    sys.stdout.write("".join(lines))
-    return 0
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,7 +89,12 @@ class NodeSpec:
     "STATE/STATUS" ("In Progress/N/A"; "N/A" for a node without NVSwitch); `narrow_pcie_gpus` run their
     PCIe link at x8 of x16; `leaked_mib` ((gpu, MiB), ...) stays in memory.used with no process until
     `nvidia-smi -r`; `xids` ((gpu, code, text), ...) are in the kernel log from the node's start, `text`
-    what follows the code (see `journalctl.xid_message`).
+    what follows the code (see `journalctl.xid_message`). The kernel log also holds a few boot messages, as
+    every real boot's does. `journal` is what journalctl can read (`journalctl.JOURNAL_MODES`: "ok", or a
+    journalctl built without pattern matching, no journal files, a user outside the journal's groups, a hang).
+    `xid_on_kill`: a worker holding GPU memory that dies from a signal makes the driver log Xid 45 (Preemptive
+    cleanup) for it on each of its GPUs, naming its pid and process name, as real drivers do for a process
+    killed with GPU channels active (opt in: not every driver logs it for every kill).
 
     `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in
     `nvidia-smi -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's
@@ -120,8 +125,13 @@ class NodeSpec:
     xids: tuple[tuple[int, int, str], ...] = ()
     minor_numbers: tuple[int, ...] = ()
     gpu_reset_s: float = 0.0
+    journal: str = "ok"
+    xid_on_kill: bool = False
 
     def __post_init__(self) -> None:
+        if self.journal not in journalctl.JOURNAL_MODES:
+            modes = ", ".join(journalctl.JOURNAL_MODES)
+            raise SimError(f"{self.name}: unknown journal {self.journal!r}; expected one of {modes}")
         minors = self.minor_numbers
         if minors and (len(minors) != self.gpus or len(set(minors)) != len(minors) or min(minors) < 0):
             raise SimError(f"{self.name}: minor_numbers must give each of the {self.gpus} GPUs its own number")
@@ -217,6 +227,8 @@ class SimNode:
         state.write_health(self.root, state.initial_health(state.load_config(self.root)))
         state.kern_log(self.root).write_text("")
         booted = time.time()
+        for message in journalctl.boot_messages(self.spec.driver_version):
+            state.log_kernel(self.root, message, booted)
         for gpu, code, text in self.spec.xids:
             self._log_xid(gpu, code, text, booted)
 
@@ -292,6 +304,13 @@ class SimNode:
         if mode not in nvidia_smi.SMI_MODES:
             raise SimError(f"unknown smi_mode {mode!r}; expected one of {', '.join(nvidia_smi.SMI_MODES)}")
         self.spec = dataclasses.replace(self.spec, smi_mode=mode)
+        self._write_config()
+
+    def set_journal(self, mode: str) -> None:
+        """Switch what the fake journalctl can read from its next call on (`journalctl.JOURNAL_MODES`)."""
+        if mode not in journalctl.JOURNAL_MODES:
+            raise SimError(f"unknown journal {mode!r}; expected one of {', '.join(journalctl.JOURNAL_MODES)}")
+        self.spec = dataclasses.replace(self.spec, journal=mode)
         self._write_config()
 
     def log_xid(self, gpu: int, code: int, message: str) -> None:

@@ -69,6 +69,8 @@ class NodeConfig(TypedDict):
     narrow_pcie_gpus: list[int]
     leaked_mib: list[tuple[int, int]]
     xids: list[tuple[int, int, str]]
+    journal: str
+    xid_on_kill: bool
     minor_numbers: list[int]
     gpu_reset_s: float
 
@@ -302,13 +304,21 @@ def register(root: Path, reg: Registration) -> None:
 
 
 def mark_died(root: Path, pid: int, start: int, when: float) -> None:
-    """Record that process (`pid`, `start`) died at `when`, unless a death time is known."""
+    """Record that process (`pid`, `start`) died at `when`, unless a death time is known; the first to record it
+    logs the Xid 45 the driver logs for a worker killed with GPU memory, on a node that does (`xid_on_kill`)."""
     path = procs_dir(root) / f"{pid}.json"
     with locked(state_dir(root) / "procs.lock"):
         reg = cast(Registration | None, read_json(path))
-        if reg is not None and reg["starttime"] == start and "died_at" not in reg:
-            reg["died_at"] = when
-            write_json(path, reg)
+        if reg is None or reg["starttime"] != start or "died_at" in reg:
+            return
+        reg["died_at"] = when
+        write_json(path, reg)
+    if reg["mib"] > 0 and load_config(root).get("xid_on_kill"):
+        from fleet.sim import journalctl, nvidia_smi  # they import this module: imported only when needed
+
+        for gpu in reg["gpus"]:
+            text = f"pid={pid}, name={reg['name'][:15]}, Ch 00000001"  # comm: the kernel keeps 15 characters
+            log_kernel(root, journalctl.xid_message(nvidia_smi.bus_id(gpu), 45, text), when)
 
 
 def _forget(root: Path, reg: Registration) -> None:
