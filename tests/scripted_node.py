@@ -10,7 +10,7 @@ import csv
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fleet.node.probes import health
+from fleet.node.probes import health, kernel_log
 from fleet.sim.nvidia_smi import displayed
 from fleet.transport.scripted import Reply
 
@@ -48,10 +48,14 @@ def targets(argv: Sequence[str]) -> tuple[str, list[int]]:
 def signal(alive_after: Callable[[str, int], bool] = lambda sig, pid: False,
            verdict: Callable[[str, int], str] | None = None) -> Callable[[Sequence[str]], Reply]:
     """signal.sh's answers: `sent` to TERM and KILL; to a look (`-`), `alive` while `alive_after(last signal,
-    pid)` says so, else `gone`. `verdict`, when given, decides a signal's verdict instead of `sent`."""
+    pid)` says so, else `gone`. `verdict`, when given, decides a signal's verdict instead of `sent`. The other sh
+    program fleet sends, the kernel-log read, gets a healthy node's answer (KERNEL_LOG): a script's `("sh", "-c")`
+    entry answers both; put a kernel-log entry of its own before it to answer that otherwise."""
     last: dict[int, str] = {}
 
     def answer(argv: Sequence[str]) -> Reply:
+        if kernel_log.XIDS_AWK in argv:
+            return kernel_log_reply()
         sig, pids = targets(argv)
         lines = []
         for pid in pids:
@@ -96,10 +100,25 @@ def healthy_remaps(bus_id: str) -> str:
     return displayed(healthy_q(bus_id), "ROW_REMAPPER")
 
 
-# The health gate's reads on a healthy one-GPU node: its health fields and row remapper, and a kernel log
-# with no Xid (journalctl exits 1). Put them before any catch-all `--query-gpu=` answer (the first match wins).
+# A journal cursor of journalctl's form (tests/fixtures/journalctl): where the kernel log's reads end.
+CURSOR = "s=60435406595b49c2ad6597c8b8ca1832;i=b;b=0f1e2d3c4b5a69788796a5b4c3d2e1f0;m=130a77c500;t=620f6da9c8b80;x=1"
+KERNEL_LOG = ("sh", "-c", kernel_log.KERNEL_LOG_SH)  # the kernel-log read's argv starts so
+
+
+def kernel_log_reply(*lines: str, cursor: str = CURSOR, status: int = 0, stderr: str = "") -> Reply:
+    """What the kernel-log read prints (xids.awk's summary) for journalctl's short-unix `lines` that name Xids,
+    each its own group: a whole read ending at `cursor`; `status` and `stderr` are journalctl's."""
+    groups = "".join(f"first 1 - {line}\n" for line in lines)
+    end = f"-- cursor: {cursor}\n" if cursor and status == 0 else ""
+    return Reply(f"{groups}{end}end {status} {len(lines)} 0\n", stderr, status)
+
+
+# The health gate's reads on a healthy one-GPU node: its health fields and row remapper, and a kernel log read
+# whole with no Xid. Put them before any catch-all `--query-gpu=` answer (the first match wins).
 # The GPU memory read as the reset begins (the report's memory_before_mib): one idle GPU.
 BEFORE = (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"), Reply("0, GPU-aaaa, 0, Disabled\n"))
+# The compute apps read with it (which GPU each process held: no process).
+APPS_BEFORE = (("nvidia-smi", "--query-compute-apps="), Reply(""))
 def healthy(bus_id: str) -> list[tuple[tuple[str, ...], Reply]]:
     """The health gate's nvidia-smi reads of one healthy GPU at `bus_id` (`-q` too: an older driver's)."""
     return [
@@ -109,4 +128,4 @@ def healthy(bus_id: str) -> list[tuple[tuple[str, ...], Reply]]:
     ]
 
 
-HEALTH = [*healthy("00000000:18:00.0"), (("journalctl",), Reply(exit_status=1))]
+HEALTH = [*healthy("00000000:18:00.0"), (KERNEL_LOG, kernel_log_reply())]

@@ -32,7 +32,7 @@ def one_gpu_node(facts: Reply, remaps: Reply, q: str | None = None) -> tuple[Nod
          Reply(f"0, GPU-a, {BUS}, NVIDIA H100, 0, 81559, 0, Disabled\n")),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
         (("find", "/proc", "-mindepth"), Reply(scripted_node.scan(""))),
-        (("journalctl",), Reply(exit_status=1)),
+        (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
     ])
     log = Log()
     return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, log), t, log

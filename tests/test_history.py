@@ -57,6 +57,7 @@ from fleet.report.logs import new_run_id
 from fleet.report.models import (
     Finding,
     GpuReport,
+    HostFinding,
     HostPlan,
     HostReport,
     HostStatus,
@@ -162,6 +163,7 @@ def test_a_host_report_becomes_the_hosts_columns() -> None:
     report = HostReport(
         "gpu-b01", HostStatus.FAILED, 6.1, "gpu 0: Xid 79", (StepResult(StepName.DRAIN, StepStatus.OK, 1.2, "x"),),
         (KilledProcess(39865, "python3", "root", "SIGTERM"),), gpus, reason=Reason.HEALTH,
+        health=(HostFinding("xid", Level.FAIL, "Xid 74", "0000:05:00"),),
     )
     values = host_values(report)
     assert values["reason"] == "health"
@@ -170,7 +172,9 @@ def test_a_host_report_becomes_the_hosts_columns() -> None:
     assert json.loads(values["killed"]) == [{"pid": 39865, "name": "python3", "user": "root", "signal": "SIGTERM"}]
     assert json.loads(values["memory_after_mib"]) == [3, None]
     assert json.loads(values["settle_s"]) == [0.4, None]
-    assert json.loads(values["health"]) == [{"gpu": 0, "check": "xid", "level": "fail", "detail": "Xid 79"}]
+    assert json.loads(values["health"]) == [  # the host's own (on no listed GPU): gpu null, its PCI address
+        {"gpu": 0, "check": "xid", "level": "fail", "detail": "Xid 79"},
+        {"gpu": None, "check": "xid", "level": "fail", "detail": "Xid 74", "pci": "0000:05:00"}]
     assert values["memory_before_mib"] is None and values["slurm"] is None
     planned = host_values(host("gpu-b02", HostStatus.PLANNED, plan=HostPlan(gpu_memory_mib=(30000, 0))))
     assert json.loads(planned["memory_before_mib"]) == [30000, 0]

@@ -80,7 +80,7 @@ def script(walk: str, cgroups: Mapping[int, str], scans: Sequence[str]) -> Scrip
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)),
          Reply("0, GPU-a, 00000000:01:00.0, NVIDIA H100, 0, 81559, 0, Disabled\n")),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
-        (("journalctl",), Reply(exit_status=1)),
+        (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
     ])
 
 

@@ -23,6 +23,7 @@ from fleet.report.metrics import render_metrics, write_metrics
 from fleet.report.models import (
     Finding,
     GpuReport,
+    HostFinding,
     HostReport,
     HostStatus,
     KilledProcess,
@@ -55,6 +56,7 @@ def mixed_run() -> RunReport:
               GpuReport(1, 0, settle_s=2.5),
               GpuReport(2, None, settle_s=1.0, health=(Finding("pcie_width", Level.FAIL, "x8 of x16"),))),
         reason=Reason.HEALTH,
+        health=(HostFinding("xid", Level.FAIL, "Xid 74 at 11:02:13: NVLink Error", "0000:05:00"),),
     )
     unreachable = HostReport("gpu-a03", HostStatus.UNREACHABLE, 10.0, "connect timed out",
                              reason=Reason.CONNECT_TIMEOUT)
@@ -114,8 +116,9 @@ def expected_series() -> Series:
         series |= per_host("fleet_host_killed_processes", host, killed)
     series |= per_host("fleet_host_health_findings", "gpu-a01", 0, level="fail")
     series |= per_host("fleet_host_health_findings", "gpu-a01", 1, level="warn")
-    series |= per_host("fleet_host_health_findings", "gpu-a02", 2, level="fail")
+    series |= per_host("fleet_host_health_findings", "gpu-a02", 3, level="fail")  # 2 on GPUs, 1 on the NVSwitch
     series |= per_host("fleet_host_health_findings", "gpu-a02", 1, level="warn")
+    series |= per_host("fleet_host_pci_health_findings", "gpu-a02", 1, pci="0000:05:00", level="fail")
     series |= gpu("fleet_gpu_memory_used_bytes", "gpu-a01", 0, 0)
     series |= gpu("fleet_gpu_memory_used_bytes", "gpu-a01", 1, 3 * MIB)
     series |= gpu("fleet_gpu_memory_used_bytes", "gpu-a02", 0, 1523 * MIB)
@@ -129,7 +132,8 @@ def expected_series() -> Series:
 FAMILIES = [
     "fleet_run_info", "fleet_run_timestamp_seconds", "fleet_run_duration_seconds", "fleet_run_exit_code",
     "fleet_run_hosts", "fleet_host_status", "fleet_host_reason", "fleet_host_duration_seconds",
-    "fleet_host_killed_processes", "fleet_host_health_findings", "fleet_gpu_memory_used_bytes",
+    "fleet_host_killed_processes", "fleet_host_health_findings", "fleet_host_pci_health_findings",
+    "fleet_gpu_memory_used_bytes",
     "fleet_gpu_settle_seconds",
 ]
 
@@ -148,6 +152,24 @@ def test_a_clean_host_has_no_reason_series_and_an_unverified_one_no_findings() -
     assert reasons == {"gpu-a02", "gpu-a03", "gpu-a04"}
     findings = {dict(labels)["host"] for name, labels in series if name == "fleet_host_health_findings"}
     assert findings == {"gpu-a01", "gpu-a02"}  # unreachable/skipped hosts reported no GPU: no "0 findings"
+
+
+def test_findings_on_no_listed_gpu_count_with_their_pci_address() -> None:
+    """A host whose nvidia-smi listed no GPU (one fell off the bus) and a kernel log fleet could not read: its own
+    findings are counted, the Xid's by its PCI address; the unread log has no address."""
+    lost = HostReport("gpu-a05", HostStatus.FAILED, 3.0, "x", reason=Reason.KERNEL_LOG, health=(
+        HostFinding("xid", Level.FAIL, "Xid 79 at 11:02:13: GPU has fallen off the bus", "0000:44:00"),
+        HostFinding("xid", Level.WARN, "Xid 45 at 11:02:14: Preemptive cleanup, due to previous errors", "0000:44:00"),
+        HostFinding("xid", Level.FAIL, "cannot read the kernel log (journalctl exited 1: no journal files)"),
+    ))
+    run = RunReport("r", "reset", "2026-12-02T11:05:01+00:00", 3.0, {"gpu-a05": lost})
+    _, series = parse(render_metrics(run, exit_code=1, finished_at=FINISHED))
+    assert per_host("fleet_host_health_findings", "gpu-a05", 2, level="fail").items() <= series.items()
+    assert per_host("fleet_host_health_findings", "gpu-a05", 1, level="warn").items() <= series.items()
+    pci = {k: v for k, v in series.items() if k[0] == "fleet_host_pci_health_findings"}
+    assert pci == {**per_host("fleet_host_pci_health_findings", "gpu-a05", 1, pci="0000:44:00", level="fail"),
+                   **per_host("fleet_host_pci_health_findings", "gpu-a05", 1, pci="0000:44:00", level="warn")}
+    assert per_host("fleet_host_reason", "gpu-a05", 1, reason="kernel_log").items() <= series.items()
 
 
 def test_text_is_grouped_help_type_then_samples_with_valid_names() -> None:

@@ -18,17 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleet.errors import StepFailed
-from fleet.node.probes.health import (
-    GpuHealth,
-    Xid,
-    health,
-    health_argv,
-    parse_health,
-    parse_xids,
-    pci_of_bus_id,
-    xid_argv,
-    xids,
-)
+from fleet.node.probes.health import GpuHealth, health, health_argv, parse_health
+from fleet.node.probes.kernel_log import Xid, parse_xids, pci_of_bus_id
 from fleet.node.probes.parse import ProbeParseError
 from fleet.node.probes.smi import SMI_HANG, classify_smi_failure
 from fleet.transport.base import CommandResult
@@ -97,14 +88,6 @@ def test_one_query_answers_for_every_gpu() -> None:
     probe = health("nvidia-smi")
     assert probe.argv == ("nvidia-smi", "-q")
     assert (probe.needs_root, probe.ok_exits, probe.hang) == (False, frozenset({0}), SMI_HANG)
-
-
-def test_xid_query_is_bounded_and_read_only() -> None:
-    assert xid_argv() == ["journalctl", "-k", "-b", "-o", "short-unix", "--no-pager", "-q", "--grep", "NVRM: Xid"]
-    probe = xids()
-    assert probe.needs_root and probe.ok_exits == frozenset({0, 1})
-    assert probe.answered(CommandResult(probe.argv, 1, "", "", 0.1))  # no entry matched: no Xid, an answer
-    assert not probe.answered(CommandResult(probe.argv, 2, "", "Failed to ...", 0.1))
 
 
 @pytest.mark.parametrize(

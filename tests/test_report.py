@@ -6,7 +6,17 @@ import json
 
 import fleet
 from fleet.report import render as reporting
-from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName, StepResult, StepStatus
+from fleet.report.models import (
+    HostFinding,
+    HostReport,
+    HostStatus,
+    Level,
+    Reason,
+    RunReport,
+    StepName,
+    StepResult,
+    StepStatus,
+)
 
 
 def _run(statuses: dict[str, tuple[HostStatus, str | None]], command: str = "reset") -> RunReport:
@@ -24,9 +34,28 @@ def test_document_matches_the_contract_shape() -> None:
     assert doc["fleet_version"] == fleet.__version__
     assert doc["summary"] == {"total": 2, "clean": 1, "failed": 1, "unreachable": 0, "skipped": 0}
     host = doc["hosts"]["gpu-b01"]
-    assert set(host) == {"status", "reason", "duration_s", "error", "steps", "killed", "gpus"}
+    assert set(host) == {"status", "reason", "duration_s", "error", "steps", "killed", "gpus", "health"}
+    assert host["health"] == []
     assert [s["name"] for s in host["steps"]] == ["drain", "kill", "settle", "verify"]
     assert set(host["steps"][0]) == {"name", "status", "duration_s", "detail"}
+
+
+def test_findings_on_no_listed_gpu_are_the_hosts_health_with_their_pci_address() -> None:
+    """An Xid on an NVSwitch (no listed GPU) and a kernel log that could not be read: in the host's `health`, and
+    back from the document as a node that reset itself (`--via srun`) hands it over."""
+    found = (HostFinding("xid", Level.FAIL, "Xid 74 at 11:02:13: NVLink Error", "0000:05:00"),
+             HostFinding("xid", Level.FAIL, "cannot read the kernel log (journalctl exited 1: No journal files were "
+                                            "found.)"))
+    host = HostReport("gpu-b02", HostStatus.FAILED, 1.0, "PCI 0000:05:00 (no listed GPU): Xid 74 at 11:02:13: "
+                      "NVLink Error", tuple(StepResult(x, StepStatus.OK) for x in StepName), reason=Reason.HEALTH,
+                      health=found)
+    document = json.loads(json.dumps(reporting.host_document(host)))
+    assert document["health"] == [
+        {"check": "xid", "level": "fail", "detail": "Xid 74 at 11:02:13: NVLink Error", "pci": "0000:05:00"},
+        {"check": "xid", "level": "fail", "detail": "cannot read the kernel log (journalctl exited 1: No journal "
+                                                    "files were found.)", "pci": None},
+    ]
+    assert reporting.host_from_document("gpu-b02", document).health == found
 
 
 def test_summary_counts_equal_host_statuses() -> None:

@@ -356,10 +356,10 @@ def asked(events: list[dict[str, Any]]) -> list[str]:
 async def test_an_already_clean_host_costs_six_remote_commands(make_fleet: Any, tmp_path: Path) -> None:
     """The count README states (and the benchmark reports): it must not grow without a reason.
     (No nvidia-persistenced here: a kept holder costs the commands that describe it.) Six: the lock, the
-    baselines as drain begins (the kernel log's Xids, the GPU memory: one batch), drain's stop and first look
-    (one batch), kill's holder scan, settle's one query, and verify's one batch (two nvidia-smi queries, the
-    health gate's health fields, row remapper and kernel log, the holder scan). Thirteen probes, six remote
-    commands."""
+    baselines as drain begins (the GPU memory, the compute apps, the kernel log read whole: one batch), drain's
+    stop and first look (one batch), kill's holder scan, settle's one query, and verify's one batch (two
+    nvidia-smi queries, the health gate's health fields and row remapper, the holder scan, the kernel log after
+    the baseline's cursor). Fourteen probes, six remote commands."""
     sim = await make_fleet([busy("gpu-c01", protected_daemon=False)], fast_vars(["gpu-c01"]))
     first = await reset(sim, tmp_path)
     assert first.hosts["gpu-c01"].status is HostStatus.CLEAN, first.hosts["gpu-c01"].error
@@ -367,9 +367,9 @@ async def test_an_already_clean_host_costs_six_remote_commands(make_fleet: Any, 
     assert second.hosts["gpu-c01"].status is HostStatus.CLEAN, second.hosts["gpu-c01"].error
     events = last_log(tmp_path, "gpu-c01")
     assert sorted(asked(events)) == sorted([
-        "lock:flock", "drain:journalctl", "drain:nvidia-smi", "drain:systemctl", "drain:systemctl", "kill:find",
-        "settle:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi",
-        "verify:journalctl", "verify:find",
+        "lock:flock", "drain:nvidia-smi", "drain:nvidia-smi", "drain:sh", "drain:systemctl", "drain:systemctl",
+        "kill:find", "settle:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi",
+        "verify:nvidia-smi", "verify:find", "verify:sh",
     ])
     remote = [e.get("step", "lock") for e in events if is_remote_command(e)]
     assert remote == ["drain", "drain", "kill", "settle", "verify", "lock"]  # the lock is logged on its release

@@ -145,7 +145,7 @@ async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) 
 async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) -> None:
     """Ctrl-C: in-flight hosts fail as interrupted, connections are closed, the report is whole."""
     slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, scripted_node.BEFORE,
-                               *scripted_node.HEALTH])
+                              scripted_node.APPS_BEFORE, *scripted_node.HEALTH])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
 
     async def interrupt() -> None:
@@ -322,7 +322,7 @@ async def test_a_clean_canary_lets_the_rest_run(tmp_path: Path) -> None:
 
 async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> None:
     slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, scripted_node.BEFORE,
-                               *scripted_node.HEALTH])
+                              scripted_node.APPS_BEFORE, *scripted_node.HEALTH])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
     with anyio.fail_after(10):
         report, state = await run([host, make_host("gpu-02")], {"gpu-01": slow}, tmp_path,

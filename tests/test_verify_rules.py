@@ -120,7 +120,7 @@ def mps_node(used_mib: int) -> Node:
         (("find",), Reply("/proc/77\t/usr/bin/nvidia-cuda-mps-server\n")),
         (("awk",), lambda argv: scripted_node.lineage(argv, comm="nvidia-cuda-mps")),
         (("grep",), Reply("/proc/77/cgroup:0::/system.slice/nvidia-mps.service\n")),  # in no job
-        (("journalctl",), Reply(exit_status=1)),
+        (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
     ])
     return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, Log())
 

@@ -3,7 +3,10 @@
     runs    one row a run: what it targeted, how, when it started and ended, its exit status
             (ended_at and exit_code stay null while it runs, and for good when it was killed)
     hosts   one row a host of a run, written as the host finishes (so a run killed mid-way leaves
-            its finished hosts on record) and again, whole, when the run ends
+            its finished hosts on record) and again, whole, when the run ends; its `health` column holds
+            every health finding, a GPU's with its index (`gpu`), the host's (on no listed GPU: an Xid
+            on another PCI address, a kernel log not read) with `gpu` null and its `pci` address (null too
+            for the kernel log): one JSON list, so no column was added for them
 
 WAL mode and a busy timeout let several fleet processes write at once (each write is one short
 transaction); the schema's version is `PRAGMA user_version`, brought up to date by `MIGRATIONS`, in
@@ -228,7 +231,8 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "memory_before_mib": _memory_before(report),
         "memory_after_mib": _json([g.memory_used_mib for g in gpus]) if gpus else None,
         "settle_s": _json([g.settle_s for g in gpus]) if gpus else None,
-        "health": _json([{"gpu": g.index, **asdict(f)} for g in gpus for f in g.health]),
+        "health": _json([{"gpu": g.index, **asdict(f)} for g in gpus for f in g.health]
+                        + [{"gpu": None, **asdict(f)} for f in report.health]),
         "slurm": _json(asdict(report.slurm)) if report.slurm is not None else None,
     }
 

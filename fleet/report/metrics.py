@@ -10,8 +10,10 @@ Run:  fleet_run_info{run_id,command,fleet_version} 1, fleet_run_timestamp_second
 Host: fleet_host_status{host,status} (one-hot: a series per status, 1 for the host's, 0 for the others),
       fleet_host_reason{host,reason} 1 (only for a host whose report carries a reason, i.e. that did not end
       clean or planned: a clean host has no reason series), fleet_host_duration_seconds,
-      fleet_host_killed_processes, fleet_host_health_findings{host,level} (both levels, 0 included; only for
-      a host that reported its GPUs).
+      fleet_host_killed_processes, fleet_host_health_findings{host,level} (both levels, 0 included, the host's
+      own findings counted too; only for a host that reported its GPUs or findings of its own),
+      fleet_host_pci_health_findings{host,pci,level} (findings on a PCI address no listed GPU has: an NVSwitch,
+      a GPU that fell off the bus; only the levels found).
 GPU:  fleet_gpu_memory_used_bytes{host,gpu} (after the run, where known), fleet_gpu_settle_seconds{host,gpu}
       (where the GPU settled during the run).
 """
@@ -86,9 +88,12 @@ def host_families(report: RunReport) -> list[Family]:
                tuple(Sample((("host", h.name),), h.duration_s) for h in hosts)),
         Family("fleet_host_killed_processes", "Processes the last run killed on the host.",
                tuple(Sample((("host", h.name),), len(h.killed)) for h in hosts)),
-        Family("fleet_host_health_findings", "Health findings on the host's GPUs at the end of the last run, "
-               "by level (fail: kept it from being clean; warn: reported only).",
+        Family("fleet_host_health_findings", "Health findings on the host's GPUs and the host itself at the end of "
+               "the last run, by level (fail: kept it from being clean; warn: reported only).",
                tuple(s for h in hosts for s in finding_samples(h))),
+        Family("fleet_host_pci_health_findings", "Health findings in the last run on a PCI address of the host that "
+               "no listed GPU has (an NVSwitch, a GPU that fell off the bus), by level.",
+               tuple(s for h in hosts for s in pci_finding_samples(h))),
         Family("fleet_gpu_memory_used_bytes", "GPU memory in use at the end of the last run.",
                tuple(Sample(gpu_labels(h.name, g.index), g.memory_used_mib * MIB)
                      for h in hosts for g in h.gpus if g.memory_used_mib is not None)),
@@ -104,11 +109,22 @@ def status_samples(host: HostReport) -> list[Sample]:
 
 
 def finding_samples(host: HostReport) -> list[Sample]:
-    """The host's health findings counted by level, both levels; none when the host reported no GPU."""
-    if not host.gpus:
+    """The host's health findings (its GPUs' and its own) counted by level, both levels; none when the host reported
+    neither GPUs nor findings of its own."""
+    if not host.gpus and not host.health:
         return []
-    levels = [f.level for g in host.gpus for f in g.health]
+    levels = [f.level for g in host.gpus for f in g.health] + [f.level for f in host.health]
     return [Sample((("host", host.name), ("level", lv.value)), levels.count(lv)) for lv in Level]
+
+
+def pci_finding_samples(host: HostReport) -> list[Sample]:
+    """Findings on PCI addresses no listed GPU has, counted by address and level (the levels found only)."""
+    counts: dict[tuple[str, str], int] = {}
+    for f in host.health:
+        if f.pci is not None:
+            counts[(f.pci, f.level.value)] = counts.get((f.pci, f.level.value), 0) + 1
+    return [Sample((("host", host.name), ("pci", pci), ("level", level)), n)
+            for (pci, level), n in sorted(counts.items())]
 
 
 def gpu_labels(host: str, index: int) -> Labels:

@@ -44,6 +44,7 @@ class Reason(StrEnum):
     NEEDS_REBOOT = "needs_reboot"  # memory survived a GPU reset (--gpu-reset)
     GPU_MISSING = "gpu_missing"  # fewer GPUs than `gpus`
     HEALTH = "health"  # the health gate failed (Xid, ECC, remapping, fabric, PCIe...)
+    KERNEL_LOG = "kernel_log"  # the kernel log could not be read to its end: the Xid check cannot pass
     BLIND_SCAN = "blind_scan"  # the holder scan could not see every process
     PROBE_FAILED = "probe_failed"  # a command on the node failed or printed what fleet cannot read
     COMMAND_TIMEOUT = "command_timeout"  # a command on the node did not answer in time
@@ -120,6 +121,18 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class HostFinding:
+    """A health fact that belongs to no GPU nvidia-smi listed: an Xid on another PCI address (`pci`: an NVSwitch, a
+    GPU that fell off the bus), or the node's own (`pci` None: a kernel log fleet could not read).
+    `{"check", "level", "detail", "pci"}`."""
+
+    check: str
+    level: Level
+    detail: str
+    pci: str | None = None
+
+
+@dataclass(frozen=True)
 class GpuReport:
     index: int
     memory_used_mib: int | None
@@ -139,6 +152,7 @@ class StepOutcome:
     gpus: tuple[GpuReport, ...] = ()
     settle_s: Mapping[int, float] = field(default_factory=dict)  # GPU index -> seconds until it settled
     kept: frozenset[int] = frozenset()  # pids of GPU holders left alive on purpose (protected)
+    health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU (the host's)
     jobs: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
 
 
@@ -180,6 +194,7 @@ class SlurmReport:
     plan: str | None = None  # dry run: what a reset would do to it in Slurm
     error: str | None = None  # a Slurm command that failed for this node (the node's state may differ)
     abandoned: bool = False  # a third interrupt stopped its release: left as fleet drained it for the run
+    waited_s: float | None = None  # seconds the host waited for the node's jobs before its reset (--slurm)
 
 
 @dataclass(frozen=True)
@@ -195,6 +210,7 @@ class HostReport:
     slurm: SlurmReport | None = None  # with --slurm
     reason: Reason | None = None  # set whenever the host did not end clean (or planned)
     memory_before_mib: tuple[int | None, ...] | None = None  # each GPU's memory.used as a reset began
+    health: tuple[HostFinding, ...] = ()  # health findings on no listed GPU (an Xid on another PCI address)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from fleet import __version__
 from fleet.report.models import (
     Finding,
     GpuReport,
+    HostFinding,
     HostReport,
     HostStatus,
     KilledProcess,
@@ -64,6 +65,7 @@ def host_document(host: HostReport) -> dict[str, Any]:
         ],
         "killed": [asdict(k) for k in host.killed],
         "gpus": [asdict(g) for g in host.gpus],
+        "health": [asdict(f) for f in host.health],
     }
     if host.memory_before_mib is not None:
         document["memory_before_mib"] = list(host.memory_before_mib)
@@ -76,7 +78,7 @@ def host_document(host: HostReport) -> dict[str, Any]:
             "gpu_memory_mib": list(host.plan.gpu_memory_mib),
         }
     if host.slurm is not None:
-        optional = ("plan", "error", "abandoned")  # only when set
+        optional = ("plan", "error", "abandoned", "waited_s")  # only when set
         document["slurm"] = {k: v for k, v in asdict(host.slurm).items() if k not in optional or v}
         document["slurm"]["jobs"] = list(host.slurm.jobs)
     return document
@@ -92,10 +94,12 @@ def host_from_document(name: str, document: dict[str, Any]) -> HostReport:
         for g in document["gpus"]
     )
     reason, before = document.get("reason"), document.get("memory_before_mib")
+    health = tuple(HostFinding(f["check"], Level(f["level"]), f["detail"], f.get("pci"))
+                   for f in document.get("health", ()))
     return HostReport(name, HostStatus(document["status"]), float(document["duration_s"]), document["error"], steps,
                       tuple(KilledProcess(**k) for k in document["killed"]), gpus,
                       reason=Reason(reason) if reason else None,
-                      memory_before_mib=tuple(before) if before is not None else None)
+                      memory_before_mib=tuple(before) if before is not None else None, health=health)
 
 
 def to_document(report: RunReport) -> dict[str, Any]:

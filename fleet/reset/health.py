@@ -1,8 +1,18 @@
 """The health gate's policy: which facts from `nvidia-smi -q` and the kernel log fail a host, which warn.
 
-Pure: `judge` turns what the probes in `fleet.node.probes.health` read into `Finding`s per GPU, by the
-defaults below (from NVIDIA's documentation) and the host's `HealthPolicy` (`health_warn`,
-`health_ignore`). A finding at level `fail` keeps the host from being clean; `warn` is only reported.
+Pure: `judge` turns what the probes in `fleet.node.probes.health` and `fleet.node.probes.kernel_log` read into
+`Finding`s per GPU and `HostFinding`s for the host (an Xid on a PCI address no listed GPU has; a kernel log that
+could not be read), by the defaults below (from NVIDIA's documentation) and the host's `HealthPolicy`
+(`health_warn`, `health_ignore`). A finding at level `fail` keeps the host from being clean; `warn` is only
+reported.
+
+Xids: one logged before the reset (for `check`: since boot) fails only if NVIDIA answers it with a reset, a reboot
+or an RMA (XID_ACTION), unless the same verify's nvidia-smi read shows its condition resolved (XID_RESOLVABLE).
+One logged during the reset fails, unless it is an application Xid (XID_APPLICATION) of a process this reset
+ended (fleet killed it, or drain stopped it: it held a GPU as the reset began and holds none at verify), by the
+pid the line names, or, naming none, on a GPU such a process held: ending a process that holds a GPU makes the
+driver log them. A kernel log that could not be read is never "no Xids": it fails (or
+warns, with `health_warn: [xid]`) as a host finding.
 
 Xid times are shown as UTC `HH:MM:SS`: journalctl gives seconds since the epoch, and the node's own time
 zone is not known here.
@@ -11,22 +21,22 @@ zone is not known here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fleet.node.probes.health import GpuHealth, Xid, pci_of_bus_id
+from fleet.node.probes.health import GpuHealth
+from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
 from fleet.node.probes.parse import LINE_CLIP
-from fleet.report.models import Finding, Level
+from fleet.report.models import Finding, HostFinding, KilledProcess, Level
 from fleet.transport.base import clip
 
 if TYPE_CHECKING:
     from fleet.inventory.host import Host
+    from fleet.node.probes.smi import ComputeApp, GpuRow
 
-__all__ = ["CHECKS", "DEFAULT_LEVEL", "WHY", "XID_ACTION", "XID_NAMES", "Finding", "HealthPolicy", "Level",
-           "fails", "judge"]
-
-NODE = ""  # the key of findings on no listed GPU (an Xid whose PCI address matches none)
+__all__ = ["CHECKS", "DEFAULT_LEVEL", "WHY", "XID_ACTION", "XID_APPLICATION", "XID_NAMES", "XID_RESOLVABLE", "Ended",
+           "Finding", "HealthPolicy", "HostFinding", "Judgement", "KernelReads", "Level", "fails", "judge"]
 
 # Each check, its default level and why (NVIDIA's documents):
 # ECC/pages: https://docs.nvidia.com/deploy/dynamic-page-retirement/ ; rows: https://docs.nvidia.com/deploy/
@@ -51,7 +61,8 @@ RULES: tuple[tuple[str, Level, str], ...] = (
     ("pcie_width", Level.FAIL, "the PCIe link trained narrower than the GPU can do: host transfers run at a "
      "fraction of their speed (a seating, riser or slot fault)"),
     ("xid", Level.FAIL, "an Xid NVIDIA lists as needing a reset, reboot or RMA, or any Xid logged during the "
-     "reset; other Xids since boot only warn (Xid errors)"),
+     "reset but an application's of a process the reset ended; other Xids since boot only warn (Xid errors); a "
+     "kernel log fleet could not read fails too"),
 )
 CHECKS: tuple[str, ...] = tuple(check for check, _, _ in RULES)
 DEFAULT_LEVEL: Mapping[str, Level] = {check: level for check, level, _ in RULES}
@@ -82,6 +93,15 @@ XID_NAMES: Mapping[int, str] = {
 # Xids the catalog answers with a GPU reset, a reboot or an RMA (not "restart the application"): these fail
 # a host even when they were logged before the reset began.
 XID_ACTION = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 154})
+# Xids of an application's own doing (the catalog: restart the application), which the driver also logs for a
+# process killed while it held a GPU (45: "Preemptive cleanup"; 13, 31, 43 from its channels torn down): logged
+# during the reset for a process the reset ended, they only warn.
+XID_APPLICATION = frozenset({13, 31, 43, 45})
+# Xids in XID_ACTION whose condition nvidia-smi reports as it is now: 63 (a row marked for remapping, or a page
+# for retirement: pending until a GPU reset) and 64 (recording it failed). With the row remapper (A100+) read as
+# neither pending nor failed, or, without one, no page retirement pending, they only warn, naming both facts. The
+# others (uncorrectable ECC, NVLink, the bus, the GSP, recovery actions) leave nothing nvidia-smi shows resolved.
+XID_RESOLVABLE = frozenset({63, 64})
 
 # Fail-level checks, most telling first (`fails`).
 _TELLING = ("xid", "remap_failed", "ecc_uncorrected", "remap_pending", "retired_pending", "fabric", "pcie_width",
@@ -115,28 +135,85 @@ class HealthPolicy:
 # --- judging ------------------------------------------------------------------
 
 
-def judge(gpus: Sequence[GpuHealth], xids: Sequence[Xid], policy: HealthPolicy, *,
-          before: Collection[Xid] | None = None) -> dict[str, tuple[Finding, ...]]:
-    """Findings by GPU bus id (every GPU listed, clean ones with none), and under "" the Xids on no listed GPU.
+@dataclass(frozen=True)
+class KernelReads:
+    """The kernel log as verify has it: the Xids logged before the reset began (`check`: since boot) and those
+    logged during it (after the cursor of the read as it began), each an Xid group of `fleet.node.probes.kernel_log`;
+    `unread`: why the log, or a part of it, could not be read (never taken for "no Xids")."""
 
-    `before`: the Xids the kernel log already held when the reset began; any other is one logged during
-    the reset. None (a check, no reset): no Xid counts as logged during a reset.
-    """
-    by_pci = {pci_of_bus_id(g.bus_id): g.bus_id for g in gpus}
-    xids_of: dict[str, list[Xid]] = {}
-    for xid in xids:
-        xids_of.setdefault(by_pci.get(xid.pci, NODE), []).append(xid)
-    earlier = frozenset(before) if before is not None else None
-    found = {g.bus_id: _weigh(_gpu_facts(g), policy) + _weigh(_xid_facts(xids_of.get(g.bus_id, []), earlier), policy)
-             for g in gpus}
-    if xids_of.get(NODE):
-        found[NODE] = _weigh(_xid_facts(xids_of[NODE], earlier), policy)
-    return found
+    before: tuple[Xid, ...] = ()
+    during: tuple[Xid, ...] = ()
+    unread: str | None = None
 
 
-def fails(findings: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    """The fail-level findings, most telling first (an Xid such as 79 before a PCIe width, say)."""
-    failing = [f for found in findings.values() for f in found if f.level is Level.FAIL]
+@dataclass(frozen=True)
+class Ended:
+    """The processes this reset ended, as a finding names them (`pid 4242 python3, which fleet killed`): those the
+    kill step signalled, and those that held a GPU as the reset began (its compute apps then) and hold none at
+    verify (drain stopped their unit); and which of them held each GPU (by the PCI address an Xid line names)."""
+
+    names: Mapping[int, str] = field(default_factory=dict)
+    on_gpu: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, killed: Sequence[KilledProcess], before: Sequence[ComputeApp] = (), rows: Sequence[GpuRow] = (),
+           after: Sequence[ComputeApp] = ()) -> Ended:
+        """`killed` (the kill step's), and `before`'s apps gone from `after` (verify's), placed on GPUs by `before`
+        (pid -> GPU uuid) and `rows` (uuid -> bus id)."""
+        still = {a.pid for a in after}
+        names = {a.pid: f"pid {a.pid} {_base(a.process_name)}, which the reset stopped" for a in before
+                 if a.pid not in still}
+        names |= {k.pid: f"pid {k.pid} {k.name}, which fleet killed" for k in killed}
+        pci_of_uuid = {r.uuid: _pci_or_none(r.pci_bus_id) for r in rows if r.uuid}
+        on_gpu: dict[str, set[int]] = {}
+        for app in before:
+            pci = pci_of_uuid.get(app.gpu_uuid or "")
+            if app.pid in names and pci is not None:
+                on_gpu.setdefault(pci, set()).add(app.pid)
+        return cls(names, {pci: tuple(sorted(pids)) for pci, pids in on_gpu.items()})
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the health gate found: by GPU bus id (every GPU listed, clean ones with none), on PCI addresses no
+    listed GPU has (`host`), and whether the kernel log could not be read (`unread`, a host finding too)."""
+
+    gpus: Mapping[str, Sequence[Finding]]
+    host: tuple[HostFinding, ...] = ()
+    unread: HostFinding | None = None
+    unread_why: str | None = None  # why the kernel log could not be read (`unread`'s detail says it too)
+
+    @property
+    def host_findings(self) -> tuple[HostFinding, ...]:
+        """Every finding on the host rather than a GPU: the report's host `health`."""
+        return (*self.host, *([] if self.unread is None else [self.unread]))
+
+
+def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, *,
+          ended: Ended | None = None) -> Judgement:
+    """Every GPU's facts and every Xid weighed (see the module); an Xid on no listed GPU is the host's, its PCI
+    address named."""
+    by_pci = {pci_of_bus_id(g.bus_id): g for g in gpus}
+    found = {g.bus_id: list(_weigh(_gpu_facts(g), policy)) for g in gpus}
+    host: list[HostFinding] = []
+    for pci, fact in _xid_facts(kernel, by_pci, ended or Ended()):
+        owner = by_pci.get(pci)
+        for finding in _weigh(iter([fact]), policy):
+            if owner is not None:
+                found[owner.bus_id].append(finding)
+            else:
+                host.append(HostFinding(finding.check, finding.level, finding.detail, pci))
+    level = policy.level("xid", Level.FAIL) if kernel.unread is not None else None
+    unread = None if level is None else HostFinding("xid", level, f"cannot read the kernel log ({kernel.unread})")
+    return Judgement({bus: tuple(f) for bus, f in found.items()}, tuple(host), unread, kernel.unread)
+
+
+def fails(findings: Judgement | Mapping[str, Sequence[Finding]]) -> list[Finding | HostFinding]:
+    """The fail-level findings, GPUs' and the host's Xids (not the unread log), most telling first (an Xid such as
+    79 before a PCIe width, say)."""
+    gpus = findings.gpus if isinstance(findings, Judgement) else findings
+    host: Sequence[Finding | HostFinding] = findings.host if isinstance(findings, Judgement) else ()
+    failing = [f for found in [*gpus.values(), host] for f in found if f.level is Level.FAIL]
     return sorted(failing, key=lambda f: _TELLING.index(f.check) if f.check in _TELLING else len(_TELLING))
 
 
@@ -209,25 +286,72 @@ _GPU_CHECKS: tuple[tuple[str, Callable[[GpuHealth], str | None]], ...] = (
 )
 
 
-def _xid_facts(xids: Sequence[Xid], before: frozenset[Xid] | None) -> Iterator[Fact]:
-    """One fact per Xid code (and per before/during the reset), in the order first logged."""
-    groups: dict[tuple[int, bool], list[Xid]] = {}
-    for xid in sorted(xids, key=lambda x: x.at):
-        during = before is not None and xid not in before
-        groups.setdefault((xid.code, during), []).append(xid)
-    for (code, during), same in groups.items():
-        level = Level.FAIL if during or code in XID_ACTION else Level.WARN
-        yield "xid", level, _xid_detail(same, during)
+@dataclass(frozen=True)
+class _XidFact:
+    """How one Xid group weighs: its level, and what the detail adds (whose process, what resolved it)."""
+
+    level: Level
+    note: str = ""
+
+
+def _xid_facts(kernel: KernelReads, by_pci: Mapping[str, GpuHealth], ended: Ended) -> Iterator[tuple[str, Fact]]:
+    """One fact per PCI address, Xid code, before/during the reset and weight, in the order first logged."""
+    groups: dict[tuple[str, int, bool, _XidFact], list[Xid]] = {}
+    timed = [(x, False) for x in kernel.before] + [(x, True) for x in kernel.during]
+    for xid, during in sorted(timed, key=lambda pair: (pair[0].at, pair[1])):
+        weight = _xid_weight(xid, during, by_pci.get(xid.pci), ended)
+        groups.setdefault((xid.pci, xid.code, during, weight), []).append(xid)
+    for (pci, _, during, weight), same in groups.items():
+        yield pci, ("xid", weight.level, _xid_detail(same, during) + weight.note)
+
+
+def _xid_weight(xid: Xid, during: bool, gpu: GpuHealth | None, ended: Ended) -> _XidFact:
+    """Before the reset: fail when NVIDIA answers it with a reset, reboot or RMA. During it: fail, but an
+    application Xid of a process the reset ended. Either way, a resolvable one nvidia-smi shows resolved warns."""
+    resolved = _resolved(xid.code, gpu)
+    if resolved is not None:
+        return _XidFact(Level.WARN, f"; resolved: {resolved}")
+    if not during:
+        return _XidFact(Level.FAIL if xid.code in XID_ACTION else Level.WARN)
+    if xid.code in XID_APPLICATION and xid.pid is not None and xid.pid in ended.names:
+        return _XidFact(Level.WARN, f": {ended.names[xid.pid]}")
+    holders = ended.on_gpu.get(xid.pci, ()) if xid.code in XID_APPLICATION and xid.pid is None else ()
+    if holders:
+        return _XidFact(Level.WARN, f", naming no process, on the GPU of {'; '.join(ended.names[p] for p in holders)}")
+    return _XidFact(Level.FAIL)
+
+
+def _resolved(code: int, gpu: GpuHealth | None) -> str | None:
+    """What nvidia-smi says now that shows a resolvable Xid's condition over; None when it does not (or cannot)."""
+    if code not in XID_RESOLVABLE or gpu is None:
+        return None
+    if gpu.remap_pending is False and gpu.remap_failed is False:
+        return "no row remapping pending or failed now (nvidia-smi -q)"
+    if gpu.remap_pending is None and gpu.remap_failed is None and gpu.retired_pending is False:
+        return "no page retirement pending now (nvidia-smi -q)"
+    return None
 
 
 def _xid_detail(same: Sequence[Xid], during: bool) -> str:
     """`Xid 79 at 11:02:13: GPU has fallen off the bus`, with how often and whether during the reset."""
-    first = same[0]
+    first, count = same[0], sum(x.count for x in same)
     text = XID_NAMES.get(first.code) or clip(first.detail, LINE_CLIP) or "no description"
     detail = f"Xid {first.code} at {_utc(first.at)}: {text}"
-    if len(same) > 1:
-        detail += f" ({len(same)} times, last at {_utc(same[-1].at)})"
+    if count > 1:
+        detail += f" ({count} times, last at {_utc(max(x.last for x in same))})"
     return detail + (" during the reset" if during else "")
+
+
+def _base(path: str) -> str:
+    """A compute app's process name as the report names a process: `/usr/bin/python3` -> `python3`."""
+    return path.rsplit("/", 1)[-1] or path
+
+
+def _pci_or_none(bus_id: str | None) -> str | None:
+    try:
+        return pci_of_bus_id(bus_id) if bus_id else None
+    except ValueError:
+        return None
 
 
 def _utc(at: float) -> str:

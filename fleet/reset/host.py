@@ -21,9 +21,10 @@ from fleet.inventory.host import Host
 from fleet.node.budget import Budget, BudgetSpent
 from fleet.node.node import Node
 from fleet.node.probe import Probe
-from fleet.node.probes import health, smi
+from fleet.node.probes import kernel_log, smi
 from fleet.report.models import (
     GpuReport,
+    HostFinding,
     HostPlan,
     HostReport,
     HostStatus,
@@ -77,6 +78,7 @@ class HostRun:
     gpus: tuple[GpuReport, ...] = ()
     plan: HostPlan | None = None
     memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
+    health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU
     slurm: SlurmReport | None = None  # set by the scheduler seam (`fleet.slurm.lifecycle`) with --slurm
 
     def note_slurm(self, **changes: Any) -> None:
@@ -104,7 +106,7 @@ class HostRun:
         end = self.ended or time.monotonic()
         duration = round(end - self.started, 3) if self.started is not None else 0.0
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.slurm, reason, self.memory_before)
+                          self.slurm, reason, self.memory_before, self.health)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
@@ -124,10 +126,10 @@ async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_u
 
 async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False) -> None:
     settle_s: dict[int, float] = {}
-    xids_before = None
+    baseline = None
     if mode is Mode.RESET:
         run.current = StepName.DRAIN  # the baselines are read as drain begins (and logged in it)
-        xids_before, run.memory_before = await _baselines(node)
+        baseline, run.memory_before = await _baselines(node)
         await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
         run.killed = killed.killed
@@ -135,38 +137,45 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
             settled = await _run_step(node, run, StepName.SETTLE,
                                       lambda: settle.settle(node, killed.kept, killed.jobs, gpu_reset=gpu_reset))
             settle_s = dict(settled.settle_s)
-    verified = await _run_step(node, run, StepName.VERIFY, lambda: verify.verify(node, settle_s, xids_before))
-    run.gpus = verified.gpus
+    verified = await _run_step(node, run, StepName.VERIFY,
+                               lambda: verify.verify(node, settle_s, baseline, run.killed))
+    run.gpus, run.health = verified.gpus, verified.health
     run.current = None
     run.finish(*host_outcome(run.steps))
 
 
-async def _baselines(node: Node) -> tuple[frozenset[health.Xid] | None, tuple[int | None, ...] | None]:
-    """What the node holds as the reset begins, in one command: the kernel log's Xids (verify calls any other
-    one "during the reset") and each GPU's memory.used (the report's and the history's "before").
+async def _baselines(node: Node) -> tuple[verify.Baseline, tuple[int | None, ...] | None]:
+    """What the node holds as the reset begins, in one command: the kernel log read to its end (its Xids, and the
+    cursor verify reads on from: any Xid after it was logged during the reset), the compute apps (which GPU each
+    process held: an application Xid without a pid, during the reset, on a GPU whose holder fleet killed, only
+    warns) and each GPU's memory.used (the report's and the history's "before").
 
-    Either is None when it cannot be read now (settle and verify will say why): Xids also when the host
-    ignores them. The memory read is bounded by BASELINE_READ_S: a wedged driver is settle's to name.
+    The kernel log that cannot be read is said so in the baseline (verify fails the Xid check with why, unless
+    the host ignores Xids: then it is not read); the memory is None when it cannot be read now (settle and verify
+    will say why); the apps are empty. The nvidia-smi reads are bounded by BASELINE_READ_S: a wedged driver is
+    settle's to name.
     """
     host = node.host
-    xid_probe = None if "xid" in host.health_ignore else health.xids()
-    memory_probe = smi.gpu_query(host.nvidia_smi, smi.SETTLE_FIELDS)
-    asked: list[Probe[Any] | tuple[Probe[Any], float]] = [] if xid_probe is None else [xid_probe]
-    asked.append((memory_probe, min(host.command_timeout, BASELINE_READ_S)))
-    answers = await node.batch(asked, step=StepName.DRAIN, budget=Budget(0.0, slack=2 * host.command_timeout))
-    xids = None
-    if xid_probe is not None:
-        try:
-            found = answers.read(xid_probe)
-            xids = frozenset(found)
-        except STEP_ENDERS as exc:
-            node.log.warning("xids_unread", error=str(exc))
+    log_probe = None if "xid" in host.health_ignore else kernel_log.read()
+    smi_bound = min(host.command_timeout, BASELINE_READ_S)
+    memory_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.SETTLE_FIELDS), smi.compute_apps(host.nvidia_smi)
+    asked: list[Probe[Any] | tuple[Probe[Any], float]] = [(memory_probe, smi_bound), (apps_probe, smi_bound)]
+    asked += [] if log_probe is None else [log_probe]  # last: a journalctl that hangs ends the batch, no more
+    answers = await node.batch(asked, step=StepName.DRAIN, budget=Budget(0.0, slack=3 * host.command_timeout))
+    log, unread = None, None
+    if log_probe is not None:
+        got = verify.read_kernel_log(answers, log_probe)
+        log, unread = (got, None) if isinstance(got, kernel_log.KernelLog) else (None, got)
+        if unread is not None:
+            node.log.warning("kernel_log_unread", error=unread)
+    memory: tuple[int | None, ...] | None = None
+    apps: tuple[smi.ComputeApp, ...] = ()
     try:
-        memory: tuple[int | None, ...] | None = tuple(r.memory_used_mib for r in answers.read(memory_probe))
+        memory = tuple(r.memory_used_mib for r in answers.read(memory_probe))
+        apps = answers.read(apps_probe)
     except STEP_ENDERS as exc:
         node.log.warning("memory_unread", error=str(exc))
-        memory = None
-    return xids, memory
+    return verify.Baseline(log, unread, apps), memory
 
 
 async def _run_step(node: Node, run: HostRun, name: StepName,

@@ -10,15 +10,16 @@ fleet would kill, an unprotected process still holding a device file, or one kep
 could not be read to its end (nobody can say whose it is). Processes fleet keeps as part of the machine
 (protected, such as the MPS server) are reported with what they hold, and never make a node unclean by
 themselves.
-Reports: per GPU its memory (`gpus[]`), and the first problem as the host's error. `fleet check` runs
-this step alone.
+Reports: per GPU its memory and health (`gpus[]`), the health findings on no listed GPU (`health`: an Xid on
+another PCI address, a kernel log that could not be read), and the first problem as the host's error. `fleet check`
+runs this step alone.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +28,13 @@ from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.node import Answers, Node
 from fleet.node.probe import Probe
-from fleet.node.probes import health, procs, smi
+from fleet.node.probes import health, kernel_log, procs, smi
 from fleet.node.probes.parse import ProbeParseError
 from fleet.report.models import (
     Finding,
     GpuReport,
+    HostFinding,
+    KilledProcess,
     Level,
     Reason,
     StepName,
@@ -41,7 +44,7 @@ from fleet.report.models import (
     Verdict,
     line_of,
 )
-from fleet.reset.health import HealthPolicy, judge
+from fleet.reset.health import Ended, HealthPolicy, Judgement, KernelReads, judge
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance, first_of
@@ -51,38 +54,55 @@ from fleet.reset.settle import Allowance, first_of
 VERIFY_COMMANDS = 9
 
 
-async def verify(node: Node, settle_s: Mapping[int, float] | None = None,
-                 xids_before: Collection[health.Xid] | None = None) -> StepOutcome:
+@dataclass(frozen=True)
+class Baseline:
+    """The node as a reset began (read with drain's first batch): the kernel log read to its end (its Xids, and the
+    cursor verify reads on from), or why it could not be; and the compute apps then (which GPU each process held)."""
+
+    log: kernel_log.KernelLog | None = None
+    unread: str | None = None
+    apps: tuple[smi.ComputeApp, ...] = ()
+
+
+async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseline: Baseline | None = None,
+                 killed: Sequence[KilledProcess] = ()) -> StepOutcome:
     """One GPU query, one compute-apps query, one holder scan and the health gate, all in one command (the
     holders found are then described); clean only if all say so.
 
-    `xids_before`: the Xids the kernel log held when the reset began (None for `check`: no reset ran).
+    `baseline`: the node as the reset began (None for `check`: no reset ran, the kernel log is read since boot);
+    `killed`: the processes the reset killed (their application Xids during the reset only warn, as those of the
+    processes that held a GPU as it began and hold none now).
     """
     started, host = time.monotonic(), node.host
     budget = Budget(0.0, slack=VERIFY_COMMANDS * host.command_timeout)
     gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
-    scan_probe, reads = procs.holder_scan(host.devices), HealthReads.of(host)
-    answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe], step=StepName.VERIFY,
+    scan_probe, reads = procs.holder_scan(host.devices), HealthReads.of(host, baseline)
+    answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe, *reads.last], step=StepName.VERIFY,
                                budget=budget)
     rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
-    findings = await reads.findings(node, answers, budget, xids_before)
+    findings = await reads.findings(node, answers, budget, baseline,
+                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps))
     judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]
     unplaced = [h for h in judged if h.lineage_unread]  # kept, but nobody can say whose: never clean
     kept_apps = [a for a in apps if a.pid in kept]
     apps = tuple(a for a in apps if a.pid not in kept)
-    gpus = gpu_reports(rows, settle_s or {}, findings)
+    gpus = gpu_reports(rows, settle_s or {}, findings.gpus)
     verdict = verify_verdict(rows, apps, host.gpus, Allowance.of(host, kept_apps), [*holders, *unplaced],
-                             findings)
+                             findings, host=host.name)
     reason, error = verdict if verdict else (None, None)
     detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps) + describe_health(rows, findings)
     status = StepStatus.FAILED if error else StepStatus.OK
-    return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error, reason), gpus=gpus)
+    return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error, reason), gpus=gpus,
+                       health=findings.host_findings)
 
 
 def _app_label(app: smi.ComputeApp) -> str:
     return f"pid {app.pid} {os.path.basename(app.process_name) or app.process_name}"
+
+
+Findings = Judgement | Mapping[str, Sequence[Finding]]  # a judgement, or GPU findings alone by bus id
 
 
 def verify_problems(
@@ -91,14 +111,21 @@ def verify_problems(
     expected: int | None,
     allowance: Allowance,
     holders: Sequence[Holder] = (),
-    findings: Mapping[str, Sequence[Finding]] | None = None,
+    findings: Findings | None = None,
+    *,
+    host: str = "the node",
 ) -> list[tuple[Reason, str]]:
     """Everything that keeps a node from being clean, most telling first, each with its reason."""
     problems: list[tuple[Reason, str]] = []
     if expected is not None and len(rows) != expected:
         problems.append((Reason.GPU_MISSING, f"expected {expected} GPUs, nvidia-smi lists {len(rows)}"))
-    problems += [(Reason.HEALTH, f"{_where(rows, bus_id)}{f.detail}") for bus_id, found in (findings or {}).items()
+    judged = findings if isinstance(findings, Judgement) else Judgement(findings or {})
+    problems += [(Reason.HEALTH, f"{_where(rows, bus_id)}{f.detail}") for bus_id, found in judged.gpus.items()
                  for f in found if f.level is Level.FAIL]
+    problems += [(Reason.HEALTH, f"{_on_pci(f)}{f.detail}") for f in judged.host if f.level is Level.FAIL]
+    if judged.unread is not None and judged.unread.level is Level.FAIL:
+        problems.append((Reason.KERNEL_LOG, f"cannot read the kernel log on {host} ({judged.unread_why}): "
+                                            "set health_ignore: [xid] to skip the Xid check"))
     by_uuid = {r.uuid: r.index for r in rows if r.uuid}
     for row in rows:
         problem = allowance.problem(row)
@@ -124,11 +151,13 @@ def verify_verdict(
     expected: int | None,
     allowance: Allowance,
     holders: Sequence[Holder] = (),
-    findings: Mapping[str, Sequence[Finding]] | None = None,
+    findings: Findings | None = None,
+    *,
+    host: str = "the node",
 ) -> Verdict | None:
     """The first problem's reason and line (and how many more), or None when the node is clean. `apps` and
     `holders` are those fleet would kill; what kept processes hold is in the allowance."""
-    problems = verify_problems(rows, apps, expected, allowance, holders, findings)
+    problems = verify_problems(rows, apps, expected, allowance, holders, findings, host=host)
     if not rows and not problems:
         problems.append((Reason.GPU_MISSING, "nvidia-smi listed no GPUs"))
     return (problems[0][0], first_of([text for _, text in problems])) if problems else None
@@ -173,28 +202,50 @@ def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float],
 @dataclass(frozen=True)
 class HealthReads:
     """The health gate's reads: nvidia-smi's health fields and row remapper (`nvidia-smi -q` instead, on a driver
-    that does not know a field), and (unless `xid` is ignored) the kernel log's Xids."""
+    that does not know a field), and (unless `xid` is ignored) the kernel log: since boot for a check (or when the
+    read as the reset began failed), else what was logged after that read's cursor (during the reset)."""
 
     facts: Probe[tuple[health.GpuHealth, ...] | None]
     remaps: Probe[tuple[health.GpuHealth, ...]]
-    xids: Probe[tuple[health.Xid, ...]] | None
+    kernel: Probe[str] | None
 
     @classmethod
-    def of(cls, host: Host) -> HealthReads:
-        xids = None if "xid" in host.health_ignore else health.xids()
-        return cls(health.facts(host.nvidia_smi), health.remaps(host.nvidia_smi), xids)
+    def of(cls, host: Host, baseline: Baseline | None = None) -> HealthReads:
+        cursor = baseline.log.cursor if baseline is not None and baseline.log is not None else None
+        kernel = None if "xid" in host.health_ignore else kernel_log.read(cursor)
+        return cls(health.facts(host.nvidia_smi), health.remaps(host.nvidia_smi), kernel)
 
     @property
     def probes(self) -> list[Probe[Any]]:
-        return [self.facts, self.remaps, *([] if self.xids is None else [self.xids])]
+        return [self.facts, self.remaps]
 
-    async def findings(self, node: Node, answers: Answers, budget: Budget,
-                       xids_before: Collection[health.Xid] | None) -> dict[str, tuple[Finding, ...]]:
-        """What they found, judged by the host's policy; findings by GPU bus id ("" for an Xid on no listed GPU)."""
+    @property
+    def last(self) -> list[Probe[Any]]:
+        """The kernel-log read, last in its batch: a journalctl that hangs (and so ends the batch) spoils no other
+        read."""
+        return [] if self.kernel is None else [self.kernel]
+
+    async def findings(self, node: Node, answers: Answers, budget: Budget, baseline: Baseline | None,
+                       ended: Ended) -> Judgement:
+        """What they found, judged by the host's policy."""
         policy = HealthPolicy.of(node.host)
         gpus = await self._gpus(node, answers, budget)
-        xids = () if self.xids is None or "xid" in policy.ignore else answers.read(self.xids)
-        return judge(gpus, xids, policy, before=xids_before)
+        kernel = KernelReads() if self.kernel is None else self._kernel(answers, self.kernel, baseline)
+        return judge(gpus, kernel, policy, ended=ended)
+
+    @staticmethod
+    def _kernel(answers: Answers, probe: Probe[str], baseline: Baseline | None) -> KernelReads:
+        """The Xids before and during the reset, and why the log (or a part of it) was not read, if it was not."""
+        got = read_kernel_log(answers, probe)
+        log, why = (got, None) if isinstance(got, kernel_log.KernelLog) else (None, got)
+        if baseline is None:  # a check: the read is since boot
+            return KernelReads(before=log.xids if log else (), unread=why)
+        if baseline.log is None:  # the read as the reset began failed: verify's was since boot
+            told = why if why == baseline.unread else \
+                f"as the reset began: {baseline.unread}" + (f"; at verify: {why}" if why else "")
+            return KernelReads(before=log.xids if log else (), unread=told)
+        return KernelReads(before=baseline.log.xids, during=log.xids if log else (),
+                           unread=None if why is None else f"at verify: {why}")
 
     async def _gpus(self, node: Node, answers: Answers, budget: Budget) -> tuple[health.GpuHealth, ...]:
         """Each GPU's health facts: the fields and the row remapper joined; the whole `-q` (one more command) on a
@@ -217,12 +268,28 @@ class HealthReads:
             raise StepFailed(self.remaps.unreadable(exc)) from exc
 
 
+def read_kernel_log(answers: Answers, probe: Probe[str]) -> kernel_log.KernelLog | str:
+    """The kernel-log read of a batch, or why it was not read to its end (a hang, a failed journalctl, output cut)."""
+    try:
+        return kernel_log.reading(answers.result(probe))
+    except StepFailed as exc:
+        return str(exc)
+    except kernel_log.KernelLogUnread as exc:
+        return exc.why
+
+
 def _where(rows: Sequence[smi.GpuRow], bus_id: str) -> str:
     index = next((r.index for r in rows if r.pci_bus_id == bus_id), None)
     return f"gpu {index}: " if index is not None else ("" if not bus_id else f"{bus_id}: ")
 
 
-def describe_health(rows: Sequence[smi.GpuRow], findings: Mapping[str, Sequence[Finding]]) -> str:
+def _on_pci(finding: HostFinding) -> str:
+    return f"PCI {finding.pci} (no listed GPU): " if finding.pci else ""
+
+
+def describe_health(rows: Sequence[smi.GpuRow], findings: Findings) -> str:
     """`; health: gpu 0 persistence mode off (warn)`: every finding, folded into one line."""
-    parts = [f"{_where(rows, bus_id)}{f.detail} ({f.level})" for bus_id, found in findings.items() for f in found]
+    judged = findings if isinstance(findings, Judgement) else Judgement(findings)
+    parts = [f"{_where(rows, bus_id)}{f.detail} ({f.level})" for bus_id, found in judged.gpus.items() for f in found]
+    parts += [f"{_on_pci(f)}{f.detail} ({f.level})" for f in judged.host_findings]
     return "; health: " + ", ".join(parts) if parts else ""

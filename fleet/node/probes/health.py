@@ -1,4 +1,4 @@
-"""GPU health facts for verify's health gate: nvidia-smi's health fields and the kernel log's Xid events.
+"""GPU health facts for verify's health gate: nvidia-smi's health fields and row remapper.
 
 * `facts` + `remaps`: what verify reads on every driver that knows the fields (captures of 535 and 590):
   one `--query-gpu` of the health fields (persistence, volatile ECC totals, pending page retirement, fabric
@@ -15,8 +15,7 @@
   and `SEC-DED`) and `Single Bit` / `Double Bit` ... `Total` on Volta and older; `Remapped Rows` is one
   `: N/A` line where the GPU has no row remapper, and `Fabric` is missing before driver ~525. A value
   or section that is missing, `N/A` or a note (`[N/A]`, `Unknown Error`, `Not Supported`) reads as None.
-* `xids`: the `NVRM: Xid (PCI:0000:1b:00): 79, ...` lines of this boot's kernel log, read-only and
-  bounded (`journalctl -k -b --grep`), with their time (`-o short-unix`: seconds since the epoch).
+The kernel log's Xid events are `fleet.node.probes.kernel_log`'s.
 
 Section names are matched without regard to case (`Ecc Mode` on older drivers, `ECC Mode` on newer).
 """
@@ -42,19 +41,11 @@ _UNREADABLE_GPU = ("Unable to determine the device handle", "GPU is lost", "fall
 # `-q`'s indentation step.
 INDENT = 4
 
-XID_GREP = "NVRM: Xid"
-XID_HANG = "journalctl did not answer within {s} s"
-
 _GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
 _BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
 _KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
 _BANNER = re.compile(r"=+NVSMI LOG=+")
 _WIDTH = re.compile(r"(\d+)x")
-_SHORT_UNIX = re.compile(r"(\d+(?:\.\d+)?)\s+(.*)")
-_XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\): "
-    r"(\d+)(?:,\s*(.*))?"
-)
 
 # Where each fact is in a GPU section: paths of lowercased section names and key.
 _PERSISTENCE = ("persistence mode",)
@@ -91,16 +82,6 @@ class GpuHealth:
     pcie_gen_max: int | None
     pcie_width: int | None          # Link Width Current ("16x" -> 16)
     pcie_width_max: int | None
-
-
-@dataclass(frozen=True)
-class Xid:
-    """One Xid event from the kernel log."""
-
-    at: float        # seconds since the epoch (journalctl -o short-unix)
-    pci: str         # "0000:1b:00" (domain:bus:device, lowercase), the key `pci_of_bus_id` gives a GPU
-    code: int
-    detail: str      # the message after the code: "pid=1234, name=python3, GPU has fallen off the bus."
 
 
 @dataclass(frozen=True)
@@ -307,44 +288,6 @@ def joined(facts: tuple[GpuHealth, ...], remaps: tuple[GpuHealth, ...]) -> tuple
                          remap_failed=by_bus[f.bus_id.upper()].remap_failed) for f in facts)
 
 
-# --- the kernel log's Xids ----------------------------------------------------
-
-
-def xid_argv() -> list[str]:
-    """This boot's kernel messages that name an Xid, with their time in seconds since the epoch. Read-only;
-    `--grep` keeps the answer to the matching lines. journalctl exits 1 when no entry matches."""
-    return ["journalctl", "-k", "-b", "-o", "short-unix", "--no-pager", "-q", "--grep", XID_GREP]
-
-
-def parse_xids(text: str) -> tuple[Xid, ...]:
-    """The `NVRM: Xid (...)` lines of `journalctl -o short-unix` output; other lines are ignored."""
-    return tuple(_xid(lineno, line) for lineno, line in lines(text) if XID_GREP in line)
-
-
-def _xid(lineno: int, line: str) -> Xid:
-    stamped = _SHORT_UNIX.fullmatch(line.strip())
-    if stamped is None:
-        raise ProbeParseError(lineno, line, "no short-unix timestamp")
-    found = _XID.search(stamped.group(2))
-    if found is None:
-        raise ProbeParseError(lineno, line, "Xid line without '(PCI:dddd:bb:dd): code'")
-    domain, bus, device, code, detail = found.groups()
-    return Xid(at=float(stamped.group(1)), pci=_pci(domain, bus, device), code=int(code),
-               detail=(detail or "").strip())
-
-
-def pci_of_bus_id(bus_id: str) -> str:
-    """`00000000:1B:00.0` (nvidia-smi's bus id) -> `0000:1b:00`, the address an Xid line names."""
-    match = _BUS_ID.fullmatch(bus_id.strip())
-    if match is None:
-        raise ValueError(f"not a PCI bus id: {bus_id!r}")
-    return _pci(*match.groups())
-
-
-def _pci(domain: str, bus: str, device: str) -> str:
-    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
-
-
 # --- the probes -------------------------------------------------------------
 
 
@@ -367,9 +310,3 @@ def remaps(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
 def health(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
     return Probe(tuple(health_argv(nvidia_smi)), "nvidia-smi -q", parse_all_health, reads="nvidia-smi -q output",
                  hang=SMI_HANG, explain=_explain)
-
-
-def xids() -> Probe[tuple[Xid, ...]]:
-    """The kernel log needs root on most systems (systemd-journal group otherwise). Exit 1: nothing matched."""
-    return Probe(tuple(xid_argv()), "journalctl -k", parse_xids, needs_root=True, ok_exits=frozenset({0, 1}),
-                 reads="kernel log", hang=XID_HANG)
