@@ -5,8 +5,8 @@
                   (and those an earlier fleet run left drained: adopted, `fleet.slurm.policy`);
                   a drain that answered with an error is read back: a node Slurm shows drained
                   for this run goes on, any other fails untouched (and is still released)
-    ready(host)   wait until no job holds the node (DRAINED, not DRAINING), up to --drain-wait;
-                  one poller asks Slurm for every waiting node at once, every POLL_S
+    ready(host)   wait until no job holds the node (DRAINED, not DRAINING), up to --drain-wait
+                  (`fleet.slurm.waiting`: one poller for every waiting node, the same wait srun uses)
     release(host) once the host has its outcome: read the node, decide (resume, restore, keep
                   drained or leave, `fleet.slurm.policy.release`), update; an update that answered
                   with an error is decided again from what Slurm then shows (UPDATE_TRIES); the
@@ -20,7 +20,7 @@ are what an interrupted run still finishes (`fleet.interrupts`): a third signal 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 
@@ -31,9 +31,8 @@ from fleet.reset.host import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.state import SlurmNode
+from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 
-# Seconds between two looks at the nodes still waiting for their jobs to end.
-POLL_S = 2.0
 # Default --drain-wait: how long a node's jobs may take to end before the host is skipped.
 DRAIN_WAIT_S = 600.0
 # Seconds the end of a host's Slurm lifecycle may take (it runs shielded, even on Ctrl-C).
@@ -55,8 +54,6 @@ class _Node:
     jobs: tuple[str, ...] = ()
     error: str | None = None  # why the host may not be reset (Slurm unreadable, unknown node, drain refused)
     waiting_since: float = 0.0
-    drained: anyio.Event = field(default_factory=anyio.Event)
-    lost: str | None = None  # why the wait ended without the node being drained (resumed under us, vanished)
     released: bool = False  # its release began
     given_back: bool = False  # its release is over (done, failed or abandoned)
 
@@ -75,8 +72,7 @@ class SlurmLifecycle:
         self.poll_s = poll_s
         self.run_over = run_over
         self._nodes: dict[str, _Node] = {}  # host name -> its node
-        self._waiting: dict[str, _Node] = {}  # slurm node name -> its node, while its jobs are waited for
-        self._wake = anyio.Event()
+        self.waits = JobWaits(slurm, poll_s)
         self._finishing = (interrupts or Interrupts()).finishing(self._still_held, RELEASE_TIMEOUT_S, "them drained")
 
     def _still_held(self) -> str | None:
@@ -159,55 +155,23 @@ class SlurmLifecycle:
         log.info("slurm_wait", node=node.name, state=node.before.state, jobs=list(node.jobs),
                  drain_wait_s=self.drain_wait_s)
         started = anyio.current_time()
-        remaining = node.waiting_since + self.drain_wait_s - started
-        if remaining > 0:
-            self._waiting[node.name] = node
-            self._wake.set()
-            try:
-                with anyio.move_on_after(remaining):
-                    await node.drained.wait()
-            finally:
-                self._waiting.pop(node.name, None)
-        if not node.drained.is_set():  # one last look: --drain-wait 0, or jobs that ended as the wait ran out
-            await self._poll({node.name: node})
-        run.note_slurm(jobs=node.jobs)
-        if node.lost is not None:
-            log.warning("slurm_lost", node=node.name, error=node.lost)
-            return HostStatus.SKIPPED, node.lost, Reason.SLURM
-        if not node.drained.is_set():  # the wait ran out
-            ids = ", ".join(node.jobs) or "?"
-            error = f"slurm: job {ids} still running on {node.name} after {self.drain_wait_s:g} s: not reset"
+        wait = Wait(node.name, drained=node.how is not policy.Admission.LEAVE, jobs=node.jobs)
+        await self.waits.wait(wait, node.waiting_since + self.drain_wait_s)
+        node.jobs = wait.jobs
+        run.note_slurm(jobs=node.jobs, waited_s=round(anyio.current_time() - started, 3))
+        error = wait.outcome(self.drain_wait_s)
+        if wait.lost is not None:
+            log.warning("slurm_lost", node=node.name, error=error)
+            return HostStatus.SKIPPED, wait.lost, Reason.SLURM
+        if error is not None:
             log.warning("slurm_jobs_running", node=node.name, jobs=list(node.jobs))
             return HostStatus.SKIPPED, error, Reason.JOBS_RUNNING
         log.info("slurm_drained", node=node.name, waited_s=round(anyio.current_time() - started, 3))
         return None
 
     async def serve(self) -> None:
-        """The one poller: while nodes wait, ask Slurm about all of them at once, every poll_s."""
-        while True:
-            if not self._waiting:
-                self._wake = anyio.Event()
-                await self._wake.wait()
-            await self._poll(dict(self._waiting))
-            await anyio.sleep(self.poll_s)
-
-    async def _poll(self, waiting: dict[str, _Node]) -> None:
-        if not waiting:
-            return
-        try:
-            seen, jobs = await self.slurm.look(waiting)
-        except SlurmError:
-            return  # asked again next round; a wait that ends this way says the jobs it last saw
-        for name, node in waiting.items():
-            now = seen.get(name)
-            node.jobs = jobs.get(name, node.jobs)
-            if now is None:
-                node.lost = f"slurm: the node {name} is gone from Slurm: not reset"
-            elif node.how is not policy.Admission.LEAVE and not now.draining_or_drained:
-                node.lost = f"slurm: someone resumed {name} during the wait ({policy.describe(now)}): not reset"
-            elif now.busy or node.jobs:
-                continue
-            node.drained.set()  # wakes its waiter: drained, or lost (which `ready` reads first)
+        """The one poller of every node waiting for its jobs (`fleet.slurm.waiting`)."""
+        await self.waits.serve()
 
     # --- release: resume, restore, keep drained or leave ----------------------------------------
 

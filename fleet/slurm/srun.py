@@ -50,8 +50,8 @@ from fleet.reset.host import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.frames import MARK, Assembler, FrameError
-from fleet.slurm.lifecycle import POLL_S
 from fleet.slurm.state import SlurmNode
+from fleet.slurm.waiting import JobWaits, Wait
 from fleet.transport.base import bounded_argv, client_deadline
 from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
 
@@ -239,30 +239,25 @@ class SrunRun:
         return await self._wait_for_jobs(eligible, wait_s)
 
     async def _wait_for_jobs(self, nodes: list[str], wait_s: float) -> list[str]:
-        pending, ready = set(nodes), []
-        jobs: dict[str, tuple[str, ...]] = {}
-        give_up = anyio.current_time() + wait_s
-        while pending:
-            try:
-                seen, held = await self.slurm.look(pending)
-                jobs.update(held)
-            except SlurmError as exc:
-                seen = {}
-                for name in pending:
-                    self.log[name].warning("slurm_error", node=name, error=str(exc))
-            for name in sorted(pending):
-                node = seen.get(name)
-                if node is not None and not node.busy and not jobs.get(name):
-                    pending.discard(name)
-                    ready.append(name)
-            if not pending or anyio.current_time() >= give_up:
-                break
-            await anyio.sleep(POLL_S)
-        for name in sorted(pending):
-            ids = ", ".join(jobs.get(name, ())) or "?"
-            self._record(name, jobs=jobs.get(name, ()))
-            self._end(name, HostStatus.SKIPPED, f"slurm: job {ids} still running on {name} after {wait_s:g} s:"
-                                                " not reset", Reason.JOBS_RUNNING)
+        """The reserved nodes once no job holds them (`fleet.slurm.waiting`, as `--slurm` waits); a node still busy
+        after wait_s is skipped."""
+        waits = JobWaits(self.slurm)
+        until = anyio.current_time() + wait_s
+        each = {name: Wait(name) for name in nodes}
+        async with anyio.create_task_group() as group:
+            group.start_soon(waits.serve)
+            async with anyio.create_task_group() as waiting:
+                for wait in each.values():
+                    waiting.start_soon(waits.wait, wait, until)
+            group.cancel_scope.cancel()
+        ready = []
+        for name, wait in each.items():
+            error = wait.outcome(wait_s)
+            if error is None:
+                ready.append(name)
+                continue
+            self._record(name, jobs=wait.jobs)
+            self._end(name, HostStatus.SKIPPED, error, Reason.SLURM if wait.lost else Reason.JOBS_RUNNING)
         return ready
 
     # --- the step ---------------------------------------------------------------------------------
