@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import asyncssh
 import pytest
+import scripted_node
 from test_runner_logic import make_host, node_script, run
 from test_transport import SUDO_WANTS_PASSWORD, MakeNode, fake_bin, gone_within, line_within
 from test_transport import make_node as make_node  # the fixture: SimServers stopped after the test
@@ -280,7 +281,9 @@ async def test_an_unusable_lock_fails_the_host_with_the_reason(tmp_path: Path) -
 
 async def test_reset_holds_the_lock_and_releases_it_even_after_an_internal_error(tmp_path: Path) -> None:
     clean = ScriptedTransport(node_script())
-    broken = ScriptedTransport([s for s in node_script() if s[0][0] != "sh"])  # the signal unscripted: a bug
+    # the signal unscripted (a bug); the kernel-log read, the other sh program, still answered
+    broken = ScriptedTransport([(scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
+                                *[s for s in node_script() if s[0][0] != "sh"]])
     report, _ = await run([make_host("gpu-01"), make_host("gpu-02")], {"gpu-01": clean, "gpu-02": broken}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     assert "internal error during kill" in (report.hosts["gpu-02"].error or "")
