@@ -20,12 +20,7 @@ exited non-zero is data (a `CommandResult`), never an exception.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from fleet.report.models import Reason, StepStatus
-
-if TYPE_CHECKING:
-    from fleet.transport.base import CommandResult
+from fleet.outcomes import CommandResult, Reason, StepStatus
 
 
 class FleetError(Exception):

@@ -129,3 +129,27 @@ def test_the_importable_api_is_stated_and_every_name_resolves() -> None:
     for name in fleet.__all__:
         assert getattr(fleet, name) is not None, name
     assert fleet.RunOptions is importlib.import_module("fleet.graph").RunOptions
+
+
+def every_import(path: Path) -> Iterator[ast.ImportFrom | ast.Import]:
+    """Every import in a module, function bodies and `if TYPE_CHECKING:` included."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+
+
+def test_the_lowest_layers_never_import_the_report_layer() -> None:
+    """errors, transport and node speak of outcomes through the leaf `fleet.outcomes`, never `fleet.report`
+    (not even for type checking), and the leaf imports nothing of fleet."""
+    low = {n: p for n, p in modules().items()
+           if n == "fleet.errors" or n.startswith(("fleet.transport", "fleet.node"))}
+    bad = sorted(f"{n}: {m}" for n, p in low.items() for node in every_import(p) for m in imported(node)
+                 if m == "fleet.report" or m.startswith("fleet.report."))
+    assert bad == []
+    leaf = [m for node in every_import(modules()["fleet.outcomes"]) for m in imported(node) if m.startswith("fleet")]
+    assert leaf == []
+
+
+def test_errors_and_the_transport_seam_are_no_circle_even_for_type_checking() -> None:
+    errors = [m for node in every_import(modules()["fleet.errors"]) for m in imported(node)]
+    assert not [m for m in errors if m.startswith("fleet.transport")]

@@ -22,7 +22,7 @@ from fleet.hostlog import HostLog
 from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.probe import Probe
-from fleet.report.models import Reason, StepName, StepStatus
+from fleet.outcomes import Reason, StepName, StepStatus
 from fleet.transport import batch as framing
 from fleet.transport.base import RELEASE_TIMEOUT_S, TIMEOUT_EXIT_STATUSES, CommandResult, OpenCommand, Transport, clip
 

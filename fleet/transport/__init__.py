@@ -1,13 +1,13 @@
 """How fleet talks to a node: the Transport seam and the transports behind it.
 
     base.py      the seam: the Transport protocol, CommandResult, OpenCommand, bounded argv, clip
-    ssh.py       the SSH Transport (asyncssh)
+    ssh/         the SSH Transport (asyncssh): known_hosts, ssh_config, jump hosts, the transport
     local.py     the local Transport (`connection: local`): this machine's own processes
     scripted.py  a scripted Transport for logic tests
     sessions.py  ending a whole local process session
     reap.py      finding an interrupted command on a node by its marker
 
-The rule: ssh.py is the only module outside `fleet.sim` that imports asyncssh.
+The rule: ssh/ is the only package outside `fleet.sim` that imports asyncssh.
 """
 
 from __future__ import annotations

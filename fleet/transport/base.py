@@ -33,6 +33,7 @@ from typing import Protocol
 
 from fleet.errors import AuthError, CommandTimeout
 from fleet.inventory.host import Host
+from fleet.outcomes import CommandResult as CommandResult
 
 # Seconds between the remote `timeout`'s SIGTERM and its SIGKILL.
 REMOTE_KILL_AFTER_S = 1.0
@@ -46,22 +47,6 @@ OUTPUT_LIMIT = 1024 * 1024  # `nvidia-smi -q` of 8 GPUs is 150-250 KB; logs keep
 RELEASE_TIMEOUT_S = 5.0
 # What `sudo -n` says on stderr when it would have to ask for a password.
 SUDO_WANTS_PASSWORD = ("a password is required", "a terminal is required")
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What one remote command did: exit status or signal, both streams apart."""
-
-    argv: tuple[str, ...]
-    exit_status: int | None
-    stdout: str
-    stderr: str
-    duration_s: float
-    signal: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_status == 0
 
 
 Release = Callable[[], Awaitable[CommandResult | None]]

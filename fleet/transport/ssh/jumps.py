@@ -16,7 +16,7 @@ from fleet.errors import (
     TransportError,
 )
 from fleet.inventory.host import Host
-from fleet.report.models import Reason
+from fleet.outcomes import Reason
 from fleet.transport.ssh.known_hosts import KnownHosts
 from fleet.transport.ssh.options import CONNECT_GRACE_S, connect_errors, connect_options
 from fleet.transport.ssh.routing import Jump, Route, route

@@ -1,0 +1,98 @@
+"""The words every layer shares about how things ended: a host's status, a step's name and status, the reason
+a host did not end clean, a verdict, and what one remote command did (`CommandResult`). A leaf: it imports
+nothing of fleet, so the lowest layers (errors, transport, node) speak of outcomes without depending on the
+report layer (`fleet.report.models` and `fleet.transport.base` re-export them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import ParamSpec
+
+
+class HostStatus(StrEnum):
+    CLEAN = "clean"
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+    SKIPPED = "skipped"
+    PLANNED = "planned"
+
+
+class StepName(StrEnum):
+    DRAIN = "drain"
+    KILL = "kill"
+    SETTLE = "settle"
+    VERIFY = "verify"
+
+
+class StepStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+
+
+class Reason(StrEnum):
+    """Why a host did not end clean: a stable code for scripts, dashboards and history (the README lists them)."""
+
+    MEMORY_HELD = "memory_held"  # GPU memory still used after settle (or at verify)
+    MEMORY_LEAKED = "memory_leaked"  # GPU memory no process holds after settle (a complete scan): a leaked context
+    MEMORY_HELD_BY_JOB = "memory_held_by_job"  # GPU memory held only by a Slurm job's processes (kept)
+    RESPAWNED = "respawned"  # a killed holder came back
+    HOLDERS_LEFT = "holders_left"  # a process fleet may kill still holds a device at verify
+    KILL_FAILED = "kill_failed"  # a signal was refused, or a holder's identity could not be checked
+    DRAIN_FAILED = "drain_failed"  # a service would not stop
+    NEEDS_REBOOT = "needs_reboot"  # memory survived a GPU reset (--gpu-reset)
+    GPU_MISSING = "gpu_missing"  # fewer GPUs than `gpus`
+    HEALTH = "health"  # the health gate failed (Xid, ECC, remapping, fabric, PCIe...)
+    KERNEL_LOG = "kernel_log"  # the kernel log could not be read to its end: the Xid check cannot pass
+    BLIND_SCAN = "blind_scan"  # the holder scan could not see every process
+    PROBE_FAILED = "probe_failed"  # a command on the node failed or printed what fleet cannot read
+    COMMAND_TIMEOUT = "command_timeout"  # a command on the node did not answer in time
+    LOCKED = "locked"  # another run holds the node's reset lock
+    AUTH = "auth"  # SSH authentication, or sudo, refused
+    HOST_KEY = "host_key"  # the host key is unknown or changed
+    CONNECT_TIMEOUT = "connect_timeout"  # no SSH session within connect_timeout
+    CONNECT_REFUSED = "connect_refused"  # the address refused, or does not resolve
+    CONNECTION_LOST = "connection_lost"  # the session dropped during the reset
+    SILENT_SESSION = "silent_session"  # the session stopped answering
+    JOBS_RUNNING = "jobs_running"  # Slurm jobs still ran after --drain-wait
+    SLURM = "slurm"  # a Slurm command failed, or the node is not Slurm's to use now
+    VERSION = "version"  # --via srun: the node runs another fleet version
+    NO_REPORT = "no_report"  # --via srun: the node sent no report
+    DEADLINE = "deadline"  # --deadline cut the run short
+    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM
+    STOPPED = "stopped"  # not started: the failure budget was spent or the canary failed
+    INTERNAL = "internal"  # a bug in fleet (the host's log has the traceback)
+
+
+Verdict = tuple[Reason, str]  # why (the code) and in one line (the message) a step or host is not clean
+P = ParamSpec("P")
+
+
+def line_of(decide: Callable[P, Verdict | None]) -> Callable[P, str | None]:
+    """A verdict function's message alone (None when it found nothing), for callers that only show it."""
+
+    def line(*args: P.args, **kwargs: P.kwargs) -> str | None:
+        verdict = decide(*args, **kwargs)
+        return verdict[1] if verdict else None
+
+    line.__doc__ = f"The one-line message of `{decide.__name__}`."
+    return line
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one remote command did: exit status or signal, both streams apart."""
+
+    argv: tuple[str, ...]
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    signal: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
