@@ -1,0 +1,111 @@
+"""`Recorder` is how a run writes its history: from a thread of its own, so that the run's event loop never waits
+on the database, and so that a history that cannot be written (disk full, locked past the timeout, a newer
+schema) is one warning line, never the run's failure.
+"""
+
+from __future__ import annotations
+
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fleet.report.history.schema import BUSY_TIMEOUT_S, HistoryError, now_stamp
+from fleet.report.history.store import History
+from fleet.report.models import HostReport
+
+# Seconds a run waits, at its end, for its last history writes (a lock held past the busy timeout included).
+CLOSE_TIMEOUT_S = BUSY_TIMEOUT_S + 5.0
+
+Op = Callable[[History], None]
+
+
+class Recorder:
+    """Writes one run's history from a thread of its own (see the module docstring). Every method returns at
+    once; `close` waits, bounded, for what is queued. A failure is reported once through `warn`."""
+
+    def __init__(self, path: Path, run_id: str, warn: Callable[[str], None]) -> None:
+        self.path, self.run_id, self._warn = path, run_id, warn
+        self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
+        self._warned = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="fleet-history", daemon=True)
+        self._thread.start()
+
+    def start_run(self, command: str, hosts: Sequence[str], options: Mapping[str, Any], started_at: str,
+                  fleet_version: str, log_dir: Path) -> None:
+        self._put(lambda h: h.start_run(self.run_id, command, hosts, options, started_at, fleet_version, log_dir))
+
+    def host_ended(self, report: HostReport) -> None:
+        """The hook a run calls as each host finishes (from the event loop: it only queues)."""
+        ended_at = now_stamp()
+        self._put(lambda h: h.record_host(self.run_id, report, ended_at))
+
+    def finish_run(self, reports: Sequence[HostReport], exit_code: int) -> None:
+        """Every host's final report (those that never started included), and the run's end."""
+        ended_at = now_stamp()
+
+        def finish(history: History) -> None:
+            for report in reports:
+                history.record_host(self.run_id, report, ended_at)
+            history.finish_run(self.run_id, ended_at, exit_code)
+
+        self._put(finish)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Wait up to `timeout_s` for the queued writes, then let the thread go (it is a daemon)."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._warn_once(f"history of run {self.run_id} incomplete: {self.path} still busy after {timeout_s:g} s")
+
+    def _put(self, op: Op) -> None:
+        if not self._closed:
+            self._queue.put(op)
+
+    def _serve(self) -> None:
+        try:
+            history = History.open(self.path)
+        except (HistoryError, OSError, sqlite3.Error) as exc:
+            self._warn_once(f"run history not recorded: {exc}")
+            while self._queue.get() is not None:  # drain until close
+                pass
+            return
+        with history:
+            carried: list[Op] = []
+            done = False
+            while not done:
+                ops, done = self._next_batch()
+                ops = carried + ops
+                carried = []
+                try:
+                    with history.batch():
+                        for op in ops:
+                            op(history)
+                except sqlite3.OperationalError as exc:  # locked past the timeout, disk full: tried again next time
+                    self._warn_once(f"run history not fully recorded in {self.path}: {exc}")
+                    carried = ops
+                except Exception as exc:  # a bug here must not reach the run: it is only its history
+                    self._warn_once(f"run history not fully recorded in {self.path}: {type(exc).__name__}: {exc}")
+
+    def _next_batch(self) -> tuple[list[Op], bool]:
+        """Everything queued now (at least one item): written in one transaction; True once close was asked."""
+        ops: list[Op] = []
+        item = self._queue.get()
+        while True:
+            if item is None:
+                return ops, True
+            ops.append(item)
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return ops, False
+
+    def _warn_once(self, line: str) -> None:
+        if not self._warned:
+            self._warned = True
+            self._warn(" ".join(line.split()))

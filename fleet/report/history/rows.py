@@ -1,0 +1,135 @@
+"""What the history holds, as Python: a run (`RunRow`), a host's outcome in a run (`HostRow`), a run with its
+hosts (`RunRecord`), what kind of run it was (`RunKind`), and a host's report as the `hosts` table's columns
+(`host_values`). Pure: no database here (`fleet.report.history.store` reads and writes them)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from fleet.report.history.schema import json_text, parse_stamp
+from fleet.report.models import HostReport, HostStatus
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the history has it; `counts` are its hosts on record by status."""
+
+    run_id: str
+    command: str
+    targets: tuple[str, ...]
+    options: dict[str, Any]
+    started_at: str
+    ended_at: str | None
+    exit_code: int | None
+    fleet_version: str
+    log_dir: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.ended_at is not None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.ended_at is None:
+            return None
+        return round((parse_stamp(self.ended_at) - parse_stamp(self.started_at)).total_seconds(), 3)
+
+    @property
+    def recorded(self) -> int:
+        return sum(self.counts.values())
+
+    def document(self) -> dict[str, Any]:
+        return {**asdict(self), "targets": list(self.targets), "duration_s": self.duration_s}
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One host's outcome in one run; `started_at` and `command` are its run's."""
+
+    run_id: str
+    host: str
+    status: str
+    reason: str | None
+    error: str | None
+    duration_s: float
+    steps: list[dict[str, Any]]
+    killed_count: int
+    killed: list[dict[str, Any]]
+    memory_before_mib: list[int | None] | None
+    memory_after_mib: list[int | None] | None
+    settle_s: list[float | None] | None
+    health: list[dict[str, Any]]
+    slurm: dict[str, Any] | None
+    ended_at: str | None
+    started_at: str = ""
+    command: str = ""
+
+    def document(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run and its hosts on record (a killed run: those that finished before it died)."""
+
+    run: RunRow
+    hosts: list[HostRow]
+
+
+class RunKind(StrEnum):
+    """What a run on record was: only a reset changed anything on its hosts (`--rerun-failed` takes no other)."""
+
+    RESET = "reset"
+    DRY_RUN = "dry run"  # `fleet reset --dry-run`: command reset, mode plan
+    CHECK = "check"  # `fleet check`
+
+
+# How the runs table tells them apart; `run_kind` and `History.last_reset_id` read the same two columns.
+DRY_RUN_MODE = "plan"
+
+
+def run_kind(run: RunRow) -> RunKind:
+    """A reset, a dry run or a check, from the run's command and its options' mode."""
+    if run.command != RunKind.RESET.value:
+        return RunKind.CHECK
+    return RunKind.DRY_RUN if run.options.get("mode") == DRY_RUN_MODE else RunKind.RESET
+
+
+def not_clean(record: RunRecord) -> list[str]:
+    """The run's targets that did not end clean: failed, unreachable or skipped on record, and those a killed
+    run never recorded (`--rerun-failed`, which refuses dry runs and checks before it asks)."""
+    ended = {h.host: h.status for h in record.hosts}
+    return [name for name in record.run.targets if ended.get(name) != HostStatus.CLEAN.value]
+
+
+def host_values(report: HostReport) -> dict[str, Any]:
+    """A host's report as the `hosts` table's columns (but run_id and ended_at): pure."""
+    gpus = report.gpus
+    return {
+        "host": report.name,
+        "status": report.status.value,
+        "reason": report.reason.value if report.reason is not None else None,
+        "error": report.error,
+        "duration_s": report.duration_s,
+        "steps": json_text([{"name": s.name.value, "status": s.status.value, "duration_s": s.duration_s}
+                            for s in report.steps]),
+        "killed_count": len(report.killed),
+        "killed": json_text([asdict(k) for k in report.killed]),
+        "memory_before_mib": _memory_before(report),
+        "memory_after_mib": json_text([g.memory_used_mib for g in gpus]) if gpus else None,
+        "settle_s": json_text([g.settle_s for g in gpus]) if gpus else None,
+        "health": json_text([{"gpu": g.index, **asdict(f)} for g in gpus for f in g.health]
+                            + [{"gpu": None, **asdict(f)} for f in report.health]),
+        "slurm": json_text(asdict(report.slurm)) if report.slurm is not None else None,
+    }
+
+
+def _memory_before(report: HostReport) -> str | None:
+    """Each GPU's memory.used as the reset began (a dry run: as its survey read it); None when not read."""
+    if report.memory_before_mib is not None:
+        return json_text(list(report.memory_before_mib))
+    return json_text(list(report.plan.gpu_memory_mib)) if report.plan is not None else None
+
