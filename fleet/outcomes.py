@@ -1,7 +1,8 @@
 """The words every layer shares about how things ended: a host's status, a step's name and status, the reason
-a host did not end clean, a verdict, and what one remote command did (`CommandResult`). A leaf: it imports
-nothing of fleet, so the lowest layers (errors, transport, node) speak of outcomes without depending on the
-report layer (`fleet.report.models` and `fleet.transport.base` re-export them)."""
+a host did not end clean, a verdict, how much a health finding weighs (`Level`), and what one remote command
+did (`CommandResult`). A leaf: it imports nothing of fleet, so the lowest layers (errors, transport, node) speak
+of outcomes without depending on the report layer (`fleet.report.models` and `fleet.transport.base` re-export
+them)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ class Reason(StrEnum):
     INTERRUPTED = "interrupted"  # SIGINT/SIGTERM
     STOPPED = "stopped"  # not started: the failure budget was spent or the canary failed
     INTERNAL = "internal"  # a bug in fleet (the host's log has the traceback)
+
+
+class Level(StrEnum):
+    """How much a health finding weighs: `fail` keeps the host from being clean, `warn` is reported only."""
+
+    FAIL = "fail"
+    WARN = "warn"
 
 
 Verdict = tuple[Reason, str]  # why (the code) and in one line (the message) a step or host is not clean

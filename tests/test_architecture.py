@@ -175,3 +175,13 @@ def test_no_module_is_over_400_lines_but_the_named_ones() -> None:
     over = {name for name, count in lines.items() if count > MAX_MODULE_LINES}
     assert sorted(over - OVER_THE_LIMIT.keys()) == []
     assert sorted(name for name in OVER_THE_LIMIT if lines.get(name, 0) <= MAX_MODULE_LINES) == []
+
+
+def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read() -> None:
+    """The health gate's checks are declared once, in `fleet.health_checks`: the inventory (which names them) and the
+    policy both import it, and it imports nothing of fleet but the leaf `fleet.outcomes` (its `GpuHealth` is for
+    type checking only), so neither reaches the other, nor the report layer, through it."""
+    graph = import_graph()
+    assert graph["fleet.health_checks"] == {"fleet", "fleet.outcomes"}
+    assert {"fleet.inventory.host", "fleet.reset.health"} <= {n for n, deps in graph.items()
+                                                              if "fleet.health_checks" in deps}

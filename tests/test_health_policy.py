@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from fleet.inventory.host import HEALTH_CHECKS, Host
+from fleet.errors import InventoryError
+from fleet.health_checks import BY_NAME, NAMES, TABLE
+from fleet.inventory.host import Host
+from fleet.inventory.load import load_inventory
 from fleet.node.probes.health import GpuHealth, parse_health
 from fleet.node.probes.kernel_log import Xid, parse_xids
 from fleet.node.probes.smi import ComputeApp, GpuRow
 from fleet.report.models import KilledProcess
 from fleet.reset.health import (
-    CHECKS,
-    DEFAULT_LEVEL,
-    WHY,
     XID_ACTION,
     XID_APPLICATION,
     XID_NAMES,
@@ -77,16 +77,47 @@ def only(found: Judgement, key: str = BUS) -> tuple[Finding, ...]:
 # --- the checks and their defaults ------------------------------------------------
 
 
-def test_the_checks_are_the_ones_the_host_variables_name() -> None:
-    assert CHECKS == HEALTH_CHECKS
-    assert set(DEFAULT_LEVEL) == set(WHY) == set(CHECKS)
-    assert all(WHY[c].strip() for c in CHECKS)
+def test_each_check_is_one_row() -> None:
+    """One row a check: a name of its own, why and what it reads said, a rank of its own (1 the most telling), and
+    a GPU's facts read into a finding by every check but the kernel log's."""
+    assert len(set(NAMES)) == len(TABLE) and set(BY_NAME) == set(NAMES)
+    assert all(c.why.strip() and c.reads.strip() for c in TABLE)
+    assert sorted(c.rank for c in TABLE) == list(range(1, len(TABLE) + 1))
+    assert [c.name for c in TABLE if c.finding is None] == ["xid"]
+
+
+def test_the_host_variables_and_the_policy_accept_the_checks_of_the_table(tmp_path: Path) -> None:
+    """`health_warn` and `health_ignore` accept every check of the table and nothing else (their error lists the
+    table), and so does the policy."""
+    names = ", ".join(NAMES)
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"defaults: {{health_warn: [{names}], health_ignore: [{names}]}}\nhosts: {{n1: null}}\n")
+    (host,) = load_inventory(path).hosts.values()
+    assert host.health_warn == host.health_ignore == NAMES
+    assert HealthPolicy.of(host) == HealthPolicy(frozenset(NAMES), frozenset(NAMES))
+    for variable in ("health_warn", "health_ignore"):
+        path.write_text(f"hosts: {{n1: {{{variable}: [xid, pcie_speed]}}}}\n")
+        with pytest.raises(InventoryError, match=rf"{variable}\[1\]: unknown health check 'pcie_speed' "
+                                                 rf"\(known: {names}\)"):
+            load_inventory(path)
+    with pytest.raises(ValueError, match=rf"unknown health check\(s\) pcie_speed \(known: {names}\)"):
+        HealthPolicy(ignore=frozenset({"xid", "pcie_speed"}))
+
+
+def test_the_policy_judges_by_the_table() -> None:
+    """Each GPU check's finding weighs its row's default, and fails rank by the rows' ranks."""
+    sick = gpu(ecc_uncorrected=1, ecc_corrected=1, retired_pending=True, remap_pending=True, remap_failed=True,
+               persistence=False, fabric_status="Failure", pcie_width=8)
+    found = only(judged([sick], [Xid(T0, PCI, 79, "GPU has fallen off the bus.")]))
+    assert [(f.check, f.level) for f in found] == [(c.name, c.default) for c in TABLE]
+    failing = sorted((c for c in TABLE if c.default is Level.FAIL), key=lambda c: c.rank)
+    assert [f.check for f in fails({BUS: found})] == [c.name for c in failing]
 
 
 def test_default_levels_follow_nvidia_docs() -> None:
     warn = {"ecc_corrected", "persistence"}
-    assert {c for c in CHECKS if DEFAULT_LEVEL[c] is Level.WARN} == warn
-    assert all(DEFAULT_LEVEL[c] is Level.FAIL for c in CHECKS if c not in warn)
+    assert {c.name for c in TABLE if c.default is Level.WARN} == warn
+    assert all(c.default is Level.FAIL for c in TABLE if c.name not in warn)
     assert {48, 63, 64, 74, 79, 92, 94, 95} <= XID_ACTION
     assert not {13, 31, 43, 45, 68, 69} & XID_ACTION  # application errors: restart the application
     assert {13, 31, 43, 45} == XID_APPLICATION and XID_RESOLVABLE == {63, 64} <= XID_ACTION
@@ -398,11 +429,15 @@ def test_a_finding_is_check_level_detail_in_json() -> None:
     }
 
 
-def test_the_readme_states_the_default_policy_as_declared() -> None:
-    """README's health table is the rules in fleet/reset/health.py, row for row."""
-    from fleet.reset.health import RULES
+def readme_table(readme: str, header: str) -> list[str]:
+    """The consecutive lines starting with '|' from `header` on."""
+    rows = readme[readme.index(header):].splitlines()
+    return rows[:next(i for i, row in enumerate(rows) if not row.startswith("|"))]
 
+
+def test_the_readme_states_the_default_policy_as_declared() -> None:
+    """README's health table is the table of checks in fleet/health_checks.py, row for row and nothing else."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    for check, level, why in RULES:
-        assert f"| `{check}` | {level.value} | {why} |" in readme
+    assert readme_table(readme, "| check | default | read from | why |")[2:] == [
+        f"| `{c.name}` | {c.default.value} | {c.reads} | {c.why} |" for c in TABLE]
     assert ", ".join(map(str, sorted(XID_ACTION))) in " ".join(readme.split())

@@ -14,6 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NamedTuple
 
+from fleet import health_checks
 from fleet.inventory import validate
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
@@ -78,24 +79,10 @@ class Var:
     shown: str = ""  # the default as the README says it, where the value itself would not
 
 
-# The health checks verify runs (their levels and reasons: fleet.reset.health); `health_warn` and
-# `health_ignore` name them.
-HEALTH_CHECKS = (
-    "ecc_uncorrected",
-    "ecc_corrected",
-    "retired_pending",
-    "remap_pending",
-    "remap_failed",
-    "persistence",
-    "fabric",
-    "pcie_width",
-    "xid",
-)
-
-
 def _health_check(name: str) -> str:
-    if name not in HEALTH_CHECKS:
-        raise ValueError(f"unknown health check {name!r} (known: {', '.join(HEALTH_CHECKS)})")
+    """`health_warn` and `health_ignore` name checks of the health gate's table (`fleet.health_checks`)."""
+    if name not in health_checks.BY_NAME:
+        raise ValueError(f"unknown health check {name!r} (known: {', '.join(health_checks.NAMES)})")
     return name
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from fleet.outcomes import HostStatus as HostStatus
+from fleet.outcomes import Level as Level
 from fleet.outcomes import Reason as Reason
 from fleet.outcomes import StepName as StepName
 from fleet.outcomes import StepStatus as StepStatus
@@ -37,13 +37,6 @@ class KilledProcess:
     name: str
     user: str
     signal: str  # "SIGTERM" or "SIGKILL": the last signal it needed
-
-
-class Level(StrEnum):
-    """How much a health finding weighs: `fail` keeps the host from being clean, `warn` is reported only."""
-
-    FAIL = "fail"
-    WARN = "warn"
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 Pure: `judge` turns what the probes in `fleet.node.probes.health` and `fleet.node.probes.kernel_log` read into
 `Finding`s per GPU and `HostFinding`s for the host (an Xid on a PCI address no listed GPU has; a kernel log that
-could not be read), by the defaults below (from NVIDIA's documentation) and the host's `HealthPolicy`
-(`health_warn`, `health_ignore`). A finding at level `fail` keeps the host from being clean; `warn` is only
-reported.
+could not be read), by the table of checks (`fleet.health_checks`: each one's default level, from NVIDIA's
+documents, how a GPU's fact reads as a finding, how findings rank) and the host's `HealthPolicy` (`health_warn`,
+`health_ignore`). A finding at level `fail` keeps the host from being clean; `warn` is only reported.
 
 Xids: one logged before the reset (for `check`: since boot) fails only if NVIDIA answers it with a reset, a reboot
 or an RMA (XID_ACTION), unless the same verify's nvidia-smi read shows its condition resolved (XID_RESOLVABLE).
@@ -21,10 +21,11 @@ zone is not known here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fleet.health_checks import BY_NAME, NAMES, TABLE
 from fleet.node.probes.health import GpuHealth
 from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
 from fleet.node.probes.parse import LINE_CLIP
@@ -35,38 +36,8 @@ if TYPE_CHECKING:
     from fleet.inventory.host import Host
     from fleet.node.probes.smi import ComputeApp, GpuRow
 
-__all__ = ["CHECKS", "DEFAULT_LEVEL", "WHY", "XID_ACTION", "XID_APPLICATION", "XID_NAMES", "XID_RESOLVABLE", "Ended",
-           "Finding", "HealthPolicy", "HostFinding", "Judgement", "KernelReads", "Level", "fails", "judge"]
-
-# Each check, its default level and why (NVIDIA's documents):
-# ECC/pages: https://docs.nvidia.com/deploy/dynamic-page-retirement/ ; rows: https://docs.nvidia.com/deploy/
-# a100-gpu-mem-error-mgmt/ ; fabric: https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/ ;
-# persistence: https://docs.nvidia.com/deploy/driver-persistence/ ; Xids: https://docs.nvidia.com/deploy/
-# xid-errors/ (the catalog for Ampere and newer: analyzing-xid-catalog.html).
-RULES: tuple[tuple[str, Level, str], ...] = (
-    ("ecc_uncorrected", Level.FAIL, "an uncorrectable ECC error since the driver loaded: the GPU's memory "
-     "gave wrong data; NVIDIA's page retirement / row remapping needs a reset to take the bad memory out"),
-    ("ecc_corrected", Level.WARN, "correctable (single-bit) ECC errors were fixed in flight; worth watching, "
-     "no effect on results"),
-    ("retired_pending", Level.FAIL, "pages are waiting to be retired (Pending Page Blacklist): they stay in "
-     "use until the GPU is reset (dynamic page retirement)"),
-    ("remap_pending", Level.FAIL, "a row remapping is pending: the bad row stays in use until the GPU is "
-     "reset (A100+ memory error management)"),
-    ("remap_failed", Level.FAIL, "a row remapping failed: the bank is out of spare rows, an RMA criterion "
-     "(A100+ memory error management)"),
-    ("persistence", Level.WARN, "persistence mode off: the driver tears down and re-initialises the GPU "
-     "between clients (slower starts, state lost); NVIDIA recommends the persistence daemon"),
-    ("fabric", Level.FAIL, "the GPU's NVLink fabric registration is not Completed/Success: CUDA "
-     "initialisation fails or runs without NVLink (Fabric Manager user guide)"),
-    ("pcie_width", Level.FAIL, "the PCIe link trained narrower than the GPU can do: host transfers run at a "
-     "fraction of their speed (a seating, riser or slot fault)"),
-    ("xid", Level.FAIL, "an Xid NVIDIA lists as needing a reset, reboot or RMA, or any Xid logged during the "
-     "reset but an application's of a process the reset ended; other Xids since boot only warn (Xid errors); a "
-     "kernel log fleet could not read fails too"),
-)
-CHECKS: tuple[str, ...] = tuple(check for check, _, _ in RULES)
-DEFAULT_LEVEL: Mapping[str, Level] = {check: level for check, level, _ in RULES}
-WHY: Mapping[str, str] = {check: why for check, _, why in RULES}
+__all__ = ["XID_ACTION", "XID_APPLICATION", "XID_NAMES", "XID_RESOLVABLE", "Ended", "Finding", "HealthPolicy",
+           "HostFinding", "Judgement", "KernelReads", "Level", "fails", "judge"]
 
 # Short names for well-known Xids, from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/).
 XID_NAMES: Mapping[int, str] = {
@@ -103,11 +74,6 @@ XID_APPLICATION = frozenset({13, 31, 43, 45})
 # others (uncorrectable ECC, NVLink, the bus, the GSP, recovery actions) leave nothing nvidia-smi shows resolved.
 XID_RESOLVABLE = frozenset({63, 64})
 
-# Fail-level checks, most telling first (`fails`).
-_TELLING = ("xid", "remap_failed", "ecc_uncorrected", "remap_pending", "retired_pending", "fabric", "pcie_width",
-            "ecc_corrected", "persistence")
-
-
 @dataclass(frozen=True)
 class HealthPolicy:
     """A host's say over the defaults: checks downgraded to warnings, and checks not judged at all."""
@@ -116,9 +82,9 @@ class HealthPolicy:
     ignore: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        unknown = sorted((self.warn | self.ignore) - set(CHECKS))
+        unknown = sorted((self.warn | self.ignore) - set(NAMES))
         if unknown:
-            raise ValueError(f"unknown health check(s) {', '.join(unknown)} (known: {', '.join(CHECKS)})")
+            raise ValueError(f"unknown health check(s) {', '.join(unknown)} (known: {', '.join(NAMES)})")
 
     @classmethod
     def of(cls, host: Host) -> HealthPolicy:
@@ -203,7 +169,7 @@ def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, 
                 found[owner.bus_id].append(finding)
             else:
                 host.append(HostFinding(finding.check, finding.level, finding.detail, pci))
-    level = policy.level("xid", Level.FAIL) if kernel.unread is not None else None
+    level = policy.level("xid", BY_NAME["xid"].default) if kernel.unread is not None else None
     unread = None if level is None else HostFinding("xid", level, f"cannot read the kernel log ({kernel.unread})")
     return Judgement({bus: tuple(f) for bus, f in found.items()}, tuple(host), unread, kernel.unread)
 
@@ -214,7 +180,7 @@ def fails(findings: Judgement | Mapping[str, Sequence[Finding]]) -> list[Finding
     gpus = findings.gpus if isinstance(findings, Judgement) else findings
     host: Sequence[Finding | HostFinding] = findings.host if isinstance(findings, Judgement) else ()
     failing = [f for found in [*gpus.values(), host] for f in found if f.level is Level.FAIL]
-    return sorted(failing, key=lambda f: _TELLING.index(f.check) if f.check in _TELLING else len(_TELLING))
+    return sorted(failing, key=lambda f: BY_NAME[f.check].rank)
 
 
 Fact = tuple[str, Level, str]  # (check, default level, detail)
@@ -226,64 +192,11 @@ def _weigh(facts: Iterator[Fact], policy: HealthPolicy) -> tuple[Finding, ...]:
 
 
 def _gpu_facts(gpu: GpuHealth) -> Iterator[Fact]:
-    for check, read in _GPU_CHECKS:
-        detail = read(gpu)
+    """Each GPU check's finding on these facts, in the table's order."""
+    for check in TABLE:
+        detail = None if check.finding is None else check.finding(gpu)
         if detail is not None:
-            yield check, DEFAULT_LEVEL[check], detail
-
-
-def _ecc_uncorrected(gpu: GpuHealth) -> str | None:
-    n = gpu.ecc_uncorrected or 0
-    return f"{n} uncorrectable ECC error{_s(n)} (volatile)" if n > 0 else None
-
-
-def _ecc_corrected(gpu: GpuHealth) -> str | None:
-    n = gpu.ecc_corrected or 0
-    return f"{n} correctable ECC error{_s(n)} (volatile)" if n > 0 else None
-
-
-def _retired_pending(gpu: GpuHealth) -> str | None:
-    return "page retirement pending: reset the GPU to retire the pages" if gpu.retired_pending else None
-
-
-def _remap_pending(gpu: GpuHealth) -> str | None:
-    return "row remapping pending: reset the GPU to apply" if gpu.remap_pending else None
-
-
-def _remap_failed(gpu: GpuHealth) -> str | None:
-    return "row remapping failed: no spare row left in the bank (RMA criterion)" if gpu.remap_failed else None
-
-
-def _persistence(gpu: GpuHealth) -> str | None:
-    return "persistence mode off" if gpu.persistence is False else None
-
-
-def _fabric(gpu: GpuHealth) -> str | None:
-    """Judged only where the GPU has a fabric (State or Status other than N/A)."""
-    state, status = gpu.fabric_state, gpu.fabric_status
-    if (state is None and status is None) or (state == "Completed" and status == "Success"):
-        return None
-    return f"fabric state {state or 'N/A'}, status {status or 'N/A'}"
-
-
-def _pcie_width(gpu: GpuHealth) -> str | None:
-    """Width only: an idle GPU lowers its PCIe generation on purpose, never its width."""
-    width, widest = gpu.pcie_width, gpu.pcie_width_max
-    if width is None or widest is None or width >= widest:
-        return None
-    return f"PCIe link x{width}, capable of x{widest}"
-
-
-_GPU_CHECKS: tuple[tuple[str, Callable[[GpuHealth], str | None]], ...] = (
-    ("ecc_uncorrected", _ecc_uncorrected),
-    ("ecc_corrected", _ecc_corrected),
-    ("retired_pending", _retired_pending),
-    ("remap_pending", _remap_pending),
-    ("remap_failed", _remap_failed),
-    ("persistence", _persistence),
-    ("fabric", _fabric),
-    ("pcie_width", _pcie_width),
-)
+            yield check.name, check.default, detail
 
 
 @dataclass(frozen=True)
@@ -356,7 +269,3 @@ def _pci_or_none(bus_id: str | None) -> str | None:
 
 def _utc(at: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(at))
-
-
-def _s(n: int) -> str:
-    return "" if n == 1 else "s"
