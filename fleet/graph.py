@@ -289,7 +289,7 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
     report = RunReport(
         run_id=run_id, command=options.mode.command, started_at=started_at,
         duration_s=round(time.monotonic() - t0, 3),
-        hosts={r.host.name: r.report(cut_short, cut_reason) for r in runs},
+        hosts={r.host.name: r.report(cut_short, cut_reason, run_started=t0) for r in runs},
     )
     return report, state
 

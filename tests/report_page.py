@@ -13,17 +13,25 @@ from typing import Any
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 DEMO = FIXTURES / "demo-summary.json"
+DEMO_0_1 = FIXTURES / "demo-summary-0.1.0.json"  # fleet 0.1.0's: no host's start in the run (start_s), no health
 
 
-def demo_document() -> dict[str, Any]:
-    """summary.json of a real `fleet demo` run (16 simulated nodes, gpu-b16 failed by its health gate)."""
-    document: dict[str, Any] = json.loads(DEMO.read_text(encoding="utf-8"))
+def demo_document(path: Path = DEMO) -> dict[str, Any]:
+    """summary.json of a real `fleet demo --nodes 16` run (gpu-b16 failed by its health gate); `DEMO_0_1`: the
+    same of fleet 0.1.0, an older summary."""
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return document
 
 
+WAVE_S = 15.0  # the synthetic run's waves (--batch 128): four racks each, one every 15 s
+
+
 def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
-    """One host of the synthetic fleet: every field a reset fills, at the length a real one has."""
+    """One host of the synthetic fleet: every field a reset fills, at the length a real one has. Its start in the run
+    is its wave's (a few ms apart), after its Slurm wait where its node ran a job (every 29th host)."""
     name, k = f"gpu-r{rack:02d}n{node:02d}", rack * 100 + node
+    waited = 2.0 + k % 9 if k % 29 == 0 else None
+    start = round((rack - 1) // 4 * WAVE_S + node * 0.003 + (waited or 0.0), 3)
     status, reason, error = "clean", None, None
     before = [71523 if g == 0 else 70000 for g in range(8)]
     after: list[int | None] = [0] * 8
@@ -53,29 +61,40 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
             for g in range(8)]
     host: dict[str, Any] = {
         "status": status, "reason": reason, "duration_s": round(sum(s["duration_s"] for s in steps) + 0.9, 3),
-        "error": error, "steps": steps,
+        "start_s": start, "error": error, "steps": steps,
         "killed": [{"pid": pid, "name": "sglang", "user": "svc", "signal": "SIGTERM"},
                    {"pid": pid + 1, "name": "python3", "user": "root", "signal": "SIGKILL"}],
         "gpus": gpus, "health": [], "memory_before_mib": before,
         "slurm": {"node": name, "state_before": "MIXED", "reason_before": None,
                   "state_after": "IDLE" if status == "clean" else "DRAIN",
                   "reason_after": None if status == "clean" else f"fleet: run 20261203T030000Z-5e1f00: {error}",
-                  "jobs": []},
+                  "jobs": ["4711"] if waited else []},
     }
+    if waited:
+        host["slurm"]["waited_s"] = waited
     if k % 97 == 0:  # never reached: no GPU read, no step ran
         host.update(status="unreachable", reason="connect_timeout", error=f"no SSH session within 10 s ({name}:22)",
                     steps=[{**s, "status": "skipped", "duration_s": 0.0, "detail": ""} for s in steps], killed=[],
                     gpus=[], duration_s=10.0)
         del host["memory_before_mib"]
+    elif k % 89 == 0:  # its node's job outlived --drain-wait: never started
+        error = f"slurm: job 4712 still running on {name} after 30 s: not reset"
+        host.update(status="skipped", reason="jobs_running", error=error, start_s=None, duration_s=0.0, killed=[],
+                    steps=[{**s, "status": "skipped", "duration_s": 0.0, "detail": ""} for s in steps], gpus=[],
+                    slurm={**host["slurm"], "jobs": ["4712"], "waited_s": 30.0, "state_after": "IDLE",
+                           "reason_after": None})
+        del host["memory_before_mib"]
     return name, host
 
 
 def synthetic_document(racks: int = 16, per_rack: int = 32) -> dict[str, Any]:
-    """A 512-host reset (16 racks of 32) with every part of the page in use: failures, health findings, Slurm."""
+    """A 512-host reset (16 racks of 32) with every part of the page in use: failures, health findings, waves, Slurm
+    (waits, and a job that outlived --drain-wait)."""
     hosts = dict(_host(r, n) for r in range(1, racks + 1) for n in range(1, per_rack + 1))
     counts = Counter(h["status"] for h in hosts.values())
+    end = max((h["start_s"] or 0.0) + h["duration_s"] for h in hosts.values())
     return {"run_id": "20261203T030000Z-5e1f00", "fleet_version": "0.2.0", "command": "reset",
-            "started_at": "2026-12-03T03:00:00+00:00", "duration_s": 42.5,
+            "started_at": "2026-12-03T03:00:00+00:00", "duration_s": round(end + 0.2, 3),
             "summary": {"total": len(hosts), **{s: counts[s] for s in ("clean", "failed", "unreachable", "skipped")}},
             "hosts": hosts}
 

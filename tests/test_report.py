@@ -6,6 +6,7 @@ import json
 
 import fleet
 from fleet.report import render as reporting
+from fleet.report.history_view import report_from_document
 from fleet.report.models import (
     HostFinding,
     HostReport,
@@ -34,8 +35,8 @@ def test_document_matches_the_contract_shape() -> None:
     assert doc["fleet_version"] == fleet.__version__
     assert doc["summary"] == {"total": 2, "clean": 1, "failed": 1, "unreachable": 0, "skipped": 0}
     host = doc["hosts"]["gpu-b01"]
-    assert set(host) == {"status", "reason", "duration_s", "error", "steps", "killed", "gpus", "health"}
-    assert host["health"] == []
+    assert set(host) == {"status", "reason", "duration_s", "start_s", "error", "steps", "killed", "gpus", "health"}
+    assert host["health"] == [] and host["start_s"] is None
     assert [s["name"] for s in host["steps"]] == ["drain", "kill", "settle", "verify"]
     assert set(host["steps"][0]) == {"name", "status", "duration_s", "detail"}
 
@@ -56,6 +57,25 @@ def test_findings_on_no_listed_gpu_are_the_hosts_health_with_their_pci_address()
                                                     "files were found.)", "pci": None},
     ]
     assert reporting.host_from_document("gpu-b02", document).health == found
+
+
+def test_a_hosts_start_in_the_run_comes_back_from_the_document() -> None:
+    """start_s (seconds from the run's start to the host's, null for a host that never started) survives the JSON
+    both ways (`--via srun`'s hand-over, `fleet show`); an older summary.json has none."""
+    steps = tuple(StepResult(x, StepStatus.OK, 0.5) for x in StepName)
+    run = RunReport("r1", "reset", "2026-12-02T10:00:00+00:00", 9.0, {
+        "gpu-b01": HostReport("gpu-b01", HostStatus.CLEAN, 2.0, None, steps, start_s=4.25),
+        "gpu-b02": HostReport("gpu-b02", HostStatus.SKIPPED, 0.0, "stopped", reason=Reason.STOPPED),
+    })
+    document = json.loads(reporting.render(reporting.to_document(run)))
+    assert [h["start_s"] for h in document["hosts"].values()] == [4.25, None]
+    assert reporting.host_from_document("gpu-b01", document["hosts"]["gpu-b01"]).start_s == 4.25
+    again = report_from_document(document)
+    assert [h.start_s for h in again.hosts.values()] == [4.25, None]
+    document["hosts"]["gpu-b01"]["slurm"] = {"node": "gpu-b01", "jobs": ["4711"], "waited_s": 3.0}
+    assert report_from_document(document).hosts["gpu-b01"].start_s == 4.25
+    del document["hosts"]["gpu-b01"]["start_s"]
+    assert reporting.host_from_document("gpu-b01", document["hosts"]["gpu-b01"]).start_s is None
 
 
 def test_summary_counts_equal_host_statuses() -> None:

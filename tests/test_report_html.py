@@ -18,14 +18,14 @@ from typing import Any
 
 import anyio
 import pytest
-from report_page import Page, demo_document, png_pixels, synthetic_document
+from report_page import DEMO_0_1, Page, demo_document, png_pixels, synthetic_document
 
 from fleet.cli import main
 from fleet.errors import ConnectError
 from fleet.graph import RunOptions
 from fleet.inventory.host import Host
 from fleet.report.history import History, history_path
-from fleet.report.html_report import REPORT_HTML, kept_from_detail, outcome_groups, page
+from fleet.report.html_report import BAR_UNITS, REPORT_HTML, kept_from_detail, outcome_groups, page
 from fleet.report.models import HostReport, HostStatus, Reason
 from fleet.report.render import fold
 from fleet.run import run_and_report
@@ -73,24 +73,100 @@ def test_the_demo_page_has_every_host_with_the_numbers_of_its_json() -> None:
     assert "xid fail: Xid 79" in failed_cells[0].get("title")
 
 
-def test_the_timeline_sorts_hosts_by_end_and_its_bars_add_up_to_each_duration() -> None:
+def bars_of(row: Any) -> list[tuple[str, float, float, float]]:
+    """(class, x, width, seconds its title says) of each bar of a timeline row, x and width in seconds of the axis
+    (the row's SVG spans `data-extent` seconds in BAR_UNITS)."""
+    svg = next(c for c in row.children if c.tag == "svg")
+    scale = float(svg.get("data-extent")) / BAR_UNITS
+    return [(c.get("class"), float(c.get("x")) * scale, float(c.get("width")) * scale,
+             float(c.get("title").split()[-2])) for c in row.children if c.tag == "rect"]
+
+
+def layout_of(text: str) -> str:
+    match = re.search(r'<section id="timeline" data-layout="(\w+)"', text)
+    assert match is not None
+    return match[1]
+
+
+def test_the_timeline_puts_each_host_at_its_start_in_the_run_sorted_by_end() -> None:
+    """Each host's bars begin at its start_s and last its steps' durations, end to end; a Slurm wait is its own bar
+    ending where the host started; rows by end time (start_s + duration_s), those that never started last."""
     document = synthetic_document()
-    parsed = Page(page(document))
-    rows = parsed.of("timeline")
+    text = page(document)
+    assert layout_of(text) == "run" and "seconds since the run started" in text
+    assert "<i class=\"wait\"></i>waiting for its node's Slurm jobs" in text
+    rows = Page(text).of("timeline")
     ran = [r for r in rows if any(c.tag == "rect" for c in r.children)]
     ends = [float(r.get("data-end")) for r in ran]
     assert ends == sorted(ends)
+    waits = 0
     for row in ran:
         host = document["hosts"][row.get("data-host")]
-        assert float(row.get("data-end")) == host["duration_s"]
-        seconds = [float(c.get("title").split()[-2]) for c in row.children if c.tag == "rect"]
-        assert sum(seconds) == pytest.approx(host["duration_s"], abs=0.02)
-        names = [c.get("class") for c in row.children if c.tag == "rect"]
+        assert float(row.get("data-start")) == host["start_s"]
+        assert float(row.get("data-end")) == pytest.approx(host["start_s"] + host["duration_s"], abs=0.001)
+        bars = bars_of(row)
+        extent = float(next(c for c in row.children if c.tag == "svg").get("data-extent"))
+        close = extent / BAR_UNITS  # one SVG unit, in seconds: the page writes x and width to 0.1 of one
+        waited = host["slurm"].get("waited_s")
+        if waited:
+            waits += 1
+            kind, x, width, said = bars.pop(0)
+            assert (kind, said) == ("wait", waited)
+            assert x == pytest.approx(host["start_s"] - waited, abs=close)
+            assert x + width == pytest.approx(host["start_s"], abs=close)
+        assert all(kind != "wait" for kind, *_ in bars)
+        assert bars[0][1] == pytest.approx(host["start_s"], abs=close)
+        for (_, x, width, said), following in zip(bars, [*bars[1:], None], strict=True):
+            assert width == pytest.approx(said, abs=close)
+            if following is not None:
+                assert following[1] == pytest.approx(x + width, abs=close)  # end to end
+        assert bars[-1][1] + bars[-1][2] == pytest.approx(host["start_s"] + host["duration_s"], abs=2 * close)
+        assert sum(said for *_, said in bars) == pytest.approx(host["duration_s"], abs=0.02)
+        names = [kind for kind, *_ in bars]
         assert [n for n in names if n not in ("pre", "bad")] == [
             s["name"] for s in host["steps"] if s["status"] == "ok"]
+    assert waits == sum(1 for h in document["hosts"].values() if h["start_s"] is not None
+                        and h["slurm"].get("waited_s"))
+    assert waits > 10
     never = [r for r in rows if r not in ran]
-    assert all("not started" in r.text for r in never)
+    assert len(never) == 6 and all("not started (waited 30.0 s for its Slurm jobs)" in r.text for r in never)
     assert [r.get("data-host") for r in never] == sorted(r.get("data-host") for r in never)
+    last = max(ran, key=lambda r: float(r.get("data-end")))
+    words = "".join(Page(text).text)
+    assert f"last to end: {last.get('data-host')} at {float(last.get('data-end')):.1f} s into the run" in words
+
+
+def test_an_older_summary_without_start_s_keeps_each_hosts_own_axis() -> None:
+    """fleet 0.1.0's summary.json (no start_s): each host's bars start at its own start, rows by duration, the page
+    says why; a Slurm wait is not drawn (it would lie before the host's start)."""
+    document = demo_document(DEMO_0_1)
+    assert all("start_s" not in h for h in document["hosts"].values())
+    document["hosts"]["gpu-b03"]["slurm"] = {"node": "gpu-b03", "state_before": "MIXED", "jobs": ["4711"],
+                                             "waited_s": 4.0}
+    text = page(document)
+    assert layout_of(text) == "host"
+    assert "seconds from each host's own start" in text and "keeps no host's start in the run" in text
+    assert "<i class=\"wait\">" not in text
+    rows = Page(text).of("timeline")
+    assert [float(r.get("data-end")) for r in rows] == sorted(h["duration_s"] for h in document["hosts"].values())
+    for row in rows:
+        host = document["hosts"][row.get("data-host")]
+        assert "data-start" not in row.attrs
+        bars = bars_of(row)
+        assert bars[0][1] == 0.0 and all(kind != "wait" for kind, *_ in bars)
+        assert sum(said for *_, said in bars) == pytest.approx(host["duration_s"], abs=0.02)
+    one_without = synthetic_document()
+    one_without["hosts"]["gpu-r01n01"].pop("start_s")  # one host that ran without its start: no run axis
+    assert layout_of(page(one_without)) == "host"
+
+
+def test_the_demo_runs_hosts_start_at_once() -> None:
+    """The real demo run's summary.json (this fleet's): every host has its start in the run, within its first
+    second (16 hosts, no waves), and the page lays them on the run's axis."""
+    document = demo_document()
+    starts = [h["start_s"] for h in document["hosts"].values()]
+    assert all(0 <= s < 1 for s in starts)
+    assert layout_of(page(document)) == "run"
 
 
 def test_the_outcome_folds_as_the_summary_does_largest_group_first() -> None:

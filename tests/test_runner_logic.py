@@ -303,6 +303,36 @@ async def test_waves_run_one_after_the_other(tmp_path: Path) -> None:
         assert max(ends[n] for n in before) <= min(starts[n] for n in after) + 0.01
 
 
+async def test_each_host_reports_its_start_in_the_run(tmp_path: Path) -> None:
+    """start_s: seconds from the run's start to the host's (report.html's timeline axis): a later wave starts
+    after the one before it ended, by the same clock as its connect."""
+    hosts, scripts = _fleet(3)
+    connected: dict[str, float] = {}
+
+    async def connector(host: Host) -> ScriptedTransport:
+        connected[host.name] = anyio.current_time()
+        return scripts[host.name]
+
+    logs = RunLogs(tmp_path, "starts")
+    logs.create()
+    report, _ = await run_hosts(hosts, RunOptions(batch=Amount(2)), logs, connector=connector)
+    logs.close()
+    starts = {n: h.start_s for n, h in report.hosts.items()}
+    assert all(s is not None for s in starts.values())
+    first, second, later = (float(starts[n] or 0) for n in ("gpu-01", "gpu-02", "gpu-03"))
+    assert 0 <= first < 0.5 and 0 <= second < 0.5
+    assert later - first == pytest.approx(connected["gpu-03"] - connected["gpu-01"], abs=0.05)
+    assert later >= max(float(starts[n] or 0) + report.hosts[n].duration_s for n in ("gpu-01", "gpu-02")) - 0.01
+    assert later + report.hosts["gpu-03"].duration_s <= report.duration_s
+
+
+async def test_a_host_that_never_started_has_no_start_in_the_run(tmp_path: Path) -> None:
+    hosts, scripts = _fleet(3, down=frozenset({1}))
+    report, _ = await run(hosts, scripts, tmp_path, canary=1)
+    assert report.hosts["gpu-01"].start_s is not None
+    assert [report.hosts[n].start_s for n in ("gpu-02", "gpu-03")] == [None, None]
+
+
 async def test_a_failed_canary_stops_the_run(tmp_path: Path) -> None:
     hosts, scripts = _fleet(4, down=frozenset({1}))
     report, _ = await run(hosts, scripts, tmp_path, canary=1)

@@ -187,7 +187,7 @@ def _host_from_document(name: str, document: Mapping[str, Any]) -> HostReport:
     if plan is not None or slurm is not None:
         host = HostReport(host.name, host.status, host.duration_s, host.error, host.steps, host.killed, host.gpus,
                           _plan(plan) if plan is not None else None, _slurm(slurm) if slurm is not None else None,
-                          host.reason)
+                          host.reason, start_s=host.start_s)
     return host
 
 

@@ -8,9 +8,11 @@ where a health finding fails or warns; each cell's title gives the numbers), a t
 steps as bars on one time axis, sorted by end time) and, per host, the error, what was killed and kept, the health
 findings, Slurm before and after, and the path of its JSONL log.
 
-The report keeps each step's duration, not when it began: a host's bars are laid end to end from its own start,
-the time before drain (connect, lock, baselines) first. How long a host waited for Slurm before it started is
-not in the report, so it is not drawn. `write_page` is the I/O: report.html beside summary.json, atomically.
+The report keeps each step's duration and each host's start in the run (`start_s`): a host's bars are laid end to
+end from there, the time before drain (connect, lock, baselines) first, and a wait for its node's Slurm jobs
+(`slurm.waited_s`) is its own bar ending where the host started. A document without `start_s` (an older fleet's
+summary.json, a page built from the history) has each host's bars start at the host's own start instead, and the
+page says so. `write_page` is the I/O: report.html beside summary.json, atomically.
 """
 
 from __future__ import annotations
@@ -218,7 +220,8 @@ def _grid_row(name: str, host: Doc) -> str:
     node = list(host.get("health") or [])
     words = "; ".join(_finding_words(f) for f in node)
     mark = f"<span class=\"mark{_worst(node)}\" title=\"{esc(words)}\">!</span>" if node else ""
-    body = "".join(_cell(i, b, g, has_before) for i, b, g in cells) or "<td class=\"none\">no GPU read</td>"
+    body = ("".join(_cell(i, b, g, has_before) for i, b, g in cells)
+            or "<td class=\"none\" colspan=\"64\">no GPU read</td>")  # across the GPU columns, widening none
     status = str(host.get("status"))
     return (f"<tr data-row=\"grid\" data-host=\"{esc(name)}\" data-gpus=\"{len(cells)}\"><th title=\""
             f"{esc(_model(host))}\"><a href=\"#h-{esc(name)}\">{esc(name)}</a>{mark}</th><td class=\"st"
@@ -264,63 +267,110 @@ def segments(host: Doc) -> list[tuple[str, float, float, str]]:
     return out
 
 
+def slurm_wait(host: Doc) -> float:
+    """Seconds the host waited for its node's Slurm jobs before it started (`slurm.waited_s`, --slurm); else 0."""
+    waited = (host.get("slurm") or {}).get("waited_s")
+    return float(waited) if isinstance(waited, int | float) and waited > 0 else 0.0
+
+
+def on_run_axis(hosts: Mapping[str, Doc]) -> bool:
+    """Whether every host that ran has its start in the run (`start_s`): then the timeline's axis is the run's. A
+    document without (an older fleet's summary.json, a page built from the history) has each host's bars start at
+    the host's own start."""
+    return all(isinstance(h.get("start_s"), int | float) for h in hosts.values() if segments(h))
+
+
+def placed(host: Doc, run_axis: bool) -> list[tuple[str, float, float, str]]:
+    """The host's bars on the timeline's axis: on the run's, its steps from its `start_s`, after its Slurm wait (its
+    own bar, `wait`, ending where the host started); else its steps from 0 (no wait: it would lie before 0)."""
+    bars = segments(host)
+    if not run_axis or not bars:
+        return bars
+    start = float(host["start_s"])
+    waited = slurm_wait(host)
+    wait = [("wait", max(start - waited, 0.0), min(waited, start), f"Slurm wait {waited:.2f} s")] if waited else []
+    return wait + [(kind, start + at, length, words) for kind, at, length, words in bars]
+
+
+def end_of(host: Doc, run_axis: bool) -> float:
+    """When the host ended on the timeline's axis: its start in the run and its duration (or its duration alone)."""
+    start = float(host.get("start_s") or 0.0) if run_axis else 0.0
+    return round(start + float(host.get("duration_s") or 0.0), 3)
+
+
 def tick_step(extent: float) -> float:
     return next((t for t in TICKS_S if extent / t <= 10), TICKS_S[-1])
 
 
 def timeline_order(hosts: Mapping[str, Doc]) -> list[str]:
-    """Hosts that ran, by end time (its duration: every bar starts at the host's start); then those that never
-    started, by name."""
+    """Hosts that ran, by end time (on the run's axis when the document has each host's start, else each host's
+    duration); then those that never started, by name."""
+    run_axis = on_run_axis(hosts)
     ran = {n for n, h in hosts.items() if segments(h)}
-    return (sorted(ran, key=lambda n: (float(hosts[n].get("duration_s") or 0.0), n))
+    return (sorted(ran, key=lambda n: (end_of(hosts[n], run_axis), n))
             + sorted(n for n in hosts if n not in ran))
 
 
-def _bar(host: Doc, extent: float) -> str:
+def _bar(host: Doc, extent: float, run_axis: bool) -> str:
     scale = BAR_UNITS / extent
     rects = "".join(f"<rect class=\"{kind}\" x=\"{start * scale:.1f}\" width=\"{max(length * scale, 0.5):.1f}\""
                     f" height=\"10\"><title>{esc(words)}</title></rect>" for kind, start, length, words
-                    in segments(host))
+                    in placed(host, run_axis))
     if not rects:
-        return "<td class=\"bar idle\">not started</td>"
+        waited = slurm_wait(host)
+        why = f" (waited {waited:.1f} s for its Slurm jobs)" if waited else ""
+        return f"<td class=\"bar idle\">not started{why}</td>"
     return (f"<td class=\"bar\"><svg viewBox=\"0 0 {BAR_UNITS} 10\" preserveAspectRatio=\"none\" width=\"100%\""
-            f" height=\"12\">{rects}</svg></td>")
+            f" height=\"12\" data-extent=\"{extent:g}\">{rects}</svg></td>")
 
 
 def _timeline(hosts: Mapping[str, Doc]) -> str:
     order = timeline_order(hosts)
-    longest = max((float(h.get("duration_s") or 0.0) for h in hosts.values()), default=0.0)
+    run_axis = on_run_axis(hosts)
+    longest = max((end_of(h, run_axis) for h in hosts.values()), default=0.0)
     step = tick_step(longest or 1.0)
     extent = step * max(1, -(-longest // step))
     ticks = "".join(f"<span style=\"left:{100 * k * step / extent:.2f}%\">{k * step:g} s</span>"
                     for k in range(round(extent / step) + 1))
     rows = "\n".join(f"<tr data-row=\"timeline\" data-host=\"{esc(n)}\""
-                     f" data-end=\"{esc(hosts[n].get('duration_s', 0))}\">"
-                     f"<th><a href=\"#h-{esc(n)}\">{esc(n)}</a></th>{_bar(hosts[n], extent)}"
+                     f"{_start_attribute(hosts[n], run_axis)} data-end=\"{end_of(hosts[n], run_axis):g}\">"
+                     f"<th><a href=\"#h-{esc(n)}\">{esc(n)}</a></th>{_bar(hosts[n], extent, run_axis)}"
                      f"<td class=\"num {_status_class(hosts[n].get('status'))}\">"
                      f"{secs(hosts[n].get('duration_s'))}</td></tr>" for n in order)
+    waits = run_axis and any(slurm_wait(h) and segments(h) for h in hosts.values())
     swatches = "".join(f"<span><i class=\"{k}\"></i>{w}</span>" for k, w in (
+        *((("wait", "waiting for its node's Slurm jobs"),) if waits else ()),
         ("pre", "before drain: connect, lock, baselines"), ("drain", "drain"), ("kill", "kill"),
         ("settle", "settle"), ("verify", "verify"), ("bad", "a step that failed or timed out")))
+    axis = ("seconds since the run started: each host's bars from its start in the run, end to end" if run_axis else
+            "seconds from each host's own start, bars end to end: this report keeps no host's start in the run (an"
+            " older fleet's summary.json, or a page built from the history), so waves and Slurm waits are not drawn")
     tick = f"--tick:{100 * step / extent:.4f}%"
-    return (f"<section id=\"timeline\"><h2>Timeline</h2>\n<p class=\"legend\">seconds from each host's start, bars"
-            f" end to end (the report keeps step durations, not start times); sorted by end time, so stragglers"
-            f" come last. {swatches}</p>\n{_slowest(hosts, order)}<table class=\"timeline\" style=\"{tick}\">"
+    return (f"<section id=\"timeline\" data-layout=\"{'run' if run_axis else 'host'}\"><h2>Timeline</h2>\n"
+            f"<p class=\"legend\">{axis}; sorted by end time, so stragglers and a slow wave stand out. {swatches}</p>"
+            f"\n{_slowest(hosts, order, run_axis)}<table class=\"timeline\" style=\"{tick}\">"
             f"<tr class=\"axis\"><th></th><td><div class=\"ticks\">{ticks}</div></td><td></td></tr>\n"
             f"{rows}</table></section>")
 
 
-def _slowest(hosts: Mapping[str, Doc], order: Sequence[str]) -> str:
+def _start_attribute(host: Doc, run_axis: bool) -> str:
+    return f" data-start=\"{float(host['start_s']):g}\"" if run_axis and segments(host) else ""
+
+
+def _slowest(hosts: Mapping[str, Doc], order: Sequence[str], run_axis: bool) -> str:
     ran = [n for n in order if segments(hosts[n])]
     if not ran:
         return ""
     name, host = ran[-1], hosts[ran[-1]]
     longest = max(((s.get("name"), s.get("duration_s") or 0) for s in host.get("steps") or []),
                   key=lambda pair: pair[1], default=None)
-    where = f" (longest step: {esc(longest[0])} {secs(longest[1])})" if longest else ""
-    middle = hosts[ran[len(ran) // 2]].get("duration_s")
-    return (f"<p class=\"meta\">last to end: <a href=\"#h-{esc(name)}\">{esc(name)}</a> after"
-            f" {secs(host.get('duration_s'))}{where}; the median host took {secs(middle)}</p>\n")
+    step = f"longest step: {esc(longest[0])} {secs(longest[1])}" if longest else ""
+    took_it = secs(host.get("duration_s"))
+    when = (f" at {secs(end_of(host, run_axis))} into the run (it took {took_it}{'; ' + step if step else ''})"
+            if run_axis else f" after {took_it}{f' ({step})' if step else ''}")
+    took = sorted(float(hosts[n].get("duration_s") or 0.0) for n in ran)
+    return (f"<p class=\"meta\">last to end: <a href=\"#h-{esc(name)}\">{esc(name)}</a>{when}; the median host"
+            f" took {secs(took[len(took) // 2])}</p>\n")
 
 
 # --- per host ---------------------------------------------------------------------------------------------------

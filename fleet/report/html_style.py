@@ -1,6 +1,6 @@
 """report.html's style sheet, inline in the page: system fonts only, the status colours of the badges, the
 memory buckets of the rack grid (`m0`..`m4`, `na`, `gone`), the health outlines (`hf` fails, `hw` warns) and
-the timeline's step colours (`pre`, `drain`, `kill`, `settle`, `verify`, `bad`)."""
+the timeline's colours (`wait`: a Slurm wait; the steps: `pre`, `drain`, `kill`, `settle`, `verify`, `bad`)."""
 
 CSS = """
 body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:16px 24px;color:#212529;
@@ -31,6 +31,7 @@ td.bar{width:98%;padding:0;background-image:linear-gradient(to right,#dee2e6 1px
 background-repeat:repeat-x;background-size:var(--tick) 100%}
 td.bar svg{display:block}td.idle{color:#868e96;font-style:italic;font-size:11px}
 .ticks{position:relative;height:14px;font-size:10px;color:#868e96}.ticks span{position:absolute;top:0}
+rect.wait,i.wait{fill:#ffd43b;background:#ffd43b}
 rect.pre,i.pre{fill:#ced4da;background:#ced4da}rect.drain,i.drain{fill:#4dabf7;background:#4dabf7}
 rect.kill,i.kill{fill:#9775fa;background:#9775fa}rect.settle,i.settle{fill:#38d9a9;background:#38d9a9}
 rect.verify,i.verify{fill:#69db7c;background:#69db7c}rect.bad,i.bad{fill:#e03131;background:#e03131}

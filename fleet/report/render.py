@@ -58,6 +58,7 @@ def host_document(host: HostReport) -> dict[str, Any]:
         "status": host.status.value,
         "reason": host.reason.value if host.reason else None,
         "duration_s": host.duration_s,
+        "start_s": host.start_s,
         "error": host.error,
         "steps": [
             {"name": s.name.value, "status": s.status.value, "duration_s": s.duration_s, "detail": s.detail}
@@ -96,10 +97,12 @@ def host_from_document(name: str, document: dict[str, Any]) -> HostReport:
     reason, before = document.get("reason"), document.get("memory_before_mib")
     health = tuple(HostFinding(f["check"], Level(f["level"]), f["detail"], f.get("pci"))
                    for f in document.get("health", ()))
+    start = document.get("start_s")  # absent from an older fleet's summary.json
     return HostReport(name, HostStatus(document["status"]), float(document["duration_s"]), document["error"], steps,
                       tuple(KilledProcess(**k) for k in document["killed"]), gpus,
                       reason=Reason(reason) if reason else None,
-                      memory_before_mib=tuple(before) if before is not None else None, health=health)
+                      memory_before_mib=tuple(before) if before is not None else None, health=health,
+                      start_s=float(start) if start is not None else None)
 
 
 def to_document(report: RunReport) -> dict[str, Any]:

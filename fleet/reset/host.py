@@ -89,8 +89,10 @@ class HostRun:
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
         self.status, self.error, self.reason, self.ended = status, error, reason, time.monotonic()
 
-    def report(self, cut_short: str = "interrupted", cut_reason: Reason = Reason.INTERRUPTED) -> HostReport:
-        """Freeze; a host that never finished was cut short (`cut_short` says by what, `cut_reason` its code)."""
+    def report(self, cut_short: str = "interrupted", cut_reason: Reason = Reason.INTERRUPTED,
+               run_started: float | None = None) -> HostReport:
+        """Freeze; a host that never finished was cut short (`cut_short` says by what, `cut_reason` its code).
+        `run_started` (the run's start, monotonic clock) gives the report the host's start in the run (`start_s`)."""
         status, error, reason = self.status, self.error, self.reason
         if status is None:
             status = HostStatus.FAILED if self.started is not None else HostStatus.SKIPPED
@@ -105,8 +107,10 @@ class HostRun:
         ordered = sorted([*self.steps, *skipped], key=lambda s: list(StepName).index(s.name))
         end = self.ended or time.monotonic()
         duration = round(end - self.started, 3) if self.started is not None else 0.0
+        start = (round(max(self.started - run_started, 0.0), 3)
+                 if self.started is not None and run_started is not None else None)
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.slurm, reason, self.memory_before, self.health)
+                          self.slurm, reason, self.memory_before, self.health, start)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,

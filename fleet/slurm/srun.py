@@ -116,6 +116,7 @@ class _Step:
     """What the step saw: each node's report, whether it began working, and what srun said on stderr."""
 
     reports: dict[str, HostReport] = field(default_factory=dict)
+    reported_at: dict[str, float] = field(default_factory=dict)  # when each report came (monotonic): the node's end
     heard_from: set[str] = field(default_factory=set)  # nodes a whole message came from
     named: set[str] = field(default_factory=set)  # nodes any frame named, whole or not
     stderr_text: str = ""
@@ -360,6 +361,7 @@ class SrunRun:
         elif "report" in message:
             try:
                 self.step.reports[node] = host_from_document(run.host.name, message["report"])
+                self.step.reported_at[node] = time.monotonic()
             except (KeyError, TypeError, ValueError) as exc:
                 self.step.noise.append(f"{node}: a report fleet cannot read ({exc})")
 
@@ -379,6 +381,7 @@ class SrunRun:
             run.steps, run.killed, run.gpus = list(report.steps), report.killed, report.gpus
             run.memory_before = report.memory_before_mib
             run.finish(report.status, report.error, report.reason)
+            run.ended = self.step.reported_at.get(name, run.ended)  # as the node ended, not as the whole step did
             run.started = (run.ended or time.monotonic()) - report.duration_s
             self._ended(run)
 
