@@ -24,7 +24,7 @@ _API = {
     "select": "fleet.inventory.targeting",
     "Mode": "fleet.reset.host",
     "RunOptions": "fleet.graph",
-    "SlurmOptions": "fleet.graph",
+    "SchedulerOptions": "fleet.graph",
     "run_and_report": "fleet.run",
     "RunReport": "fleet.report.models",
     "HostReport": "fleet.report.models",
@@ -36,12 +36,12 @@ _API = {
 
 __all__ = [
     "FleetError", "Host", "HostReport", "HostStatus", "Inventory", "Mode", "Reason", "RunOptions", "RunReport",
-    "SlurmOptions", "UsageError", "__version__", "load_inventory", "run_and_report", "select",
+    "SchedulerOptions", "UsageError", "__version__", "load_inventory", "run_and_report", "select",
 ]
 
 if TYPE_CHECKING:
     from fleet.errors import FleetError, UsageError
-    from fleet.graph import RunOptions, SlurmOptions
+    from fleet.graph import RunOptions, SchedulerOptions
     from fleet.inventory.host import Host
     from fleet.inventory.load import Inventory, load_inventory
     from fleet.inventory.targeting import select

@@ -1,6 +1,6 @@
 """Which hosts a command works on: HOST patterns, `-g`, `--limit` and `--exclude` over the inventory, or hosts
 named outright (`-w HOSTLIST`, a Slurm `--partition`'s nodes, a past run's `--rerun-failed` hosts) with or without
-one; and whether Slurm is on (`--slurm`, or `scheduler: slurm` in the inventory)."""
+one; and the scheduler around the run (`--slurm`, or the inventory's `scheduler:`)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from fleet.inventory.targeting import named, select, select_with
 
 @dataclass(frozen=True)
 class Targets:
-    """What the command line chose: the hosts, the inventory they came from (if any), and whether Slurm is on."""
+    """What the command line chose: the hosts, the inventory they came from (if any), and the scheduler around the
+    run (`fleet.schedulers`: `--slurm`, or the inventory's `scheduler:`), None without one."""
 
     hosts: list[Host]
     inventory: Inventory | None
-    slurm: bool
+    scheduler: str | None
 
 
 def choose_targets(
@@ -32,18 +33,19 @@ def choose_targets(
 ) -> Targets:
     outright = nodes is not None or partition is not None or rerun is not None
     inv = chosen_inventory(inventory, required=not outright)
-    slurm = slurm or (inv is not None and inv.scheduler == "slurm")
-    if partition is not None and not slurm:
+    scheduler = "slurm" if slurm else inv.scheduler if inv is not None else None
+    if partition is not None and scheduler != "slurm":
         raise UsageError("--partition needs --slurm (or `scheduler: slurm` in the inventory)")
     if not outright:
         assert inv is not None
-        return Targets(select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude), inv, slurm)
+        return Targets(select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude), inv,
+                       scheduler)
     extra = named(nodes) if nodes is not None else list(rerun or [])
     if partition is not None:
         extra += partition_hosts(partition, inv)
     chosen = select_with(inv, extra, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude,
                          origin="-w" if nodes is not None else "--rerun-failed" if rerun else "--partition")
-    return Targets(chosen, inv, slurm)
+    return Targets(chosen, inv, scheduler)
 
 
 def chosen_inventory(cli_value: str | None, *, required: bool) -> Inventory | None:

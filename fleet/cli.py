@@ -29,7 +29,7 @@ from fleet.cli_options import (
     SlurmOpt,
 )
 from fleet.errors import UsageError
-from fleet.graph import RunOptions, SlurmOptions
+from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
@@ -169,8 +169,8 @@ def reset(
         stop_units=stop_units,
         gpu_reset=gpu_reset,
         progress=True,
-        slurm=SlurmOptions(parse_duration(drain_wait, "--drain-wait", zero=True), via_srun=via == "srun")
-        if chosen.slurm else None,
+        scheduler=SchedulerOptions(parse_duration(drain_wait, "--drain-wait", zero=True), fan_out=via == "srun",
+                                   name=chosen.scheduler) if chosen.scheduler else None,
     )
     if via != "srun":  # with srun, no SSH: each node runs its own commands
         check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
@@ -221,7 +221,7 @@ def check(
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm)
     check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything connects
     options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True, progress=True,
-                         slurm=SlurmOptions() if chosen.slurm else None)
+                         scheduler=SchedulerOptions(name=chosen.scheduler) if chosen.scheduler else None)
     raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import anyio
 
-from fleet.graph import RunOptions, SlurmOptions
+from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.models import HostStatus, RunReport
@@ -173,7 +173,8 @@ async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun:
                 via = " --via srun" if via_srun else ""
                 say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell --slurm"
                     f" --drain-wait {SLURM_DRAIN_WAIT_S:g}s{via} -y\n")
-                options = RunOptions(handle_signals=True, slurm=SlurmOptions(SLURM_DRAIN_WAIT_S, via_srun=via_srun))
+                options = RunOptions(handle_signals=True,
+                                     scheduler=SchedulerOptions(SLURM_DRAIN_WAIT_S, fan_out=via_srun))
                 _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True)
                 say("\nwhat Slurm says now (sinfo -N):")
                 _sinfo(cluster)

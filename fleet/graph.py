@@ -9,17 +9,18 @@ boundary and becomes that host's outcome; cancellation never is. The run
 deadline (`--deadline`) and an interrupt (SIGINT/SIGTERM) cancel every host,
 close connections (shielded) and still yield a full report.
 
-A `Scheduler` (Slurm: `fleet.slurm.lifecycle`) wraps each host's walk: it admits
-each wave before it starts (drains its nodes), holds each host until its node runs
-no job (outside the concurrency limit: a host waiting for a job holds no slot), and
-releases each host once it has its outcome, also when the run is cut short.
+A `Scheduler` (chosen by name from `fleet.schedulers`; Slurm's is `fleet.slurm.lifecycle`) wraps each host's
+walk: it admits each wave before it starts (drains its nodes), keeps each host until its node runs no job
+(outside the concurrency limit: a host waiting for a job holds no slot), and releases each host once it has its
+outcome, also when the run is cut short. It returns what it decided (a `SchedulerRecord` per host, and whether a
+host may start); the graph records it on the host.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,7 +36,7 @@ from fleet.inventory.host import Connection, Host
 from fleet.node.node import Node
 from fleet.report import progress
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus, Reason, RunReport
+from fleet.report.models import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
 from fleet.report.render import fold
 from fleet.reset.host import HostRun, Mode, walk_host
 from fleet.transport import Transport, connect
@@ -47,28 +48,42 @@ HostEnded = Callable[[HostReport], None]  # told each host's final report as it 
 CLOSE_TIMEOUT_S = 5.0
 
 
+@dataclass(frozen=True)
+class Ready:
+    """A scheduler's answer for one host: its record as it stands, and None when the host may be reset now, else
+    the outcome it ends with, untouched (status, one-line error, reason)."""
+
+    record: SchedulerRecord | None
+    outcome: tuple[HostStatus, str, Reason] | None = None
+
+
 class Scheduler(Protocol):
-    """A workload manager around each host's walk (see the module docstring)."""
+    """A workload manager around each host's walk (see the module docstring). It returns what it decided; the
+    graph records it on the host (`HostRun.scheduler`)."""
 
     async def serve(self) -> None:
         """Background work for the whole run (polling); cancelled when the run ends."""
 
-    async def admit(self, runs: Sequence[HostRun]) -> None:
-        """Before a wave starts: read and take its nodes out of service."""
+    async def admit(self, runs: Sequence[HostRun]) -> Mapping[str, SchedulerRecord]:
+        """Before a wave starts: read and take its nodes out of service; each host's record, by host name."""
 
-    async def ready(self, run: HostRun, log: HostLog) -> tuple[HostStatus, str, Reason] | None:
+    async def ready(self, run: HostRun, log: HostLog) -> Ready:
         """Wait until the host may be touched; else the outcome it ends with, untouched."""
 
-    async def release(self, run: HostRun, report: HostReport, log: HostLog) -> None:
-        """After the host's outcome: give its node back, or keep it out of service (shielded, bounded)."""
+    async def release(self, run: HostRun, report: HostReport, log: HostLog) -> SchedulerRecord | None:
+        """After the host's outcome: give its node back, or keep it out of service (shielded, bounded); the
+        host's record as it left it."""
 
 
 @dataclass(frozen=True)
-class SlurmOptions:
-    """`--slurm`: drain before, resume after (`fleet.slurm.lifecycle`); `--via srun`: fan out as a job step."""
+class SchedulerOptions:
+    """`--slurm` (or the inventory's `scheduler:`): which workload manager (`fleet.schedulers`), how long a node's
+    jobs may take to end (`--drain-wait`), and whether the scheduler itself runs the reset on its nodes
+    (`fan_out`: Slurm's `--via srun`) instead of SSH fan-out."""
 
     drain_wait_s: float = 600.0
-    via_srun: bool = False
+    fan_out: bool = False
+    name: str = "slurm"
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,7 @@ class RunOptions:
     deadline_s: float | None = None
     stop_units: bool = False  # stop the unit of a holder that respawns (not in services, not protected)
     gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
-    slurm: SlurmOptions | None = None  # None: Slurm is not asked
+    scheduler: SchedulerOptions | None = None  # None: no workload manager is asked
     progress: bool = False  # show the run as it goes on stderr (`fleet.report.progress`)
 
 
@@ -143,9 +158,10 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
     try:
         if scheduler is not None:
             log = logs.host_logger(run.host.name)
-            held = await scheduler.ready(run, log)
-            if held is not None:
-                run.finish(*held)
+            ready = await scheduler.ready(run, log)
+            run.scheduler = ready.record
+            if ready.outcome is not None:
+                run.finish(*ready.outcome)
                 return
         async with gate.limiter:
             if gate.state.stopped:
@@ -176,13 +192,17 @@ async def _admit(scheduler: Scheduler, wave: Sequence[HostRun]) -> None:
     drained without its host's task, whose end (`_release`) gives it back."""
     await anyio.lowlevel.checkpoint()
     with anyio.CancelScope(shield=True):
-        await scheduler.admit(wave)
+        records = await scheduler.admit(wave)
+    for run in wave:
+        run.scheduler = records.get(run.host.name)
 
 
 async def _release(scheduler: Scheduler, run: HostRun, report: HostReport, log: HostLog) -> None:
     """The scheduler's end of a host: never the host's outcome, never the run's end."""
     try:
-        await scheduler.release(run, report, log)
+        record = await scheduler.release(run, report, log)
+        if record is not None:
+            run.scheduler = record
     except Exception:
         if log is not None:
             with suppress(OSError, ValueError):

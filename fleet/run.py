@@ -14,14 +14,15 @@ from typing import Any
 
 import anyio
 
-from fleet import __version__
-from fleet.graph import Connector, RunOptions, Scheduler, run_hosts
+from fleet import __version__, schedulers
+from fleet.errors import UsageError
+from fleet.graph import Connector, RunOptions, run_hosts
 from fleet.interrupts import Interrupts
 from fleet.inventory.host import Host
 from fleet.report import render as reporting
 from fleet.report.history import Recorder, history_path, now_stamp
 from fleet.report.html_report import write_page
-from fleet.report.logs import RunLiveness, RunLogs, default_log_dir, new_run_id, run_liveness
+from fleet.report.logs import RunLogs, default_log_dir, new_run_id
 from fleet.report.models import RunReport
 from fleet.report.tables import report_table
 from fleet.reset.host import Mode
@@ -48,21 +49,6 @@ def raise_fd_limit(hosts: int) -> None:
     wanted = fd_limit_wanted(soft, hard, hosts)
     if wanted is not None and wanted > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-
-
-def slurm_lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None) -> Scheduler:
-    """The Slurm lifecycle of a run; an earlier run's drain is known to be over when its log folder, beside this
-    run's, says so (`fleet.report.logs.run_liveness`)."""
-    from fleet.slurm.control import Slurm
-    from fleet.slurm.lifecycle import SlurmLifecycle
-
-    assert options.slurm is not None
-
-    def run_over(run_id: str) -> bool:
-        return run_liveness(logs.path.parent, run_id) is RunLiveness.OVER
-
-    return SlurmLifecycle(Slurm(), logs.run_id, options.mode, drain_wait_s=options.slurm.drain_wait_s,
-                          run_over=run_over, interrupts=interrupts)
 
 
 def say(line: str) -> None:
@@ -134,15 +120,16 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
     logs.create()
     history = start_history(logs, targets, options)
     try:
-        if options.slurm is not None and options.slurm.via_srun:
-            from fleet.slurm.srun import run_via_srun
-
-            run_report, state = await run_via_srun(targets, options, logs, on_host_end=history.host_ended,
-                                                   interrupts=interrupts)
+        chosen = schedulers.plug(options.scheduler.name) if options.scheduler is not None else None
+        if chosen is not None and options.scheduler is not None and options.scheduler.fan_out:
+            if chosen.fan_out is None:
+                raise UsageError(f"scheduler {options.scheduler.name} cannot run the reset itself (--via)")
+            run_report, state = await chosen.fan_out(targets, options, logs, on_host_end=history.host_ended,
+                                                     interrupts=interrupts)
         else:
             extra: dict[str, Any] = {"connector": connector} if connector else {}
-            if options.slurm is not None:
-                extra["scheduler"] = slurm_lifecycle(options, logs, interrupts)
+            if chosen is not None:
+                extra["scheduler"] = chosen.lifecycle(options, logs, interrupts)
             run_report, state = await run_hosts(targets, options, logs, on_host_end=history.host_ended,
                                                 interrupts=interrupts, **extra)
     except BaseException:
@@ -168,7 +155,7 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
     say(f"logs: {logs.path}")
     if state.interrupted:
         say("fleet: interrupted; in-flight commands were ended, the report above is complete")
-        abandoned = [h.slurm.node for h in run_report.hosts.values() if h.slurm and h.slurm.abandoned]
+        abandoned = [h.scheduler.node for h in run_report.hosts.values() if h.scheduler and h.scheduler.abandoned]
         if abandoned:
             say(f"fleet: left drained at the third interrupt (reason 'fleet: run {logs.run_id}'):"
                 f" {reporting.fold(abandoned)}")

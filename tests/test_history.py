@@ -22,7 +22,7 @@ from slurm import StartCluster
 
 from fleet.cli import main
 from fleet.errors import ConnectError, UsageError
-from fleet.graph import RunOptions, SlurmOptions
+from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
@@ -66,7 +66,7 @@ from fleet.report.models import (
     PlannedProcess,
     Reason,
     RunReport,
-    SlurmReport,
+    SchedulerRecord,
     StepName,
     StepResult,
     StepStatus,
@@ -151,7 +151,7 @@ def test_a_host_recorded_again_is_updated_and_keeps_when_it_first_ended(tmp_path
     with History.open(tmp_path / HISTORY_FILE) as history:
         history.start_run("run-1", "reset", ["gpu-b01"], {}, stamp(NOW), "0.1.0", "/logs")
         history.record_host("run-1", host("gpu-b01", HostStatus.FAILED, "x", Reason.SLURM), stamp(NOW))
-        history.record_host("run-1", host("gpu-b01", slurm=SlurmReport("gpu-b01", state_after="IDLE")),
+        history.record_host("run-1", host("gpu-b01", scheduler=SchedulerRecord("gpu-b01", state_after="IDLE")),
                             stamp(NOW + timedelta(seconds=9)))
         (row,) = history.host_history("gpu-b01")
     assert (row.status, row.reason, row.error, row.ended_at) == ("clean", None, None, stamp(NOW))
@@ -544,7 +544,7 @@ async def test_a_run_via_srun_tells_the_history_each_node_as_its_report_comes(
                                 task_env={n: {"PATH": node.env()["PATH"]} for n, node in sim.nodes.items()})
         monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
         hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
-        code, report = await run_and_report(hosts, RunOptions(slurm=SlurmOptions(4.0, via_srun=True)),
+        code, report = await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0, fan_out=True)),
                                             as_json=False, log_dir=tmp_path / "logs")
     assert code == 0
     assert sorted(told) == list(names)  # each node as the step's report on it came in, before the run's end
@@ -552,7 +552,7 @@ async def test_a_run_via_srun_tells_the_history_each_node_as_its_report_comes(
         record = history.get(report.run_id)
     assert record is not None
     assert record.run.exit_code == 0
-    assert record.run.options["slurm"] == {"drain_wait_s": 4.0, "via_srun": True}
+    assert record.run.options["scheduler"] == {"drain_wait_s": 4.0, "fan_out": True, "name": "slurm"}
     assert [(h.host, h.status) for h in record.hosts] == [(n, "clean") for n in names]
     assert all(h.slurm is not None and h.slurm["state_after"] for h in record.hosts)  # the release, at the end
 
@@ -640,7 +640,8 @@ def test_a_summary_document_gives_back_the_run_s_own_summary_lines() -> None:
     report = RunReport("run-1", "reset", stamp(NOW), 7.9, {
         "gpu-b01": HostReport("gpu-b01", HostStatus.PLANNED, 1.0, None,
                               (StepResult(StepName.DRAIN, StepStatus.OK, 0.1, "would stop sglang.service"),),
-                              plan=plan, slurm=SlurmReport("gpu-b01", "IDLE", plan="slurm IDLE: would drain it")),
+                              plan=plan,
+                              scheduler=SchedulerRecord("gpu-b01", "IDLE", plan="slurm IDLE: would drain it")),
         "gpu-b02": HostReport("gpu-b02", HostStatus.FAILED, 2.0, "gpu 0 holds 1523 MiB", reason=Reason.MEMORY_HELD),
         "gpu-b03": HostReport("gpu-b03", HostStatus.FAILED, 2.0, "gpu 0 holds 4096 MiB", reason=Reason.MEMORY_HELD),
     })

@@ -238,7 +238,7 @@ ERRORS = [
     ("duplicate-key", "hosts:\n  n1: null\n  n1: {port: 2}\n", "line 3, column 3: YAML syntax error: duplicate"),
     ("empty", "", "the inventory is empty"),
     ("top-level-list", "- n1\n", "expected a mapping of defaults, groups and hosts"),
-    ("scheduler", "scheduler: pbs\nhosts: {n1: null}", "scheduler: expected 'slurm', got 'pbs'"),
+    ("scheduler", "scheduler: pbs\nhosts: {n1: null}", "scheduler: no scheduler 'pbs' (known: slurm)"),
     ("slurm-node", "hosts: {n1: {slurm_node: 'n1;id'}}", "hosts.n1.slurm_node: invalid host name"),
 ]
 

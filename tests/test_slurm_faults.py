@@ -20,7 +20,7 @@ import pytest
 import test_slurm_sim
 from test_slurm_sim import ALL, events, reset, slurm_of, state
 
-from fleet.graph import RunOptions, SlurmOptions
+from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.logs import RUNNING_LOCK, SUMMARY
@@ -67,7 +67,7 @@ async def test_a_release_while_slurmctld_answers_nothing_reports_what_slurm_then
     outcome: dict[str, Any] = {}
 
     async def run() -> None:
-        outcome["report"] = (await run_and_report(hosts, RunOptions(slurm=SlurmOptions(4.0)), as_json=False,
+        outcome["report"] = (await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0)), as_json=False,
                                                   log_dir=logs))[1]
 
     async with anyio.create_task_group() as group:
@@ -206,7 +206,7 @@ async def test_via_srun_the_step_holds_every_gpu_and_ignores_slurm_variables_in_
                         "SLURM_JOBID": str(job), "SLURM_NNODES": "1"}.items():
         monkeypatch.setenv(name, value)
     hosts = select(load_inventory(sim.inventory_path), patterns=["sim1", "sim2"])
-    options = RunOptions(slurm=SlurmOptions(4.0, via_srun=True))
+    options = RunOptions(scheduler=SchedulerOptions(4.0, fan_out=True))
     _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     for name in ("sim1", "sim2"):
         assert report.hosts[name].status is HostStatus.CLEAN, report.hosts[name].error
@@ -225,7 +225,7 @@ async def test_via_srun_nodes_whose_frames_cannot_be_read_are_kept_drained_befor
     monkeypatch.setattr("fleet.slurm.srun.KEPT_VARIABLES", frozenset({"SLURM_CONF", "SLURM_LABELIO"}))
     monkeypatch.setenv("SLURM_LABELIO", "1")
     hosts = select(load_inventory(sim.inventory_path), patterns=["sim1", "sim2"])
-    _, report = await run_and_report(hosts, RunOptions(slurm=SlurmOptions(4.0, via_srun=True)), as_json=False,
+    _, report = await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0, fan_out=True)), as_json=False,
                                      log_dir=tmp_path / "logs")
     for name in ("sim1", "sim2"):
         host = report.hosts[name]

@@ -13,7 +13,7 @@ import structlog
 from scripted_slurm import ScriptedSlurm
 
 from fleet.inventory.host import Host
-from fleet.report.models import HostStatus, Reason
+from fleet.report.models import HostReport, HostStatus, Reason
 from fleet.reset.host import HostRun, Mode
 from fleet.slurm.lifecycle import SlurmLifecycle
 
@@ -31,26 +31,36 @@ def log() -> Any:
     return structlog.wrap_logger(structlog.ReturnLogger())
 
 
+async def admit(life: SlurmLifecycle, run: HostRun) -> None:
+    """As the task graph does: the record the lifecycle returns is the host's."""
+    run.scheduler = (await life.admit([run])).get(run.host.name)
+
+
+async def release(life: SlurmLifecycle, run: HostRun, report: HostReport) -> None:
+    run.scheduler = await life.release(run, report, log()) or run.scheduler
+
+
 async def through(life: SlurmLifecycle, name: str, status: HostStatus | None = HostStatus.CLEAN,
                   error: str | None = None) -> HostRun:
     """Admit, wait and release one host as the task graph does: `status` None means the host never started
     (the lifecycle itself refused it)."""
     run = HostRun(Host(name=name, address="127.0.0.1"))
-    await life.admit([run])
-    held = await life.ready(run, log())
-    if held is not None:
-        run.finish(*held)
+    await admit(life, run)
+    ready = await life.ready(run, log())
+    run.scheduler = ready.record
+    if ready.outcome is not None:
+        run.finish(*ready.outcome)
     elif status is not None:
         run.started = time.monotonic()
         run.finish(status, error, None if status is HostStatus.CLEAN else Reason.MEMORY_HELD)
     report = run.report()
-    await life.release(run, report, log())
+    await release(life, run, report)
     return run
 
 
 def after(run: HostRun) -> tuple[str | None, str | None, str | None]:
-    assert run.slurm is not None
-    return run.slurm.state_after, run.slurm.reason_after, run.slurm.error
+    assert run.scheduler is not None
+    return run.scheduler.state_after, run.scheduler.reason_after, run.scheduler.error
 
 
 # --- a drain whose reply was lost ---------------------------------------------------------------------
@@ -93,12 +103,12 @@ async def test_a_resume_applied_but_unanswered_is_read_back_not_retried_and_repo
     slurm = ScriptedSlurm({"sim1": "IDLE"})
     life = lifecycle(slurm)
     run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await life.admit([run])
-    assert await life.ready(run, log()) is None
+    await admit(life, run)
+    assert (await life.ready(run, log())).outcome is None
     run.started = time.monotonic()
     run.finish(HostStatus.CLEAN)
     slurm.lose_replies = 1
-    await life.release(run, run.report(), log())
+    await release(life, run, run.report())
     assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]  # once: the read back saw it
     assert after(run) == ("IDLE", None, None)
 
@@ -107,11 +117,11 @@ async def test_a_resume_refused_is_tried_again_from_a_fresh_read() -> None:
     slurm = ScriptedSlurm({"sim1": "IDLE"})
     life = lifecycle(slurm)
     run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await life.admit([run])
+    await admit(life, run)
     run.started = time.monotonic()
     run.finish(HostStatus.CLEAN)
     slurm.refuse = 2
-    await life.release(run, run.report(), log())
+    await release(life, run, run.report())
     assert after(run) == ("IDLE", None, None)
 
 
@@ -119,11 +129,11 @@ async def test_a_resume_refused_every_time_reports_the_drain_slurm_still_shows_a
     slurm = ScriptedSlurm({"sim1": "IDLE"})
     life = lifecycle(slurm)
     run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await life.admit([run])
+    await admit(life, run)
     run.started = time.monotonic()
     run.finish(HostStatus.CLEAN)
     slurm.refuse = 10
-    await life.release(run, run.report(), log())
+    await release(life, run, run.report())
     state, reason, error = after(run)
     assert (state, reason) == ("IDLE+DRAIN", OWN)  # never what fleet meant to set
     assert error is not None and "Unable to contact slurm controller" in error
@@ -133,11 +143,11 @@ async def test_keep_drained_applied_but_unanswered_is_not_written_twice() -> Non
     slurm = ScriptedSlurm({"sim1": "IDLE"})
     life = lifecycle(slurm)
     run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await life.admit([run])
+    await admit(life, run)
     run.started = time.monotonic()
     run.finish(HostStatus.FAILED, "GPU 0 still holds 1523 MiB", Reason.MEMORY_HELD)
     slurm.lose_replies = 1
-    await life.release(run, run.report(), log())
+    await release(life, run, run.report())
     assert [u[1] for u in slurm.updates] == ["DRAIN", "DRAIN"]
     assert after(run) == ("IDLE+DRAIN", f"{OWN}: GPU 0 still holds 1523 MiB", None)
 

@@ -24,7 +24,7 @@ import pytest
 from deep_chain import CHAIN, lineage_of
 from slurm import StartCluster, live
 
-from fleet.graph import RunOptions, SlurmOptions
+from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName
@@ -73,7 +73,7 @@ def cluster(sim: SimFleet, slurm_cluster: StartCluster, monkeypatch: pytest.Monk
 async def reset(sim: SimFleet, tmp_path: Path, *, drain_wait_s: float = 4.0, via_srun: bool = False,
                 mode: Mode = Mode.RESET) -> RunReport:
     hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
-    options = RunOptions(mode=mode, slurm=SlurmOptions(drain_wait_s, via_srun=via_srun))
+    options = RunOptions(mode=mode, scheduler=SchedulerOptions(drain_wait_s, fan_out=via_srun))
     _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     return report
 
@@ -84,8 +84,8 @@ def events(tmp_path: Path, report: RunReport, host: str) -> list[dict[str, Any]]
 
 
 def slurm_of(host: HostReport) -> Any:
-    assert host.slurm is not None
-    return host.slurm
+    assert host.scheduler is not None
+    return host.scheduler
 
 
 def state(cluster: SlurmCluster, node: str) -> str:
@@ -401,7 +401,7 @@ async def test_check_reads_slurm_and_changes_nothing(sim: SimFleet, cluster: Slu
 async def test_a_run_cut_short_leaves_touched_nodes_drained_and_says_why(sim: SimFleet, cluster: SlurmCluster,
                                                                          tmp_path: Path) -> None:
     hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
-    options = RunOptions(deadline_s=8.0, slurm=SlurmOptions(4.0))
+    options = RunOptions(deadline_s=8.0, scheduler=SchedulerOptions(4.0))
     _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     sim1 = report.hosts["sim1"]
     assert sim1.status is HostStatus.FAILED and "run deadline of 8 s reached during settle" in (sim1.error or "")
@@ -414,7 +414,7 @@ async def test_a_node_slurm_does_not_know_fails_untouched_and_the_others_go_on(
 ) -> None:
     hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
     hosts[0] = replace(hosts[0], slurm_node="ghost")
-    _, report = await run_and_report(hosts, RunOptions(slurm=SlurmOptions(4.0)), as_json=False,
+    _, report = await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0)), as_json=False,
                                      log_dir=tmp_path / "logs")
     sim1 = report.hosts["sim1"]
     assert sim1.status is HostStatus.FAILED and "Slurm has no node ghost" in (sim1.error or "")

@@ -43,6 +43,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
+from fleet import schedulers
 from fleet.errors import InventoryError, UsageError
 from fleet.inventory import validate
 from fleet.inventory.datafile import read_data
@@ -109,10 +110,17 @@ class GroupSpec(BaseModel):
     vars: HostVars = HostVars()
 
 
+def _known_scheduler(name: str) -> str:
+    """A `scheduler:` the registry knows (`fleet.schedulers`: slurm)."""
+    if name not in schedulers.names():
+        raise ValueError(f"no scheduler {name!r} (known: {', '.join(schedulers.names())})")
+    return name
+
+
 class InventoryFile(BaseModel):
     model_config = _CONFIG
 
-    scheduler: Literal["slurm"] | None = None
+    scheduler: Annotated[str, AfterValidator(_known_scheduler)] | None = None
     defaults: HostVars | None = None
     groups: dict[GroupName, GroupSpec | None] | None = None
     hosts: dict[HostName, HostVars | None] | None = None
@@ -134,7 +142,7 @@ class Inventory:
     hosts: dict[str, Host]
     groups: dict[str, tuple[str, ...]]
     sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # host -> variable -> key that set it
-    scheduler: str | None = None  # `scheduler: slurm`: every reset drains and resumes through Slurm
+    scheduler: str | None = None  # `scheduler: slurm` (`fleet.schedulers`): every reset goes through it
     defaults: Mapping[str, Any] = field(default_factory=dict)  # what `defaults` set: for hosts it does not list
 
     def source(self, host: str, variable: str) -> str:

@@ -22,7 +22,7 @@ from fleet.report.models import (
     PlannedProcess,
     Reason,
     RunReport,
-    SlurmReport,
+    SchedulerRecord,
 )
 from fleet.report.render import fold, host_from_document, human_lines
 
@@ -200,8 +200,8 @@ def _plan(document: Mapping[str, Any]) -> HostPlan:
     )
 
 
-def _slurm(document: Mapping[str, Any]) -> SlurmReport:
-    return SlurmReport(**{**document, "jobs": tuple(document.get("jobs", ()))})
+def _slurm(document: Mapping[str, Any]) -> SchedulerRecord:
+    return SchedulerRecord(**{**document, "jobs": tuple(document.get("jobs", ()))})
 
 
 def _reason(value: object) -> Reason | None:

@@ -110,8 +110,11 @@ class HostPlan:
 
 
 @dataclass(frozen=True)
-class SlurmReport:
-    """A host's node in Slurm around the run (`--slurm`): as fleet found it and as it left it."""
+class SchedulerRecord:
+    """A host's node in its workload manager around the run (`--slurm`): as fleet found it and as it left it.
+
+    Scheduler-neutral (a node, its state and reason before and after, the jobs that held it); the JSON report
+    keeps its key `slurm` for it, as 0.1 wrote it (`fleet.report.render`)."""
 
     node: str
     state_before: str | None = None
@@ -135,7 +138,7 @@ class HostReport:
     killed: tuple[KilledProcess, ...] = ()
     gpus: tuple[GpuReport, ...] = ()
     plan: HostPlan | None = None  # dry run only
-    slurm: SlurmReport | None = None  # with --slurm
+    scheduler: SchedulerRecord | None = None  # with a scheduler (--slurm); the JSON's `slurm`
     reason: Reason | None = None  # set whenever the host did not end clean (or planned)
     memory_before_mib: tuple[int | None, ...] | None = None  # each GPU's memory.used as a reset began
     health: tuple[HostFinding, ...] = ()  # health findings on no listed GPU (an Xid on another PCI address)

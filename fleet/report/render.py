@@ -78,10 +78,10 @@ def host_document(host: HostReport) -> dict[str, Any]:
             "kept": [asdict(p) for p in host.plan.kept],
             "gpu_memory_mib": list(host.plan.gpu_memory_mib),
         }
-    if host.slurm is not None:
+    if host.scheduler is not None:
         optional = ("plan", "error", "abandoned", "waited_s")  # only when set
-        document["slurm"] = {k: v for k, v in asdict(host.slurm).items() if k not in optional or v}
-        document["slurm"]["jobs"] = list(host.slurm.jobs)
+        document["slurm"] = {k: v for k, v in asdict(host.scheduler).items() if k not in optional or v}
+        document["slurm"]["jobs"] = list(host.scheduler.jobs)
     return document
 
 
@@ -185,6 +185,6 @@ def plan_lines(report: RunReport) -> list[str]:
     lines = []
     for name, host in report.hosts.items():
         if host.plan is not None:
-            slurm = [host.slurm.plan] if host.slurm is not None and host.slurm.plan else []
+            slurm = [host.scheduler.plan] if host.scheduler is not None and host.scheduler.plan else []
             lines.append(f"{name}: " + "; ".join([*slurm, *(s.detail for s in host.steps if s.detail)]))
     return lines

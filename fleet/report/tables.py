@@ -31,12 +31,12 @@ def _where(host: Host) -> str:
 def report_table(report: RunReport) -> None:
     """Per host: status, each step's time, what was killed, Slurm's state after (with Slurm), the error: for the
     demo and small runs."""
-    slurm = any(h.slurm is not None for h in report.hosts.values())
+    slurm = any(h.scheduler is not None for h in report.hosts.values())
     table = Table("host", "status", *[s.value for s in StepName], "killed", *(["slurm"] if slurm else []), "error",
                   box=None)
     for name, host in report.hosts.items():
         times = [f"{s.duration_s:.1f}s" if s.status is StepStatus.OK else s.status.value for s in host.steps]
         killed = ", ".join(f"{k.name}:{k.pid} ({k.signal})" for k in host.killed)
-        after = [(host.slurm.state_after or "?") if host.slurm else ""] if slurm else []
+        after = [(host.scheduler.state_after or "?") if host.scheduler else ""] if slurm else []
         table.add_row(name, host.status.value, *times, killed, *after, host.error or "")
     Console(stderr=True, soft_wrap=True).print(table)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -30,7 +30,7 @@ from fleet.report.models import (
     HostStatus,
     KilledProcess,
     Reason,
-    SlurmReport,
+    SchedulerRecord,
     StepName,
     StepOutcome,
     StepResult,
@@ -79,12 +79,7 @@ class HostRun:
     plan: HostPlan | None = None
     memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU
-    slurm: SlurmReport | None = None  # set by the scheduler seam (`fleet.slurm.lifecycle`) with --slurm
-
-    def note_slurm(self, **changes: Any) -> None:
-        """Update the host's Slurm record (`fleet.slurm`), when it has one."""
-        if self.slurm is not None:
-            self.slurm = replace(self.slurm, **changes)
+    scheduler: SchedulerRecord | None = None  # what the scheduler seam (`fleet.graph.Scheduler`) decided for it
 
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
         self.status, self.error, self.reason, self.ended = status, error, reason, time.monotonic()
@@ -110,7 +105,7 @@ class HostRun:
         start = (round(max(self.started - run_started, 0.0), 3)
                  if self.started is not None and run_started is not None else None)
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.slurm, reason, self.memory_before, self.health, start)
+                          self.scheduler, reason, self.memory_before, self.health, start)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,

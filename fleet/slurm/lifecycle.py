@@ -20,13 +20,15 @@ are what an interrupted run still finishes (`fleet.interrupts`): a third signal 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import anyio
 
+from fleet.graph import Ready
 from fleet.hostlog import HostLog
 from fleet.interrupts import Interrupts
-from fleet.report.models import HostReport, HostStatus, Reason, SlurmReport
+from fleet.report.models import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.reset.host import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
@@ -54,8 +56,15 @@ class _Node:
     jobs: tuple[str, ...] = ()
     error: str | None = None  # why the host may not be reset (Slurm unreadable, unknown node, drain refused)
     waiting_since: float = 0.0
+    record: SchedulerRecord | None = None  # what the report says of it (`fleet.graph.Scheduler` returns it)
     released: bool = False  # its release began
     given_back: bool = False  # its release is over (done, failed or abandoned)
+
+    def note(self, **changes: Any) -> SchedulerRecord | None:
+        """The record, changed."""
+        if self.record is not None:
+            self.record = replace(self.record, **changes)
+        return self.record
 
 
 class SlurmLifecycle:
@@ -85,7 +94,8 @@ class SlurmLifecycle:
 
     # --- admit: read the wave, drain what fleet may drain ---------------------------------------
 
-    async def admit(self, runs: Sequence[HostRun]) -> None:
+    async def admit(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
+        """Each host's record, by host name (`fleet.graph` records it on the host)."""
         nodes = {run.host.name: _Node(run.host.slurm_node or run.host.name) for run in runs}
         self._nodes.update(nodes)
         names = sorted({n.name for n in nodes.values()})
@@ -94,8 +104,7 @@ class SlurmLifecycle:
         except SlurmError as exc:
             for node in nodes.values():
                 node.error = f"slurm: cannot read the node: {exc}"
-            self._record(runs)
-            return
+            return self._record(runs)
         now = anyio.current_time()
         for node in nodes.values():
             node.waiting_since = now  # --drain-wait counts from here, for every node of the wave
@@ -107,7 +116,7 @@ class SlurmLifecycle:
                 earlier = policy.in_flight_run(node.before)
                 node.how = policy.admission(node.before, earlier is not None and self.run_over(earlier))
         await self._drain([n for n in nodes.values() if self._held(n)])
-        self._record(runs)
+        return self._record(runs)
 
     async def _drain(self, nodes: Sequence[_Node]) -> None:
         """Drain the nodes at once. An update that answered with an error may still have been applied: Slurm is
@@ -128,11 +137,11 @@ class SlurmLifecycle:
             if not policy.drained_for(seen.get(node.name), self.run_id):
                 node.error = f"slurm: cannot drain the node: {failed}"
 
-    def _record(self, runs: Sequence[HostRun]) -> None:
+    def _record(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
         for run in runs:
             node = self._nodes[run.host.name]
             before = node.before
-            run.slurm = SlurmReport(
+            node.record = SchedulerRecord(
                 node=node.name,
                 state_before=before.state if before else None,
                 reason_before=before.reason if before else None,
@@ -141,12 +150,18 @@ class SlurmLifecycle:
                 if self.mode is Mode.PLAN and before else None,
                 error=node.error,
             )
+        return {name: record for name, record in ((r.host.name, self._nodes[r.host.name].record) for r in runs)
+                if record is not None}
 
     # --- ready: wait until no job holds the node ------------------------------------------------
 
-    async def ready(self, run: HostRun, log: HostLog) -> tuple[HostStatus, str, Reason] | None:
-        """None when the host may be reset now; else the outcome it ends with, untouched."""
+    async def ready(self, run: HostRun, log: HostLog) -> Ready:
+        """The host may be reset now (no outcome), or the outcome it ends with, untouched; and its record."""
         node = self._nodes[run.host.name]
+        outcome = await self._wait(node, log)
+        return Ready(node.record, outcome)
+
+    async def _wait(self, node: _Node, log: HostLog) -> tuple[HostStatus, str, Reason] | None:
         if node.error is not None:
             log.error("slurm_error", node=node.name, error=node.error)
             return HostStatus.FAILED, node.error, Reason.SLURM
@@ -158,7 +173,7 @@ class SlurmLifecycle:
         wait = Wait(node.name, drained=node.how is not policy.Admission.LEAVE, jobs=node.jobs)
         await self.waits.wait(wait, node.waiting_since + self.drain_wait_s)
         node.jobs = wait.jobs
-        run.note_slurm(jobs=node.jobs, waited_s=round(anyio.current_time() - started, 3))
+        node.note(jobs=node.jobs, waited_s=round(anyio.current_time() - started, 3))
         error = wait.outcome(self.drain_wait_s)
         if wait.lost is not None:
             log.warning("slurm_lost", node=node.name, error=error)
@@ -175,26 +190,26 @@ class SlurmLifecycle:
 
     # --- release: resume, restore, keep drained or leave ----------------------------------------
 
-    async def release(self, run: HostRun, report: HostReport, log: HostLog) -> None:
+    async def release(self, run: HostRun, report: HostReport, log: HostLog) -> SchedulerRecord | None:
         """The node's end of the run (shielded, bounded: it runs on Ctrl-C and past the deadline too; a third
-        interrupt abandons it, and the report says the node was left drained)."""
+        interrupt abandons it, and the report says the node was left drained); its record as it left it."""
         node = self._nodes.get(run.host.name)
         if node is None or node.released or node.before is None:
-            return
+            return None
         node.released = True
         if not self._held(node):
-            run.note_slurm(state_after=node.before.state, reason_after=node.before.reason)
             node.given_back = True
-            return
+            return node.note(state_after=node.before.state, reason_after=node.before.reason)
         with self._finishing.shielded() as shield, anyio.move_on_after(RELEASE_TIMEOUT_S) as bound:
             await self._release(run, node, report, log)
         node.given_back = True
         if shield.cancelled_caught:
-            run.note_slurm(error=f"slurm: release abandoned at the third interrupt: {node.name} left drained"
-                                 f" ({policy.own_reason(self.run_id)})", abandoned=True)
             log.error("slurm_abandoned", node=node.name)
-        elif bound.cancelled_caught:
-            run.note_slurm(error=f"slurm: releasing {node.name} took over {RELEASE_TIMEOUT_S:g} s")
+            return node.note(error=f"slurm: release abandoned at the third interrupt: {node.name} left drained"
+                                   f" ({policy.own_reason(self.run_id)})", abandoned=True)
+        if bound.cancelled_caught:
+            return node.note(error=f"slurm: releasing {node.name} took over {RELEASE_TIMEOUT_S:g} s")
+        return node.record
 
     async def _release(self, run: HostRun, node: _Node, report: HostReport, log: HostLog) -> None:
         """Read, decide, update; after an update that answered with an error, read and decide again: it may have
@@ -221,8 +236,8 @@ class SlurmLifecycle:
         except SlurmError as exc:
             failure = failure or exc
             after = None
-        run.note_slurm(state_after=after.state if after else None, reason_after=after.reason if after else None,
-                       error=f"slurm: {failure}" if failure else None)
+        node.note(state_after=after.state if after else None, reason_after=after.reason if after else None,
+                  error=f"slurm: {failure}" if failure else None)
 
     async def _apply(self, name: str, action: policy.Action) -> None:
         if action.what is policy.Release.RESUME:

@@ -30,7 +30,7 @@ import signal
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from subprocess import PIPE
 from typing import Any
 
@@ -44,7 +44,16 @@ from fleet.interrupts import Interrupts
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostPlan, HostReport, HostStatus, Reason, RunReport, SlurmReport, StepName, StepStatus
+from fleet.report.models import (
+    HostPlan,
+    HostReport,
+    HostStatus,
+    Reason,
+    RunReport,
+    SchedulerRecord,
+    StepName,
+    StepStatus,
+)
 from fleet.report.render import host_from_document
 from fleet.reset.host import HostRun, Mode
 from fleet.slurm import policy
@@ -143,7 +152,7 @@ class SrunRun:
 
     def __init__(self, slurm: Slurm, runs: Sequence[HostRun], options: RunOptions, logs: RunLogs,
                  on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None) -> None:
-        assert options.slurm is not None
+        assert options.scheduler is not None
         self.slurm, self.options, self.logs = slurm, options, logs
         self.on_host_end = on_host_end
         self.run_id = logs.run_id
@@ -193,7 +202,7 @@ class SrunRun:
         eligible = []
         for name, run in self.runs.items():
             node = self.before.get(name)
-            run.slurm = SlurmReport(name, node.state if node else None, node.reason if node else None,
+            run.scheduler = SchedulerRecord(name, node.state if node else None, node.reason if node else None,
                                     jobs=jobs.get(name, ()))
             if node is None:
                 self._end(name, HostStatus.FAILED, f"slurm: Slurm has no node {name} (set slurm_node if its Slurm"
@@ -207,10 +216,10 @@ class SrunRun:
 
     def _plan(self, eligible: list[str]) -> None:
         """Dry run: what the step would do, from Slurm alone (the nodes' own survey needs the step)."""
-        wait_s = self.options.slurm.drain_wait_s if self.options.slurm else 0.0
+        wait_s = self.options.scheduler.drain_wait_s if self.options.scheduler else 0.0
         for name in eligible:
             run = self.runs[name]
-            jobs = run.slurm.jobs if run.slurm else ()
+            jobs = run.scheduler.jobs if run.scheduler else ()
             waits = f", wait up to {wait_s:g} s for job {', '.join(jobs)}" if jobs else ""
             self._record(name, plan=f"slurm {self.before[name].state}: would reserve it ({self.reservation}){waits},"
                                     " reset it in one srun step; the node's own survey needs the step: for its"
@@ -221,7 +230,7 @@ class SrunRun:
     # --- reserve, then wait for the running jobs ------------------------------------------------
 
     async def _reserve_and_wait(self, eligible: list[str]) -> list[str]:
-        wait_s = self.options.slurm.drain_wait_s if self.options.slurm else 0.0
+        wait_s = self.options.scheduler.drain_wait_s if self.options.scheduler else 0.0
         step_s = step_seconds([self.runs[n].host for n in eligible], self.options.gpu_reset)
         minutes = _minutes(wait_s + step_s + CANCEL_GRACE_S)
         try:
@@ -402,7 +411,7 @@ class SrunRun:
                 self._record(name, state_after=node.state if node else None,
                              reason_after=node.reason if node else None)
         for name, run in self.runs.items():
-            if run.slurm is not None and run.slurm.state_after is None and name not in self.stepped:
+            if run.scheduler is not None and run.scheduler.state_after is None and name not in self.stepped:
                 node = self.before.get(name)
                 self._record(name, state_after=node.state if node else None, reason_after=node.reason if node else None)
 
@@ -475,7 +484,10 @@ class SrunRun:
             self._end(name, status, error, reason)
 
     def _record(self, name: str, **changes: Any) -> None:
-        self.runs[name].note_slurm(**changes)
+        """The node's record, changed (this run body is the scheduler here: it records on the host itself)."""
+        run = self.runs[name]
+        if run.scheduler is not None:
+            run.scheduler = replace(run.scheduler, **changes)
 
 
 def _ran(report: HostReport | None) -> bool:

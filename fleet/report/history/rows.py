@@ -123,7 +123,7 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "settle_s": json_text([g.settle_s for g in gpus]) if gpus else None,
         "health": json_text([{"gpu": g.index, **asdict(f)} for g in gpus for f in g.health]
                             + [{"gpu": None, **asdict(f)} for f in report.health]),
-        "slurm": json_text(asdict(report.slurm)) if report.slurm is not None else None,
+        "slurm": json_text(asdict(report.scheduler)) if report.scheduler is not None else None,
     }
 
 

@@ -1,0 +1,52 @@
+"""Workload managers, by the name the inventory's `scheduler:` (or a command line's `--slurm`) gives them.
+
+A scheduler is a plug: a module that provides `PLUG`, a `Plug` whose `lifecycle` builds the `fleet.graph.Scheduler`
+a run walks its hosts through, and whose `fan_out`, when it has one, runs the whole reset through the scheduler
+instead of SSH fan-out (Slurm's `--via srun`). The registry names modules, not objects: a scheduler's code is only
+imported when a run asks for it, and `fleet.inventory` can check a `scheduler:` value without importing any.
+Adding one (Kubernetes, say) is a row here and a module that implements `fleet.graph.Scheduler`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleet.graph import RunOptions, RunState, Scheduler
+    from fleet.interrupts import Interrupts
+    from fleet.report.logs import RunLogs
+    from fleet.report.models import RunReport
+
+# name -> the module that provides its PLUG
+REGISTRY: dict[str, str] = {
+    "slurm": "fleet.slurm.plug",
+}
+
+Lifecycle = Callable[["RunOptions", "RunLogs", "Interrupts | None"], "Scheduler"]
+FanOut = Callable[..., Awaitable[tuple["RunReport", "RunState"]]]
+
+
+@dataclass(frozen=True)
+class Plug:
+    """What a scheduler module provides. `fan_out(hosts, options, logs, on_host_end=, interrupts=)`: the run
+    through the scheduler itself, when it can run the reset on its nodes."""
+
+    lifecycle: Lifecycle
+    fan_out: FanOut | None = None
+
+
+def names() -> tuple[str, ...]:
+    """The scheduler names `scheduler:` accepts."""
+    return tuple(sorted(REGISTRY))
+
+
+def plug(name: str) -> Plug:
+    """The named scheduler's plug; ValueError for a name the registry does not know."""
+    if name not in REGISTRY:
+        raise ValueError(f"no scheduler {name!r} (known: {', '.join(names())})")
+    found = import_module(REGISTRY[name]).PLUG
+    assert isinstance(found, Plug)
+    return found

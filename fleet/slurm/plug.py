@@ -1,0 +1,27 @@
+"""Slurm as a `fleet.schedulers` plug: the drain / wait / resume lifecycle around SSH fan-out
+(`fleet.slurm.lifecycle`), and the whole reset as one job step (`--via srun`, `fleet.slurm.srun`)."""
+
+from __future__ import annotations
+
+from fleet.graph import RunOptions, Scheduler
+from fleet.interrupts import Interrupts
+from fleet.report.logs import RunLiveness, RunLogs, run_liveness
+from fleet.schedulers import Plug
+from fleet.slurm.control import Slurm
+from fleet.slurm.lifecycle import SlurmLifecycle
+from fleet.slurm.srun import run_via_srun
+
+
+def lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None) -> Scheduler:
+    """The run's Slurm lifecycle; an earlier run's drain is known to be over when its log folder, beside this run's,
+    says so (`fleet.report.logs.run_liveness`)."""
+    assert options.scheduler is not None
+
+    def run_over(run_id: str) -> bool:
+        return run_liveness(logs.path.parent, run_id) is RunLiveness.OVER
+
+    return SlurmLifecycle(Slurm(), logs.run_id, options.mode, drain_wait_s=options.scheduler.drain_wait_s,
+                          run_over=run_over, interrupts=interrupts)
+
+
+PLUG = Plug(lifecycle=lifecycle, fan_out=run_via_srun)
