@@ -46,7 +46,7 @@ from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.models import HostStatus, Reason, RunReport
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec

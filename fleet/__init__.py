@@ -22,7 +22,7 @@ _API = {
     "Inventory": "fleet.inventory.load",
     "load_inventory": "fleet.inventory.load",
     "select": "fleet.inventory.targeting",
-    "Mode": "fleet.reset.host",
+    "Mode": "fleet.reset.walk",
     "RunOptions": "fleet.graph",
     "SchedulerOptions": "fleet.graph",
     "run_and_report": "fleet.run",
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from fleet.inventory.load import Inventory, load_inventory
     from fleet.inventory.targeting import select
     from fleet.report.models import HostReport, HostStatus, Reason, RunReport
-    from fleet.reset.host import Mode
+    from fleet.reset.walk import Mode
     from fleet.run import run_and_report
 
 

@@ -44,7 +44,7 @@ from fleet.report.history_view import (
 )
 from fleet.report.logs import default_log_dir
 from fleet.report.rerun import rerun_of
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.run import execute
 from fleet.waves import parse_amount, parse_duration
 

@@ -1,4 +1,4 @@
-"""The task graph: every targeted host walks its steps (`fleet.reset.host`) at once, within the run's bounds.
+"""The task graph: every targeted host walks its steps (`fleet.reset.walk`) at once, within the run's bounds.
 
 One anyio task group; one task per host; a CapacityLimiter bounds how many hosts
 have remote work in flight (from their first command to their last, connect
@@ -38,7 +38,7 @@ from fleet.report import progress
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
 from fleet.report.render import fold
-from fleet.reset.host import HostRun, Mode, walk_host
+from fleet.reset.walk import HostRun, Mode, walk_host
 from fleet.transport import Transport, connect
 from fleet.transport.base import notes_of
 from fleet.waves import Amount, FailureBudget, plan_waves, tolerated

@@ -3,7 +3,7 @@
 A `Check` is a check's name (a finding's `check`, and what the host variables `health_warn` and `health_ignore`
 name), its default level and why (from NVIDIA's documents, below), what it reads, how a failing finding of it
 ranks among a host's, and, for a fact of one GPU, how that fact reads as a finding. From the table come the
-names the inventory accepts (`fleet.inventory.host`), the policy (`fleet.reset.health`: defaults, levels,
+names the inventory accepts (`fleet.inventory.host`), the policy (`fleet.reset.health_gate`: defaults, levels,
 ranking) and README's table of the health gate (a test compares them row for row).
 
 Adding a check: a row here (with, for a GPU fact, the function that reads it into a finding's detail); the
@@ -36,9 +36,9 @@ class Check:
     default: Level  # what a finding weighs unless the host's `health_warn` / `health_ignore` says otherwise
     why: str  # README's "why": what a finding means, and the document it rests on
     reads: str  # README's "read from": the nvidia-smi fields (or the log) the fact comes from
-    rank: int  # how a failing finding ranks among a host's (1: the most telling; `fleet.reset.health.fails`)
+    rank: int  # how a failing finding ranks among a host's (1: the most telling; `fleet.reset.health_gate.fails`)
     # A GPU fact's detail (None: nothing to report) from the GPU's health facts; None for a check the policy
-    # reads elsewhere (`xid`: the kernel log, `fleet.reset.health`).
+    # reads elsewhere (`xid`: the kernel log, `fleet.reset.health_gate`).
     finding: Callable[[GpuHealth], str | None] | None = None
 
 

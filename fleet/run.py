@@ -25,7 +25,7 @@ from fleet.report.html_report import write_page
 from fleet.report.logs import RunLogs, default_log_dir, new_run_id
 from fleet.report.models import RunReport
 from fleet.report.tables import report_table
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.waves import Amount
 
 # File descriptors a host holds during a run: its connection's socket and its log file.

@@ -183,5 +183,5 @@ def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read(
     type checking only), so neither reaches the other, nor the report layer, through it."""
     graph = import_graph()
     assert graph["fleet.health_checks"] == {"fleet", "fleet.outcomes"}
-    assert {"fleet.inventory.host", "fleet.reset.health"} <= {n for n, deps in graph.items()
+    assert {"fleet.inventory.host", "fleet.reset.health_gate"} <= {n for n, deps in graph.items()
                                                               if "fleet.health_checks" in deps}

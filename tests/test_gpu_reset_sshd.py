@@ -21,7 +21,7 @@ from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, Reason, StepName, StepStatus
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
 pytestmark = pytest.mark.sshd

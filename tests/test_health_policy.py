@@ -18,7 +18,7 @@ from fleet.node.probes.health import GpuHealth, parse_health
 from fleet.node.probes.kernel_log import Xid, parse_xids
 from fleet.node.probes.smi import ComputeApp, GpuRow
 from fleet.report.models import KilledProcess
-from fleet.reset.health import (
+from fleet.reset.health_gate import (
     XID_ACTION,
     XID_APPLICATION,
     XID_NAMES,

@@ -30,8 +30,8 @@ from fleet.node.node import Node
 from fleet.node.probe import action
 from fleet.report.models import HostStatus, StepStatus
 from fleet.reset import lock
-from fleet.reset.host import Mode
 from fleet.reset.lock import LockBusy, LockError, host_lock
+from fleet.reset.walk import Mode
 from fleet.transport.base import OpenCommand, Transport
 from fleet.transport.local import LocalTransport
 from fleet.transport.scripted import Reply, ScriptedTransport

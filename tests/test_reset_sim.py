@@ -22,7 +22,7 @@ from fleet.inventory.targeting import select
 from fleet.node.node import is_remote_command
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName, StepStatus
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 

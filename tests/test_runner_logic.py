@@ -18,7 +18,7 @@ from fleet.inventory.host import Host
 from fleet.node.probes import smi
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostStatus, Reason, StepName, StepStatus
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.transport.scripted import Reply, ScriptedTransport
 from fleet.waves import Amount
 

@@ -14,7 +14,7 @@ from scripted_slurm import ScriptedSlurm
 
 from fleet.inventory.host import Host
 from fleet.report.models import HostReport, HostStatus, Reason
-from fleet.reset.host import HostRun, Mode
+from fleet.reset.walk import HostRun, Mode
 from fleet.slurm.lifecycle import SlurmLifecycle
 
 RUN = "20261203T070000Z-abc123"

@@ -29,7 +29,7 @@ from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName
 from fleet.report.render import to_document
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec

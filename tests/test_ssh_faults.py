@@ -30,7 +30,7 @@ from fleet.errors import SessionSilent
 from fleet.graph import RunOptions
 from fleet.inventory.host import Host
 from fleet.node.node import is_remote_command
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.run import run_and_report
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec
 from fleet.transport import batch, liveness

@@ -44,7 +44,7 @@ from fleet.report.models import (
     Verdict,
     line_of,
 )
-from fleet.reset.health import Ended, HealthPolicy, Judgement, KernelReads, judge
+from fleet.reset.health_gate import Ended, HealthPolicy, Judgement, KernelReads, judge
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance, first_of

@@ -29,7 +29,7 @@ from fleet.graph import Ready
 from fleet.hostlog import HostLog
 from fleet.interrupts import Interrupts
 from fleet.report.models import HostReport, HostStatus, Reason, SchedulerRecord
-from fleet.reset.host import HostRun, Mode
+from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.state import SlurmNode

@@ -32,7 +32,7 @@ from fleet.inventory.host import Connection, Host
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, Reason
 from fleet.report.render import host_document
-from fleet.reset.host import Mode
+from fleet.reset.walk import Mode
 from fleet.slurm.frames import frames
 
 NODE_VARIABLE = "SLURMD_NODENAME"

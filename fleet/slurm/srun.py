@@ -55,7 +55,7 @@ from fleet.report.models import (
     StepStatus,
 )
 from fleet.report.render import host_from_document
-from fleet.reset.host import HostRun, Mode
+from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.frames import MARK, Assembler, FrameError
