@@ -173,3 +173,32 @@ async def test_a_bare_fleet_reason_is_taken_over_only_when_its_run_is_over(over:
     else:  # a run still in flight (or one fleet cannot see): its drain is left alone
         assert slurm.updates == []
         assert after(run)[:2] == ("IDLE+DRAIN", f"fleet: run {EARLIER}")
+
+
+# --- every row of the README's lifecycle table, over the scripted Slurm --------------------------------------
+
+EARLIER_FAILED = f"fleet: run {EARLIER}: gpu 0 holds 1523 MiB"
+IN_SERVICE, ADOPTED, ADMINS = "IDLE", ("IDLE+DRAIN", EARLIER_FAILED), ("IDLE+DRAIN", "bad DIMM")
+
+
+@pytest.mark.parametrize(("before", "status", "expected"), [
+    # in service: drained for the run; clean -> resumed, failed -> kept drained with the error, untouched -> back
+    (IN_SERVICE, HostStatus.CLEAN, ("IDLE", None)),
+    (IN_SERVICE, HostStatus.FAILED, ("IDLE+DRAIN", f"{OWN}: gpu 0 holds 4096 MiB")),
+    (IN_SERVICE, None, ("IDLE", None)),
+    # drained by an earlier fleet run that failed it: taken over; untouched -> drained again with its reason
+    (ADOPTED, HostStatus.CLEAN, ("IDLE", None)),
+    (ADOPTED, HostStatus.FAILED, ("IDLE+DRAIN", f"{OWN}: gpu 0 holds 4096 MiB")),
+    (ADOPTED, None, ("IDLE+DRAIN", EARLIER_FAILED)),
+    # drained for any other reason: never changed
+    (ADMINS, HostStatus.CLEAN, ("IDLE+DRAIN", "bad DIMM")),
+    (ADMINS, HostStatus.FAILED, ("IDLE+DRAIN", "bad DIMM")),
+    (ADMINS, None, ("IDLE+DRAIN", "bad DIMM")),
+])
+async def test_each_row_of_the_lifecycle_table(before: str | tuple[str, str], status: HostStatus | None,
+                                               expected: tuple[str, str | None]) -> None:
+    """`None`: the host never touched (here: it never started, as a host whose jobs outlived --drain-wait)."""
+    slurm = ScriptedSlurm({"sim1": before})
+    run = await through(lifecycle(slurm), "sim1", status, "gpu 0 holds 4096 MiB")
+    assert after(run)[:2] == expected  # the report says what Slurm shows
+    assert (slurm.nodes["sim1"].state, slurm.nodes["sim1"].reason) == expected
