@@ -129,6 +129,20 @@ async def finish(process: subprocess.Popen[str]) -> dict[str, Any]:
     return dict(json.loads(out))
 
 
+def settling(logs: Path) -> bool:
+    return all(logged(logs, n, "step_start", step="settle") for n in ("sim1", "sim2"))
+
+
+async def interrupt_twice(process: subprocess.Popen[str], stderr: Path, logs: Path, second: signal.Signals) -> None:
+    """SIGINT (slurmctld frozen: the release waits on it), then `second` once the release began, answered with
+    one line on stderr."""
+    process.send_signal(signal.SIGINT)
+    await until(lambda: logged(logs, "sim1", "slurm_release") or logged(logs, "sim1", "slurm_error"),
+                "the release began", 30)
+    process.send_signal(second)
+    await until(lambda: "still releasing" in stderr.read_text(), "the second signal was answered", 10)
+
+
 def stop(process: subprocess.Popen[str]) -> None:
     if process.poll() is None:
         process.kill()
@@ -141,14 +155,9 @@ async def test_a_second_interrupt_says_what_is_left_and_the_release_still_happen
 ) -> None:
     process, stderr = start_cli(sim, cluster, tmp_path, "--slurm", "--drain-wait", "4")
     try:
-        await until(lambda: all(logged(tmp_path / "logs", n, "step_start", step="settle") for n in ("sim1", "sim2")),
-                    "both hosts reached settle")
+        await until(lambda: settling(tmp_path / "logs"), "both hosts reached settle")
         with cluster.frozen():
-            process.send_signal(signal.SIGINT)
-            await until(lambda: logged(tmp_path / "logs", "sim1", "slurm_release") or
-                        logged(tmp_path / "logs", "sim1", "slurm_error"), "the release began", 30)
-            process.send_signal(signal.SIGTERM)  # systemd's stop timeout, after its SIGINT
-            await until(lambda: "still releasing" in stderr.read_text(), "the second signal was answered", 10)
+            await interrupt_twice(process, stderr, tmp_path / "logs", signal.SIGTERM)  # systemd's, after SIGINT
             assert process.poll() is None
         document = await finish(process)
     finally:
@@ -170,14 +179,9 @@ async def test_a_third_interrupt_abandons_the_release_and_the_report_says_which_
 ) -> None:
     process, stderr = start_cli(sim, cluster, tmp_path, "--slurm", "--drain-wait", "4")
     try:
-        await until(lambda: all(logged(tmp_path / "logs", n, "step_start", step="settle") for n in ("sim1", "sim2")),
-                    "both hosts reached settle")
+        await until(lambda: settling(tmp_path / "logs"), "both hosts reached settle")
         with cluster.frozen():
-            process.send_signal(signal.SIGINT)
-            await until(lambda: logged(tmp_path / "logs", "sim1", "slurm_release") or
-                        logged(tmp_path / "logs", "sim1", "slurm_error"), "the release began", 30)
-            process.send_signal(signal.SIGINT)
-            await until(lambda: "still releasing" in stderr.read_text(), "the second signal was answered", 10)
+            await interrupt_twice(process, stderr, tmp_path / "logs", signal.SIGINT)
             process.send_signal(signal.SIGINT)
             document = await finish(process)  # while slurmctld is still frozen: nothing waited for it
         run_id = document["run_id"]

@@ -99,55 +99,40 @@ async def test_a_drain_unconfirmed_because_slurm_went_unreadable_is_given_back_a
 # --- a release whose update failed ------------------------------------------------------------------------
 
 
-async def test_a_resume_applied_but_unanswered_is_read_back_not_retried_and_reported_as_slurm_shows() -> None:
-    slurm = ScriptedSlurm({"sim1": "IDLE"})
+async def released(slurm: ScriptedSlurm, *, status: HostStatus = HostStatus.CLEAN, error: str | None = None,
+                   lose_replies: int = 0, refuse: int = 0) -> HostRun:
+    """sim1 admitted (drained) and reset to `status`; then its release, with the faults given from there on."""
     life = lifecycle(slurm)
     run = HostRun(Host(name="sim1", address="127.0.0.1"))
     await admit(life, run)
     assert (await life.ready(run, log())).outcome is None
     run.started = time.monotonic()
-    run.finish(HostStatus.CLEAN)
-    slurm.lose_replies = 1
+    run.finish(status, error, None if status is HostStatus.CLEAN else Reason.MEMORY_HELD)
+    slurm.lose_replies, slurm.refuse = lose_replies, refuse
     await release(life, run, run.report())
+    return run
+
+
+async def test_a_resume_applied_but_unanswered_is_read_back_not_retried_and_reported_as_slurm_shows() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    run = await released(slurm, lose_replies=1)
     assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]  # once: the read back saw it
     assert after(run) == ("IDLE", None, None)
 
 
 async def test_a_resume_refused_is_tried_again_from_a_fresh_read() -> None:
-    slurm = ScriptedSlurm({"sim1": "IDLE"})
-    life = lifecycle(slurm)
-    run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await admit(life, run)
-    run.started = time.monotonic()
-    run.finish(HostStatus.CLEAN)
-    slurm.refuse = 2
-    await release(life, run, run.report())
-    assert after(run) == ("IDLE", None, None)
+    assert after(await released(ScriptedSlurm({"sim1": "IDLE"}), refuse=2)) == ("IDLE", None, None)
 
 
 async def test_a_resume_refused_every_time_reports_the_drain_slurm_still_shows_and_the_error() -> None:
-    slurm = ScriptedSlurm({"sim1": "IDLE"})
-    life = lifecycle(slurm)
-    run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await admit(life, run)
-    run.started = time.monotonic()
-    run.finish(HostStatus.CLEAN)
-    slurm.refuse = 10
-    await release(life, run, run.report())
-    state, reason, error = after(run)
+    state, reason, error = after(await released(ScriptedSlurm({"sim1": "IDLE"}), refuse=10))
     assert (state, reason) == ("IDLE+DRAIN", OWN)  # never what fleet meant to set
     assert error is not None and "Unable to contact slurm controller" in error
 
 
 async def test_keep_drained_applied_but_unanswered_is_not_written_twice() -> None:
     slurm = ScriptedSlurm({"sim1": "IDLE"})
-    life = lifecycle(slurm)
-    run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await admit(life, run)
-    run.started = time.monotonic()
-    run.finish(HostStatus.FAILED, "GPU 0 still holds 1523 MiB", Reason.MEMORY_HELD)
-    slurm.lose_replies = 1
-    await release(life, run, run.report())
+    run = await released(slurm, status=HostStatus.FAILED, error="GPU 0 still holds 1523 MiB", lose_replies=1)
     assert [u[1] for u in slurm.updates] == ["DRAIN", "DRAIN"]
     assert after(run) == ("IDLE+DRAIN", f"{OWN}: GPU 0 still holds 1523 MiB", None)
 
