@@ -9,7 +9,7 @@ import pytest
 from fleet.report.models import HostStatus
 from fleet.slurm import policy
 from fleet.slurm.policy import Admission, Release
-from fleet.slurm.state import SlurmNode, SlurmParseError, parse_jobs, parse_node_list, parse_nodes, split_reason
+from fleet.slurm.records import SlurmNode, SlurmParseError, parse_jobs, parse_node_list, parse_nodes, split_reason
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 RUN = "20261203T070000Z-abc123"

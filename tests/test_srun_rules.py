@@ -12,8 +12,8 @@ import pytest
 from fleet.report.logs import RUNNING_LOCK, SUMMARY, RunLiveness, RunLogs, run_liveness
 from fleet.report.models import HostReport, HostStatus, StepName, StepResult, StepStatus
 from fleet.slurm.frames import frames
+from fleet.slurm.records import SlurmNode, gpu_count, parse_nodes
 from fleet.slurm.srun import _Step, by_gpus, srun_argv, srun_env
-from fleet.slurm.state import SlurmNode, gpu_count, parse_nodes
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 

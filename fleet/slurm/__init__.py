@@ -1,6 +1,6 @@
 """Slurm around a reset: drain before, resume after, and fan-out through `srun`.
 
-    state.py      what Slurm says: `scontrol show node` and `squeue` output, parsed (pure)
+    records.py    what Slurm says: `scontrol show node` and `squeue` output, parsed (pure)
     policy.py     what fleet does about it: drain, adopt or leave a node; resume, keep or undo (pure)
     control.py    the Slurm client commands (scontrol, squeue, sinfo), bounded, run on this machine
     lifecycle.py  the scheduler seam the task graph calls: admit a wave, wait for its jobs, release a host

@@ -17,7 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 from fleet.errors import CommandTimeout, FleetError
 from fleet.inventory.host import Connection, Host
 from fleet.inventory.messages import one_line
-from fleet.slurm.state import (
+from fleet.slurm.records import (
     HOLDING_JOB_STATES,
     SlurmNode,
     SlurmParseError,

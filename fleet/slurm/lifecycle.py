@@ -32,7 +32,7 @@ from fleet.report.models import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
-from fleet.slurm.state import SlurmNode
+from fleet.slurm.records import SlurmNode
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 
 # Default --drain-wait: how long a node's jobs may take to end before the host is skipped.

@@ -22,7 +22,7 @@ from enum import StrEnum
 
 from fleet.inventory.messages import one_line
 from fleet.report.models import HostStatus
-from fleet.slurm.state import SlurmNode
+from fleet.slurm.records import SlurmNode
 
 REASON_PREFIX = "fleet: run "
 # Characters of a reason fleet sets (Slurm keeps longer ones; `sinfo -R` users read them).

@@ -59,7 +59,7 @@ from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.frames import MARK, Assembler, FrameError
-from fleet.slurm.state import SlurmNode
+from fleet.slurm.records import SlurmNode
 from fleet.slurm.waiting import JobWaits, Wait
 from fleet.transport.base import bounded_argv, client_deadline
 from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
