@@ -45,7 +45,7 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
     if k % 11 == 0:
         health[1].append({"check": "persistence", "level": "warn", "detail": "persistence mode off"})
     pid = 20000 + k * 3
-    steps = [
+    steps: list[dict[str, Any]] = [
         {"name": "drain", "status": "ok", "duration_s": round(1.0 + (k % 7) / 10, 3),
          "detail": "sglang.service inactive"},
         {"name": "kill", "status": "ok", "duration_s": round(2.0 + (k % 13) / 3, 3),

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import structlog
+from structlog.typing import EventDict
 
 from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
@@ -109,7 +110,7 @@ def node_over(script: list[tuple[tuple[str, ...], Any]], *, become: bool = False
     t = kind(script, become=become)
     sink = events if events is not None else []
 
-    def keep(_: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+    def keep(_: Any, name: str, event: EventDict) -> EventDict:
         sink.append({**event, "event": event.get("event", name)})
         raise structlog.DropEvent
 

@@ -28,7 +28,7 @@ def unit(path: Path) -> configparser.ConfigParser:
     """A unit file read as INI: case kept, repeated keys allowed (the last wins), no % interpolation."""
     parser = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",),
                                        comment_prefixes=("#", ";"), empty_lines_in_values=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep case: configparser's documented way
     parser.read_string(path.read_text(), source=str(path))
     return parser
 
@@ -65,7 +65,7 @@ def assert_fleet_accepts(argv: list[str]) -> None:
     assert used - reset_help_options() == set(), f"not options of `fleet reset`: {used - reset_help_options()}"
     group = typer.main.get_command(app)
     with group.make_context("fleet", ["reset"]) as parent:
-        command = group.get_command(parent, "reset")  # type: ignore[attr-defined]
+        command = group.get_command(parent, "reset")  # type: ignore[attr-defined]  # fleet's app is a click Group
         assert command is not None
         with command.make_context("reset", list(args), parent=parent) as ctx:
             params = ctx.params

@@ -50,7 +50,7 @@ def fixture(path: Path) -> str:
 def gpu(**facts: object) -> GpuHealth:
     """The real H200 idle capture's GPU, with `facts` changed."""
     (h200,) = parse_health(fixture(SMI / "h200_drv590.48.01_1gpu_q_idle.txt"))
-    return dataclasses.replace(h200, **facts)  # type: ignore[arg-type]
+    return dataclasses.replace(h200, **facts)  # type: ignore[arg-type]  # facts: GpuHealth fields, any type
 
 
 def message_xids(name: str, at: float) -> tuple[Xid, ...]:

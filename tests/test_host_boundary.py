@@ -4,7 +4,7 @@ line, and every other host and the report complete (scripted transports, no sock
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ def events(tmp_path: Path, host: str, event: str) -> list[dict[str, Any]]:
     return [e for e in lines if e["event"] == event]
 
 
-def connect_from(transports: dict[str, ScriptedTransport]) -> Connector:
+def connect_from(transports: Mapping[str, ScriptedTransport]) -> Connector:
     async def connector(host: Host) -> ScriptedTransport:
         return transports[host.name]
 

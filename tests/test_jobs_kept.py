@@ -36,7 +36,7 @@ class Log:
     def info(self, event: str, **fields: Any) -> None:
         self.events.append((event, fields))
 
-    warning = info
+    debug = warning = error = exception = info  # a HostLog: every level is one event here
 
 
 def stat(pid: int, ppid: int, comm: str) -> str:

@@ -314,7 +314,7 @@ class _StubbornHold:
 
 async def test_a_held_command_killed_on_release_is_still_logged_as_a_command() -> None:
     log = Events()
-    remote = Node(make_host(), _StubbornHold(), log)  # type: ignore[arg-type]
+    remote = Node(make_host(), _StubbornHold(), log)  # type: ignore[arg-type]  # only open_command is used
     held = await remote.open_command(action(["flock", "/run/lock/x", "cat"], "reset lock", needs_root=True), timeout=30)
     assert await held.release() is None
     assert log.names() == ["command"]

@@ -11,7 +11,7 @@ import json
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -67,7 +67,7 @@ def events(tmp_path: Path, run_id: str) -> list[dict[str, Any]]:
 
 
 def when(log: list[dict[str, Any]], event: str) -> str:
-    return next(e["timestamp"] for e in log if e["event"] == event)
+    return cast(str, next(e["timestamp"] for e in log if e["event"] == event))  # the log's ISO time
 
 
 def step_commands(log: list[dict[str, Any]]) -> list[dict[str, Any]]:

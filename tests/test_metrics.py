@@ -293,7 +293,7 @@ def test_the_temporary_file_is_in_the_same_folder_and_outside_the_collectors_glo
         renames.append((str(src), str(dst)))
         real(src, dst)
 
-    monkeypatch.setattr(metrics.os, "replace", spy)
+    monkeypatch.setattr(os, "replace", spy)
     write_metrics(tmp_path / "fleet.prom", "x 1\n")
     [(src, dst)] = renames
     assert Path(src).parent == tmp_path and dst == str(tmp_path / "fleet.prom")
@@ -317,7 +317,7 @@ def test_a_failed_rename_keeps_the_old_file_and_removes_the_temporary(
     def refuse(src: str, dst: str) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(metrics.os, "replace", refuse)
+    monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(PermissionError) as caught:
         write_metrics(target, "new 1\n")
     assert caught.value.filename == str(target)

@@ -48,13 +48,13 @@ def clean(bus_id: str, **facts: object) -> GpuHealth:
                         retired_pending=None, remap_pending=False, remap_failed=False,
                         fabric_state="Completed", fabric_status="Success",
                         pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16)
-    return dataclasses.replace(healthy, **facts)  # type: ignore[arg-type]
+    return dataclasses.replace(healthy, **facts)  # type: ignore[arg-type]  # facts: GpuHealth fields, any type
 
 
 def unknown(bus_id: str, **facts: object) -> GpuHealth:
     """A GPU section that says nothing about health, with `facts` set."""
     nothing = GpuHealth(bus_id, *([None] * 12))
-    return dataclasses.replace(nothing, **facts)  # type: ignore[arg-type]
+    return dataclasses.replace(nothing, **facts)  # type: ignore[arg-type]  # facts: GpuHealth fields, any type
 
 
 def without_elisions(text: str) -> str:

@@ -24,7 +24,7 @@ from fleet.node.probes.lineage import (
     parse_lineage,
 )
 from fleet.node.probes.parse import ProbeParseError
-from fleet.sim import unitd
+from fleet.node.probes.units import SIM_UNIT_VAR
 
 # The variable by which fleet once told a simulated node: it no longer means anything to the lineage walk.
 OLD_SIM_NODE_VAR = "FLEET_SIM_NODE"
@@ -147,7 +147,7 @@ def test_lineage_round_trip_walks_from_itself_and_from_each_pid(named_child: Cal
 
 def test_lineage_never_says_simulated_whatever_the_environment() -> None:
     """fleet no longer tells a simulated node by an environment variable (the host variable `simulated` does)."""
-    env = {**os.environ, OLD_SIM_NODE_VAR: "/tmp/node", unitd.SIM_UNIT_VAR: "trainer.service"}
+    env = {**os.environ, OLD_SIM_NODE_VAR: "/tmp/node", SIM_UNIT_VAR: "trainer.service"}
     done = _run(lineage_argv([os.getpid()]), env)
     assert done.returncode == 0, done.stderr
     assert "simulated" not in done.stdout.splitlines()

@@ -85,7 +85,8 @@ def test_summary_counts_equal_host_statuses() -> None:
 
 
 def test_human_lines_fold_hosts_with_the_same_outcome() -> None:
-    statuses = {f"gpu-b{i:02d}": (HostStatus.CLEAN, None) for i in range(1, 16)}
+    statuses: dict[str, tuple[HostStatus, str | None]] = {f"gpu-b{i:02d}": (HostStatus.CLEAN, None)
+                                                          for i in range(1, 16)}
     statuses["gpu-b16"] = (HostStatus.FAILED, "gpu 0 holds 1523 MiB (pid 39865 python3)")
     lines = reporting.human_lines(_run(statuses))
     assert lines[0] == "gpu-b[01-15] clean"

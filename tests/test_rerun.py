@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -128,8 +129,8 @@ async def test_last_skips_a_newer_dry_run_and_check_and_a_named_one_is_refused(s
     ids = {}
     for name, args, code in (("reset", ("reset", "-y"), 1), ("check", ("check",), 1),
                              ("dry", ("reset", "--dry-run"), 0)):
-        done = await anyio.to_thread.run_sync(lambda a=args: fleet_cli(
-            *a, "-i", inventory, "-g", "sim", "--json", "--log-dir", logs))
+        done = await anyio.to_thread.run_sync(functools.partial(
+            fleet_cli, *args, "-i", inventory, "-g", "sim", "--json", "--log-dir", logs))
         assert done.returncode == code, done.stderr
         ids[name] = json.loads(done.stdout)["run_id"]
 
@@ -139,8 +140,8 @@ async def test_last_skips_a_newer_dry_run_and_check_and_a_named_one_is_refused(s
     assert f"rerunning 1 host of run {ids['reset']}: gpu-b02 (1 failed)" in again.stderr
     assert "nothing to rerun" not in again.stderr and list(json.loads(again.stdout)["hosts"]) == ["gpu-b02"]
     for name, what in (("dry", "a dry run (fleet reset --dry-run)"), ("check", "a check (fleet check)")):
-        refused = await anyio.to_thread.run_sync(lambda n=name: fleet_cli(
-            "reset", "-i", inventory, "--rerun-failed", ids[n], "-y", "--json", "--log-dir", logs))
+        refused = await anyio.to_thread.run_sync(
+            fleet_cli, "reset", "-i", inventory, "--rerun-failed", ids[name], "-y", "--json", "--log-dir", logs)
         assert refused.returncode == 2 and refused.stdout == ""
         assert refused.stderr.splitlines() == [f"fleet: error: --rerun-failed: run {ids[name]} was {what}, not a"
                                                " reset: it reset nothing; name a reset's run id, or `last` for the"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -13,13 +13,14 @@ import pytest
 import scripted_node
 
 from fleet.errors import ConnectError
-from fleet.graph import RunOptions, run_hosts
+from fleet.graph import RunOptions, RunState, run_hosts
 from fleet.inventory.host import Host
 from fleet.node.probes import smi
+from fleet.outcomes import CommandResult
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, Reason, StepName, StepStatus
+from fleet.report.models import HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.reset.walk import Mode
-from fleet.transport.scripted import Reply, ScriptedTransport
+from fleet.transport.scripted import Answer, Reply, ScriptedTransport
 from fleet.waves import Amount
 
 
@@ -34,7 +35,8 @@ GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0, Di
 LOCK = (("flock",), Reply("locked\n"))
 
 
-def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0, holders_after_kill: str = "") -> list:
+def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
+                holders_after_kill: str = "") -> list[tuple[tuple[str, ...], Answer]]:
     """A one-GPU node: one unit that stops, one stray holder that dies on SIGTERM."""
     scans = iter(["root\t/proc/100/fd/3\t/dev/nvidia0\n", holders_after_kill])
     return [
@@ -60,11 +62,11 @@ def make_host(name: str = "gpu-01", **kw: object) -> Host:
     base: dict[str, object] = {"services": ("sglang.service",), "gpus": 1, "command_timeout": 1.0,
                                "settle_timeout": 1.0, "kill_grace": 0.5}
     base.update(kw)
-    return Host(name=name, address="127.0.0.1", **base)  # type: ignore[arg-type]
+    return Host(name=name, address="127.0.0.1", **base)  # type: ignore[arg-type]  # base: Host's fields, any type
 
 
-async def run(hosts: Sequence[Host], scripts: dict[str, ScriptedTransport], tmp_path: Path,
-              **options: object) -> tuple:
+async def run(hosts: Sequence[Host], scripts: Mapping[str, ScriptedTransport], tmp_path: Path,
+              **options: object) -> tuple[RunReport, RunState]:
     async def connector(host: Host) -> ScriptedTransport:
         if host.name not in scripts:
             raise ConnectError(f"connection refused ({host.address}:22)")
@@ -72,6 +74,7 @@ async def run(hosts: Sequence[Host], scripts: dict[str, ScriptedTransport], tmp_
 
     logs = RunLogs(tmp_path, "run-1")
     logs.create()
+    # options: RunOptions' fields, as each test gives them
     report, state = await run_hosts(hosts, RunOptions(**options), logs, connector=connector)  # type: ignore[arg-type]
     logs.close()
     return report, state
@@ -171,8 +174,7 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
         return Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")
 
     class Counting(ScriptedTransport):
-        async def run(self, argv: Sequence[str], *, timeout: float,  # type: ignore[no-untyped-def]
-                      privileged: bool = False):
+        async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
             nonlocal in_flight, peak
             if not getattr(self, "counted", False):  # its first command: the host is in flight until closed
                 self.counted = True

@@ -17,13 +17,13 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 import scripted_node
 from test_signal_identity import NOBODY
 
 from fleet.errors import StepFailed
+from fleet.hostlog import NoLog
 from fleet.inventory.host import Host
 from fleet.node.budget import Budget
 from fleet.node.node import Node
@@ -227,19 +227,12 @@ def test_blind_error_without_a_user() -> None:
 # --- the scan step on a blind look ---------------------------------------------------------------
 
 
-class Log:
-    def info(self, event: str, **fields: Any) -> None:
-        pass
-
-    warning = info
-
-
 def node(find: Reply, ps: Reply | None = None, *, become: bool = False) -> Node:
     script: list[tuple[tuple[str, ...], Answer]] = [(("find", "/proc", "-mindepth"), find)]
     if ps is not None:  # the holders' description is one batch: ps, their exe links, lineage and cgroups
         script += [(("ps", "-ww"), ps), (("find",), Reply("")), (("awk",), Reply("")), (("grep",), Reply(""))]
     host = Host("gpu-b02", "10.0.0.2", user="fleetops", become=become, command_timeout=1.0)
-    return Node(host, ScriptedTransport(script, become=become), Log())
+    return Node(host, ScriptedTransport(script, become=become), NoLog())
 
 
 async def look(n: Node) -> Scan:

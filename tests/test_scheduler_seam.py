@@ -12,6 +12,7 @@ from test_runner_logic import make_host, node_script
 
 from fleet import schedulers
 from fleet.graph import Ready, RunOptions, SchedulerOptions
+from fleet.inventory.host import Host
 from fleet.report.models import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.reset.walk import HostRun
 from fleet.run import run_and_report
@@ -28,7 +29,7 @@ class Fake:
         return None
 
     async def admit(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
-        self.calls += [f"admit {r.host.name}" for r in runs]
+        self.calls.extend(f"admit {r.host.name}" for r in runs)
         return {r.host.name: SchedulerRecord(r.host.name, state_before="ready") for r in runs}
 
     async def ready(self, run: HostRun, log: object) -> Ready:
@@ -51,8 +52,8 @@ async def test_a_fake_scheduler_runs_a_reset_through_the_seam(tmp_path: Path,
     monkeypatch.setitem(schedulers.REGISTRY, "fake", __name__)
     scripts = {n: ScriptedTransport(node_script()) for n in ("gpu-01", "gpu-02")}
 
-    async def connector(host: object) -> ScriptedTransport:
-        return scripts[host.name]  # type: ignore[attr-defined]
+    async def connector(host: Host) -> ScriptedTransport:
+        return scripts[host.name]
 
     options = RunOptions(scheduler=SchedulerOptions(name="fake"))
     _, report = await run_and_report([make_host("gpu-01"), make_host("gpu-02")], options, as_json=False,

@@ -203,6 +203,11 @@ def bus_of(node: SimNode, gpu: int) -> str:
     return sh(node, f"nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i {gpu}").stdout.strip()
 
 
+def gone(node: SimNode, pid: int, timeout: float = 5.0) -> bool:
+    """Waits until `pid` no longer runs on `node`: False if it still does after `timeout` seconds."""
+    return state.wait_for(lambda: not node.alive(pid), timeout)
+
+
 def test_without_xid_on_kill_or_without_memory_no_xid_is_logged(make_node: MakeNode) -> None:
     quiet = make_node(NodeSpec("gpu-k02", linger_s=0.1))
     pid = quiet.spawn_worker(WorkerSpec((0,), 1000))
@@ -210,7 +215,7 @@ def test_without_xid_on_kill_or_without_memory_no_xid_is_logged(make_node: MakeN
     idle = noisy.spawn_worker(WorkerSpec((0,), 0, compute=False))
     for node, victim in ((quiet, pid), (noisy, idle)):
         os.kill(victim, signal.SIGKILL)
-        state.wait_for(lambda node=node, victim=victim: not node.alive(victim), 5.0)
+        gone(node, victim)
         sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv")
     time.sleep(0.2)
     assert xids_of(quiet) == [] and xids_of(noisy) == []

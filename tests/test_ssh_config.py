@@ -15,10 +15,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import asyncssh
@@ -210,7 +210,7 @@ def test_an_encrypted_identity_file_with_an_agent_is_left_to_the_agent(
     plain = tmp_path / "id_plain"
     asyncssh.generate_private_key("ssh-ed25519").write_private_key(plain)
     options = connect_options(Host(name="gpu-a01", address="gpu-a01", identity_file=str(plain)))
-    assert len(options["client_keys"]) == 1
+    assert len(cast(Sequence[asyncssh.SSHKeyPair], options["client_keys"])) == 1  # what connect_options loaded
 
 
 # ---------------------------------------------------------------- through the real sshd: a jump host and a target
@@ -467,14 +467,14 @@ async def test_handshakes_through_one_jump_are_bounded(site: Site, monkeypatch: 
         finally:
             in_flight[0] -= tunnelled
 
-    monkeypatch.setattr(jumps.asyncssh, "connect", counting)
+    monkeypatch.setattr(asyncssh, "connect", counting)
     opened: list[ssh_module.SshTransport] = []
     try:
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 for n in range(6):
                     host = Host(name=f"gpu-j{n:02}", address=f"gpu-j{n:02}", connect_timeout=20)
-                    tg.start_soon(lambda h=host: _open_into(h, opened))
+                    tg.start_soon(_open_into, host, opened)
     finally:
         for transport in opened:
             await transport.close()

@@ -97,7 +97,7 @@ def test_a_range_may_reach_past_the_inventory(site: Inventory) -> None:
 def test_select_never_matches_nothing_silently(site: Inventory, kwargs: dict[str, object], message: str) -> None:
     """Anything that names no host is a one-line usage error naming it."""
     with pytest.raises(UsageError) as caught:
-        select(site, **kwargs)  # type: ignore[arg-type]
+        select(site, **kwargs)  # type: ignore[arg-type]  # each case gives some of select's keywords
     assert message.format(path=site.path) in str(caught.value)
     assert "\n" not in str(caught.value)
 

@@ -211,7 +211,7 @@ def test_lock_file_outside_a_lock_run_or_tmp_directory_says_where_it_belongs(pat
 def test_rejects_non_strings() -> None:
     """A number or None where a string belongs is refused, not converted."""
     with pytest.raises(ValueError, match="expected a string"):
-        validate.host_name(7)  # type: ignore[arg-type]
+        validate.host_name(7)  # type: ignore[arg-type]  # the wrong type is the point
 
 
 def test_path_expands_the_home_directory() -> None:

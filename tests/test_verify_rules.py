@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import scripted_node
 
+from fleet.hostlog import NoLog
 from fleet.inventory.host import Host
 from fleet.node.node import Node
 from fleet.node.probes.smi import VERIFY_FIELDS, ComputeApp, GpuRow
@@ -101,13 +100,6 @@ def test_the_same_memory_on_a_gpu_without_mig_is_not_clean() -> None:
     assert verify_error((GpuRow(0, 55, "GPU-a", mig=True),), (), 1, Allowance(16)) == "gpu 0 holds 55 MiB"
 
 
-class Log:
-    def info(self, event: str, **fields: Any) -> None:
-        pass
-
-    warning = info
-
-
 def mps_node(used_mib: int) -> Node:
     """One GPU at `used_mib`, the MPS server (pid 77, 300 MiB) its only compute app and device holder."""
     t = ScriptedTransport([
@@ -122,7 +114,7 @@ def mps_node(used_mib: int) -> Node:
         (("grep",), Reply("/proc/77/cgroup:0::/system.slice/nvidia-mps.service\n")),  # in no job
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
     ])
-    return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, Log())
+    return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, NoLog())
 
 
 async def test_verify_keeps_the_mps_server_and_allows_what_it_holds() -> None:
