@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from fleet.node.probes import health, kernel_log
 from fleet.sim.nvidia_smi import displayed
@@ -129,3 +130,15 @@ def healthy(bus_id: str) -> list[tuple[tuple[str, ...], Reply]]:
 
 
 HEALTH = [*healthy("00000000:18:00.0"), (KERNEL_LOG, kernel_log_reply())]
+
+
+class Log:
+    """A HostLog that records every event a step logs, as (event, fields)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.events.append((event, fields))
+
+    debug = warning = error = exception = info  # every level is one event here

@@ -5,7 +5,6 @@ and never makes the node clean. The node answers in the shapes the real commands
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import pytest
 import scripted_node
@@ -29,14 +28,7 @@ def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("fleet.reset.kill.RESPAWN_SCANS_S", (0.0,))
 
 
-class Log:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def info(self, event: str, **fields: Any) -> None:
-        self.events.append((event, fields))
-
-    debug = warning = error = exception = info  # a HostLog: every level is one event here
+Log = scripted_node.Log  # records every event a step logs
 
 
 def stat(pid: int, ppid: int, comm: str) -> str:

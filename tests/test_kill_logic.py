@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pytest
 import scripted_node
@@ -23,16 +22,7 @@ def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("fleet.reset.kill.RESPAWN_SCANS_S", (0.0,))
 
 
-class Log:
-    """Records every event the step logs."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def info(self, event: str, **fields: Any) -> None:
-        self.events.append((event, fields))
-
-    debug = warning = error = exception = info  # a HostLog: every level is one event here
+Log = scripted_node.Log  # records every event a step logs
 
 
 def pids_of(argv: Sequence[str]) -> list[int]:

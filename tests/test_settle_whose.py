@@ -30,14 +30,7 @@ def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("fleet.reset.kill.RESPAWN_SCANS_S", (0.0,))
 
 
-class Log:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def info(self, event: str, **fields: Any) -> None:
-        self.events.append((event, fields))
-
-    debug = warning = error = exception = info  # a HostLog: every level is one event here
+Log = scripted_node.Log  # records every event a step logs
 
 
 def q(minors: Sequence[int], nvswitch: bool = False) -> str:
