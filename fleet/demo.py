@@ -29,6 +29,7 @@ import anyio
 from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.report.history import DEMO
 from fleet.report.models import HostStatus, RunReport
 from fleet.run import run_and_report, say
 from fleet.sim import slurmcluster
@@ -91,7 +92,8 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             targets = select(inventory, groups=["blackwell"])
             say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell -y\n")
             options = RunOptions(handle_signals=True, progress=True)
-            _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True)
+            _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True,
+                                             recorded_as=DEMO)
             say("\nwhat the nodes themselves say now:")
             _describe(sim)
         say("simulated fleet torn down")
@@ -175,7 +177,8 @@ async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun:
                     f" --drain-wait {SLURM_DRAIN_WAIT_S:g}s{via} -y\n")
                 options = RunOptions(handle_signals=True,
                                      scheduler=SchedulerOptions(SLURM_DRAIN_WAIT_S, fan_out=via_srun))
-                _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True)
+                _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True,
+                                             recorded_as=DEMO)
                 say("\nwhat Slurm says now (sinfo -N):")
                 _sinfo(cluster)
                 wrong = slurm_as_planned(report, nodes, cluster, via_srun)

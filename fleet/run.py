@@ -70,12 +70,15 @@ def options_document(options: RunOptions) -> dict[str, Any]:
     return document
 
 
-def start_history(logs: RunLogs, targets: Sequence[Host], options: RunOptions) -> Recorder:
-    """The run's history writer (`<log-dir>/history.sqlite`), the run on record as started. It never fails the
-    run: what it cannot write is one warning line on stderr."""
-    history = Recorder(history_path(logs.path.parent), logs.run_id, warn=lambda line: say(f"fleet: warning: {line}"))
-    history.start_run(options.mode.command, [h.name for h in targets], options_document(options), now_stamp(),
-                      __version__, logs.path.parent)
+def start_history(logs: RunLogs, targets: Sequence[Host], options: RunOptions,
+                  command: str | None = None) -> Recorder:
+    """The run's history writer (`<log-dir>/history.sqlite`), the run on record as started (as `command`, else the
+    mode's: the demo's runs are recorded as `demo`). It never fails the run: what it cannot write is one warning
+    line on stderr."""
+    history = Recorder(history_path(logs.path.parent), logs.run_id,
+                       warn=lambda line: say(f"fleet: warning: {line}"))
+    history.start_run(command or options.mode.command, [h.name for h in targets], options_document(options),
+                      now_stamp(), __version__, logs.path.parent)
     return history
 
 
@@ -96,17 +99,19 @@ async def run_and_report(
     log_dir: Path | None,
     table: bool = False,
     connector: Connector | None = None,
+    recorded_as: str | None = None,
 ) -> tuple[int, RunReport]:
     """Run, write summary.json (even when interrupted), print the report; the exit status, and the report
     (the demo checks what it showed). With `options.handle_signals`, SIGINT and SIGTERM are handled from the
     start to the last line of the report (`fleet.interrupts`)."""
     if not options.handle_signals:
-        return await _run_and_report(targets, options, None, as_json, log_dir, table, connector)
+        return await _run_and_report(targets, options, None, as_json, log_dir, table, connector, recorded_as)
     interrupts = Interrupts()
     async with anyio.create_task_group() as signals:
         await signals.start(interrupts.watch)
         try:
-            outcome = await _run_and_report(targets, options, interrupts, as_json, log_dir, table, connector)
+            outcome = await _run_and_report(targets, options, interrupts, as_json, log_dir, table, connector,
+                                            recorded_as)
         finally:
             signals.cancel_scope.cancel()
     return outcome
@@ -114,11 +119,11 @@ async def run_and_report(
 
 async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrupts: Interrupts | None,
                           as_json: bool, log_dir: Path | None, table: bool,
-                          connector: Connector | None) -> tuple[int, RunReport]:
+                          connector: Connector | None, recorded_as: str | None = None) -> tuple[int, RunReport]:
     raise_fd_limit(len(targets))
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
     logs.create()
-    history = start_history(logs, targets, options)
+    history = start_history(logs, targets, options, recorded_as)
     try:
         chosen = schedulers.plug(options.scheduler.name) if options.scheduler is not None else None
         if chosen is not None and options.scheduler is not None and options.scheduler.fan_out:

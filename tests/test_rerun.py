@@ -72,18 +72,21 @@ def test_last_is_the_newest_reset_and_a_history_without_one_says_so(tmp_path: Pa
     with pytest.raises(UsageError, match="no run on record in"):
         find_run(None, "last", path)
     with History.open(path) as history:
-        for run_id, command, mode in (("R1", "reset", "reset"), ("R2", "reset", "plan"), ("R3", "check", "check")):
+        for run_id, command, mode in (("R1", "reset", "reset"), ("R2", "reset", "plan"), ("R3", "check", "check"),
+                                      ("R4", "demo", "reset")):
             history.start_run(run_id, command, ["a"], {"mode": mode}, f"2026-12-03T00:00:0{run_id[1]}.000+00:00",
                               "0.1.0", tmp_path)
         assert find_run(history, "last", path).run.run_id == "R1"
         assert find_run(history, "R2", path).run.run_id == "R2"  # found; `decide` refuses it
+        demo = decide(find_run(history, "R4", path))  # a newer demo is never `last`, and named it is refused
+        assert demo.exit_code == 2 and "was the demo (fleet demo: simulated nodes)" in demo.line
         with pytest.raises(UsageError, match="no run 'R9' on record"):
             find_run(history, "R9", path)
     only_dry = tmp_path / "dry" / HISTORY_FILE
     only_dry.parent.mkdir()
     with History.open(only_dry) as history:
         history.start_run("D1", "reset", ["a"], {"mode": "plan"}, "2026-12-03T00:00:00.000+00:00", "0.1.0", tmp_path)
-        with pytest.raises(UsageError, match=r"no reset on record in .*, only dry runs and checks"):
+        with pytest.raises(UsageError, match=r"no reset on record in .*, only dry runs, checks and demos"):
             find_run(history, "last", only_dry)
 
 
@@ -179,3 +182,16 @@ async def test_a_nightly_reset_keeps_its_history_in_bounds(sim: SimFleet, tmp_pa
     run_id = json.loads(done.stdout)["run_id"]
     assert not (logs / old).exists() and (logs / run_id / "summary.json").exists()
     assert "pruned runs older than 30 days: 0 records, 1 log folder" in done.stderr
+
+
+def test_the_demo_is_recorded_as_such_and_is_never_last(tmp_path: Path) -> None:
+    """`fleet demo` writes to the same history (the default log folder): its simulated hosts are never what
+    `--rerun-failed last` reruns."""
+    logs = str(tmp_path / "logs")
+    assert fleet_cli("demo", "--nodes", "2", "--log-dir", logs).returncode == 0
+    with History.open(Path(logs) / HISTORY_FILE) as history:
+        run_id = history.last_run_id()
+        record = history.get(run_id) if run_id is not None else None
+        assert record is not None and record.run.command == "demo"
+    done = fleet_cli("reset", "--rerun-failed", "last", "-y", "--log-dir", logs)
+    assert done.returncode == 2 and "only dry runs, checks and demos" in done.stderr, done.stderr

@@ -18,7 +18,8 @@ from fleet.report.history_view import counts_text
 from fleet.report.render import fold
 
 NOT_RECORDED = "not recorded"  # a target with no outcome on record: its run died (or is still going)
-_WHAT = {RunKind.DRY_RUN: "a dry run (fleet reset --dry-run)", RunKind.CHECK: "a check (fleet check)"}
+_WHAT = {RunKind.DRY_RUN: "a dry run (fleet reset --dry-run)", RunKind.CHECK: "a check (fleet check)",
+         RunKind.DEMO: "the demo (fleet demo: simulated nodes)"}
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,8 @@ def find_run(history: History | None, given: str, path: Path) -> RunRecord:
     if given != "last":
         raise UsageError(f"--rerun-failed: no run {given!r} on record in {path}")
     if history is not None and history.last_run_id() is not None:
-        raise UsageError(f"--rerun-failed: no reset on record in {path}, only dry runs and checks (they reset"
-                         " nothing, so nothing of theirs is rerun)")
+        raise UsageError(f"--rerun-failed: no reset on record in {path}, only dry runs, checks and demos (they"
+                         " reset nothing real, so nothing of theirs is rerun)")
     raise UsageError(f"--rerun-failed: no run on record in {path}")
 
 

@@ -20,7 +20,7 @@ from fleet.report.history.retention import (
     run_id_time,
     stale_folders,
 )
-from fleet.report.history.rows import HostRow, RunKind, RunRecord, RunRow, host_values, not_clean, run_kind
+from fleet.report.history.rows import DEMO, HostRow, RunKind, RunRecord, RunRow, host_values, not_clean, run_kind
 from fleet.report.history.schema import (
     BUSY_TIMEOUT_S,
     HISTORY_FILE,
@@ -35,8 +35,32 @@ from fleet.report.history.schema import (
 from fleet.report.history.store import RERUN_STATUSES, UNFINISHED, History
 
 __all__ = [
-    "BUSY_TIMEOUT_S", "CLOSE_TIMEOUT_S", "HISTORY_FILE", "MIGRATIONS", "RERUN_STATUSES", "RUN_ID", "UNFINISHED",
-    "History", "HistoryError", "HostRow", "Recorder", "RunKind", "RunRecord", "RunRow", "history_path",
-    "host_values", "migrate", "newest_folders", "not_clean", "now_stamp", "parse_stamp", "prune_runs",
-    "remove_folders", "run_id_time", "run_kind", "stale_folders", "stamp",
+    "BUSY_TIMEOUT_S",
+    "CLOSE_TIMEOUT_S",
+    "DEMO",
+    "HISTORY_FILE",
+    "MIGRATIONS",
+    "RERUN_STATUSES",
+    "RUN_ID",
+    "UNFINISHED",
+    "History",
+    "HistoryError",
+    "HostRow",
+    "Recorder",
+    "RunKind",
+    "RunRecord",
+    "RunRow",
+    "history_path",
+    "host_values",
+    "migrate",
+    "newest_folders",
+    "not_clean",
+    "now_stamp",
+    "parse_stamp",
+    "prune_runs",
+    "remove_folders",
+    "run_id_time",
+    "run_kind",
+    "stale_folders",
+    "stamp",
 ]

@@ -85,6 +85,10 @@ class RunKind(StrEnum):
     RESET = "reset"
     DRY_RUN = "dry run"  # `fleet reset --dry-run`: command reset, mode plan
     CHECK = "check"  # `fleet check`
+    DEMO = "demo"  # `fleet demo`: a simulated fleet, recorded as such (no real host was touched)
+
+
+DEMO = RunKind.DEMO.value  # the command the demo's runs are recorded under
 
 
 # How the runs table tells them apart; `run_kind` and `History.last_reset_id` read the same two columns.
@@ -92,7 +96,9 @@ DRY_RUN_MODE = "plan"
 
 
 def run_kind(run: RunRow) -> RunKind:
-    """A reset, a dry run or a check, from the run's command and its options' mode."""
+    """A reset, a dry run, a check or the demo, from the run's command and its options' mode."""
+    if run.command == DEMO:
+        return RunKind.DEMO
     if run.command != RunKind.RESET.value:
         return RunKind.CHECK
     return RunKind.DRY_RUN if run.options.get("mode") == DRY_RUN_MODE else RunKind.RESET
