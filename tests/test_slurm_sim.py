@@ -329,6 +329,8 @@ async def test_via_srun_resets_through_a_real_job_step(sim: SimFleet, cluster: S
     assert hosts["sim1"].memory_before_mib is not None and hosts["sim1"].memory_before_mib[0] == 30000 + 1523
     assert {k.name for k in hosts["sim1"].killed} >= {"python3"}
     assert hosts["sim2"].status is HostStatus.SKIPPED and f"job {job}" in (hosts["sim2"].error or "")
+    # the step began once sim2's wait ran out: every node that took part waited that long (report.html's bar)
+    assert (slurm_of(hosts["sim1"]).waited_s or 0) >= 3 and slurm_of(hosts["sim2"]).waited_s is not None
     assert hosts["sim3"].status is HostStatus.SKIPPED and "bad DIMM" in (hosts["sim3"].error or "")
     assert hosts["sim3"].reason is Reason.SLURM and hosts["sim4"].reason is Reason.HEALTH
     assert hosts["sim4"].status is HostStatus.FAILED and "Xid 79" in (hosts["sim4"].error or "")

@@ -250,9 +250,11 @@ class SrunRun:
 
     async def _wait_for_jobs(self, nodes: list[str], wait_s: float) -> list[str]:
         """The reserved nodes once no job holds them (`fleet.slurm.waiting`, as `--slurm` waits); a node still busy
-        after wait_s is skipped."""
+        after wait_s is skipped. Each node's record keeps how long it waited (`waited_s`): the one step starts once
+        the last node is free, so that is the wait of every node that takes part."""
         waits = JobWaits(self.slurm)
-        until = anyio.current_time() + wait_s
+        started = anyio.current_time()
+        until = started + wait_s
         each = {name: Wait(name) for name in nodes}
         async with anyio.create_task_group() as group:
             group.start_soon(waits.serve)
@@ -261,12 +263,13 @@ class SrunRun:
                     waiting.start_soon(waits.wait, wait, until)
             group.cancel_scope.cancel()
         ready = []
+        waited = round(anyio.current_time() - started, 3)
         for name, wait in each.items():
+            self._record(name, jobs=wait.jobs, waited_s=waited)
             error = wait.outcome(wait_s)
             if error is None:
                 ready.append(name)
                 continue
-            self._record(name, jobs=wait.jobs)
             self._end(name, HostStatus.SKIPPED, error, Reason.SLURM if wait.lost else Reason.JOBS_RUNNING)
         return ready
 
