@@ -45,11 +45,13 @@ class ScriptedSlurm:
         self.unreadable_after_update = 0  # ... from the next update on
         self.not_responding_reads = 0
         self._flagged: dict[str, int] = {}
+        self.deleted: list[str] = []  # reservations removed (`scontrol delete ReservationName=...`)
 
     def client(self) -> Slurm:
         transport = ScriptedTransport([
             (("scontrol", "show", "node"), self._show),
             (("scontrol", "update"), self._update),
+            (("scontrol", "delete"), self._delete),
             (("squeue",), self._squeue),
         ])
         return Slurm(transport)
@@ -97,6 +99,10 @@ class ScriptedSlurm:
         elif state == "RESUME":
             node.state, node.reason = base, None
             self._flagged[name] = self.not_responding_reads
+
+    def _delete(self, argv: Sequence[str]) -> Reply:
+        self.deleted.append(argv[2].split("=", 1)[1])
+        return Reply()
 
     def _squeue(self, argv: Sequence[str]) -> Reply:
         wanted = set(NodeSet(argv[argv.index("--nodelist") + 1]))

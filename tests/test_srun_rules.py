@@ -89,3 +89,35 @@ def test_run_liveness_from_the_log_folder(tmp_path: Path) -> None:
         assert run_liveness(tmp_path, bare.name) is RunLiveness.RUNNING
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("fault", ["unreadable", "refused"])
+async def test_the_reservation_stays_when_a_failed_node_could_not_be_drained(tmp_path: Path, fault: str) -> None:
+    """The cleanup over a scripted Slurm: Slurm unreadable, or the drain refused, for a node the step failed: the
+    reservation is not removed (it ends at its Duration), so the node never goes back in service undrained."""
+    from scripted_slurm import ScriptedSlurm
+
+    from fleet.graph import RunOptions, SchedulerOptions
+    from fleet.inventory.host import Host
+    from fleet.report.models import Reason, SchedulerRecord
+    from fleet.reset.walk import HostRun
+    from fleet.slurm.srun import SrunRun
+
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    run = HostRun(Host(name="sim1", address="127.0.0.1"), scheduler=SchedulerRecord("sim1", "IDLE"))
+    logs = RunLogs(tmp_path, "20261203T070000Z-abc123")
+    logs.create()
+    srun = SrunRun(slurm.client(), [run], RunOptions(scheduler=SchedulerOptions(fan_out=True)), logs)
+    srun.reserved, srun.stepped = True, ["sim1"]
+    srun.step.named.add("sim1")
+    run.finish(HostStatus.FAILED, "gpu 0 holds 4096 MiB", Reason.MEMORY_HELD)
+    slurm.unreadable, slurm.refuse = (5, 0) if fault == "unreadable" else (0, 1)
+    await srun._cleanup()
+    assert slurm.deleted == [] and srun.reserved
+    assert run.scheduler is not None and "reservation fleet-20261203T070000Z-abc123 kept" in (run.scheduler.error or "")
+    slurm.unreadable = slurm.refuse = 0
+    srun.step = _Step()  # nothing failed: the same cleanup removes it
+    run.finish(HostStatus.CLEAN)
+    await srun._cleanup()
+    logs.close()
+    assert slurm.deleted == ["fleet-20261203T070000Z-abc123"]

@@ -401,11 +401,12 @@ class SrunRun:
 
     async def _cleanup(self) -> None:
         """Drain what must stay out of service, then remove the reservation, then read the nodes for the report:
-        in that order, so that no moment lets a job onto a node the step failed."""
+        in that order, so that no moment lets a job onto a node the step failed. When the nodes could not be read
+        or a drain failed, the reservation stays (it ends by itself at its Duration): never a failed node back in
+        service because Slurm did not answer."""
         now = await self._read_all(self.stepped)
-        if now is not None:
-            await self._drain_failed(now)
-        if self.reserved:
+        drained = now is not None and await self._drain_failed(now)
+        if self.reserved and drained:
             await self._delete_reservation()
         after = await self._read_all(self.stepped) if self.stepped else {}
         for name in self.stepped:
@@ -417,6 +418,8 @@ class SrunRun:
             if run.scheduler is not None and run.scheduler.state_after is None and name not in self.stepped:
                 node = self.before.get(name)
                 self._record(name, state_after=node.state if node else None, reason_after=node.reason if node else None)
+        if self.reserved and not drained:
+            self._keep_reservation()
 
     async def _read_all(self, names: Sequence[str]) -> dict[str, SlurmNode] | None:
         """Every named node in one `scontrol show node`; None (each node's record says why) when Slurm failed."""
@@ -429,8 +432,9 @@ class SrunRun:
                 self._record(name, error=f"slurm: {exc}")
             return None
 
-    async def _drain_failed(self, now: Mapping[str, SlurmNode]) -> None:
-        """Drain every node the step failed, one `scontrol update` per reason (nodes failed the same way share it)."""
+    async def _drain_failed(self, now: Mapping[str, SlurmNode]) -> bool:
+        """Drain every node the step failed, one `scontrol update` per reason (nodes failed the same way share it);
+        whether every one of them is drained."""
         reasons: dict[str, list[str]] = {}
         for name in self.stepped:
             run = self.runs[name]
@@ -439,13 +443,27 @@ class SrunRun:
             self.log[name].info("slurm_release", node=name, action=action.what.value, why=action.why)
             if action.what is policy.Release.KEEP_DRAINED and action.reason is not None:
                 reasons.setdefault(action.reason, []).append(name)
+        drained = True
         for reason, names in reasons.items():
             try:
                 await self.slurm.update(names, "DRAIN", reason)
             except SlurmError as exc:
+                drained = False
                 for name in names:
                     self.log[name].error("slurm_error", node=name, error=str(exc))
                     self._record(name, error=f"slurm: {exc}")
+        return drained
+
+    def _keep_reservation(self) -> None:
+        """The nodes to keep out of service could not be read or drained: the reservation keeps other jobs off them
+        until its Duration ends; every stepped node's record says so."""
+        for name in self.stepped:
+            self.log[name].error("slurm_error", node=name, error=f"reservation {self.reservation} kept")
+            record = self.runs[name].scheduler
+            error = record.error if record is not None else None
+            self._record(name, error=f"{error or 'slurm: nodes not read'}; reservation {self.reservation} kept"
+                                     f" (no failed node back in service): scontrol delete"
+                                     f" ReservationName={self.reservation} once they are drained")
 
     async def _delete_reservation(self) -> None:
         with anyio.move_on_after(CLEANUP_TIMEOUT_S / 2):
