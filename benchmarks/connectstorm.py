@@ -95,7 +95,7 @@ def run_storm(daemons: Daemons, inventory: Path, args: argparse.Namespace) -> di
     cmd = [sys.executable, str(ENTRY), "_storm", str(inventory), str(out)]
     cmd += ["--hold"] if args.hold else []
     cmd += ["--concurrency", str(args.concurrency)] if args.concurrency else []
-    busy = machine_busy_s()
+    busy, load = machine_busy_s(), os.getloadavg()[0]
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     with Watch(daemons, child, args.min_free_mb) as watch:
         try:
@@ -106,14 +106,15 @@ def run_storm(daemons: Daemons, inventory: Path, args: argparse.Namespace) -> di
             rc = child.wait()
     result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     result.update(rc=rc, aborted=watch.aborted or None, peak_sshd_processes=watch.peak_sessions,
-                  mem_available_low_mb=watch.low_mb, machine_busy_s=round(machine_busy_s() - busy, 1))
+                  mem_available_low_mb=watch.low_mb, machine_busy_s=round(machine_busy_s() - busy, 1),
+                  load_before=round(load, 1))
     return result
 
 
 def one_size(count: int, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     root = tmp / f"storm-{count}"
     root.mkdir()
-    daemons = Daemons(root, addresses(count))
+    daemons = Daemons(root, addresses(count), idle=not args.servers_compete)
     try:
         t0 = time.monotonic()
         daemons.start()
@@ -139,7 +140,7 @@ def line(r: dict[str, Any]) -> str:
             f"max {connect.get('max')}  loop late (max) {r['max_loop_lag_s']} s  CPU {r['cpu_s']} s "
             f"({1000 * r['cpu_s'] / r['hosts']:.2f} ms/conn)  wall {r['wall_s']} s  peak RSS {r['peak_rss_mb']} MB  "
             f"peak fds {r['peak_fds']}  sshd processes (peak) {r['peak_sshd_processes']}  "
-            f"machine busy {r['machine_busy_s']} s" + aborted(r))
+            f"machine busy {r['machine_busy_s']} s  load average before {r['load_before']}" + aborted(r))
 
 
 def aborted(r: dict[str, Any]) -> str:
@@ -178,6 +179,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", default="2000,5000", help="comma-separated host counts")
     p.add_argument("--hold", action="store_true", help="hold every session until the last host has its answer")
     p.add_argument("-j", "--concurrency", type=int, help="fleet's -j (unset: one slot a host, as by default)")
+    p.add_argument("--servers-compete", action="store_true",
+                   help="run sshd at normal priority (default: SCHED_IDLE, so that the servers, which share this "
+                        "machine, never keep the controller from its core)")
     p.add_argument("--pause", type=float, default=2.0, help="seconds of quiet before each storm")
     p.add_argument("--timeout", type=float, default=900.0, help="bound on one storm")
     p.add_argument("--min-free-mb", type=int, default=2000, help="end a storm when MemAvailable drops under this")
