@@ -40,11 +40,14 @@ clean:
 # vs `--via srun` on 4, 8 and 16 simulated nodes under a real Slurm: the controller's wall time and CPU; as root,
 # with Debian's slurmctld slurmd slurm-client munge); then benchmarks/fanout.py: fleet
 # against a raw asyncssh floor, pdsh and Ansible behind the real OpenSSH sshd, and a py-spy profile of fleet;
-# then benchmarks/percommand.py: the client CPU of a connection and of a command (the cost model's terms).
+# then benchmarks/percommand.py: the client CPU of a connection and of a command (the cost model's terms);
+# then benchmarks/connectstorm.py: 2,000 and 5,000 hosts at once through fleet's connect path over real sshd, at
+# fleet's default bounds (exit 1 when a host was unreachable: the target is 0).
 # fanout.py at 64, 256 and 512 hosts, 3 repetitions (about an hour on 2 cores); BENCH_SIZES=16,64 for a quick look.
 BENCH_VENV  ?= benchmarks/.bench-venv
 BENCH_SIZES ?= 64,256,512
 BENCH_REPS  ?= 3
+STORM_SIZES ?= 2000,5000
 
 bench: install $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/scale.py --nodes 16 --rounds 3
@@ -52,6 +55,7 @@ bench: install $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/slurm.py --sizes 4,8,16 --reps 3
 	$(BIN)/python benchmarks/fanout.py --sizes $(BENCH_SIZES) --reps $(BENCH_REPS) --bench-venv $(BENCH_VENV) --profile
 	$(BIN)/python benchmarks/percommand.py --hosts 64 --rounds 3
+	$(BIN)/python benchmarks/connectstorm.py --sizes $(STORM_SIZES)
 
 $(BENCH_VENV)/.installed:
 	$(PYTHON) -m venv $(BENCH_VENV)
