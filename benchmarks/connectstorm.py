@@ -97,6 +97,8 @@ def run_storm(daemons: Daemons, inventory: Path, args: argparse.Namespace) -> di
     cmd += ["--concurrency", str(args.concurrency)] if args.concurrency else []
     busy, load = machine_busy_s(), os.getloadavg()[0]
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    if not args.no_rt:
+        os.sched_setscheduler(child.pid, os.SCHED_FIFO, os.sched_param(1))  # inherited by the threads it starts
     with Watch(daemons, child, args.min_free_mb) as watch:
         try:
             rc = child.wait(timeout=args.timeout)
@@ -114,7 +116,7 @@ def run_storm(daemons: Daemons, inventory: Path, args: argparse.Namespace) -> di
 def one_size(count: int, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     root = tmp / f"storm-{count}"
     root.mkdir()
-    daemons = Daemons(root, addresses(count), idle=not args.servers_compete)
+    daemons = Daemons(root, addresses(count))
     try:
         t0 = time.monotonic()
         daemons.start()
@@ -135,12 +137,23 @@ def line(r: dict[str, Any]) -> str:
     if "hosts" not in r:
         return f"no result (rc {r.get('rc')}, {r.get('aborted') or 'the storm wrote nothing'})"
     connect = r["connect_s"]
-    return (f"unreachable {r['unreachable']} failed {r['failed']}  connects in flight (peak) {r['peak_connecting']}  "
+    return (f"unreachable {r['unreachable']} failed {r['failed']}  {handshakes(r)}  "
             f"held (peak) {r['peak_held']}  connect s p50 {connect.get('p50')} p99 {connect.get('p99')} "
             f"max {connect.get('max')}  loop late (max) {r['max_loop_lag_s']} s  CPU {r['cpu_s']} s "
             f"({1000 * r['cpu_s'] / r['hosts']:.2f} ms/conn)  wall {r['wall_s']} s  peak RSS {r['peak_rss_mb']} MB  "
             f"peak fds {r['peak_fds']}  sshd processes (peak) {r['peak_sshd_processes']}  "
             f"machine busy {r['machine_busy_s']} s  load average before {r['load_before']}" + aborted(r))
+
+
+def handshakes(r: dict[str, Any]) -> str:
+    """Handshakes in flight at once: fleet's own record where it admits handshakes, and the connect calls."""
+    mine = f"connect calls in flight (peak) {r['peak_connecting']}"
+    fleet = r.get("fleet_admission")
+    if not fleet:
+        return f"handshakes in flight (peak, no record in fleet: {mine})"
+    return (f"handshakes in flight (peak, fleet's admission) {fleet['peak_in_flight']} of width {fleet['width']}, "
+            f"waiting for admission (peak) {fleet['peak_waiting']}, CPU a handshake "
+            f"{1000 * fleet['cpu_per_handshake_s']:.2f} ms; {mine}")
 
 
 def aborted(r: dict[str, Any]) -> str:
@@ -152,7 +165,8 @@ def print_table(results: dict[str, Any]) -> None:
     first = next((r for r in sizes.values() if "bounds" in r), None)
     bounds = first["bounds"] if first else {}
     print(f"\nConnect storm: fleet.transport.connect + one bounded `true` + close, every host at once over real sshd "
-          f"(hold: {results['hold']}, -j {results['concurrency'] or 'unset'}; bounds: fleet's defaults {bounds})")
+          f"(hold: {results['hold']}, -j {results['concurrency'] or 'unset'}, controller {results['controller']}; "
+          f"bounds: fleet's defaults {bounds})")
     head = (f"{'hosts':>6} {'unreach':>7} {'failed':>6} {'inflight':>8} {'held':>5} {'conn p50':>8} {'conn max':>8} "
             f"{'loop late':>9} {'CPU s':>7} {'ms/conn':>7} {'wall s':>7} {'RSS MB':>7} {'fds':>6} {'sshd procs':>10}")
     print(head)
@@ -161,10 +175,13 @@ def print_table(results: dict[str, Any]) -> None:
             print(f"{n:>6} {line(r)}")
             continue
         c = r["connect_s"]
-        print(f"{n:>6} {r['unreachable']:>7} {r['failed']:>6} {r['peak_connecting']:>8} {r['peak_held']:>5} "
+        fleet = r.get("fleet_admission") or {}
+        print(f"{n:>6} {r['unreachable']:>7} {r['failed']:>6} {fleet.get('peak_in_flight', r['peak_connecting']):>8} "
+              f"{r['peak_held']:>5} "
               f"{c.get('p50', 0):>8.2f} {c.get('max', 0):>8.2f} {r['max_loop_lag_s']:>9.2f} {r['cpu_s']:>7.2f} "
               f"{1000 * r['cpu_s'] / r['hosts']:>7.2f} {r['wall_s']:>7.1f} {r['peak_rss_mb']:>7.1f} "
               f"{r['peak_fds']:>6} {r['peak_sshd_processes']:>10}" + aborted(r))
+        print(f"{'':>6} {handshakes(r)}")
         for error in r.get("errors", [])[:2]:
             print(f"{'':>6} e.g. {error[:150]}")
     for n, r in sizes.items():
@@ -179,9 +196,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", default="2000,5000", help="comma-separated host counts")
     p.add_argument("--hold", action="store_true", help="hold every session until the last host has its answer")
     p.add_argument("-j", "--concurrency", type=int, help="fleet's -j (unset: one slot a host, as by default)")
-    p.add_argument("--servers-compete", action="store_true",
-                   help="run sshd at normal priority (default: SCHED_IDLE, so that the servers, which share this "
-                        "machine, never keep the controller from its core)")
+    p.add_argument("--no-rt", action="store_true",
+                   help="run the controller at normal priority (default: SCHED_FIFO 1, a core of its own, as on an "
+                        "admin node: the sshd daemons share this machine's cores)")
     p.add_argument("--pause", type=float, default=2.0, help="seconds of quiet before each storm")
     p.add_argument("--timeout", type=float, default=900.0, help="bound on one storm")
     p.add_argument("--min-free-mb", type=int, default=2000, help="end a storm when MemAvailable drops under this")
@@ -207,6 +224,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     results: dict[str, Any] = {"started_at": stamp, "hold": args.hold, "concurrency": args.concurrency,
+                               "controller": "normal priority" if args.no_rt else "SCHED_FIFO 1",
                                "cores": os.cpu_count(), "sizes": {}}
     tmp = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))
     interrupted = False

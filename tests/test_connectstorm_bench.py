@@ -39,7 +39,7 @@ def alive(pid: int) -> bool:
 
 
 async def test_every_host_connects_runs_true_and_is_held_at_once(tmp_path: Path) -> None:
-    daemons = Daemons(tmp_path, addresses(20), idle=True)  # two daemons: 16 addresses and 4
+    daemons = Daemons(tmp_path, addresses(20))  # two daemons: 16 addresses and 4
     try:
         daemons.start()
         assert len(daemons.procs) == 2

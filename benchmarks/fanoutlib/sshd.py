@@ -11,16 +11,12 @@ whose `environment=` options set those variables for every command run there (th
 put their fake nvidia-smi and systemctl first on PATH this way). Without it one authorized_keys file serves
 every address. Either way HOME is an empty folder of the run's: bash started by sshd sources ~/.bashrc even for
 `ssh host cmd`, and this machine's root dotfiles (pyenv init: ~0.2 s of CPU a command) are not part of a node.
-
-`idle`: the daemons and every session they fork run under SCHED_IDLE, on CPU nothing else wants, so that servers
-sharing the client's machine never keep the client from its core (servers on their own machines would not).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
 import socket
 import subprocess
 import sys
@@ -108,11 +104,10 @@ class Daemons:
     """sshd daemons serving `addrs` on one port (see the module docstring)."""
 
     def __init__(self, root: Path, addrs: list[str],
-                 environments: Mapping[str, Mapping[str, str]] | None = None, *, idle: bool = False) -> None:
+                 environments: Mapping[str, Mapping[str, str]] | None = None) -> None:
         self.root = root
         self.addrs = addrs
         self.environments = environments
-        self.idle = idle
         self.key = root / "client_key"
         self.known_hosts = root / "known_hosts"
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -154,8 +149,6 @@ class Daemons:
         with (directory / "sshd.log").open("wb") as err:
             proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stderr=err, stdin=subprocess.DEVNULL)
         self.procs.append(proc)
-        if self.idle:  # before any client connects: every session it forks inherits it
-            os.sched_setscheduler(proc.pid, os.SCHED_IDLE, os.sched_param(0))
 
     def _wait_listening(self) -> None:
         deadline = time.monotonic() + 30 + len(self.procs) / 10

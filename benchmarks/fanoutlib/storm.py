@@ -17,6 +17,8 @@ with no SSH), the interpreter's start and imports (measured apart, as `startup_c
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import os
 import resource
@@ -58,6 +60,7 @@ class Tally:
     reasons: Counter[str] = field(default_factory=Counter)  # fleet's reason of each unreachable or failed host
     all_answered: anyio.Event = field(default_factory=anyio.Event)
     max_lag_s: float = 0.0
+    admission: dict[str, Any] | None = None  # fleet's own record, where it keeps one (`fleet_admission`)
 
     def connect_started(self) -> None:
         self.connecting += 1
@@ -120,6 +123,16 @@ async def _watch_lag(tally: Tally) -> None:
         tally.max_lag_s = max(tally.max_lag_s, time.monotonic() - asked)
 
 
+def fleet_admission() -> dict[str, Any] | None:
+    """fleet's own record of this event loop's handshakes (width, in flight and waiting, their peaks, the CPU a
+    handshake measured), where fleet admits handshakes (`fleet.transport.ssh.admission`); else None."""
+    try:
+        module = importlib.import_module("fleet.transport.ssh.admission")
+    except ImportError:
+        return None
+    return dict(dataclasses.asdict(module.admission().stats))
+
+
 async def storm(hosts: list[Host], concurrency: int | None, hold: bool) -> Tally:
     tally = Tally(len(hosts))
     limiter = anyio.CapacityLimiter(max(1, concurrency or len(hosts)))  # as fleet.graph sizes it
@@ -129,6 +142,7 @@ async def storm(hosts: list[Host], concurrency: int | None, hold: bool) -> Tally
             for host in hosts:
                 group.start_soon(_one_host, host, tally, limiter, hold)
         outer.cancel_scope.cancel()
+    tally.admission = fleet_admission()
     return tally
 
 
@@ -210,7 +224,7 @@ def storm_main(argv: list[str]) -> int:
         "unreachable": len(tally.unreachable), "failed": len(tally.failed),
         "errors": sorted({*tally.unreachable.values(), *tally.failed.values()})[:5],
         "peak_connecting": tally.peak_connecting, "peak_held": tally.peak_held,
-        "reasons": dict(tally.reasons), "connect_s": quantiles(tally.connect_s),
+        "reasons": dict(tally.reasons), "fleet_admission": tally.admission, "connect_s": quantiles(tally.connect_s),
         "max_loop_lag_s": round(tally.max_lag_s, 3), "startup_cpu_s": round(startup_cpu, 3),
         "soft_nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0], **cost,
     }
