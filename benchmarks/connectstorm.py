@@ -9,18 +9,20 @@ every host at once as the task graph does: the graph's limiter, `fleet.transport
 path, and the same admission, as a reset's), one bounded `true` through the Transport, the close. Each host
 closes after its command unless `--hold` (every session held until the last host has its answer).
 
-Reported per size: hosts unreachable (must be 0) and failed, connects in flight at once (peak, counted around the
-connect call: with an admission limiter inside open_ssh that includes the hosts waiting for a turn), sessions held
-at once (peak), each connect's seconds (p50/p99/max, against connect_timeout), the event loop's worst lateness,
-the controller's CPU (its own process, from the storm's start to its end; the interpreter's start and imports
-apart) and CPU a connection, wall time, peak RSS (VmHWM), peak file descriptors (/proc/self/fd), and the sshd
-side: the peak count of sshd session processes and the machine's busy CPU beside the controller's. The sshd
-daemons share the controller's cores, so wall time here includes the servers' work: on a real fleet each node
-handshakes on its own CPUs.
+Reported per size: hosts unreachable (must be 0) and failed; handshakes in flight at once: fleet's own record
+(`fleet.transport.ssh.admission`, where fleet admits handshakes: width, peak in flight, peak waiting, CPU a
+handshake) and always the connect calls in flight, counted around the call (with admission inside open_ssh that
+includes the hosts waiting for a turn); sessions held at once (peak); each connect call's seconds (p50/p99/max,
+against connect_timeout); the event loop's worst lateness; the controller's CPU (its own process, from the
+storm's start to its end; the interpreter's start and imports apart) and that over hosts; wall time; peak RSS
+(VmHWM); peak file descriptors (/proc/self/fd); the sshd side: the peak count of sshd processes and the
+machine's busy CPU. The sshd daemons share the controller's cores: the controller runs under SCHED_FIFO 1 (a
+core of its own whenever it can run, as on an admin node; `--no-rt` to not), the servers on the rest, so
+handshakes take longer here than on a fleet whose nodes handshake on their own CPUs.
 
 Not measured here: the reset's steps, per-host logs, the report (controller.py measures those without SSH).
 
-    python benchmarks/connectstorm.py [--sizes 200,2000,5000] [--hold] [-j N] [--json PATH]
+    python benchmarks/connectstorm.py [--sizes 200,2000,5000] [--hold] [-j N] [--no-rt] [--json PATH]
 
 Writes benchmarks/results/connectstorm-<timestamp>.json. Every daemon and session it starts is killed by pid and
 its temp dir removed, on success, failure or Ctrl-C; a storm is ended when MemAvailable drops under --min-free-mb.
@@ -95,7 +97,7 @@ def run_storm(daemons: Daemons, inventory: Path, args: argparse.Namespace) -> di
     cmd = [sys.executable, str(ENTRY), "_storm", str(inventory), str(out)]
     cmd += ["--hold"] if args.hold else []
     cmd += ["--concurrency", str(args.concurrency)] if args.concurrency else []
-    busy, load = machine_busy_s(), os.getloadavg()[0]
+    busy, load, servers = machine_busy_s(), os.getloadavg()[0], daemons.cpu_s()
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     if not args.no_rt:
         os.sched_setscheduler(child.pid, os.SCHED_FIFO, os.sched_param(1))  # inherited by the threads it starts
@@ -106,9 +108,12 @@ def run_storm(daemons: Daemons, inventory: Path, args: argparse.Namespace) -> di
             watch.aborted = f"timeout after {args.timeout:g} s"
             kill_pids([child.pid])
             rc = child.wait()
+    busy = machine_busy_s() - busy
+    settled = daemons.settled()
     result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    result.update(servers_cpu_s=round(daemons.cpu_s() - servers, 2), servers_settled=settled)
     result.update(rc=rc, aborted=watch.aborted or None, peak_sshd_processes=watch.peak_sessions,
-                  mem_available_low_mb=watch.low_mb, machine_busy_s=round(machine_busy_s() - busy, 1),
+                  mem_available_low_mb=watch.low_mb, machine_busy_s=round(busy, 1),
                   load_before=round(load, 1))
     return result
 
@@ -142,6 +147,7 @@ def line(r: dict[str, Any]) -> str:
             f"max {connect.get('max')}  loop late (max) {r['max_loop_lag_s']} s  CPU {r['cpu_s']} s "
             f"({1000 * r['cpu_s'] / r['hosts']:.2f} ms/conn)  wall {r['wall_s']} s  peak RSS {r['peak_rss_mb']} MB  "
             f"peak fds {r['peak_fds']}  sshd processes (peak) {r['peak_sshd_processes']}  "
+            f"sshd CPU {r['servers_cpu_s']} s ({1000 * r['servers_cpu_s'] / r['hosts']:.1f} ms/conn)  "
             f"machine busy {r['machine_busy_s']} s  load average before {r['load_before']}" + aborted(r))
 
 
@@ -168,7 +174,8 @@ def print_table(results: dict[str, Any]) -> None:
           f"(hold: {results['hold']}, -j {results['concurrency'] or 'unset'}, controller {results['controller']}; "
           f"bounds: fleet's defaults {bounds})")
     head = (f"{'hosts':>6} {'unreach':>7} {'failed':>6} {'inflight':>8} {'held':>5} {'conn p50':>8} {'conn max':>8} "
-            f"{'loop late':>9} {'CPU s':>7} {'ms/conn':>7} {'wall s':>7} {'RSS MB':>7} {'fds':>6} {'sshd procs':>10}")
+            f"{'loop late':>9} {'CPU s':>7} {'ms/conn':>7} {'wall s':>7} {'RSS MB':>7} {'fds':>6} {'sshd procs':>10} "
+            f"{'sshd ms/conn':>12}")
     print(head)
     for n, r in sizes.items():
         if "hosts" not in r:
@@ -180,7 +187,8 @@ def print_table(results: dict[str, Any]) -> None:
               f"{r['peak_held']:>5} "
               f"{c.get('p50', 0):>8.2f} {c.get('max', 0):>8.2f} {r['max_loop_lag_s']:>9.2f} {r['cpu_s']:>7.2f} "
               f"{1000 * r['cpu_s'] / r['hosts']:>7.2f} {r['wall_s']:>7.1f} {r['peak_rss_mb']:>7.1f} "
-              f"{r['peak_fds']:>6} {r['peak_sshd_processes']:>10}" + aborted(r))
+              f"{r['peak_fds']:>6} {r['peak_sshd_processes']:>10} {1000 * r['servers_cpu_s'] / r['hosts']:>12.1f}"
+              + aborted(r))
         print(f"{'':>6} {handshakes(r)}")
         for error in r.get("errors", [])[:2]:
             print(f"{'':>6} e.g. {error[:150]}")

@@ -46,6 +46,16 @@ def descendants(root: int, table: dict[int, int] | None = None) -> list[int]:
     return found
 
 
+def reaped_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and of every descendant it has reaped (user+sys, /proc/<pid>/stat); 0 when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
 def reap_children() -> None:
     """Reap every child that has exited. This process is a subreaper: the workers of a stopped unit come
     back to it, and left as zombies they would pile up by N a run (pids, and a longer /proc for every

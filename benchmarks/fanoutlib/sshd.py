@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .common import ADDRESSES_PER_SSHD, SSHD
-from .procs import descendants, kill_pids, process_table
+from .procs import descendants, kill_pids, process_table, reaped_cpu_s
 
 SSHD_CONFIG = """\
 Port {port}
@@ -164,6 +164,17 @@ class Daemons:
         """Every process the daemons started (connections, their commands), by pid."""
         table = process_table() if table is None else table
         return [pid for proc in self.procs for pid in descendants(proc.pid, table)]
+
+    def cpu_s(self) -> float:
+        """CPU seconds of the daemons and of every session they have reaped (one still running is not in it)."""
+        return sum(reaped_cpu_s(proc.pid) for proc in self.procs)
+
+    def settled(self, within_s: float = 30.0) -> bool:
+        """Wait (bounded) until no session is left: then `cpu_s` holds every session's CPU."""
+        deadline = time.monotonic() + within_s
+        while self.sessions() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return not self.sessions()
 
     def stop(self) -> None:
         """Kill every daemon and everything it started, by pid."""
