@@ -40,7 +40,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from typing import Any
 import yaml
 from fanoutlib.common import RESULTS, SSHD, log
 from fanoutlib.procs import descendants, kill_pids, machine_busy_s, mem_available_mb, process_table, set_subreaper
+from fanoutlib.sampler import Sampler
 from fanoutlib.sshd import Daemons, addresses
 from fanoutlib.storm import storm_main
 
@@ -62,34 +62,21 @@ def write_inventory(daemons: Daemons, path: Path) -> None:
     path.write_text(yaml.safe_dump({"defaults": defaults, "hosts": hosts}, sort_keys=False))
 
 
-class Watch:
-    """While a storm runs, in a thread: the peak count of sshd session processes, and MemAvailable's low; the
-    storm's child and every session are killed (by pid) when MemAvailable drops under min_free_mb."""
+class Watch(Sampler):
+    """While a storm runs: the peak count of sshd session processes, and MemAvailable's low; the storm's child and
+    every session are killed (by pid) when MemAvailable drops under min_free_mb."""
 
     def __init__(self, daemons: Daemons, child: subprocess.Popen[bytes], min_free_mb: int) -> None:
+        super().__init__(every_s=0.25)
         self.daemons, self.child, self.min_free_mb = daemons, child, min_free_mb
         self.peak_sessions, self.low_mb, self.aborted = 0, mem_available_mb(), ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Watch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        interval = 0.25
-        while not self._stop.wait(interval):
-            started = time.monotonic()
-            self.peak_sessions = max(self.peak_sessions, len(self.daemons.sessions(process_table())))
-            self.low_mb = min(self.low_mb, mem_available_mb())
-            if self.low_mb < self.min_free_mb and not self.aborted:
-                self.aborted = f"MemAvailable under {self.min_free_mb} MB"
-                kill_pids([self.child.pid, *self.daemons.sessions()])
-            interval = max(0.25, 10 * (time.monotonic() - started))  # at most ~10% of a core on watching
+    def sample(self) -> None:
+        self.peak_sessions = max(self.peak_sessions, len(self.daemons.sessions(process_table())))
+        self.low_mb = min(self.low_mb, mem_available_mb())
+        if self.low_mb < self.min_free_mb and not self.aborted:
+            self.aborted = f"MemAvailable under {self.min_free_mb} MB"
+            kill_pids([self.child.pid, *self.daemons.sessions()])
 
 
 def run_storm(daemons: Daemons, inventory: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -101,7 +88,8 @@ def run_storm(daemons: Daemons, inventory: Path, args: argparse.Namespace) -> di
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     if not args.no_rt:
         os.sched_setscheduler(child.pid, os.SCHED_FIFO, os.sched_param(1))  # inherited by the threads it starts
-    with Watch(daemons, child, args.min_free_mb) as watch:
+    watch = Watch(daemons, child, args.min_free_mb)
+    with watch:
         try:
             rc = child.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:

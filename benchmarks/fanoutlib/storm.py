@@ -23,7 +23,6 @@ import json
 import os
 import resource
 import statistics
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +39,8 @@ from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.run import raise_fd_limit
 from fleet.transport import Transport, connect
+
+from .sampler import Sampler
 
 LAG_TICK_S = 0.1
 
@@ -146,28 +147,15 @@ async def storm(hosts: list[Host], concurrency: int | None, hold: bool) -> Tally
     return tally
 
 
-class FdPeak:
-    """The peak count of this process's open file descriptors, sampled from /proc/self/fd by a thread."""
+class FdPeak(Sampler):
+    """The peak count of this process's open file descriptors (/proc/self/fd)."""
 
-    def __init__(self, every_s: float = 0.05) -> None:
+    def __init__(self) -> None:
+        super().__init__(every_s=0.05)
         self.peak = 0
-        self._every_s = every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> FdPeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            self.peak = max(self.peak, count_fds())
-            if self._stop.wait(self._every_s):
-                return
+    def sample(self) -> None:
+        self.peak = max(self.peak, count_fds())
 
 
 def count_fds() -> int:
@@ -198,7 +186,8 @@ def measured(run: Callable[[], Tally]) -> tuple[Tally, dict[str, Any]]:
     """Run the storm; what it cost this process: CPU, wall, peak RSS, peak file descriptors."""
     rss_before_kb, fds_before = vm_kb("VmRSS"), count_fds()
     cpu, wall = time.process_time(), time.monotonic()
-    with FdPeak() as fds:
+    fds = FdPeak()
+    with fds:
         tally = run()
     cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     return tally, {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "rss_before_mb": round(rss_before_kb / 1024, 1),
