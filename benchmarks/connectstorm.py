@@ -203,6 +203,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not args.sizes or min(args.sizes) < 1:
         p.error("need sizes >= 1")
+    if args.hold and args.concurrency:
+        p.error("--hold holds every session until the last host has its answer: with -j the hosts past the first "
+                "N would never get a slot")
     return args
 
 
