@@ -158,7 +158,9 @@ def print_table(results: dict[str, Any]) -> None:
     sizes = results["sizes"]
     first = next((r for r in sizes.values() if "bounds" in r), None)
     bounds = first["bounds"] if first else {}
-    print(f"\nConnect storm: fleet.transport.connect + one bounded `true` + close, every host at once over real sshd "
+    print(f"\nfleet {results['fleet']['commit']} ({results['fleet']['path']}"
+          + (", changed since" if results["fleet"]["changed"] else "") + ")")
+    print(f"Connect storm: fleet.transport.connect + one bounded `true` + close, every host at once over real sshd "
           f"(hold: {results['hold']}, -j {results['concurrency'] or 'unset'}, controller {results['controller']}; "
           f"bounds: fleet's defaults {bounds})")
     head = (f"{'hosts':>6} {'unreach':>7} {'failed':>6} {'inflight':>8} {'held':>5} {'conn p50':>8} {'conn max':>8} "
@@ -185,6 +187,20 @@ def print_table(results: dict[str, Any]) -> None:
         verdict = "PASS" if bad == 0 else "FAIL"
         print(f"{verdict} hosts unreachable or failed at N={n}: {bad if bad is not None else 'not measured'} "
               f"(target 0)")
+
+
+def fleet_measured() -> dict[str, str]:
+    """Which fleet the storm ran: its folder and, where that is a git checkout, its commit (and whether it was
+    changed since)."""
+    import fleet
+    where = Path(fleet.__file__).resolve().parent
+
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", "-C", str(where), *argv], capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {"path": str(where), "commit": git("rev-parse", "--short", "HEAD") or "not a git checkout",
+            "changed": git("status", "--porcelain", "--", str(where))[:2000]}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -224,7 +240,7 @@ def main(argv: list[str]) -> int:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     results: dict[str, Any] = {"started_at": stamp, "hold": args.hold, "concurrency": args.concurrency,
                                "controller": "normal priority" if args.no_rt else "SCHED_FIFO 1",
-                               "cores": os.cpu_count(), "sizes": {}}
+                               "cores": os.cpu_count(), "fleet": fleet_measured(), "sizes": {}}
     tmp = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))
     interrupted = False
     try:
