@@ -18,12 +18,13 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from slurm import StartCluster, live
+from slurm import StartCluster, live, slurmstepds
 
 from fleet.report.logs import RunLiveness, run_liveness
 from fleet.sim.fleetsim import SimFleet
@@ -34,21 +35,27 @@ pytestmark = pytest.mark.slurm
 
 NAMES = ("sim1", "sim2", "sim3", "sim4")
 BUSY = ("sim1", "sim2", "sim3")  # a Slurm job on each holds the first run in its drain wait
-FAST = {"drain_timeout": 5, "kill_grace": 2, "settle_timeout": 15, "command_timeout": 5}
+# Bounds that stay out of the way on a loaded machine: nothing here waits for a bound to run out.
+FAST = {"drain_timeout": 5, "kill_grace": 2, "settle_timeout": 60, "command_timeout": 30}
 XID_79 = ((5, 79, "pid=2718, name=sglang, GPU has fallen off the bus."),)
 WAIT_S = 120.0  # the most any condition below may take to come true (a loaded machine included)
 
 
-def spec(name: str) -> NodeSpec:
+def spec(name: str, linger_s: float) -> NodeSpec:
     unit = UnitSpec("sglang.service", mib=30000, process_name="sglang")
     stray = WorkerSpec(gpus=(0,), mib=1523, name="python3")
-    return NodeSpec(name=name, units=(unit,), workers=(stray,), xids=XID_79 if name == "sim4" else (), linger_s=0.3)
+    return NodeSpec(name=name, units=(unit,), workers=(stray,), xids=XID_79 if name == "sim4" else (),
+                    linger_s=linger_s)
 
 
 @pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimFleet]:
-    async with SimFleet(tmp_path / "fleet", [spec(n) for n in NAMES],
-                        host_vars={n: dict(FAST) for n in NAMES}) as fleet:
+async def sim(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[SimFleet]:
+    """Four busy nodes. Parametrized indirectly: `linger_s`, how long the units' memory stays after they die, and
+    host variables over FAST."""
+    param = getattr(request, "param", {})
+    host_vars = {**FAST, **param.get("vars", {})}
+    async with SimFleet(tmp_path / "fleet", [spec(n, param.get("linger_s", 0.3)) for n in NAMES],
+                        host_vars={n: dict(host_vars) for n in NAMES}) as fleet:
         yield fleet
 
 
@@ -78,20 +85,36 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+@dataclass
+class Started:
+    """A fleet process and what it started, as recorded while it ran (`record`)."""
+
+    process: subprocess.Popen[str]
+    left: list[int] = field(default_factory=list)
+
+    def record(self) -> list[int]:
+        self.left = descendants(self.process.pid)
+        return self.left
+
+    def kill(self) -> None:
+        """SIGKILL it, by its pid, as a crash ends it: no handler runs, nothing it started is told."""
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
 @contextmanager
-def started(argv: Sequence[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    """fleet as a process of its own; it and anything it started that is still alive are SIGKILLed at the end,
-    each by its recorded pid (`.left`: the descendants recorded while it ran)."""
-    process = subprocess.Popen(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    process.left = []  # type: ignore[attr-defined]
+def started(argv: Sequence[str], env: dict[str, str]) -> Iterator[Started]:
+    """fleet as a process of its own; it and what it was recorded to have started are SIGKILLed at the end if still
+    alive, each by its recorded pid."""
+    run = Started(subprocess.Popen(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
-        yield process
+        yield run
     finally:
-        for pid in [process.pid, *process.left]:  # type: ignore[attr-defined]
+        for pid in [run.process.pid, *run.left]:
             if live(pid):
                 with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        process.communicate(timeout=30)
+        run.process.communicate(timeout=30)
 
 
 async def until(what: str, done: Any) -> Any:
@@ -125,11 +148,10 @@ async def test_a_run_killed_with_its_nodes_drained_is_taken_over_by_the_next(sim
         with started(reset_argv(sim, logs), env) as first:
             killed = await until("the first run's log folder", lambda: run_folder(logs))
             drained = await until(f"every node drained by run {killed}", lambda: drained_by(cluster, killed))
-            first.left = descendants(first.pid)  # type: ignore[attr-defined]
+            first.record()  # a Slurm command it may be running (timeout, squeue): ended by the test if left
             assert run_liveness(logs, killed) is RunLiveness.RUNNING
-            os.kill(first.pid, signal.SIGKILL)
-            await anyio.to_thread.run_sync(first.wait)
-        assert first.returncode == -signal.SIGKILL
+            await anyio.to_thread.run_sync(first.kill)
+        assert first.process.returncode == -signal.SIGKILL
         assert all(drained[n] == f"fleet: run {killed}" for n in BUSY)
         # left as the killed run left them: drained with its reason, its lock free, no summary
         assert {n: cluster.node_reason(n) for n in BUSY} == dict.fromkeys(BUSY, f"fleet: run {killed}")
@@ -174,3 +196,53 @@ def assert_unfinished(runs: tuple[dict[str, Any], str], killed: str, second: str
     assert by_id[second]["exit_code"] == 1 and by_id[second]["liveness"] == "over"
     line = next(line for line in text.splitlines() if line.startswith(killed))
     assert "unfinished (killed)" in line
+
+
+
+# --- --via srun: the reservation a killed run left ------------------------------------------------------------
+
+
+def srun_argv(sim: SimFleet, logs: Path) -> list[str]:
+    return [arg if arg != "--slurm" else "--via=srun" for arg in reset_argv(sim, logs)]
+
+
+def in_settle(logs: Path, run_id: str) -> bool:
+    """Every node's log (relayed from its task) says its settle step began."""
+    texts = [(logs / run_id / f"{n}.jsonl") for n in NAMES]
+    return all(p.is_file() and '"step": "settle"' in p.read_text() for p in texts)
+
+
+# The units' memory lingers 20 s after they die, and settle waits for it (up to 120 s): the killed run's step is
+# still in settle when the test kills it, and the next run's settle waits out what is left of the linger.
+@pytest.mark.parametrize("sim", [{"linger_s": 20.0, "vars": {"settle_timeout": 120}}], indirect=True)
+async def test_a_reservation_a_killed_srun_run_left_is_seen_and_removed_by_the_next(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    env = {**os.environ, **cluster.env}
+    logs = tmp_path / "logs"
+    with started(srun_argv(sim, logs), env) as first:
+        killed = await until("the first run's log folder", lambda: run_folder(logs))
+        await until("every node in its settle step", lambda: in_settle(logs, killed))
+        srun = first.record()
+        assert srun, "the step's srun was not found among fleet's processes"
+        await anyio.to_thread.run_sync(first.kill)
+        # what the killed fleet left: its srun goes on (its own session), the reservation stays
+        assert all(live(pid) for pid in srun) and cluster.reservations() == [f"fleet-{killed}"]
+    # the test ended the srun by its recorded pids (`started`); Slurm ends the step with it
+    await until("the killed run's step ended", lambda: not cluster.jobs() and not slurmstepds(cluster))
+    assert {cluster.node_state(n) for n in NAMES} == {"maint"}  # no job can start there until its Duration
+
+    out = await anyio.to_thread.run_sync(fleet_cli, srun_argv(sim, logs), env)
+    assert out.returncode == 1, out.stderr
+    said = f"reservation fleet-{killed} of run {killed} holds sim[1-4] (its run is over: its running.lock is free)"
+    assert f"fleet: {said}: no other job starts there until it ends" in out.stderr
+    assert f"fleet: removed {said}: every node of it is clean or drained" in out.stderr
+    report = json.loads(out.stdout)
+    assert {n: h["status"] for n, h in report["hosts"].items()} == {**dict.fromkeys(BUSY, "clean"), "sim4": "failed"}
+    assert cluster.reservations() == []
+    assert {n: cluster.node_state(n) for n in NAMES} == {**dict.fromkeys(BUSY, "idle"), "sim4": "drained"}
+    assert cluster.node_reason("sim4").startswith(f"fleet: run {report['run_id']}: ")
+    log = [json.loads(line) for line in (logs / report["run_id"] / "sim1.jsonl").read_text().splitlines()]
+    assert [e["action"] for e in log if e["event"] == "slurm_leftover"] == ["seen", "removed"]
+    runs, _ = history(logs, env)
+    assert {r["run_id"]: r["liveness"] for r in runs["runs"]} == {killed: "killed", report["run_id"]: "over"}
