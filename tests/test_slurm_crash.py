@@ -31,7 +31,8 @@ from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.sim.slurmcluster import SlurmCluster
 
-pytestmark = pytest.mark.slurm
+# Two whole fleet runs, a kill and the history read back, each a process of its own, over a real Slurm.
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 NAMES = ("sim1", "sim2", "sim3", "sim4")
 BUSY = ("sim1", "sim2", "sim3")  # a Slurm job on each holds the first run in its drain wait
