@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
-from slurm import StartCluster, live, slurmstepds
+from slurm import StartCluster, live
 
 from fleet.report.logs import RunLiveness, run_liveness
 from fleet.sim.fleetsim import SimFleet
@@ -118,15 +118,15 @@ def started(argv: Sequence[str], env: dict[str, str]) -> Iterator[Started]:
         run.process.communicate(timeout=30)
 
 
-async def until(what: str, done: Any) -> Any:
+async def until(what: str, done: Any, seen: Any = None) -> Any:
     """Poll `done` (run in a thread: the simulated nodes' SSH servers share this event loop) until it returns
-    something true; fail naming `what` after WAIT_S."""
+    something true; fail naming `what` (and what `seen()` says then) after WAIT_S."""
     deadline = anyio.current_time() + WAIT_S
     while anyio.current_time() < deadline:
         if value := await anyio.to_thread.run_sync(done):
             return value
         await anyio.sleep(0.2)
-    pytest.fail(f"not within {WAIT_S:g} s: {what}")
+    pytest.fail(f"not within {WAIT_S:g} s: {what}" + (f": {await anyio.to_thread.run_sync(seen)}" if seen else ""))
 
 
 def run_folder(logs: Path) -> str | None:
@@ -207,6 +207,12 @@ def srun_argv(sim: SimFleet, logs: Path) -> list[str]:
     return [arg if arg != "--slurm" else "--via=srun" for arg in reset_argv(sim, logs)]
 
 
+def last_steps(logs: Path, run_id: str) -> dict[str, str]:
+    """Each node's last log line, for a failure's message."""
+    paths = {n: logs / run_id / f"{n}.jsonl" for n in NAMES}
+    return {n: (p.read_text().splitlines() or [""])[-1][:300] if p.is_file() else "no log" for n, p in paths.items()}
+
+
 def in_settle(logs: Path, run_id: str) -> bool:
     """Every node's log (relayed from its task) says its settle step began."""
     texts = [(logs / run_id / f"{n}.jsonl") for n in NAMES]
@@ -223,14 +229,16 @@ async def test_a_reservation_a_killed_srun_run_left_is_seen_and_removed_by_the_n
     logs = tmp_path / "logs"
     with started(srun_argv(sim, logs), env) as first:
         killed = await until("the first run's log folder", lambda: run_folder(logs))
-        await until("every node in its settle step", lambda: in_settle(logs, killed))
+        await until("every node in its settle step", lambda: in_settle(logs, killed), lambda: last_steps(logs, killed))
         srun = first.record()
         assert srun, "the step's srun was not found among fleet's processes"
         await anyio.to_thread.run_sync(first.kill)
         # what the killed fleet left: its srun goes on (its own session), the reservation stays
         assert all(live(pid) for pid in srun) and cluster.reservations() == [f"fleet-{killed}"]
-    # the test ended the srun by its recorded pids (`started`); Slurm ends the step with it
-    await until("the killed run's step ended", lambda: not cluster.jobs() and not slurmstepds(cluster))
+    # the test ended the srun by its recorded pids (`started`), and cancels the step's job as fleet's own cleanup
+    # would have: nothing of the killed run is left but its reservation
+    await anyio.to_thread.run_sync(lambda: cluster.run("scancel", f"--name=fleet-{killed}"))
+    await until("the killed run's job ended", lambda: not cluster.jobs())
     assert {cluster.node_state(n) for n in NAMES} == {"maint"}  # no job can start there until its Duration
 
     out = await anyio.to_thread.run_sync(fleet_cli, srun_argv(sim, logs), env)
