@@ -178,6 +178,8 @@ async def test_a_run_killed_with_its_nodes_drained_is_taken_over_by_the_next(sim
     assert sim4["slurm"]["taken_over"] == killed
     assert cluster.node_state("sim4") == "drained"
     assert cluster.node_reason("sim4").startswith(f"fleet: run {report['run_id']}: ")
+    page = (logs / report["run_id"] / "report.html").read_text()
+    assert page.count(f"slurm: took over the drain of run {killed}") == len(NAMES)
 
     assert_unfinished(history(logs, env), killed, report["run_id"])
 
