@@ -19,6 +19,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import anyio
 import pytest
 from slurm import StartCluster, live
 
-from fleet.report.logs import RunLiveness, run_liveness
+from fleet.report.logs import RunLiveness, RunLogs, run_liveness
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.sim.slurmcluster import SlurmCluster
@@ -257,3 +258,35 @@ async def test_a_reservation_a_killed_srun_run_left_is_seen_and_removed_by_the_n
     assert [e["action"] for e in log if e["event"] == "slurm_leftover"] == ["seen", "removed"]
     runs, _ = history(logs, env)
     assert {r["run_id"]: r["liveness"] for r in runs["runs"]} == {killed: "killed", report["run_id"]: "over"}
+
+
+async def test_a_leftover_of_a_run_in_flight_or_over_nodes_no_one_checked_is_kept_and_named(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """Two leftovers, made by hand as a killed run leaves them: one of a run whose fleet still holds its
+    running.lock (in flight: never removed), one of a run that is over but also holding sim4, which this run
+    does not target and which is in service (removing it would free sim4 unchecked)."""
+    env = {**os.environ, **cluster.env}
+    logs = tmp_path / "logs"
+    going, over = RunLogs(logs, "20261204T010000Z-aaaaaa"), RunLogs(logs, "20261204T020000Z-bbbbbb")
+    going.create()  # held by this test's process until the end: a run in flight
+    over.create()
+    over.close()  # its lock free, no summary: a killed run
+    try:
+        for logged, nodes in ((going, "sim1"), (over, "sim2,sim4")):
+            await anyio.to_thread.run_sync(partial(
+                cluster.run, "scontrol", "create", "reservation", f"ReservationName=fleet-{logged.run_id}",
+                "StartTime=now", "Duration=30", f"Nodes={nodes}", "Users=root", "Flags=MAINT,IGNORE_JOBS"))
+        argv = [*srun_argv(sim, logs), "--limit", "sim[1-3]"]
+        out = await anyio.to_thread.run_sync(fleet_cli, argv, env)
+    finally:
+        going.close()
+    assert out.returncode == 0, out.stderr
+    assert (f"fleet: kept reservation fleet-{going.run_id} of run {going.run_id} holds sim1 (its run may still be"
+            " going)") in out.stderr
+    assert (f"fleet: kept reservation fleet-{over.run_id} of run {over.run_id} holds sim[2,4] (its run is over:"
+            f" its running.lock is free): sim4 not reset clean by this run nor drained; once checked: scontrol"
+            f" delete ReservationName=fleet-{over.run_id}") in out.stderr
+    assert sorted(cluster.reservations()) == [f"fleet-{going.run_id}", f"fleet-{over.run_id}"]
+    report = json.loads(out.stdout)
+    assert {h["status"] for h in report["hosts"].values()} == {"clean"}
