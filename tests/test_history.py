@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,13 @@ from fleet.report.history import (
     History,
     HistoryError,
     HostRow,
+    Liveness,
     Recorder,
     RunKind,
     RunRow,
     history_path,
     host_values,
+    liveness,
     run_id_time,
     run_kind,
     stamp,
@@ -53,7 +56,7 @@ from fleet.report.history_view import (
     terminal_columns,
     took,
 )
-from fleet.report.logs import new_run_id
+from fleet.report.logs import RunLiveness, RunLogs, new_run_id
 from fleet.report.models import (
     Finding,
     GpuReport,
@@ -437,14 +440,14 @@ async def test_a_run_killed_mid_way_leaves_its_finished_hosts_on_record(
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[0] == run_id
     assert out[1].split()[6] == "-"  # exit: none on record
-    assert out[1].endswith("unfinished: 1 of 2 on record (1 clean)")
+    assert out[1].endswith("unfinished (killed): 1 of 2 on record (1 clean)")  # its running.lock is free
     assert main(["runs", "--status", "unfinished", "--log-dir", str(logs)]) == 0
     assert run_id in capsys.readouterr().out
     assert main(["show", "last", "--log-dir", str(logs)]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "gpu-b01 clean",
-        f"reset {run_id} has no end on record (still running, or killed): 1 of 2 hosts on record;"
-        " not on record: gpu-b02",
+        f"reset {run_id} has no end on record (killed: its fleet process is gone, running.lock is free): 1 of 2"
+        " hosts on record; not on record: gpu-b02",
         f"logs: {logs / run_id}",
     ]
 
@@ -616,6 +619,43 @@ def test_run_lines_show_an_unfinished_run_as_such() -> None:
         "20261202T110501Z-3f9c2a  2026-12-02 11:05:01  7.9s  reset --dry-run  2      0     2 planned",
     ]
     assert (took(0.04), took(125), took(7300)) == ("0.0s", "2m05s", "2h01m")
+    going = [replace(killed, liveness=Liveness.KILLED.value), replace(killed, liveness=Liveness.RUNNING.value),
+             replace(killed, liveness=Liveness.UNKNOWN.value)]
+    assert [line.split("  ")[-1].strip() for line in run_lines(going, 200)[1:]] == [
+        "unfinished (killed): 1 of 2 on record (1 clean)", "unfinished (running): 1 of 2 on record (1 clean)",
+        "unfinished: 1 of 2 on record (1 clean)"]
+
+
+@pytest.mark.parametrize(("lock", "summary", "expected"), [
+    (RunLiveness.RUNNING, False, Liveness.RUNNING),  # its fleet holds running.lock
+    (RunLiveness.OVER, False, Liveness.KILLED),  # the lock is free and no summary: it died before its end
+    (RunLiveness.UNKNOWN, False, Liveness.UNKNOWN),  # no folder or no lock file here: fleet cannot tell
+    (RunLiveness.OVER, True, Liveness.OVER),  # its summary is written: only the history's end is missing
+    (RunLiveness.UNKNOWN, True, Liveness.OVER),
+])
+def test_a_run_with_no_end_on_record_is_running_killed_or_unknown(lock: RunLiveness, summary: bool,
+                                                                   expected: Liveness) -> None:
+    assert liveness(lock, summary) is expected
+
+
+def test_runs_tell_a_killed_run_from_a_running_one_by_its_lock(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Real locks: one run's folder still held (its RunLogs open), one released as a SIGKILL releases it."""
+    ids = {"running": "20261202T120000Z-aaaaaa", "killed": "20261202T110000Z-bbbbbb"}
+    with History.open(history_path(tmp_path)) as history:
+        for run_id in ids.values():
+            history.start_run(run_id, "reset", ["a"], {"mode": "reset"}, stamp(NOW), "0.2.0", tmp_path)
+    running, killed = RunLogs(tmp_path, ids["running"]), RunLogs(tmp_path, ids["killed"])
+    running.create()
+    killed.create()
+    killed.close()  # the lock goes as it does when the process dies
+    try:
+        assert main(["runs", "--json", "--log-dir", str(tmp_path)]) == 0
+        document = json.loads(capsys.readouterr().out)
+    finally:
+        running.close()
+    assert {r["run_id"]: r["liveness"] for r in document["runs"]} == {ids["running"]: "running",
+                                                                     ids["killed"]: "killed"}
 
 
 def test_a_log_event_reads_as_one_line() -> None:

@@ -152,12 +152,30 @@ async def test_a_bare_fleet_reason_is_taken_over_only_when_its_run_is_over(over:
                                                                            taken_over: bool) -> None:
     slurm = ScriptedSlurm({"sim1": ("IDLE+DRAIN", f"fleet: run {EARLIER}")})
     run = await through(lifecycle(slurm, over), "sim1")
+    assert run.scheduler is not None
     if taken_over:
         assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]
         assert after(run) == ("IDLE", None, None)
+        assert run.scheduler.taken_over == EARLIER  # the report names the run whose drain this one took over
     else:  # a run still in flight (or one fleet cannot see): its drain is left alone
         assert slurm.updates == []
         assert after(run)[:2] == ("IDLE+DRAIN", f"fleet: run {EARLIER}")
+        assert run.scheduler.taken_over is None
+
+
+@pytest.mark.parametrize(("before", "mode", "taken_over"), [
+    (("IDLE+DRAIN", f"fleet: run {EARLIER}: gpu 0 holds 1523 MiB"), Mode.RESET, EARLIER),  # a failed run's drain
+    ("IDLE", Mode.RESET, None),  # in service: drained by this run, nothing taken over
+    (("IDLE+DRAIN", "bad DIMM"), Mode.RESET, None),  # an admin's: left as it is
+    (("IDLE+DRAIN", f"fleet: run {EARLIER}: gpu 0 holds 1523 MiB"), Mode.PLAN, None),  # a dry run takes nothing
+])
+async def test_the_record_names_the_run_whose_drain_was_taken_over(before: str | tuple[str, str], mode: Mode,
+                                                                   taken_over: str | None) -> None:
+    slurm = ScriptedSlurm({"sim1": before})
+    life = SlurmLifecycle(slurm.client(), RUN, mode, drain_wait_s=0, poll_s=0.01)
+    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    await admit(life, run)
+    assert run.scheduler is not None and run.scheduler.taken_over == taken_over
 
 
 # --- every row of the README's lifecycle table, over the scripted Slurm --------------------------------------

@@ -8,13 +8,24 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fleet.errors import UsageError
 from fleet.report import render
-from fleet.report.history import History, history_path, newest_folders, remove_folders, stale_folders
+from fleet.report.history import (
+    History,
+    Liveness,
+    RunRecord,
+    RunRow,
+    history_path,
+    liveness,
+    newest_folders,
+    remove_folders,
+    stale_folders,
+)
 from fleet.report.history_view import (
     host_lines,
     log_lines,
@@ -28,6 +39,7 @@ from fleet.report.history_view import (
     unfinished_lines,
 )
 from fleet.report.html_report import REPORT_HTML, record_document, write_page
+from fleet.report.logs import SUMMARY, run_liveness
 
 
 def say(line: str) -> None:
@@ -76,6 +88,15 @@ def prune(folder: Path, keep_days: int, now: datetime) -> dict[str, list[str]]:
     return {"records": records, "folders": folders}
 
 
+def looked_at(folder: Path, run: RunRow) -> RunRow:
+    """The run with its `liveness`, from its log folder in `folder`: a run with no end on record is still running
+    (its fleet holds running.lock), killed (the lock is free and there is no summary) or unknown."""
+    if run.finished:
+        return replace(run, liveness=Liveness.OVER.value)
+    seen = liveness(run_liveness(folder, run.run_id), (folder / run.run_id / SUMMARY).is_file())
+    return replace(run, liveness=seen.value)
+
+
 def listing(folder: Path, *, host: str | None, group_hosts: list[str] | None, status: str | None,
             since: str | None, limit: int, keep_days: int | None) -> tuple[dict[str, Any], list[str]]:
     """`fleet runs`: the JSON document and the lines for humans (after `--keep-days`' pruning, when asked)."""
@@ -93,6 +114,7 @@ def listing(folder: Path, *, host: str | None, group_hosts: list[str] | None, st
             lines = [*(host_lines(rows[:limit], terminal_columns()) if rows else []), tally_line(summary)]
         else:
             found = history.runs(limit, group_hosts=group_hosts, status=status, since=cutoff) if history else []
+            found = [looked_at(folder, r) for r in found]
             document = {"history": str(history_path(folder)), "runs": [r.document() for r in found]}
             lines = run_lines(found, terminal_columns()) if found else [f"no run on record in {history_path(folder)}"]
     if pruned is not None:
@@ -140,6 +162,7 @@ def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
         record = history.get(run_id) if history else None
     if record is None:
         raise UsageError(f"run {run_id} has no summary.json and no record in {history_path(folder)}")
+    record = RunRecord(looked_at(folder, record.run), record.hosts)
     if as_json:
         doc = {"run": record.run.document(), "hosts": {h.host: h.document() for h in record.hosts}}
         return json.dumps(doc, indent=1) + "\n"

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fleet.errors import UsageError
-from fleet.report.history import UNFINISHED, HostRow, RunRecord, RunRow, parse_stamp
+from fleet.report.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, parse_stamp
 from fleet.report.models import (
     HostPlan,
     HostReport,
@@ -116,11 +116,16 @@ def counts_text(counts: Mapping[str, int]) -> str:
 
 
 def outcome(run: RunRow) -> str:
-    """The run's hosts by status; a run with no end on record says how many of its hosts are."""
+    """The run's hosts by status; a run with no end on record says how many of its hosts are, and whether its
+    process still runs or was killed, where that is known (`unfinished (killed): 2 of 4 on record (2 clean)`)."""
     done = counts_text(run.counts)
     if run.finished:
         return done
-    return f"{UNFINISHED}: {run.recorded} of {len(run.targets)} on record" + (f" ({done})" if done else "")
+    return f"{UNFINISHED}{_going(run)}: {run.recorded} of {len(run.targets)} on record" + (f" ({done})" if done else "")
+
+
+def _going(run: RunRow) -> str:
+    return f" ({run.liveness})" if run.liveness in (Liveness.RUNNING, Liveness.KILLED) else ""
 
 
 def run_lines(runs: Sequence[RunRow], width: int | None = None) -> list[str]:
@@ -211,6 +216,13 @@ def _reason(value: object) -> Reason | None:
         return None
 
 
+_NO_END: dict[str | None, str] = {
+    Liveness.RUNNING: "still running: its fleet holds running.lock",
+    Liveness.KILLED: "killed: its fleet process is gone, running.lock is free",
+    Liveness.OVER: "its summary.json is written",
+}
+
+
 def unfinished_lines(record: RunRecord) -> list[str]:
     """`fleet show` of a run with no summary.json (running, or killed): what the history has of it."""
     run = record.run
@@ -219,7 +231,8 @@ def unfinished_lines(record: RunRecord) -> list[str]:
     report = RunReport(run.run_id, run.command, run.started_at, 0.0, hosts)
     missing = [name for name in run.targets if name not in hosts]
     lines = human_lines(report)[:-1] if hosts else []
-    state = "ended without a summary" if run.finished else "has no end on record (still running, or killed)"
+    why = _NO_END.get(run.liveness, "still running, or killed")
+    state = "ended without a summary" if run.finished else f"has no end on record ({why})"
     lines.append(f"{command_label(run)} {run.run_id} {state}: {len(hosts)} of {len(run.targets)} hosts on record"
                  + (f"; not on record: {fold(missing)}" if missing else ""))
     return lines

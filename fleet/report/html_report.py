@@ -445,6 +445,8 @@ def _slurm(host: Doc) -> str:
     lines = [f"slurm {slurm.get('node')}: before {state('before')}; after {state('after')}"]
     if slurm.get("jobs"):
         lines.append("jobs: " + ", ".join(str(j) for j in slurm["jobs"]))
+    if slurm.get("taken_over"):
+        lines.append(f"slurm: took over the drain of run {slurm['taken_over']}")
     lines += [f"slurm {key}: {slurm[key]}" for key in ("plan", "error") if slurm.get(key)]
     if slurm.get("abandoned"):
         lines.append("slurm: release abandoned at the third interrupt: left drained")

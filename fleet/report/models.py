@@ -126,6 +126,7 @@ class SchedulerRecord:
     error: str | None = None  # a Slurm command that failed for this node (the node's state may differ)
     abandoned: bool = False  # a third interrupt stopped its release: left as fleet drained it for the run
     waited_s: float | None = None  # seconds the host waited for the node's jobs before its reset (--slurm)
+    taken_over: str | None = None  # the earlier fleet run whose drain this run took over (failed, or over)
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def host_document(host: HostReport) -> dict[str, Any]:
             "gpu_memory_mib": list(host.plan.gpu_memory_mib),
         }
     if host.scheduler is not None:
-        optional = ("plan", "error", "abandoned", "waited_s")  # only when set
+        optional = ("plan", "error", "abandoned", "waited_s", "taken_over")  # only when set
         document["slurm"] = {k: v for k, v in asdict(host.scheduler).items() if k not in optional or v}
         document["slurm"]["jobs"] = list(host.scheduler.jobs)
     return document

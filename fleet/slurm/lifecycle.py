@@ -149,9 +149,17 @@ class SlurmLifecycle:
                 plan=policy.plan_line(before, node.jobs, self.drain_wait_s)
                 if self.mode is Mode.PLAN and before else None,
                 error=node.error,
+                taken_over=self._taken_over(node),
             )
         return {name: record for name, record in ((r.host.name, self._nodes[r.host.name].record) for r in runs)
                 if record is not None}
+
+    def _taken_over(self, node: _Node) -> str | None:
+        """The earlier run whose drain this run holds now (adopted, and the drain took), else None."""
+        if node.how is not policy.Admission.ADOPT or not self._held(node) or node.error is not None:
+            return None
+        earlier = policy.fleet_run_of(node.before.reason if node.before else None)
+        return earlier[0] if earlier else None
 
     # --- ready: wait until no job holds the node ------------------------------------------------
 
@@ -167,8 +175,9 @@ class SlurmLifecycle:
             return HostStatus.FAILED, node.error, Reason.SLURM
         if self.mode is not Mode.RESET or node.before is None:
             return None
+        taken = self._taken_over(node)
         log.info("slurm_wait", node=node.name, state=node.before.state, jobs=list(node.jobs),
-                 drain_wait_s=self.drain_wait_s)
+                 drain_wait_s=self.drain_wait_s, **({"taken_over": taken} if taken else {}))
         started = anyio.current_time()
         wait = Wait(node.name, drained=node.how is not policy.Admission.LEAVE, jobs=node.jobs)
         await self.waits.wait(wait, node.waiting_since + self.drain_wait_s)

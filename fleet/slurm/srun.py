@@ -59,6 +59,7 @@ from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.frames import MARK, Assembler, FrameError
+from fleet.slurm.leftovers import Leftovers
 from fleet.slurm.records import SlurmNode
 from fleet.slurm.waiting import JobWaits, Wait
 from fleet.transport.base import bounded_argv, client_deadline
@@ -165,6 +166,7 @@ class SrunRun:
         self.step = _Step()
         self.frames = Assembler()
         self.cleaned = False
+        self.leftovers = Leftovers(slurm, self.run_id, logs.path.parent, self.log, reset=options.mode is Mode.RESET)
         self.finishing = (interrupts or Interrupts()).finishing(
             self._still_doing, CLEANUP_TIMEOUT_S + CANCEL_GRACE_S,
             f"the reservation {self.reservation} in place and failed nodes maybe not drained")
@@ -176,6 +178,7 @@ class SrunRun:
 
     async def body(self, state: RunState) -> None:
         try:
+            await self.leftovers.find(list(self.runs))
             eligible = await self._read()
             if self.options.mode is Mode.PLAN:
                 self._plan(eligible)
@@ -186,6 +189,7 @@ class SrunRun:
         finally:
             with self.finishing.shielded() as shield, anyio.move_on_after(CLEANUP_TIMEOUT_S):
                 await self._cleanup()
+                await self.leftovers.settle(n for n, r in self.runs.items() if r.status is HostStatus.CLEAN)
             self.cleaned = True
             if shield.cancelled_caught:
                 self._abandoned()

@@ -20,7 +20,18 @@ from fleet.report.history.retention import (
     run_id_time,
     stale_folders,
 )
-from fleet.report.history.rows import DEMO, HostRow, RunKind, RunRecord, RunRow, host_values, not_clean, run_kind
+from fleet.report.history.rows import (
+    DEMO,
+    HostRow,
+    Liveness,
+    RunKind,
+    RunRecord,
+    RunRow,
+    host_values,
+    liveness,
+    not_clean,
+    run_kind,
+)
 from fleet.report.history.schema import (
     BUSY_TIMEOUT_S,
     HISTORY_FILE,
@@ -46,12 +57,14 @@ __all__ = [
     "History",
     "HistoryError",
     "HostRow",
+    "Liveness",
     "Recorder",
     "RunKind",
     "RunRecord",
     "RunRow",
     "history_path",
     "host_values",
+    "liveness",
     "migrate",
     "newest_folders",
     "not_clean",

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from fleet.report.history.schema import json_text, parse_stamp
+from fleet.report.logs import RunLiveness
 from fleet.report.models import HostReport, HostStatus
 
 
@@ -26,6 +27,7 @@ class RunRow:
     fleet_version: str
     log_dir: str
     counts: dict[str, int] = field(default_factory=dict)
+    liveness: str | None = None  # a `Liveness`, where the reader looked at the run's folder (`fleet runs`)
 
     @property
     def finished(self) -> bool:
@@ -77,6 +79,23 @@ class RunRecord:
 
     run: RunRow
     hosts: list[HostRow]
+
+
+class Liveness(StrEnum):
+    """Whether a run's fleet process is still going, as its log folder says (its `running.lock`, its summary)."""
+
+    OVER = "over"  # its end is on record, or its summary.json is written
+    RUNNING = "running"  # no end on record and its process still holds running.lock
+    KILLED = "killed"  # no end on record, no summary, the lock free: its process died (SIGKILL, a crash, a reboot)
+    UNKNOWN = "unknown"  # no end on record and no folder or lock file to tell (another controller, fleet 0.1)
+
+
+def liveness(lock: RunLiveness, summary: bool) -> Liveness:
+    """The `Liveness` of a run with no end on record, from what its lock says (`run_liveness`) and whether its
+    summary.json is written (then it ended, and only its end is missing from the history)."""
+    if summary:
+        return Liveness.OVER
+    return {RunLiveness.RUNNING: Liveness.RUNNING, RunLiveness.OVER: Liveness.KILLED}.get(lock, Liveness.UNKNOWN)
 
 
 class RunKind(StrEnum):
