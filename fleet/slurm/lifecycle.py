@@ -123,6 +123,8 @@ class SlurmLifecycle:
         reads Slurm first and drains only what it does not show drained for this run. A node still not drained
         after the tries fails, and is still released (its release reads it once more: a drain applied later is
         given back)."""
+        if not nodes:
+            return
         pending = list(nodes)
 
         async def attempt(number: int) -> None:
@@ -133,8 +135,6 @@ class SlurmLifecycle:
             if pending:
                 await self.slurm.update([n.name for n in pending], "DRAIN", policy.own_reason(self.run_id))
 
-        if not pending:
-            return
         try:
             await tried(attempt, pause_s=self.poll_s)
         except SlurmError as exc:

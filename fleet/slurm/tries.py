@@ -30,12 +30,13 @@ async def tried(attempt: Callable[[int], Awaitable[T]], *, pause_s: float, tries
                 failed: Callable[[int, SlurmError], None] = _quiet) -> T:
     """`attempt(1)`, and after a SlurmError `attempt(2)`, ... up to `tries`, `pause_s` apart: the first result.
     `failed(n, error)` is told of each error; the last one is raised when no try succeeded."""
-    for number in range(1, tries + 1):
+    number = 1
+    while True:
         try:
             return await attempt(number)
         except SlurmError as exc:
             failed(number, exc)
-            if number == tries:
+            if number >= tries:
                 raise
         await anyio.sleep(pause_s)
-    raise AssertionError("tries must be at least 1")
+        number += 1
