@@ -191,7 +191,8 @@ async def test_a_drain_never_seen_keeps_the_reservation_and_names_the_node_on_ev
     for name in ("sim1", "sim2"):
         error = error_of(srun, name)
         assert f"reservation {NAME} kept until its Duration ends: sim1 not seen drained (" in error, error
-        assert "Unable to contact slurm controller" in error and f"scontrol delete ReservationName={NAME}" in error
+        assert "Unable to contact slurm controller" in error
+        assert error.endswith(f"; once drained: scontrol delete ReservationName={NAME}")
 
 
 async def test_admission_reads_again_and_uses_a_reservation_whose_create_reply_was_lost(logs: RunLogs) -> None:
@@ -205,3 +206,16 @@ async def test_admission_reads_again_and_uses_a_reservation_whose_create_reply_w
         ready = await srun._reserve_and_wait(await srun._read())
     assert ready == ["sim1", "sim2"] and slurm.created == [NAME] and srun.maintenance.held
     assert all(run.status is None for run in runs)
+
+
+async def test_a_reservation_slurm_still_shows_after_every_removal_is_named_on_every_node(
+    logs: RunLogs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("fleet.slurm.reservation.DELETE_RETRY_S", 0.0)
+    slurm = ScriptedSlurm({"sim1": "IDLE+MAINT+RESERVED"})
+    srun = await stepped(slurm, logs, {"sim1": HostStatus.CLEAN})
+    slurm.refuse = 1000
+    await srun._cleanup()
+    assert slurm.reservations == {NAME} and srun.maintenance.held
+    assert error_of(srun, "sim1").startswith(f"slurm: reservation {NAME} kept until its Duration ends: not removed: ")
+    assert error_of(srun, "sim1").endswith(f"; to remove it: scontrol delete ReservationName={NAME}")

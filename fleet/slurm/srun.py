@@ -439,9 +439,10 @@ class SrunRun:
     def _keep_reservation(self, why: str, unconfirmed: Sequence[str]) -> None:
         """The reservation stays (it keeps other jobs off the nodes until its Duration ends): every reserved node's
         record says so, and names the nodes not seen drained."""
-        nodes = f"{hostlist(unconfirmed)} not seen drained ({why})" if unconfirmed else why
-        error = (f"slurm: reservation {self.reservation} kept until its Duration ends: {nodes};"
-                 f" once they are drained: scontrol delete ReservationName={self.reservation}")
+        delete = f"scontrol delete ReservationName={self.reservation}"
+        what = f"{hostlist(unconfirmed)} not seen drained ({why}); once drained: {delete}" if unconfirmed \
+            else f"{why}; to remove it: {delete}"
+        error = f"slurm: reservation {self.reservation} kept until its Duration ends: {what}"
         for name in self.maintenance.nodes:
             self.log[name].error("slurm_error", node=name, error=error)
             self._record(name, error=error)
