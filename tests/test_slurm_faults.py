@@ -28,6 +28,8 @@ from fleet.report.models import HostStatus, Reason
 from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
+from fleet.slurm.policy import failed_reason
+from fleet.slurm.srun import SrunRun
 
 pytestmark = pytest.mark.slurm
 sim, cluster = test_slurm_sim.sim, test_slurm_sim.cluster  # the same fixtures: four busy nodes, their Slurm
@@ -241,3 +243,81 @@ async def test_via_srun_nodes_whose_frames_cannot_be_read_are_kept_drained_befor
     drained = [i for i, line in enumerate(ctld.splitlines()) if "update_node: node sim1 reason set to" in line]
     removed = [i for i, line in enumerate(ctld.splitlines()) if f"fleet-{report.run_id}" in line and "delete" in line]
     assert drained and removed and max(drained) < min(removed), ctld[-3000:]
+
+
+# --- 4. `--via srun`: a failed node is drained whatever state Slurm shows, Slurm's errors tried again (issue 25) ---
+
+
+def around_cleanup(monkeypatch: pytest.MonkeyPatch, cluster: SlurmCluster,
+                   cleanup: Callable[[SrunRun, Callable[[SrunRun], Any]], Any]) -> None:
+    """Run `cleanup(srun, the real cleanup)` in place of `--via srun`'s cleanup, once the step's job is over."""
+    real = SrunRun._cleanup
+
+    async def instead(srun: SrunRun) -> None:
+        await until(lambda: cluster.jobs() == [], "the step's job is over")
+        await cleanup(srun, real)
+
+    monkeypatch.setattr(SrunRun, "_cleanup", instead)
+
+
+async def via_srun(sim: SimFleet, tmp_path: Path) -> Any:
+    hosts = select(load_inventory(sim.inventory_path), patterns=["sim1", "sim4"])
+    return (await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0, fan_out=True)), as_json=False,
+                                 log_dir=tmp_path / "logs"))[1]
+
+
+def drained_by_fleet(cluster: SlurmCluster, report: Any) -> None:
+    """sim4 (Xid 79) failed and stays drained with fleet's reason and its error, as its record says; sim1 back in
+    service; no reservation left."""
+    sim4 = report.hosts["sim4"]
+    assert sim4.status is HostStatus.FAILED
+    reason = cluster.node_reason("sim4")
+    assert reason == failed_reason(report.run_id, sim4.error)
+    assert sim4.scheduler is not None and sim4.scheduler.reason_after == reason and sim4.scheduler.error is None
+    assert report.hosts["sim1"].status is HostStatus.CLEAN and state(cluster, "sim1") == "idle"
+    assert cluster.reservations() == []
+
+
+async def test_via_srun_a_failed_node_slurm_shows_down_after_the_step_ends_drained_with_fleets_reason(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the step ends, sim4's slurmd stops answering and Slurm shows it DOWN. The cleanup drains it with fleet's
+    reason all the same, before the reservation goes: a DOWN node returns to service by itself (ReturnToService),
+    a drained one never does."""
+    slurmd = cluster.pids["slurmd sim4"]
+
+    async def down_first(srun: SrunRun, cleanup: Callable[[SrunRun], Any]) -> None:
+        os.kill(slurmd, signal.SIGSTOP)
+        cluster.run("scontrol", "update", "NodeName=sim4", "State=DOWN", "Reason=Not responding")
+        await cleanup(srun)
+
+    around_cleanup(monkeypatch, cluster, down_first)
+    try:
+        report = await via_srun(sim, tmp_path)
+        shown = cluster.run("scontrol", "show", "node", "sim4").stdout
+    finally:
+        os.kill(slurmd, signal.SIGCONT)
+    drained_by_fleet(cluster, report)
+    assert "State=DOWN+DRAIN" in shown, shown
+    seen = [json.loads(line) for path in (tmp_path / "logs").glob("*/sim4.jsonl")
+            for line in path.read_text().splitlines()]
+    assert [e["state"].split("+")[0] for e in seen if e.get("event") == "slurm_release"] == ["DOWN"]
+
+
+async def test_via_srun_a_cleanup_slurmctld_does_not_answer_at_first_is_tried_again(
+    sim: SimFleet, cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurmctld stopped as the cleanup begins: its first read times out (scontrol's MessageTimeout); once
+    slurmctld runs again, the next try drains sim4, reads it back, and only then removes the reservation."""
+    logs = tmp_path / "logs"
+
+    async def frozen_first(srun: SrunRun, cleanup: Callable[[SrunRun], Any]) -> None:
+        async with anyio.create_task_group() as group:
+            with cluster.frozen():
+                group.start_soon(cleanup, srun)
+                await until(lambda: logged(logs, "sim4", "slurm_error", attempt=1), "the first try failed")
+
+    around_cleanup(monkeypatch, cluster, frozen_first)
+    report = await via_srun(sim, tmp_path)
+    drained_by_fleet(cluster, report)
+    assert logged(logs, "sim4", "slurm_release", action="keep_drained", attempt=2)

@@ -16,6 +16,7 @@ from fleet.inventory.host import Host
 from fleet.report.models import HostReport, HostStatus, Reason
 from fleet.reset.walk import HostRun, Mode
 from fleet.slurm.lifecycle import SlurmLifecycle
+from fleet.slurm.tries import UPDATE_TRIES
 
 RUN = "20261203T070000Z-abc123"
 OWN = f"fleet: run {RUN}"
@@ -75,9 +76,17 @@ async def test_a_drain_applied_but_unanswered_goes_on_and_is_resumed() -> None:
     assert after(run) == ("IDLE", None, None)
 
 
-async def test_a_drain_refused_fails_the_host_untouched_and_says_what_slurm_shows() -> None:
+async def test_a_drain_refused_once_is_sent_again_and_the_host_goes_on() -> None:
     slurm = ScriptedSlurm({"sim1": "IDLE"})
     slurm.refuse = 1
+    run = await through(lifecycle(slurm), "sim1")
+    assert run.status is HostStatus.CLEAN
+    assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]
+
+
+async def test_a_drain_refused_at_every_try_fails_the_host_untouched_and_says_what_slurm_shows() -> None:
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    slurm.refuse = UPDATE_TRIES
     run = await through(lifecycle(slurm), "sim1")
     assert run.status is HostStatus.FAILED and run.reason is Reason.SLURM and run.started is None
     assert "cannot drain the node" in (run.error or "")
@@ -85,14 +94,24 @@ async def test_a_drain_refused_fails_the_host_untouched_and_says_what_slurm_show
     assert after(run)[:2] == ("IDLE", None)
 
 
+async def test_slurm_unreadable_at_admission_is_read_again_before_the_host_fails() -> None:
+    """One slurmctld hiccup as a wave is admitted: read again, never a failed wave (nor --max-fail spent)."""
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    slurm.unreadable = UPDATE_TRIES - 1
+    assert (await through(lifecycle(slurm), "sim1")).status is HostStatus.CLEAN
+    slurm.unreadable = UPDATE_TRIES
+    run = await through(lifecycle(slurm), "sim1")
+    assert run.status is HostStatus.FAILED and "cannot read the node" in (run.error or "")
+
+
 async def test_a_drain_unconfirmed_because_slurm_went_unreadable_is_given_back_at_the_release() -> None:
-    """The update's reply is lost and the read back fails too: the host is not reset; its release reads the
+    """The update's reply is lost and every read back fails too: the host is not reset; its release reads the
     node again, finds this run's drain, and resumes it (never touched)."""
     slurm = ScriptedSlurm({"sim1": "IDLE"})
-    slurm.lose_replies, slurm.unreadable_after_update = 1, 1
+    slurm.lose_replies, slurm.unreadable_after_update = 1, UPDATE_TRIES
     run = await through(lifecycle(slurm), "sim1")
     assert run.status is HostStatus.FAILED and run.started is None
-    assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]
+    assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]  # never sent twice
     assert after(run) == ("IDLE", None, None)
 
 

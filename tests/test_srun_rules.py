@@ -12,6 +12,7 @@ import pytest
 from fleet.report.logs import RUNNING_LOCK, SUMMARY, RunLiveness, RunLogs, run_liveness
 from fleet.report.models import HostReport, HostStatus, StepName, StepResult, StepStatus
 from fleet.slurm.frames import frames
+from fleet.slurm.policy import Release, after_step, drains
 from fleet.slurm.records import SlurmNode, gpu_count, parse_nodes
 from fleet.slurm.srun import _Step, by_gpus, srun_argv, srun_env
 
@@ -91,33 +92,36 @@ def test_run_liveness_from_the_log_folder(tmp_path: Path) -> None:
         os.close(fd)
 
 
-@pytest.mark.parametrize("fault", ["unreadable", "refused"])
-async def test_the_reservation_stays_when_a_failed_node_could_not_be_drained(tmp_path: Path, fault: str) -> None:
-    """The cleanup over a scripted Slurm: Slurm unreadable, or the drain refused, for a node the step failed: the
-    reservation is not removed (it ends at its Duration), so the node never goes back in service undrained."""
-    from scripted_slurm import ScriptedSlurm
+RUN = "20261203T070000Z-abc123"
+OWN_FAILED = f"fleet: run {RUN}: gpu 0 holds 4096 MiB"
 
-    from fleet.graph import RunOptions, SchedulerOptions
-    from fleet.inventory.host import Host
-    from fleet.report.models import Reason, SchedulerRecord
-    from fleet.reset.walk import HostRun
-    from fleet.slurm.srun import SrunRun
 
-    slurm = ScriptedSlurm({"sim1": "IDLE"})
-    run = HostRun(Host(name="sim1", address="127.0.0.1"), scheduler=SchedulerRecord("sim1", "IDLE"))
-    logs = RunLogs(tmp_path, "20261203T070000Z-abc123")
-    logs.create()
-    srun = SrunRun(slurm.client(), [run], RunOptions(scheduler=SchedulerOptions(fan_out=True)), logs)
-    srun.reserved, srun.stepped = True, ["sim1"]
-    srun.step.named.add("sim1")
-    run.finish(HostStatus.FAILED, "gpu 0 holds 4096 MiB", Reason.MEMORY_HELD)
-    slurm.unreadable, slurm.refuse = (5, 0) if fault == "unreadable" else (0, 1)
-    await srun._cleanup()
-    assert slurm.deleted == [] and srun.reserved
-    assert run.scheduler is not None and "reservation fleet-20261203T070000Z-abc123 kept" in (run.scheduler.error or "")
-    slurm.unreadable = slurm.refuse = 0
-    srun.step = _Step()  # nothing failed: the same cleanup removes it
-    run.finish(HostStatus.CLEAN)
-    await srun._cleanup()
-    logs.close()
-    assert slurm.deleted == ["fleet-20261203T070000Z-abc123"]
+@pytest.mark.parametrize("state", ["IDLE+MAINT+RESERVED", "DOWN+MAINT+RESERVED+NOT_RESPONDING", "DOWN*",
+                                   "IDLE*+MAINT+RESERVED", "IDLE+FAIL", "DOWN", "MIXED+COMPLETING"])
+def test_a_failed_node_is_drained_with_fleets_reason_whatever_its_base_state(state: str) -> None:
+    """A down node returns to service by itself (ReturnToService) once the reservation is gone; a drained one
+    never does."""
+    action = after_step(SlurmNode("sim1", state), RUN, HostStatus.FAILED, "gpu 0 holds 4096 MiB", True)
+    assert action.what is Release.KEEP_DRAINED and action.reason == OWN_FAILED
+
+
+@pytest.mark.parametrize(("node", "status", "touched", "why"), [
+    (SlurmNode("sim1", "IDLE+DRAIN", OWN_FAILED), HostStatus.FAILED, True, "drained for this run"),
+    (SlurmNode("sim1", "DOWN+DRAIN", OWN_FAILED), HostStatus.FAILED, True, "drained for this run"),
+    (SlurmNode("sim1", "IDLE+DRAIN", "bad DIMM"), HostStatus.FAILED, True, "drained by someone else"),
+    (None, HostStatus.FAILED, True, "Slurm no longer shows the node"),
+    (SlurmNode("sim1", "DOWN"), HostStatus.CLEAN, True, "clean"),
+    (SlurmNode("sim1", "DOWN"), HostStatus.FAILED, False, "never touched"),
+])
+def test_nothing_is_sent_for_a_node_already_drained_gone_clean_or_untouched(
+    node: SlurmNode | None, status: HostStatus, touched: bool, why: str
+) -> None:
+    action = after_step(node, RUN, status, "gpu 0 holds 4096 MiB", touched)
+    assert action.what is Release.LEAVE and why in action.why
+
+
+def test_nodes_failed_the_same_way_share_one_drain() -> None:
+    actions = {n: after_step(SlurmNode(n, "IDLE"), RUN, HostStatus.FAILED, e, True)
+               for n, e in (("a", "x"), ("b", "y"), ("c", "x"))}
+    actions["d"] = after_step(SlurmNode("d", "IDLE"), RUN, HostStatus.CLEAN, None, True)
+    assert drains(actions) == {f"fleet: run {RUN}: x": ["a", "c"], f"fleet: run {RUN}: y": ["b"]}

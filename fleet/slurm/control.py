@@ -103,6 +103,17 @@ class Slurm:
             argv.append(f"Reason={reason}")
         await self.run(argv)
 
+    async def reservation(self, name: str) -> bool:
+        """Whether Slurm has the reservation. scontrol prints `Reservation NAME not found` and exits 1 for one it
+        does not have: exit 1 with no such line is a failure, never "no reservation"."""
+        result = await self.run(["scontrol", "show", "reservation", name], ok=frozenset({0, 1}))
+        if result.exit_status == 0 and f"ReservationName={name} " in result.stdout:
+            return True
+        if result.exit_status == 1 and f"Reservation {name} not found" in result.stdout + result.stderr:
+            return False
+        said = one_line(result.stderr or result.stdout)[:300] or f"exit status {result.exit_status}"
+        raise SlurmError(f"scontrol show reservation failed: {said}")
+
     async def partition(self, name: str) -> tuple[str, ...]:
         """The nodes of a partition; SlurmError when Slurm has no such partition or it has no node."""
         result = await self.run(["sinfo", "--noheader", "--Node", "--partition", name, "--format", "%N"])

@@ -3,13 +3,14 @@
     admit(wave)   one `scontrol show node` and one `squeue` for the wave's nodes, then one
                   `scontrol update ... State=DRAIN Reason="fleet: run <id>"` for those in service
                   (and those an earlier fleet run left drained: adopted, `fleet.slurm.policy`);
-                  a drain that answered with an error is read back: a node Slurm shows drained
-                  for this run goes on, any other fails untouched (and is still released)
+                  a read or a drain that answered with an error is tried again (`fleet.slurm.tries`),
+                  a drain after reading back what took: a node Slurm shows drained for this run goes
+                  on; one still not drained after the tries fails untouched (and is still released)
     ready(host)   wait until no job holds the node (DRAINED, not DRAINING), up to --drain-wait
                   (`fleet.slurm.waiting`: one poller for every waiting node, the same wait srun uses)
     release(host) once the host has its outcome: read the node, decide (resume, restore, keep
                   drained or leave, `fleet.slurm.policy.release`), update; an update that answered
-                  with an error is decided again from what Slurm then shows (UPDATE_TRIES); the
+                  with an error is decided again from what Slurm then shows (`fleet.slurm.tries`); the
                   report's state_after/reason_after are Slurm's, read last (a resume's transient
                   NOT_RESPONDING waited out, up to SETTLE_READ_S)
 
@@ -33,14 +34,13 @@ from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.records import SlurmNode
+from fleet.slurm.tries import tried
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 
 # Default --drain-wait: how long a node's jobs may take to end before the host is skipped.
 DRAIN_WAIT_S = 600.0
 # Seconds the end of a host's Slurm lifecycle may take (it runs shielded, even on Ctrl-C).
 RELEASE_TIMEOUT_S = 45.0
-# Looks at a node in its release: read, decide, update; again after an update that answered with an error.
-UPDATE_TRIES = 3
 # Seconds a resumed node's state is read again while Slurm still flags it NOT_RESPONDING (until its next ping).
 SETTLE_READ_S = 10.0
 SETTLE_POLL_S = 0.5
@@ -100,7 +100,7 @@ class SlurmLifecycle:
         self._nodes.update(nodes)
         names = sorted({n.name for n in nodes.values()})
         try:
-            seen, jobs = await self.slurm.look(names)
+            seen, jobs = await tried(lambda number: self.slurm.look(names), pause_s=self.poll_s)
         except SlurmError as exc:
             for node in nodes.values():
                 node.error = f"slurm: cannot read the node: {exc}"
@@ -119,23 +119,27 @@ class SlurmLifecycle:
         return self._record(runs)
 
     async def _drain(self, nodes: Sequence[_Node]) -> None:
-        """Drain the nodes at once. An update that answered with an error may still have been applied: Slurm is
-        read again, and a node it shows drained for this run goes on; any other fails, and is still released
-        (its release reads it once more: a drain applied later is given back)."""
+        """Drain the nodes at once. An update that answered with an error may still have been applied: the next try
+        reads Slurm first and drains only what it does not show drained for this run. A node still not drained
+        after the tries fails, and is still released (its release reads it once more: a drain applied later is
+        given back)."""
         if not nodes:
             return
+        pending = list(nodes)
+
+        async def attempt(number: int) -> None:
+            nonlocal pending
+            if number > 1:
+                seen = await self.slurm.nodes([n.name for n in pending])
+                pending = [n for n in pending if not policy.drained_for(seen.get(n.name), self.run_id)]
+            if pending:
+                await self.slurm.update([n.name for n in pending], "DRAIN", policy.own_reason(self.run_id))
+
         try:
-            await self.slurm.update([n.name for n in nodes], "DRAIN", policy.own_reason(self.run_id))
-            return
+            await tried(attempt, pause_s=self.poll_s)
         except SlurmError as exc:
-            failed = exc
-        try:
-            seen = await self.slurm.nodes([n.name for n in nodes])
-        except SlurmError:
-            seen = {}
-        for node in nodes:
-            if not policy.drained_for(seen.get(node.name), self.run_id):
-                node.error = f"slurm: cannot drain the node: {failed}"
+            for node in pending:
+                node.error = f"slurm: cannot drain the node: {exc}"
 
     def _record(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
         for run in runs:
@@ -225,21 +229,24 @@ class SlurmLifecycle:
         been applied (slurmctld busy: `Socket timed out on send/recv operation`). Then read what it left."""
         assert node.before is not None and node.how is not None
         touched = policy.touched(report.status, started=run.started is not None)
+
+        async def attempt(number: int) -> bool:
+            now = (await self.slurm.nodes([node.name])).get(node.name)
+            assert node.before is not None and node.how is not None
+            action = policy.release(node.how, node.before, now, self.run_id, report.status, report.error,
+                                    was_touched=touched)
+            log.info("slurm_release", node=node.name, action=action.what.value, why=action.why, attempt=number)
+            await self._apply(node.name, action)
+            return action.what is policy.Release.RESUME
+
+        def failed(number: int, exc: SlurmError) -> None:
+            log.warning("slurm_error", node=node.name, error=str(exc), attempt=number)
+
         failure: SlurmError | None = None
-        resumed = False
-        for attempt in range(1, UPDATE_TRIES + 1):
-            try:
-                now = (await self.slurm.nodes([node.name])).get(node.name)
-                action = policy.release(node.how, node.before, now, self.run_id, report.status, report.error,
-                                        was_touched=touched)
-                log.info("slurm_release", node=node.name, action=action.what.value, why=action.why, attempt=attempt)
-                await self._apply(node.name, action)
-                failure, resumed = None, action.what is policy.Release.RESUME
-                break
-            except SlurmError as exc:
-                failure = exc
-                log.warning("slurm_error", node=node.name, error=str(exc), attempt=attempt)
-                await anyio.sleep(self.poll_s if attempt < UPDATE_TRIES else 0)
+        try:
+            resumed = await tried(attempt, pause_s=self.poll_s, failed=failed)
+        except SlurmError as exc:
+            failure, resumed = exc, False
         try:
             after = await self._settled(node.name, resumed)
         except SlurmError as exc:

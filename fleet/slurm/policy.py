@@ -17,6 +17,7 @@ each decision, so an update whose reply was lost is decided again from what it l
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -143,12 +144,28 @@ def plan_line(node: SlurmNode, jobs: tuple[str, ...], drain_wait_s: float) -> st
 def after_step(now: SlurmNode | None, run_id: str, status: HostStatus, error: str | None, touched: bool) -> Action:
     """`--via srun`: what to do to a node once the job step is over (the reservation, not a drain, kept jobs off).
 
-    A node the step failed after it began working stays drained, as with SSH fan-out; any other goes back to
-    service when fleet removes the reservation. A node someone drained meanwhile is left as it is."""
+    A node the step failed after it began working must stay out of service once the reservation is gone: it is
+    drained with fleet's reason whatever Slurm's base state (`DOWN`, `NOT_RESPONDING`, `FAIL`: a down node comes
+    back into service by itself with ReturnToService, a drained one never does), unless Slurm already shows it
+    drained, for this run (done: a drain whose reply was lost) or by someone else meanwhile (their reason is
+    kept). Any other node goes back to service when fleet removes the reservation."""
     if status is HostStatus.CLEAN or not touched:
         return Action(Release.LEAVE, "clean" if status is HostStatus.CLEAN else "never touched")
     if now is None:
         return Action(Release.LEAVE, "Slurm no longer shows the node")
-    if not now.in_service:
-        return Action(Release.LEAVE, f"someone changed it during the run (now {describe(now)}): left as it is")
-    return Action(Release.KEEP_DRAINED, "not clean: drained", failed_reason(run_id, error))
+    if now.draining_or_drained:
+        earlier = fleet_run_of(now.reason)
+        if earlier is not None and earlier[0] == run_id:
+            return Action(Release.LEAVE, f"drained for this run ({describe(now)})")
+        return Action(Release.LEAVE, f"drained by someone else during the run ({describe(now)}): left as it is")
+    return Action(Release.KEEP_DRAINED, f"not clean: drained (Slurm shows {now.state})", failed_reason(run_id, error))
+
+
+def drains(actions: Mapping[str, Action]) -> dict[str, list[str]]:
+    """The `scontrol update ... State=DRAIN` to send: reason -> the nodes it is for (nodes failed the same way
+    share one update)."""
+    reasons: dict[str, list[str]] = {}
+    for name, action in actions.items():
+        if action.what is Release.KEEP_DRAINED and action.reason is not None:
+            reasons.setdefault(action.reason, []).append(name)
+    return reasons

@@ -1,9 +1,11 @@
 """`--via srun`: the whole reset as one Slurm job step, each node resetting itself; no SSH from this machine.
 
-    read       one `scontrol show node` and one `squeue` for the targets; a node Slurm does not know
-               fails, a node out of service (drained, down) is skipped: a job step cannot run there
-    reserve    `scontrol create reservation fleet-<run_id> ... Flags=MAINT,IGNORE_JOBS`: other users'
-               jobs stay off the nodes from now on, the running ones are waited for (--drain-wait)
+    read       one `scontrol show node` and one `squeue` for the targets (tried again after an error,
+               `fleet.slurm.tries`); a node Slurm does not know fails, a node out of service (drained,
+               down) is skipped: a job step cannot run there
+    reserve    `scontrol create reservation fleet-<run_id> ... Flags=MAINT,IGNORE_JOBS`
+               (`fleet.slurm.reservation`: tried again, found by its name after a lost reply): other
+               users' jobs stay off the nodes from now on, the running ones are waited for (--drain-wait)
     step       `srun --reservation=... --exclusive --gres=gpu:N fleet node-run` over the nodes with no
                job (one srun per GPU count: a step sees only the GPUs it asks for), the controller's
                document on every task's stdin; each task streams its node's log events and, last,
@@ -11,10 +13,11 @@
                srun runs in an environment fleet controls (`srun_env`: no SLURM_* input variable
                reframes its output or puts the step in someone's allocation)
     cleanup    always (failure, deadline, Ctrl-C; shielded, bounded; a third interrupt abandons it):
-               the step's job cancelled if it still runs; the nodes read at once; every node the step
-               failed (or whose frames could not be read) drained, one `scontrol update` per reason,
-               *before* the reservation is removed (no moment lets a job onto an unclean node); the
-               nodes read at once again for the report
+               the step's job cancelled if it still runs; every node the step failed (or whose frames
+               could not be read) drained with fleet's reason whatever its base state, read back, in
+               tries (`fleet.slurm.cleanup`), *before* the reservation is removed (no moment lets a job
+               onto an unclean node); a drain still unconfirmed keeps the reservation, naming the nodes;
+               the nodes read at once again for the report
 
 The controller's work does not grow with the nodes: a fixed number of Slurm commands and one srun,
 whose fan-out is slurmd's tree.
@@ -57,11 +60,14 @@ from fleet.report.models import (
 from fleet.report.render import host_from_document
 from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
+from fleet.slurm.cleanup import Ended, drain_failed
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.frames import MARK, Assembler, FrameError
 from fleet.slurm.leftovers import Leftovers
 from fleet.slurm.records import SlurmNode
-from fleet.slurm.waiting import JobWaits, Wait
+from fleet.slurm.reservation import Reservation
+from fleet.slurm.tries import tried
+from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import bounded_argv, client_deadline
 from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
 
@@ -71,14 +77,12 @@ NODE_COMMAND = ("fleet", "node-run")
 IMMEDIATE_S = 60
 # Seconds, after the step's job is cancelled, to go on reading the nodes' (interrupted) reports.
 CANCEL_GRACE_S = 20.0
-# Seconds the cleanup may take (cancel, remove the reservation, drain the failed nodes), shielded.
+# Seconds the cleanup may take (drain the failed nodes, remove the reservation), shielded.
 CLEANUP_TIMEOUT_S = 90.0
 # Bytes of one stdout line read from srun (a frame is under 1 KB; anything longer is noise).
 LINE_LIMIT = 1024 * 1024
 # Characters of srun's stderr kept, the last ones (its last lines explain a node that sent no report).
 STDERR_LIMIT = 256 * 1024
-# Seconds between two tries at removing the reservation while the step's job still completes.
-DELETE_RETRY_S = 1.0
 # Environment variables srun must not inherit: Slurm's input variables (srun's, and salloc's and sbatch's that
 # srun reads inside an allocation) reframe its output (SLURM_LABELIO), buffer it, or put the step into another
 # job's allocation (SLURM_JOB_ID). SLURM_CONF, which only says where the configuration is, is kept.
@@ -152,16 +156,18 @@ class SrunRun:
     """One `--via srun` run; see the module docstring."""
 
     def __init__(self, slurm: Slurm, runs: Sequence[HostRun], options: RunOptions, logs: RunLogs,
-                 on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None) -> None:
+                 on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None, *,
+                 poll_s: float = POLL_S) -> None:
+        """`poll_s`: the pause between two tries at a Slurm command that failed (and between two looks at jobs)."""
         assert options.scheduler is not None
-        self.slurm, self.options, self.logs = slurm, options, logs
+        self.slurm, self.options, self.logs, self.poll_s = slurm, options, logs, poll_s
         self.on_host_end = on_host_end
         self.run_id = logs.run_id
-        self.reservation = f"fleet-{self.run_id}"
+        self.maintenance = Reservation(slurm, f"fleet-{self.run_id}", poll_s)
+        self.reservation = self.maintenance.name
         self.runs = {r.host.slurm_node or r.host.name: r for r in runs}
         self.log = {name: logs.host_logger(r.host.name) for name, r in self.runs.items()}
         self.before: dict[str, SlurmNode] = {}
-        self.reserved = False
         self.stepped: list[str] = []
         self.step = _Step()
         self.frames = Assembler()
@@ -172,7 +178,7 @@ class SrunRun:
             f"the reservation {self.reservation} in place and failed nodes maybe not drained")
 
     def _still_doing(self) -> str | None:
-        if self.cleaned or not (self.reserved or self.stepped):
+        if self.cleaned or not (self.maintenance.held or self.stepped):
             return None
         return f"ending the job step and removing the reservation {self.reservation}"
 
@@ -187,19 +193,21 @@ class SrunRun:
                 if ready:
                     await self._run_step(ready)
         finally:
-            with self.finishing.shielded() as shield, anyio.move_on_after(CLEANUP_TIMEOUT_S):
+            with self.finishing.shielded() as shield, anyio.move_on_after(CLEANUP_TIMEOUT_S) as bound:
                 await self._cleanup()
                 await self.leftovers.settle(n for n, r in self.runs.items() if r.status is HostStatus.CLEAN)
             self.cleaned = True
             if shield.cancelled_caught:
                 self._abandoned()
+            elif bound.cancelled_caught and self.maintenance.held:
+                self._keep_reservation(f"the cleanup took over {CLEANUP_TIMEOUT_S:g} s", [])
 
     # --- read: who can take part -----------------------------------------------------------------
 
     async def _read(self) -> list[str]:
         names = list(self.runs)
         try:
-            self.before, jobs = await self.slurm.look(names)
+            self.before, jobs = await tried(lambda number: self.slurm.look(names), pause_s=self.poll_s)
         except SlurmError as exc:
             self._end_all(names, HostStatus.FAILED, f"slurm: cannot read the nodes: {exc}", Reason.SLURM)
             return []
@@ -238,16 +246,11 @@ class SrunRun:
         step_s = step_seconds([self.runs[n].host for n in eligible], self.options.gpu_reset)
         minutes = _minutes(wait_s + step_s + CANCEL_GRACE_S)
         try:
-            await self.slurm.run([
-                "scontrol", "create", "reservation", f"ReservationName={self.reservation}", "StartTime=now",
-                f"Duration={minutes}", f"Nodes={hostlist(eligible)}", f"Users={getpass.getuser()}",
-                "Flags=MAINT,IGNORE_JOBS",
-            ])
+            await self.maintenance.create(eligible, minutes)
         except SlurmError as exc:
             self._end_all(eligible, HostStatus.FAILED, f"slurm: cannot create reservation {self.reservation}: {exc}",
                           Reason.SLURM)
             return []
-        self.reserved = True
         for name in eligible:
             self.log[name].info("slurm_reserved", node=name, reservation=self.reservation, minutes=minutes)
         return await self._wait_for_jobs(eligible, wait_s)
@@ -256,7 +259,7 @@ class SrunRun:
         """The reserved nodes once no job holds them (`fleet.slurm.waiting`, as `--slurm` waits); a node still busy
         after wait_s is skipped. Each node's record keeps how long it waited (`waited_s`): the one step starts once
         the last node is free, so that is the wait of every node that takes part."""
-        waits = JobWaits(self.slurm)
+        waits = JobWaits(self.slurm, self.poll_s)
         started = anyio.current_time()
         until = started + wait_s
         each = {name: Wait(name) for name in nodes}
@@ -405,25 +408,23 @@ class SrunRun:
 
     async def _cleanup(self) -> None:
         """Drain what must stay out of service, then remove the reservation, then read the nodes for the report:
-        in that order, so that no moment lets a job onto a node the step failed. When the nodes could not be read
-        or a drain failed, the reservation stays (it ends by itself at its Duration): never a failed node back in
-        service because Slurm did not answer."""
-        now = await self._read_all(self.stepped)
-        drained = now is not None and await self._drain_failed(now)
-        if self.reserved and drained:
-            await self._delete_reservation()
-        after = await self._read_all(self.stepped) if self.stepped else {}
-        for name in self.stepped:
-            node = (after or {}).get(name)
-            if after is not None:
-                self._record(name, state_after=node.state if node else None,
-                             reason_after=node.reason if node else None)
+        in that order, so that no moment lets a job onto a node the step failed. A drain Slurm could not be seen
+        to take after the tries keeps the reservation (it ends by itself at its Duration), naming the nodes."""
+        ended = [Ended(name, self.runs[name].status or HostStatus.FAILED, self.runs[name].error,
+                       self.step.touched(name)) for name in self.stepped]
+        drained = await drain_failed(self.slurm, self.run_id, ended, self.log, self.poll_s)
+        if not drained.unconfirmed:
+            removed = await self.maintenance.remove()
+            if removed is not None:
+                self._keep_reservation(f"not removed: {removed}", [])
+        after = await self._read_all(self.stepped)
         for name, run in self.runs.items():
-            if run.scheduler is not None and run.scheduler.state_after is None and name not in self.stepped:
-                node = self.before.get(name)
-                self._record(name, state_after=node.state if node else None, reason_after=node.reason if node else None)
-        if self.reserved and not drained:
-            self._keep_reservation()
+            if name in self.stepped and after is not None:
+                self._record_after(name, after.get(name))
+            elif name not in self.stepped and run.scheduler is not None and run.scheduler.state_after is None:
+                self._record_after(name, self.before.get(name))
+        if drained.unconfirmed:
+            self._keep_reservation(str(drained.error), drained.unconfirmed)
 
     async def _read_all(self, names: Sequence[str]) -> dict[str, SlurmNode] | None:
         """Every named node in one `scontrol show node`; None (each node's record says why) when Slurm failed."""
@@ -436,55 +437,23 @@ class SrunRun:
                 self._record(name, error=f"slurm: {exc}")
             return None
 
-    async def _drain_failed(self, now: Mapping[str, SlurmNode]) -> bool:
-        """Drain every node the step failed, one `scontrol update` per reason (nodes failed the same way share it);
-        whether every one of them is drained."""
-        reasons: dict[str, list[str]] = {}
-        for name in self.stepped:
-            run = self.runs[name]
-            action = policy.after_step(now.get(name), self.run_id, run.status or HostStatus.FAILED, run.error,
-                                       self.step.touched(name))
-            self.log[name].info("slurm_release", node=name, action=action.what.value, why=action.why)
-            if action.what is policy.Release.KEEP_DRAINED and action.reason is not None:
-                reasons.setdefault(action.reason, []).append(name)
-        drained = True
-        for reason, names in reasons.items():
-            try:
-                await self.slurm.update(names, "DRAIN", reason)
-            except SlurmError as exc:
-                drained = False
-                for name in names:
-                    self.log[name].error("slurm_error", node=name, error=str(exc))
-                    self._record(name, error=f"slurm: {exc}")
-        return drained
+    def _record_after(self, name: str, node: SlurmNode | None) -> None:
+        self._record(name, state_after=node.state if node else None, reason_after=node.reason if node else None)
 
-    def _keep_reservation(self) -> None:
-        """The nodes to keep out of service could not be read or drained: the reservation keeps other jobs off them
-        until its Duration ends; every stepped node's record says so."""
-        for name in self.stepped:
-            self.log[name].error("slurm_error", node=name, error=f"reservation {self.reservation} kept")
-            record = self.runs[name].scheduler
-            error = record.error if record is not None else None
-            self._record(name, error=f"{error or 'slurm: nodes not read'}; reservation {self.reservation} kept"
-                                     f" (no failed node back in service): scontrol delete"
-                                     f" ReservationName={self.reservation} once they are drained")
-
-    async def _delete_reservation(self) -> None:
-        with anyio.move_on_after(CLEANUP_TIMEOUT_S / 2):
-            while True:
-                try:
-                    await self.slurm.run(["scontrol", "delete", f"ReservationName={self.reservation}"])
-                    self.reserved = False
-                    return
-                except SlurmError as exc:
-                    last = exc
-                await anyio.sleep(DELETE_RETRY_S)
-        for log in self.log.values():
-            log.error("slurm_error", error=f"reservation {self.reservation} not removed: {last}")
+    def _keep_reservation(self, why: str, unconfirmed: Sequence[str]) -> None:
+        """The reservation stays (it keeps other jobs off the nodes until its Duration ends): every reserved node's
+        record says so, and names the nodes not seen drained."""
+        delete = f"scontrol delete ReservationName={self.reservation}"
+        what = f"{hostlist(unconfirmed)} not seen drained ({why}); once drained: {delete}" if unconfirmed \
+            else f"{why}; to remove it: {delete}"
+        error = f"slurm: reservation {self.reservation} kept until its Duration ends: {what}"
+        for name in self.maintenance.nodes:
+            self.log[name].error("slurm_error", node=name, error=error)
+            self._record(name, error=error)
 
     def _abandoned(self) -> None:
         """A third interrupt stopped the cleanup: every stepped node's record says what may be left."""
-        left = f"reservation {self.reservation} still in place" if self.reserved else "reservation removed"
+        left = f"reservation {self.reservation} still in place" if self.maintenance.held else "reservation removed"
         for name in self.stepped:
             self._record(name, abandoned=True, error=f"slurm: cleanup abandoned at the third interrupt ({left});"
                                                      f" check with: scontrol show reservation {self.reservation}")
