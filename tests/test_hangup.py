@@ -10,12 +10,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
 import anyio
+import pytest
 import test_cli
 
 from fleet.interrupts import HANGUP_LINE
@@ -46,10 +48,11 @@ def started(argv: list[str], **streams: Any) -> Iterator[subprocess.Popen[bytes]
 
 
 async def until(done: Callable[[], bool], what: str) -> None:
-    with anyio.fail_after(WAIT_S):
-        while not done():
-            await anyio.sleep(0.1)
-    assert done(), what
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never: {what}")
+        await anyio.sleep(0.1)
 
 
 async def ended(process: subprocess.Popen[bytes]) -> int:
