@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import test_slurm_faults
-from test_slurm_faults import finish, logged, settling, start_cli, stop, until
+from test_slurm_faults import finish, logged, released_as_interrupted, settling, start_cli, stop, until
 
 from fleet.interrupts import HANGUP_LINE
 from fleet.sim.fleetsim import SimFleet
@@ -41,9 +41,4 @@ async def test_a_hang_up_mid_run_still_releases_the_nodes_and_exits_129(sim: Sim
     said = stderr.read_text()
     assert process.returncode == 129, said
     assert said.count(HANGUP_LINE) == 1 and "stopped releasing" not in said, said
-    for name in ("sim1", "sim2"):
-        host = document["hosts"][name]
-        assert host["reason"] == "interrupted" and not host["slurm"].get("abandoned")
-        assert host["slurm"]["state_after"] == "IDLE+DRAIN"
-        assert cluster.node_reason(name) == host["slurm"]["reason_after"]
-        assert cluster.node_reason(name).endswith("interrupted during settle")
+    released_as_interrupted(document, cluster)

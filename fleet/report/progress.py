@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import IO, Protocol
 
 import anyio
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from fleet import terminal
 from fleet.report.models import HostStatus, StepName
+from fleet.report.tables import Quiet
 
 STATUS_INTERVAL_VAR = "FLEET_STATUS_INTERVAL"
 DEFAULT_STATUS_INTERVAL_S = 30.0
@@ -164,7 +164,7 @@ async def watch(hosts: Mapping[str, Progressing], *, stream: IO[str] | None = No
 
 
 async def _live(hosts: Mapping[str, Progressing], out: IO[str], started: float) -> None:
-    console = Console(file=out, stderr=out is sys.stderr)
+    console = Quiet(file=out, stderr=out is sys.stderr)
     with Live(table(snapshot(hosts, started, started)), console=console, transient=True,
               refresh_per_second=int(1 / LIVE_REFRESH_S)) as view:
         while True:
