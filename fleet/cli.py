@@ -30,6 +30,7 @@ from fleet.cli_options import (
 )
 from fleet.errors import UsageError
 from fleet.graph import RunOptions, SchedulerOptions
+from fleet.interrupts import HANGUP_LINE, HungUp, hangups_unwind
 from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
@@ -46,6 +47,7 @@ from fleet.report.logs import default_log_dir
 from fleet.report.rerun import rerun_of
 from fleet.reset.walk import Mode
 from fleet.run import execute
+from fleet.terminal import say as _err
 from fleet.waves import parse_amount, parse_duration
 
 app = typer.Typer(
@@ -71,10 +73,6 @@ def _root(
     ] = False,
 ) -> None:
     """Make racks of GPU nodes clean again, many at once, and prove it."""
-
-
-def _err(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
@@ -353,25 +351,40 @@ def optional_value(argv: list[str], option: str, default: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: usage and inventory errors are one line on stderr and exit 2."""
+    """Entry point: usage and inventory errors are one line on stderr and exit 2; Ctrl-C outside a run 130, a
+    hang-up 129 (`fleet.interrupts`)."""
+    with hangups_unwind():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     command = typer.main.get_command(app)
     try:
         args = optional_value(sys.argv[1:] if argv is None else argv, "--rerun-failed", "last")
         result = command.main(args=args, prog_name="fleet", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except typer.Abort:
+    except typer.Abort as exc:  # click's answer to a KeyboardInterrupt, HungUp included
+        if isinstance(exc.__cause__, HungUp):
+            return _hung_up()
         _err("fleet: aborted")
-        return 130
+        return reporting.INTERRUPTED
     except UsageError as exc:
         _err(f"fleet: error: {exc}")
         return 2
     except typer.TyperException as exc:  # typer's own usage errors (unknown option, bad value, ...)
         return _usage(exc)
+    except HungUp:
+        return _hung_up()
     except KeyboardInterrupt:
         _err("fleet: interrupted")
-        return 130
+        return reporting.INTERRUPTED
     return result if isinstance(result, int) else 0
+
+
+def _hung_up() -> int:
+    _err(HANGUP_LINE)
+    return reporting.HUNG_UP
 
 
 def _usage(exc: typer.TyperException) -> int:

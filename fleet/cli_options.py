@@ -52,6 +52,7 @@ Exit status:
   0    every host clean (a dry run: every host planned)
   1    a host ended failed, unreachable or skipped; or --deadline passed
   2    usage or inventory error: one line naming the file and key, nothing touched
+  129  the terminal hung up (SIGHUP): as 130; run long resets under systemd-run or tmux
   130  interrupted (SIGINT/SIGTERM): in-flight commands ended, the report still written"""
 
 RESET_EPILOG = f"""\b

@@ -29,13 +29,17 @@ import anyio
 from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.report import render as reporting
 from fleet.report.history import DEMO
 from fleet.report.models import HostStatus, RunReport
-from fleet.run import run_and_report, say
+from fleet.run import run_and_report
 from fleet.sim import slurmcluster
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.sim.slurmcluster import SlurmCluster
+from fleet.terminal import say
+
+CUT = (reporting.INTERRUPTED, reporting.HUNG_UP)  # a signal cut the run: the demo exits with its status
 
 ALL_GPUS = (0, 1, 2, 3, 4, 5, 6, 7)
 
@@ -92,15 +96,19 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             targets = select(inventory, groups=["blackwell"])
             say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell -y\n")
             options = RunOptions(handle_signals=True, progress=True)
-            _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True,
-                                             recorded_as=DEMO)
+            code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True,
+                                                recorded_as=DEMO)
             say("\nwhat the nodes themselves say now:")
             _describe(sim)
         say("simulated fleet torn down")
-    return _verdict(report, nodes)
+    return _verdict(report, nodes, code)
 
 
-def _verdict(report: RunReport, nodes: int) -> int:
+def _verdict(report: RunReport, nodes: int, code: int = 0) -> int:
+    """The demo's exit status: the run's when a signal cut it (130, a hang-up 129), else whether it went as
+    planned."""
+    if code in CUT:
+        return code
     if not as_planned(report, nodes):
         say("fleet demo: the run did not end as the demo planned (see above)")
         return 1
@@ -177,12 +185,14 @@ async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun:
                     f" --drain-wait {SLURM_DRAIN_WAIT_S:g}s{via} -y\n")
                 options = RunOptions(handle_signals=True,
                                      scheduler=SchedulerOptions(SLURM_DRAIN_WAIT_S, fan_out=via_srun))
-                _, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True,
-                                             recorded_as=DEMO)
+                code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir,
+                                                    table=True, recorded_as=DEMO)
                 say("\nwhat Slurm says now (sinfo -N):")
                 _sinfo(cluster)
                 wrong = slurm_as_planned(report, nodes, cluster, via_srun)
         say("simulated fleet and Slurm cluster torn down")
+    if code in CUT:
+        return code
     if wrong:
         say("fleet demo --slurm: the run did not end as the demo planned: " + "; ".join(wrong))
         return 1

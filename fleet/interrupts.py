@@ -1,5 +1,5 @@
-"""SIGINT and SIGTERM over a whole run: the first cuts the run short, the second says what is still being
-finished, only the third abandons it; the report is written whatever comes.
+"""SIGINT, SIGTERM and SIGHUP over a whole run: the first cuts the run short, the second says what is still
+being finished, only the third abandons it; the report is written whatever comes.
 
     1st   the run is cancelled: in-flight commands are ended, every host gets its outcome, and what a
           run must finish (a Slurm node's release, `--via srun`'s cleanup) goes on, shielded and bounded
@@ -12,12 +12,20 @@ finished, only the third abandons it; the report is written whatever comes.
 The signals stay handled from the moment `watch` starts until the report is on disk: an operator's
 second Ctrl-C, or systemd's SIGTERM after its SIGINT, never kills fleet with its nodes drained and no
 report. `Finishing` is what a part of the run registers while it must finish after a cancel.
+
+SIGHUP (the operator's terminal closed, their SSH session to the admin node lost) cuts the run as Ctrl-C
+does, after silencing the standard streams that went with the terminal (`fleet.terminal`) and saying so in
+one line; a run it cut (`by` SIGHUP) exits 129 (128 + SIGHUP) where SIGINT and SIGTERM exit 130. A hang-up
+is one event however many processes relay it (the kernel to the session leader, the shell to its jobs): a
+later SIGHUP neither tells nor abandons anything. Outside a run's window (`hangups_unwind`, over the whole
+command) a SIGHUP raises `HungUp`, a KeyboardInterrupt: it unwinds as Ctrl-C does (the demo's simulated nodes
+are torn down). Under `nohup` SIGHUP stays ignored, as the operator asked.
 """
 
 from __future__ import annotations
 
 import signal
-import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,11 +34,43 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
+from fleet import terminal
+from fleet.terminal import say
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+HANGUP_LINE = ("fleet: terminal hung up (SIGHUP): finishing as for Ctrl-C; run long resets under systemd-run or"
+               " tmux")
 
 
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+class HungUp(KeyboardInterrupt):
+    """SIGHUP outside a run's window: unwinds as Ctrl-C does; the command exits 129."""
+
+
+def _hung_up(signum: int, frame: object) -> None:
+    terminal.let_go()  # before anything (click's own newline on an interrupt) writes to a dead terminal
+    raise HungUp
+
+
+@contextmanager
+def hangups_unwind() -> Iterator[None]:
+    """Over a whole command: SIGHUP raises `HungUp` (unless ignored, `nohup`; only the main thread may set it);
+    the handler found is put back after."""
+    before = signal.getsignal(signal.SIGHUP)
+    if before == signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGHUP, _hung_up)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL if before is None else before)
+
+
+def handled() -> tuple[signal.Signals, ...]:
+    """SIGINT and SIGTERM, and SIGHUP unless fleet was started with it ignored (`nohup`: outlive the terminal)."""
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        return SIGNALS
+    return (*SIGNALS, signal.SIGHUP)
 
 
 class Cut(Protocol):
@@ -73,10 +113,12 @@ class Finishing:
 
 
 class Interrupts:
-    """Counts the run's SIGINT/SIGTERM and acts on each; see the module docstring."""
+    """Counts the run's SIGINT/SIGTERM/SIGHUP and acts on each; see the module docstring."""
 
     def __init__(self, tell: Callable[[str], None] = say) -> None:
         self.count = 0
+        self.by: signal.Signals | None = None  # the signal that cut the run
+        self.hung_up = False
         self._tell = tell
         self._run: tuple[anyio.CancelScope, Cut] | None = None
         self._finishing: list[Finishing] = []
@@ -104,14 +146,29 @@ class Interrupts:
         return work
 
     async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Handle SIGINT and SIGTERM until cancelled (the caller's task group, once the report is written).
-        Started with `TaskGroup.start`, it returns once the handlers are in place."""
-        with anyio.open_signal_receiver(*SIGNALS) as signals:
-            task_status.started()
-            async for _ in signals:
-                self.received()
+        """Handle SIGINT, SIGTERM and SIGHUP (`handled()`) until cancelled (the caller's task group, once the
+        report is written), then put back the handlers found. Started with `TaskGroup.start`, it returns once the
+        handlers are in place."""
+        wanted = handled()
+        before = {signum: signal.getsignal(signum) for signum in wanted}
+        try:
+            with anyio.open_signal_receiver(*wanted) as signals:
+                task_status.started()
+                async for signum in signals:
+                    self.received(signum)
+        finally:
+            for signum, handler in before.items():
+                if handler is not None:  # None: a handler not set from Python, which asyncio's removal keeps
+                    signal.signal(signum, handler)
 
-    def received(self) -> None:
+    def received(self, signum: int = signal.SIGINT) -> None:
+        if signum == signal.SIGHUP:
+            if self.hung_up:
+                return
+            self.hung_up = True
+            terminal.let_go()
+            self._tell(HANGUP_LINE)
+        self.by = self.by or signal.Signals(signum)
         self.count += 1
         if self.count == 1:
             self._cut()

@@ -63,7 +63,7 @@ class Reason(StrEnum):
     VERSION = "version"  # --via srun: the node runs another fleet version
     NO_REPORT = "no_report"  # --via srun: the node sent no report
     DEADLINE = "deadline"  # --deadline cut the run short
-    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM
+    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM/SIGHUP
     STOPPED = "stopped"  # not started: the failure budget was spent or the canary failed
     INTERNAL = "internal"  # a bug in fleet (the host's log has the traceback)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from fleet.report.logs import RunLogs, default_log_dir, new_run_id
 from fleet.report.models import RunReport
 from fleet.report.tables import report_table
 from fleet.reset.walk import Mode
+from fleet.terminal import say, write
 from fleet.waves import Amount
 
 # File descriptors a host holds during a run: its connection's socket and its log file.
@@ -49,10 +51,6 @@ def raise_fd_limit(hosts: int) -> None:
     wanted = fd_limit_wanted(soft, hard, hosts)
     if wanted is not None and wanted > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def options_document(options: RunOptions) -> dict[str, Any]:
@@ -146,11 +144,11 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
     text = reporting.render(document)
     logs.write_summary(text)
     write_report_page(logs, document)
-    code = reporting.exit_code(run_report, interrupted=state.interrupted)
+    code = reporting.exit_code(run_report, interrupted=state.interrupted,
+                               hung_up=interrupts is not None and interrupts.by is signal.SIGHUP)
     history.finish_run(list(run_report.hosts.values()), code)
     if as_json:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        write(sys.stdout, text)
     if table:
         report_table(run_report)
     for line in reporting.plan_lines(run_report):

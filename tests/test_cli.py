@@ -341,3 +341,4 @@ def test_help_shows_examples_and_exit_codes(command: str) -> None:
     assert out.returncode == 0
     assert "Examples:" in out.stdout and f"fleet {command} " in out.stdout.split("Examples:")[1]
     assert "130  interrupted" in out.stdout and "2    usage or inventory error" in out.stdout
+    assert "129  the terminal hung up (SIGHUP)" in out.stdout

@@ -1,12 +1,17 @@
-"""SIGINT/SIGTERM over a run (`fleet.interrupts`): the first cuts, the second tells, the third abandons. The signal
-path itself runs through the real CLI in test_slurm_faults.py; here the counting and the scopes, with no signal."""
+"""SIGINT/SIGTERM/SIGHUP over a run (`fleet.interrupts`): the first cuts, the second tells, the third abandons; a
+hang-up counts once. The signal path itself runs through the real CLI in test_slurm_faults.py and test_hangup.py;
+here the counting and the scopes."""
 
 from __future__ import annotations
+
+import signal
 
 import anyio
 
 from fleet.graph import RunState
-from fleet.interrupts import Interrupts
+from fleet.interrupts import HANGUP_LINE, HungUp, Interrupts, handled, hangups_unwind
+from fleet.report import render as reporting
+from fleet.report.models import RunReport
 
 
 async def test_the_first_cuts_the_run_the_second_tells_the_third_abandons() -> None:
@@ -67,3 +72,62 @@ async def test_abandon_cancels_a_shielded_scope_and_any_opened_after() -> None:
     with work.shielded() as later:
         await anyio.sleep(30)
     assert later.cancelled_caught
+
+
+async def test_a_hang_up_cuts_as_ctrl_c_says_so_once_and_the_run_exits_129() -> None:
+    """SIGHUP: one line on stderr, the run cut; the hang-up relayed again (shell, kernel) changes nothing."""
+    said: list[str] = []
+    interrupts = Interrupts(said.append)
+    work = interrupts.finishing(lambda: "releasing 2 Slurm nodes", 45, "them drained")
+    run, state = anyio.CancelScope(), RunState()
+    interrupts.cuts(run, state)
+    for _ in range(3):
+        interrupts.received(signal.SIGHUP)
+    assert run.cancel_called and state.interrupted and interrupts.by is signal.SIGHUP
+    assert said == [HANGUP_LINE] and not work.abandoned
+    interrupts.received(signal.SIGINT)  # the operator's own signals still count: this is the second
+    assert said[-1] == "fleet: still releasing 2 Slurm nodes (up to 45 s); again to abandon them drained"
+    report = RunReport(run_id="r", command="reset", started_at="t", duration_s=1.0, hosts={})
+    assert reporting.exit_code(report, interrupted=True, hung_up=interrupts.by is signal.SIGHUP) == 129
+
+
+def test_the_first_signal_names_the_exit_status() -> None:
+    interrupts = Interrupts(lambda line: None)
+    interrupts.received(signal.SIGTERM)
+    interrupts.received(signal.SIGHUP)
+    assert interrupts.by is signal.SIGTERM and interrupts.count == 2
+
+
+def test_sighup_is_handled_unless_fleet_started_with_it_ignored() -> None:
+    """`nohup fleet ...` asked to outlive the terminal: fleet leaves SIGHUP ignored."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert handled() == (signal.SIGINT, signal.SIGTERM)
+        with hangups_unwind():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        assert handled() == (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
+def test_outside_a_run_a_hang_up_unwinds_as_ctrl_c_and_the_handler_is_put_back() -> None:
+    before = signal.getsignal(signal.SIGHUP)
+    unwound = False
+    with hangups_unwind():
+        try:
+            signal.raise_signal(signal.SIGHUP)  # to this test's own process; its handler runs before this returns
+        except HungUp:
+            unwound = True
+    assert unwound and signal.getsignal(signal.SIGHUP) == before
+
+
+async def test_watch_puts_back_the_handlers_it_found() -> None:
+    """asyncio's removal leaves SIG_DFL; `watch` restores what was there (the CLI's hang-up unwinding)."""
+    with hangups_unwind():
+        found = signal.getsignal(signal.SIGHUP)
+        async with anyio.create_task_group() as group:
+            await group.start(Interrupts(lambda line: None).watch)
+            assert signal.getsignal(signal.SIGHUP) != found
+            group.cancel_scope.cancel()
+        assert signal.getsignal(signal.SIGHUP) == found

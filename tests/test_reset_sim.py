@@ -383,3 +383,30 @@ async def test_a_busy_host_costs_at_most_ten_remote_commands(make_fleet: Any, tm
     assert report.hosts["gpu-c02"].status is HostStatus.CLEAN, report.hosts["gpu-c02"].error
     remote = [e for e in last_log(tmp_path, "gpu-c02") if is_remote_command(e)]
     assert 6 <= len(remote) <= 10, [(e.get("step"), e["argv"][0]) for e in remote]
+
+
+async def test_a_clean_become_host_costs_nine_remote_commands_four_of_them_through_sudo(make_fleet: Any,
+                                                                                       tmp_path: Path) -> None:
+    """The count README states for `become: true`. Only the probes that need root go through sudo (least
+    privilege), so a batch that mixes them is two remote commands: the baselines (the kernel log through sudo,
+    nvidia-smi not), drain (the stop through sudo, the unit's state not) and verify (the holder scan and the
+    kernel log through sudo, four nvidia-smi queries not) are two each; the lock, kill's holder scan and settle
+    one each. Nine where six without become, for the same fourteen probes. (A real node's lock, in /run/lock,
+    goes through sudo too: five of the nine; the simulated node's is under its own folder.)"""
+    sim = await make_fleet([busy("gpu-c03", protected_daemon=False)], fast_vars(["gpu-c03"], become=True))
+    first = await reset(sim, tmp_path)
+    assert first.hosts["gpu-c03"].status is HostStatus.CLEAN, first.hosts["gpu-c03"].error
+    sudo_log = sim.nodes["gpu-c03"].root / "log" / "sudo.log"  # what the node's sudo ran, one JSON argv a line
+    before = len(sudo_log.read_text().splitlines())
+    second = await reset(sim, tmp_path)
+    assert second.hosts["gpu-c03"].status is HostStatus.CLEAN, second.hosts["gpu-c03"].error
+    events = last_log(tmp_path, "gpu-c03")
+    assert len(asked(events)) == 14
+    remote = [e.get("step", "lock") for e in events if is_remote_command(e)]
+    assert remote == ["drain"] * 4 + ["kill", "settle", "verify", "verify", "lock"]
+    through_sudo = [json.loads(line) for line in sudo_log.read_text().splitlines()[before:]]
+    wire = [" ".join(argv[argv.index("timeout") + 4:]) for argv in through_sudo]  # after `timeout -k K T`
+    assert [line.split()[0] for line in wire] == ["sh", "sh", "find", "sh"]
+    assert "journalctl" in wire[0] and "systemctl stop" in wire[1]
+    assert "find /proc" in wire[3] and "journalctl" in wire[3]
+    assert not any("nvidia-smi" in line for line in wire)

@@ -167,6 +167,11 @@ async def test_a_second_interrupt_says_what_is_left_and_the_release_still_happen
     said = stderr.read_text()
     assert "fleet: still releasing 2 Slurm nodes (up to 45 s); again to abandon them drained" in said, said
     assert process.returncode == 130
+    released_as_interrupted(document, cluster)
+
+
+def released_as_interrupted(document: dict[str, Any], cluster: SlurmCluster) -> None:
+    """Both nodes released, left drained with fleet's reason for a run cut during settle; nothing abandoned."""
     for name in ("sim1", "sim2"):
         host = document["hosts"][name]
         assert host["reason"] == "interrupted" and not host["slurm"].get("abandoned")

@@ -356,10 +356,11 @@ async def test_via_srun_refuses_a_node_of_another_fleet_version(sim: SimFleet, c
 
 
 @pytest.mark.parametrize("sim", [{"linger_s": 60.0}], indirect=True)  # settle still waits at SIGINT
-async def test_via_srun_interrupted_removes_the_reservation(sim: SimFleet, cluster: SlurmCluster,
-                                                            tmp_path: Path) -> None:
-    """Ctrl-C while the step runs: the step's job is cancelled (each node's fleet ends its commands and
-    reports), the reservation removed, the interrupted nodes left drained, the report written."""
+@pytest.mark.parametrize(("cut", "code"), [(signal.SIGINT, 130), (signal.SIGHUP, 129)])
+async def test_via_srun_interrupted_removes_the_reservation(sim: SimFleet, cluster: SlurmCluster, tmp_path: Path,
+                                                            cut: signal.Signals, code: int) -> None:
+    """Ctrl-C (or the terminal hung up) while the step runs: the step's job is cancelled (each node's fleet ends
+    its commands and reports), the reservation removed, the interrupted nodes left drained, the report written."""
     env = {**os.environ, **cluster.env}
     argv = [sys.executable, "-m", "fleet", "reset", "--via", "srun", "-y", "-i", str(sim.inventory_path),
             "--group", "sim", "--log-dir", str(tmp_path / "logs"), "--json"]
@@ -373,13 +374,13 @@ async def test_via_srun_interrupted_removes_the_reservation(sim: SimFleet, clust
             await anyio.sleep(0.2)
         else:
             pytest.fail("the step never reached settle")
-        process.send_signal(signal.SIGINT)
+        process.send_signal(cut)
         out, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=120))
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 130, err
+    assert process.returncode == code, err
     assert cluster.reservations() == []
     assert await gone(cluster, "fleet-"), "the step's job outlived the run"
     document = json.loads(out)

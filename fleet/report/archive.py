@@ -5,7 +5,6 @@ history opened for reading (never created by a read), and retention (`--keep-day
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -40,10 +39,7 @@ from fleet.report.history_view import (
 )
 from fleet.report.html_report import REPORT_HTML, record_document, write_page
 from fleet.report.logs import SUMMARY, run_liveness
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+from fleet.terminal import say
 
 
 @contextmanager

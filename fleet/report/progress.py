@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import IO, Protocol
 
 import anyio
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from fleet import terminal
 from fleet.report.models import HostStatus, StepName
+from fleet.report.tables import Quiet
 
 STATUS_INTERVAL_VAR = "FLEET_STATUS_INTERVAL"
 DEFAULT_STATUS_INTERVAL_S = 30.0
@@ -151,13 +152,21 @@ async def watch(hosts: Mapping[str, Progressing], *, stream: IO[str] | None = No
     out = stream or sys.stderr
     started = time.monotonic()
     if live if live is not None else out.isatty():
-        console = Console(file=out, stderr=out is sys.stderr)
-        with Live(table(snapshot(hosts, started, started)), console=console, transient=True,
-                  refresh_per_second=int(1 / LIVE_REFRESH_S)) as view:
-            while True:
-                await anyio.sleep(LIVE_REFRESH_S)
-                view.update(table(snapshot(hosts, started, time.monotonic())))
+        try:
+            await _live(hosts, out, started)
+        except OSError:  # the terminal hung up (EIO): nothing more to show, and never the run's failure
+            terminal.lost(out)
+        await anyio.sleep_forever()
     interval = status_interval()
     while True:
         await anyio.sleep(interval)
-        print(status_line(snapshot(hosts, started, time.monotonic())), file=out, flush=True)
+        terminal.write(out, status_line(snapshot(hosts, started, time.monotonic())) + "\n")
+
+
+async def _live(hosts: Mapping[str, Progressing], out: IO[str], started: float) -> None:
+    console = Quiet(file=out, stderr=out is sys.stderr)
+    with Live(table(snapshot(hosts, started, started)), console=console, transient=True,
+              refresh_per_second=int(1 / LIVE_REFRESH_S)) as view:
+        while True:
+            await anyio.sleep(LIVE_REFRESH_S)
+            view.update(table(snapshot(hosts, started, time.monotonic())))

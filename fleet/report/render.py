@@ -26,6 +26,8 @@ from fleet.report.models import (
     StepStatus,
 )
 
+INTERRUPTED = 130  # SIGINT or SIGTERM cut the run
+HUNG_UP = 129  # SIGHUP (128 + 1) cut it: the operator's terminal went away
 SUMMARY_KEYS = (HostStatus.CLEAN, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.SKIPPED)
 
 
@@ -118,9 +120,10 @@ def to_document(report: RunReport) -> dict[str, Any]:
     }
 
 
-def exit_code(report: RunReport, *, interrupted: bool = False) -> int:
+def exit_code(report: RunReport, *, interrupted: bool = False, hung_up: bool = False) -> int:
+    """0 all clean (or planned), 1 any other outcome; a run cut by a signal 130, by a hang-up (SIGHUP) 129."""
     if interrupted:
-        return 130
+        return HUNG_UP if hung_up else INTERRUPTED
     ok = all(h.status in (HostStatus.CLEAN, HostStatus.PLANNED) for h in report.hosts.values())
     return 0 if ok else 1
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from fleet import terminal
 from fleet.inventory.host import Host
 from fleet.report.models import RunReport, StepName, StepStatus
 
@@ -39,4 +40,16 @@ def report_table(report: RunReport) -> None:
         killed = ", ".join(f"{k.name}:{k.pid} ({k.signal})" for k in host.killed)
         after = [(host.scheduler.state_after or "?") if host.scheduler else ""] if slurm else []
         table.add_row(name, host.status.value, *times, killed, *after, host.error or "")
-    Console(stderr=True, soft_wrap=True).print(table)
+    console = Quiet(stderr=True, soft_wrap=True)
+    try:
+        console.print(table)
+    except OSError:  # the terminal hung up (EIO): the report is on disk
+        terminal.lost(console.file)
+
+
+class Quiet(Console):
+    """rich's Console, but a reader that left (EPIPE) silences the stream where rich would exit the process."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        terminal.lost(self.file)

@@ -6,8 +6,8 @@
     node.stop()                     # SIGKILL everything the node ever started
 
 Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for
-the device nodes), bin/nvidia-smi, bin/systemctl and bin/journalctl (wrappers
-around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl` and `fleet.sim.journalctl`),
+the device nodes), bin/nvidia-smi, bin/systemctl, bin/journalctl and bin/sudo (wrappers
+around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl`, `fleet.sim.journalctl` and `fleet.sim.sudo`),
 config.json (the spec), state/ (see `fleet.sim.state`), log/ (log/kern.log: the
 kernel log of this boot) and run/ (fleet's reset lock: `lock_file`, as /run/lock
 is not writable for every user). Everything else a command on the node uses
@@ -144,6 +144,7 @@ TOOLS = (
     ("nvidia-smi", "fleet.sim.nvidia_smi"),
     ("systemctl", "fleet.sim.systemctl"),
     ("journalctl", "fleet.sim.journalctl"),
+    ("sudo", "fleet.sim.sudo"),  # `become`: sudo -n ARGV runs ARGV as it is (the node's user is its root)
 )
 
 
