@@ -59,9 +59,10 @@ from fleet.transport.base import (
     finish,
     make_result,
 )
+from fleet.transport.ssh.dial import admission_notes, dial
 from fleet.transport.ssh.jumps import SharedJump, close_connection, lease
 from fleet.transport.ssh.known_hosts import known_hosts
-from fleet.transport.ssh.options import CONNECT_GRACE_S, connect_errors, connect_options, session_errors
+from fleet.transport.ssh.options import connect_errors, connect_options, session_errors
 from fleet.transport.ssh.routing import route
 
 # Seconds to find and end an interrupted or overdue command on the node (and, on a cancel, for a channel being
@@ -75,7 +76,8 @@ T = TypeVar("T")
 
 async def open_ssh(host: Host) -> SshTransport:
     """Open the one SSH connection to host that all of its commands share (through its jump host's shared
-    connection when ssh_config gives it a single-hop ProxyJump)."""
+    connection when ssh_config gives it a single-hop ProxyJump). Its handshake waits for admission (`admission`)
+    and has connect_timeout of the controller's attention (`dial`)."""
     with connect_errors(host):
         known = known_hosts(host)
         options = connect_options(host, known)
@@ -85,20 +87,18 @@ async def open_ssh(host: Host) -> SshTransport:
         if agent else ""
     jump = where.jump
     if jump is None:
-        with connect_errors(host, where, hint=hint), anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
-            conn = await asyncssh.connect(host.address, **options)
-        return SshTransport(host, conn, known.notes())
+        with connect_errors(host, where, hint=hint):
+            conn, admitted = await dial(host, where, options)
+        return SshTransport(host, conn, known.notes() + admission_notes(admitted))
     shared = await lease(host, jump, known, where)
     try:
         with connect_errors(host, where, hint=hint):
             async with shared.handshakes:
-                with anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
-                    conn = await asyncssh.connect(host.address, tunnel=shared.conn, **options)
+                conn, admitted = await dial(host, where, options, tunnel=shared.conn)
     except BaseException:
         await shared.release()
         raise
-    return SshTransport(host, conn, known.notes(), jump=shared)
-
+    return SshTransport(host, conn, known.notes() + admission_notes(admitted), jump=shared)
 
 
 class SshTransport:
