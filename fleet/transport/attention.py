@@ -8,6 +8,7 @@ has run (`LoopLag`). A late controller only makes a run slower.
 
     `clock()`          the running loop's `AttentionClock` (else a plain monotonic one, outside a loop)
     `fail_after(s)`    like anyio.fail_after, but s seconds of attention: re-armed after a late wake-up
+    `move_on_at(t)`    like anyio.CancelScope(deadline=t), t on the attention clock
     `AttentionClock.call_at(t, fn)`  fn once the clock reads t (the primitive any lag-aware wait is built on)
 
 The lag is sampled by one timer a loop (every LAG_TICK_S, from the first time the clock is asked for, for the
@@ -142,14 +143,22 @@ def clock() -> Clock:
 
 
 @contextmanager
-def fail_after(seconds: float) -> Iterator[anyio.CancelScope]:
-    """Like anyio.fail_after: TimeoutError once the body has had `seconds` of the controller's attention."""
+def move_on_at(when: float) -> Iterator[anyio.CancelScope]:
+    """Like anyio.CancelScope(deadline=...): the body is cancelled once this loop's attention clock reads `when`
+    (`cancelled_caught` says so); it goes on past a deadline that passed while the loop was held."""
     attention = loop_clock()
     with anyio.CancelScope() as scope:
-        timer = attention.call_at(attention.now() + seconds, scope.cancel)
+        timer = attention.call_at(when, scope.cancel)
         try:
             yield scope
         finally:
             timer.cancel()
-    if timer.fired and scope.cancelled_caught:
+
+
+@contextmanager
+def fail_after(seconds: float) -> Iterator[anyio.CancelScope]:
+    """Like anyio.fail_after: TimeoutError once the body has had `seconds` of the controller's attention."""
+    with move_on_at(loop_clock().now() + seconds) as scope:
+        yield scope
+    if scope.cancelled_caught:
         raise TimeoutError
