@@ -185,7 +185,9 @@ class Host:
             le=1_048_576,
         ),
     ] = 256
-    connect_timeout: Annotated[float, Var("seconds to open the SSH session", gt=0, le=300)] = 10.0
+    connect_timeout: Annotated[float, Var(
+        "seconds to open the SSH session (connect and log in), of the controller's attention (below); the name "
+        "lookup has as many again, apart", gt=0, le=300)] = 10.0
     command_timeout: Annotated[float, Var("seconds any one remote command may take", gt=0, le=3600)] = 10.0
     drain_timeout: Annotated[
         float, Var("seconds for the units to stop before they are SIGKILLed", gt=0, le=3600)

@@ -1,9 +1,15 @@
-"""A step's time on the monotonic clock: every command a step runs fits in what is left of it."""
+"""A step's time on the controller's attention clock: every command a step runs fits in what is left of it.
+
+The clock leaves out the seconds the controller's event loop was late (`fleet.transport.attention`): a step whose
+window "ended" while the controller was held has had no more of its time, so it looks at the node again before it
+decides; a late controller only makes a run slower. The node's own `timeout` still bounds each command there.
+"""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from fleet.transport.attention import Clock, clock
 
 
 class BudgetSpent(Exception):
@@ -12,7 +18,7 @@ class BudgetSpent(Exception):
 
 @dataclass
 class Budget:
-    """A step's time on the monotonic clock.
+    """A step's time on the attention clock.
 
     `window` is how long the step waits for the node to change (a unit to stop,
     memory to come back); `slack` is room for the command that observes the end
@@ -22,9 +28,10 @@ class Budget:
     window: float
     slack: float = 0.0
     started: float = 0.0
+    clock: Clock = field(default_factory=clock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.started = time.monotonic()
+        self.started = self.clock.now()
 
     @property
     def seconds(self) -> float:
@@ -32,7 +39,7 @@ class Budget:
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return self.clock.now() - self.started
 
     @property
     def remaining(self) -> float:

@@ -6,8 +6,8 @@ arrive late. So a wait on a session (a channel open, a command's end, the lock's
 PROBE_AFTER_S starts asking the session itself: an SSH keepalive request (`keepalive@openssh.com`, which
 every server answers, if only with "unknown request"), again every PROBE_EVERY_S while the wait lasts.
 The session is *silent* when one request goes unanswered for `silence_s` seconds of the controller's
-attention: the seconds its own event loop was late (`LoopLag`) do not count, so the controller's lateness
-never reads as the node's silence.
+attention (`fleet.transport.attention`): the seconds its own event loop was late do not count, so the
+controller's lateness never reads as the node's silence.
 
 Nothing here runs for a command that ends within PROBE_AFTER_S: no request, no timer beyond the wait's own.
 """
@@ -15,8 +15,9 @@ Nothing here runs for a command that ends within PROBE_AFTER_S: no request, no t
 from __future__ import annotations
 
 import asyncio
-import weakref
 from typing import Protocol
+
+from fleet.transport.attention import loop_clock
 
 # Seconds a wait on a session lasts before fleet asks the session whether it is still there.
 PROBE_AFTER_S = 2.0
@@ -25,59 +26,11 @@ PROBE_EVERY_S = 2.0
 # Least seconds of the controller's attention a keepalive request may go unanswered before the session is
 # silent (at most connect_timeout more: the host's own word on how long its server may take to answer).
 SILENCE_MIN_S = 10.0
-# Seconds between the lateness samples of the event loop (only while some wait is probing).
-LAG_TICK_S = 0.25
 
 
 def silence_s(connect_timeout: float) -> float:
     """Seconds of attention an unanswered keepalive request is given: connect_timeout, at least SILENCE_MIN_S."""
     return max(SILENCE_MIN_S, connect_timeout)
-
-
-class LoopLag:
-    """How late this event loop has run: the sum of each tick's lateness, sampled while anyone watches.
-
-    `with lag:` watches (a tick every LAG_TICK_S, one timer, no task); `total` only grows.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._users = 0
-        self._due = 0.0
-        self._handle: asyncio.TimerHandle | None = None
-        self.total = 0.0
-
-    def __enter__(self) -> LoopLag:
-        self._users += 1
-        if self._handle is None:
-            self._arm()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._users -= 1
-        if self._users == 0 and self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _arm(self) -> None:
-        self._due = self._loop.time() + LAG_TICK_S
-        self._handle = self._loop.call_at(self._due, self._tick)
-
-    def _tick(self) -> None:
-        self.total += max(0.0, self._loop.time() - self._due)
-        self._arm()
-
-
-_LAGS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLag] = weakref.WeakKeyDictionary()
-
-
-def loop_lag() -> LoopLag:
-    """The running loop's LoopLag (one a loop, made on first use)."""
-    loop = asyncio.get_running_loop()
-    lag = _LAGS.get(loop)
-    if lag is None:
-        lag = _LAGS[loop] = LoopLag(loop)
-    return lag
 
 
 class Pingable(Protocol):
@@ -98,26 +51,22 @@ class Pinger:
     def __init__(self, conn: Pingable, silence: float) -> None:
         self._conn = conn
         self._silence = silence
-        self._lag = loop_lag()
-        self._loop = asyncio.get_running_loop()
+        self._clock = loop_clock()
         self._ping: asyncio.Future[object] | None = None  # the request in flight
-        self._sent_at = 0.0
-        self._lag_at = 0.0
+        self._sent_at = 0.0  # on the attention clock
         self.answered = 0  # requests answered during this wait
 
     def __enter__(self) -> Pinger:
-        self._lag.__enter__()
         self._send()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         if self._ping is not None and not self._ping.done():
             self._ping.cancel()
-        self._lag.__exit__()
 
     def silent(self) -> bool:
         """Whether the request in flight is unanswered past the silence bound; sends the next one when due."""
-        now = self._loop.time()
+        now = self._clock.now()
         if self._ping is not None and self._ping.done() and self._replied(self._ping):
             self._ping = None
             self.answered += 1
@@ -125,8 +74,7 @@ class Pinger:
             if now - self._sent_at >= PROBE_EVERY_S:
                 self._send()
             return False
-        attention = (now - self._sent_at) - (self._lag.total - self._lag_at)
-        return attention >= self._silence
+        return now - self._sent_at >= self._silence
 
     @staticmethod
     def _replied(ping: asyncio.Future[object]) -> bool:
@@ -135,5 +83,5 @@ class Pinger:
         return not ping.cancelled() and ping.exception() is None
 
     def _send(self) -> None:
-        self._sent_at, self._lag_at = self._loop.time(), self._lag.total
+        self._sent_at = self._clock.now()
         self._ping = asyncio.ensure_future(self._conn._make_global_request(b"keepalive@openssh.com"))

@@ -17,8 +17,9 @@ from fleet.errors import (
 )
 from fleet.inventory.host import Host
 from fleet.outcomes import Reason
+from fleet.transport.ssh.dial import dial
 from fleet.transport.ssh.known_hosts import KnownHosts
-from fleet.transport.ssh.options import CONNECT_GRACE_S, connect_errors, connect_options
+from fleet.transport.ssh.options import connect_errors, connect_options
 from fleet.transport.ssh.routing import Jump, Route, route
 
 # Seconds allowed for a connection to close cleanly (then it is aborted).
@@ -109,15 +110,16 @@ async def lease(host: Host, jump: Jump, known: KnownHosts, where: Route) -> Shar
 
 async def open_jump(host: Host, jump: Jump, known: KnownHosts) -> asyncssh.SSHClientConnection:
     """Connect to the jump host as ssh does (its own ssh_config entry, the default keys and the agent; not the
-    host's identity_file), its key checked against host's known_hosts, within host's connect_timeout."""
+    host's identity_file), its key checked against host's known_hosts, within host's connect_timeout of attention,
+admitted like any handshake (`dial`)."""
     via = Host(name=jump.spec, address=jump.host, port=jump.port, user=jump.user,
                connect_timeout=host.connect_timeout)
     with connect_errors(via, prefix=f"jump host {jump.spec}: "):
         reached = route(via)
     with connect_errors(via, reached, prefix=f"jump host {jump.spec}: "):
         options = connect_options(via, known)
-        with anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
-            return await asyncssh.connect(via.address, **options)
+        conn, _ = await dial(via, reached, options)
+        return conn
 
 
 def again(exc: TransportError, suffix: str = "") -> TransportError:

@@ -41,12 +41,8 @@ ENCRYPTION_ALGS = (
 )
 
 
-# Extra seconds past connect_timeout before the client itself gives up connecting.
-CONNECT_GRACE_S = 2.0
-
-
 def connect_options(host: Host, known: KnownHosts | None = None) -> dict[str, object]:
-    """asyncssh.connect keyword arguments for host (checked files, bounded waits).
+    """asyncssh.connect keyword arguments for host (checked files; the waits are bounded by `dial`).
 
     `port` and `username` only where the inventory sets them: else ssh_config's (asyncssh reads it), else 22
     and the current user. An `identity_file` with a passphrase is not loaded: with an ssh-agent running,
@@ -54,8 +50,10 @@ def connect_options(host: Host, known: KnownHosts | None = None) -> dict[str, ob
     """
     options: dict[str, object] = {
         "known_hosts": (known or known_hosts(host)).entries,
-        "connect_timeout": host.connect_timeout,
-        "login_timeout": host.connect_timeout,
+        # asyncssh's own timers run on the wall clock: off. connect_timeout bounds connecting and logging in on the
+        # controller's attention clock instead (fleet.transport.ssh.dial).
+        "connect_timeout": None,
+        "login_timeout": 0,
         "encryption_algs": list(ENCRYPTION_ALGS),
     }
     if host.port is not None:

@@ -49,6 +49,14 @@ class Route:
     # The one jump host fleet shares between the hosts behind it; None without a ProxyJump, or with several hops
     # (asyncssh opens those itself, for each connection).
     jump: Jump | None = None
+    # ssh_config reaches the host some way of its own (ProxyCommand, CanonicalizeHostname): asyncssh resolves and
+    # connects. Else fleet resolves `hostname` itself (bounded apart) and hands asyncssh the connected socket.
+    own_way: bool = False
+
+    @property
+    def direct(self) -> bool:
+        """Whether fleet resolves the name and opens the TCP connection itself (no jump host, no ProxyCommand)."""
+        return self.proxy_jump is None and not self.own_way
 
     @property
     def label(self) -> str:
@@ -79,7 +87,8 @@ def route(host: Host) -> Route:
         )
         tunnel = options.tunnel if isinstance(options.tunnel, str) else None
         jump = Jump.parse(tunnel) if tunnel and "," not in tunnel else None
-        entry = _ROUTES[key] = (stamp, Route(options.host, options.port, options.username, tunnel, jump))
+        own_way = bool(options.proxy_command) or bool(options.canonicalize_hostname and options.canonical_domains)
+        entry = _ROUTES[key] = (stamp, Route(options.host, options.port, options.username, tunnel, jump, own_way))
     return entry[1]
 
 

@@ -19,7 +19,9 @@ flaky switch, a wedged node) is noticed once, and marks the transport dead
 with `SessionSilent`. Silence is decided from the session, never from one
 wait's length (`fleet.transport.liveness`): a wait that lasts a couple of
 seconds asks the server with SSH keepalive requests, and only a request left
-unanswered for `silence_s` of the controller's attention is silence. A slow
+unanswered for `silence_s` of the controller's attention is silence (a command's client
+deadline is on the same clock, `fleet.transport.attention`: the seconds the controller's event loop was held
+are never the node's). A slow
 session that answers is waited for: its channel opens when its server gets to
 it, its command ends when the node's `timeout` ends it (a CommandTimeout then
 says the node is slow, not gone). From then on every command raises it at
@@ -47,7 +49,7 @@ from fleet.errors import (
     SessionSilent,
 )
 from fleet.inventory.host import Host
-from fleet.transport import liveness, reap
+from fleet.transport import attention, liveness, reap
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
     CommandResult,
@@ -59,9 +61,10 @@ from fleet.transport.base import (
     finish,
     make_result,
 )
+from fleet.transport.ssh.dial import admission_notes, dial
 from fleet.transport.ssh.jumps import SharedJump, close_connection, lease
 from fleet.transport.ssh.known_hosts import known_hosts
-from fleet.transport.ssh.options import CONNECT_GRACE_S, connect_errors, connect_options, session_errors
+from fleet.transport.ssh.options import connect_errors, connect_options, session_errors
 from fleet.transport.ssh.routing import route
 
 # Seconds to find and end an interrupted or overdue command on the node (and, on a cancel, for a channel being
@@ -75,7 +78,8 @@ T = TypeVar("T")
 
 async def open_ssh(host: Host) -> SshTransport:
     """Open the one SSH connection to host that all of its commands share (through its jump host's shared
-    connection when ssh_config gives it a single-hop ProxyJump)."""
+    connection when ssh_config gives it a single-hop ProxyJump). Its handshake waits for admission (`admission`)
+    and has connect_timeout of the controller's attention (`dial`)."""
     with connect_errors(host):
         known = known_hosts(host)
         options = connect_options(host, known)
@@ -85,20 +89,18 @@ async def open_ssh(host: Host) -> SshTransport:
         if agent else ""
     jump = where.jump
     if jump is None:
-        with connect_errors(host, where, hint=hint), anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
-            conn = await asyncssh.connect(host.address, **options)
-        return SshTransport(host, conn, known.notes())
+        with connect_errors(host, where, hint=hint):
+            conn, admitted = await dial(host, where, options)
+        return SshTransport(host, conn, known.notes() + admission_notes(admitted))
     shared = await lease(host, jump, known, where)
     try:
         with connect_errors(host, where, hint=hint):
             async with shared.handshakes:
-                with anyio.fail_after(host.connect_timeout + CONNECT_GRACE_S):
-                    conn = await asyncssh.connect(host.address, tunnel=shared.conn, **options)
+                conn, admitted = await dial(host, where, options, tunnel=shared.conn)
     except BaseException:
         await shared.release()
         raise
-    return SshTransport(host, conn, known.notes(), jump=shared)
-
+    return SshTransport(host, conn, known.notes() + admission_notes(admitted), jump=shared)
 
 
 class SshTransport:
@@ -137,7 +139,7 @@ class SshTransport:
         token = secrets.token_hex(8)
         line = command_line(bounded_argv(argv, timeout, become=become, mark=reap.marker(token)))
         started = time.monotonic()
-        deadline = anyio.current_time() + client_deadline(timeout)
+        deadline = attention.loop_clock().now() + client_deadline(timeout)
         with session_errors(self._host):
             process = await self._open(line, deadline, (token, become))
             if process is None:  # the session answers, but opened no channel by the deadline: a slow node
@@ -166,7 +168,7 @@ class SshTransport:
         become = self._host.become and privileged
         line = command_line(bounded_argv(argv, timeout, become=become))
         started = time.monotonic()
-        deadline = anyio.current_time() + client_deadline(timeout)
+        deadline = attention.loop_clock().now() + client_deadline(timeout)
         with session_errors(self._host):
             process = await self._open(line, deadline, None, stdin=asyncssh.PIPE)
             first = None if process is None else await self._first_line(process, deadline)
@@ -212,13 +214,14 @@ class SshTransport:
 
         wait is called again after each look at the session: it must be safe to cancel and call again.
         """
-        with anyio.CancelScope(deadline=min(deadline, anyio.current_time() + liveness.PROBE_AFTER_S)):
+        clock = attention.loop_clock()
+        with attention.move_on_at(min(deadline, clock.now() + liveness.PROBE_AFTER_S)):
             return await wait()  # the common case: no request, no timer beyond this one
         end = deadline + self._silence_s
         with liveness.Pinger(self._conn, self._silence_s) as pinger:
-            while (now := anyio.current_time()) < end or not pinger.answered:
+            while (now := clock.now()) < end or not pinger.answered:
                 look = now + liveness.PROBE_EVERY_S
-                with anyio.CancelScope(deadline=min(look, end) if now < end else look):
+                with attention.move_on_at(min(look, end) if now < end else look):
                     return await wait()
                 if pinger.silent():
                     self.silent = True

@@ -1,0 +1,164 @@
+"""The controller's attention: seconds its event loop was able to run, the seconds it was late left out.
+
+A late controller is never a node's failure. One event loop drives every host; a GC pause, a burst of 10,000
+handshakes or a blocking call holds all of them at once, and a bound measured on the wall clock would then fail
+hosts that did nothing wrong. So every bound fleet puts on a node from the controller's side (connecting, logging
+in, a step's budget, a session's silence) is measured on this clock: the loop's own time minus how late the loop
+has run (`LoopLag`). A late controller only makes a run slower.
+
+    `clock()`          the running loop's `AttentionClock` (else a plain monotonic one, outside a loop)
+    `fail_after(s)`    like anyio.fail_after, but s seconds of attention: re-armed after a late wake-up
+    `move_on_at(t)`    like anyio.CancelScope(deadline=t), t on the attention clock
+    `AttentionClock.call_at(t, fn)`  fn once the clock reads t (the primitive any lag-aware wait is built on)
+
+The lag is sampled by one timer a loop (every LAG_TICK_S, from the first time the clock is asked for, for the
+life of the loop) and brought up to date whenever the clock is read, so a reading taken just after a stall, before
+the tick that measures it has run, already leaves the stall out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+import anyio
+
+# Seconds between the lateness samples of the event loop.
+LAG_TICK_S = 0.25
+
+
+class LoopLag:
+    """How late this event loop has run: the sum of each tick's lateness (`total` only grows).
+
+    Ticks every LAG_TICK_S once started. `catch_up()` counts a tick that is overdue now (the loop is running
+    late at this moment) without waiting for it to run.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due = math.inf
+        self._handle: asyncio.TimerHandle | None = None
+        self.total = 0.0
+
+    def start(self) -> None:
+        if self._handle is None:
+            self._arm(self._loop.time())
+
+    def catch_up(self) -> None:
+        """Count the lateness of an overdue tick now, and re-arm it from now."""
+        now = self._loop.time()
+        if now > self._due and self._handle is not None:
+            self._handle.cancel()
+            self._tick()
+
+    def _arm(self, now: float) -> None:
+        self._due = now + LAG_TICK_S
+        self._handle = self._loop.call_at(self._due, self._tick)
+
+    def _tick(self) -> None:
+        now = self._loop.time()
+        self.total += max(0.0, now - self._due)
+        self._arm(now)
+
+
+class Clock(Protocol):
+    """What a budget reads: seconds that only grow."""
+
+    def now(self) -> float: ...
+
+
+class MonotonicClock:
+    """The clock outside an event loop: nothing can be late there."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+
+class AttentionClock:
+    """The loop's time minus its lateness (see the module docstring); one a loop, from `clock()`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.lag = LoopLag(loop)
+        self.lag.start()
+
+    def now(self) -> float:
+        self.lag.catch_up()
+        return self._loop.time() - self.lag.total
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> Timer:
+        """Call callback once this clock reads `when`: a wake-up that came late (the loop was held) looks at the
+        clock again and waits for the attention still owed."""
+        return Timer(self, when, callback)
+
+    def loop_time_at(self, when: float) -> float:
+        """The loop time at which this clock would read `when`, if the loop is not late from now on."""
+        return self._loop.time() + (when - self.now())
+
+
+class Timer:
+    """A callback due at an attention time; `cancel()` before it fires and it never does."""
+
+    def __init__(self, clock: AttentionClock, when: float, callback: Callable[[], object]) -> None:
+        self._clock, self._when, self._callback = clock, when, callback
+        self.fired = False
+        self._handle = clock._loop.call_at(clock.loop_time_at(when), self._wake)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    def _wake(self) -> None:
+        owed = self._when - self._clock.now()
+        if owed > 0:  # woke late or early: the loop was held meanwhile, and that time was not the host's
+            self._handle = self._clock._loop.call_later(owed, self._wake)
+            return
+        self.fired = True
+        self._callback()
+
+
+_CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AttentionClock] = weakref.WeakKeyDictionary()
+_MONOTONIC = MonotonicClock()
+
+
+def loop_clock() -> AttentionClock:
+    """The running loop's AttentionClock (one a loop, made on first use)."""
+    loop = asyncio.get_running_loop()
+    found = _CLOCKS.get(loop)
+    if found is None:
+        found = _CLOCKS[loop] = AttentionClock(loop)
+    return found
+
+
+def clock() -> Clock:
+    """The running loop's AttentionClock; outside an event loop, the monotonic clock."""
+    try:
+        return loop_clock()
+    except RuntimeError:  # no running event loop
+        return _MONOTONIC
+
+
+@contextmanager
+def move_on_at(when: float) -> Iterator[anyio.CancelScope]:
+    """Like anyio.CancelScope(deadline=...): the body is cancelled once this loop's attention clock reads `when`
+    (`cancelled_caught` says so); it goes on past a deadline that passed while the loop was held."""
+    attention = loop_clock()
+    with anyio.CancelScope() as scope:
+        timer = attention.call_at(when, scope.cancel)
+        try:
+            yield scope
+        finally:
+            timer.cancel()
+
+
+@contextmanager
+def fail_after(seconds: float) -> Iterator[anyio.CancelScope]:
+    """Like anyio.fail_after: TimeoutError once the body has had `seconds` of the controller's attention."""
+    with move_on_at(loop_clock().now() + seconds) as scope:
+        yield scope
+    if scope.cancelled_caught:
+        raise TimeoutError

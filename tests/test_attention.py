@@ -1,0 +1,106 @@
+"""The controller's attention clock (fleet.transport.attention) and the step budget on it: the seconds the event loop
+was held leave a bound where it was; a bound on a body that never ends still fires."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from fleet.node.budget import Budget, BudgetSpent
+from fleet.transport import attention
+from fleet.transport.attention import MonotonicClock, loop_clock
+
+
+def block_the_loop(seconds: float) -> None:
+    """Hold the event loop on purpose (a GC pause, 10,000 handshakes' worth of work)."""
+    time.sleep(seconds)
+
+
+async def test_one_clock_a_loop_and_it_leaves_a_held_loop_out() -> None:
+    """Read just after the loop was held 1 s, before the tick that measures it has run: at most one tick's
+    interval of the hold is counted, not the second."""
+    clock = loop_clock()
+    assert loop_clock() is clock
+    before = clock.now()
+    block_the_loop(1.0)
+    assert clock.now() - before < 0.5
+
+
+async def test_the_lag_is_sampled_by_the_tick_too() -> None:
+    clock = loop_clock()
+    lag = clock.lag.total
+    await anyio.sleep(attention.LAG_TICK_S / 2)
+    block_the_loop(0.6)
+    await anyio.sleep(attention.LAG_TICK_S * 2)
+    assert clock.lag.total - lag >= 0.3
+
+
+async def test_a_bound_on_the_wall_clock_fails_a_held_body_one_on_attention_does_not() -> None:
+    """The bug: a 1 s bound, the loop held 2 s mid-body, then 0.2 s of real work."""
+    async def held_body() -> None:
+        block_the_loop(2.0)
+        await anyio.sleep(0.2)
+
+    with pytest.raises(TimeoutError), anyio.fail_after(1.0):
+        await held_body()
+    with attention.fail_after(1.0):
+        await held_body()
+
+
+async def test_a_body_that_never_ends_still_times_out() -> None:
+    """Fail closed: the bound is re-armed after a late wake-up, never dropped."""
+    async def never_ends() -> None:
+        block_the_loop(0.5)
+        await anyio.sleep(30)
+
+    with pytest.raises(TimeoutError), attention.fail_after(0.3):
+        await never_ends()
+
+
+async def test_a_cancelled_timer_never_fires() -> None:
+    clock = loop_clock()
+    fired: list[bool] = []
+    timer = clock.call_at(clock.now() + 0.05, lambda: fired.append(True))
+    timer.cancel()
+    await anyio.sleep(0.2)
+    assert not fired and not timer.fired
+
+
+async def test_a_timer_fires_once_the_clock_reads_its_time() -> None:
+    clock = loop_clock()
+    due = clock.now() + 0.1
+    seen = anyio.Event()
+    readings: list[float] = []
+
+    def wake() -> None:
+        readings.append(clock.now())
+        seen.set()
+
+    clock.call_at(due, wake)
+    block_the_loop(0.3)  # it woke late: the hold is left out, so it waits for what is still owed
+    with anyio.fail_after(10):
+        await seen.wait()
+    assert readings[0] >= due
+
+
+async def test_a_step_window_that_ended_during_a_hold_is_still_open() -> None:
+    """A 1 s window, the loop held 2 s: the step still has its window, and its next command still starts."""
+    budget = Budget(1.0, slack=1.0)
+    block_the_loop(2.0)
+    assert budget.window_left > 0
+    assert budget.command_timeout(5.0) > 0
+
+
+async def test_a_budget_spent_on_attention_is_spent() -> None:
+    budget = Budget(0.0, slack=0.2)
+    await anyio.sleep(0.3)
+    with pytest.raises(BudgetSpent, match=r"^step budget of 0\.2 s spent$"):
+        budget.command_timeout(5.0)
+
+
+def test_outside_an_event_loop_the_clock_is_monotonic() -> None:
+    assert isinstance(attention.clock(), MonotonicClock)
+    budget = Budget(10.0)
+    assert 0 <= budget.elapsed < budget.window

@@ -1,0 +1,147 @@
+"""A late controller is never a node's failure: the event loop held 13 s (a blocking call on the loop, as a GC pause
+or 10,000 handshakes at once would hold it) while hosts are mid-connect, and while a step is in its drain window.
+Every host ends as it would have without the hold.
+
+The nodes are simulated and served by in-process asyncssh servers on loopback, on the same event loop: the hold
+stops them too, as it stops everything the controller does; the nodes' own processes run on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from fleet.graph import RunOptions, run_hosts
+from fleet.inventory.host import Host
+from fleet.inventory.load import load_inventory
+from fleet.inventory.targeting import select
+from fleet.report.logs import RunLogs
+from fleet.report.models import HostStatus, RunReport, StepName
+from fleet.reset.walk import Mode
+from fleet.sim.fleetsim import SimFleet
+from fleet.sim.node import NodeSpec, UnitSpec
+from fleet.transport import Transport, connect
+from fleet.transport.base import CommandResult, OpenCommand
+
+# Past the default connect_timeout (10 s) and past drain_timeout (4 s) below: with either bound on the wall clock,
+# the hold alone failed the host (unreachable; a unit SIGKILLed that was stopping by itself).
+HOLD_S = 13.0
+# A short drain window; commands given room (on a loaded test machine the node's own `timeout` must not end them).
+FAST = {"drain_timeout": 4, "kill_grace": 2, "settle_timeout": 30, "command_timeout": 30}
+
+
+def hold_the_loop() -> None:
+    """The controller held: nothing on this event loop runs for HOLD_S."""
+    time.sleep(HOLD_S)
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[SimFleet]:
+    specs: Sequence[NodeSpec] = request.param
+    async with SimFleet(tmp_path / "sim", specs, host_vars={s.name: dict(FAST) for s in specs}) as sim:
+        yield sim
+
+
+async def reset(sim: SimFleet, tmp_path: Path, connector: Any) -> RunReport:
+    hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
+    logs = RunLogs(tmp_path / "logs", f"run-{os.urandom(3).hex()}")
+    logs.create()
+    try:
+        report, _ = await run_hosts(hosts, RunOptions(mode=Mode("reset")), logs, connector=connector)
+    finally:
+        logs.close()
+    return report
+
+
+IDLE = [NodeSpec(name=f"gpu-l0{i}") for i in range(1, 5)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fleet", [IDLE], indirect=True)
+async def test_held_13s_while_hosts_are_mid_connect_every_host_ends_clean(fleet: SimFleet, tmp_path: Path) -> None:
+    """Four hosts whose servers have taken the TCP connection, none of them logged in yet: the loop is held 13 s,
+    past connect_timeout (10 s). Each connects and ends clean; none is unreachable."""
+    connected: list[str] = []
+    held: list[bool] = []
+
+    async def connector(host: Host) -> Transport:
+        transport = await connect(host)
+        connected.append(host.name)
+        return transport
+
+    def mid_connect() -> bool:
+        return all(server.connection_count for server in fleet.servers.values())
+
+    async def hold_once_all_are_mid_connect() -> None:
+        with anyio.fail_after(30):
+            while not mid_connect():
+                await anyio.lowlevel.checkpoint()
+        held.append(not connected)
+        hold_the_loop()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold_once_all_are_mid_connect)
+        report = await reset(fleet, tmp_path, connector)
+
+    assert held == [True], "the hold came after a host had connected"
+    for name, host in report.hosts.items():
+        assert (host.status, host.error) == (HostStatus.CLEAN, None), (name, host.error)
+    assert sorted(connected) == [spec.name for spec in IDLE]
+
+
+class HoldBeforePoll:
+    """A transport that holds the loop once, just before the first host's drain polls its unit again: the drain
+    window is open, and the unit was still up at the last look."""
+
+    held: ClassVar[list[str]] = []
+
+    def __init__(self, inner: Transport, name: str) -> None:
+        self.inner, self.name = inner, name
+
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+        words = " ".join(argv).replace("'", "")
+        if not self.held and "systemctl show" in words and "systemctl stop" not in words:
+            self.held.append(self.name)
+            hold_the_loop()
+        return await self.inner.run(argv, timeout=timeout, privileged=privileged)
+
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
+        return await self.inner.open_command(argv, timeout=timeout, privileged=privileged)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+# A unit whose stop takes 1.5 s: its process ignores SIGTERM, and its own TimeoutStopSec ends it (failed, timeout).
+UNIT = UnitSpec("sglang.service", gpus=(0, 1, 2, 3, 4, 5, 6, 7), mib=30000, process_name="sglang",
+                ignore_sigterm=True, timeout_stop_sec=1.5)
+BUSY = [NodeSpec(name=f"gpu-l1{i}", units=(UNIT,)) for i in range(1, 4)]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("fleet", [BUSY], indirect=True)
+async def test_held_13s_inside_a_drain_window_every_host_ends_clean(fleet: SimFleet, tmp_path: Path) -> None:
+    """Three busy hosts whose unit takes 1.5 s to stop (drain_timeout 4 s). When the first is about to look at its
+    stopping unit again (seen still up), the loop is held 13 s: its window "ended" during the hold (and its whole
+    budget too, with a command_timeout under 9 s). It looks at the node again, sees the unit down, and ends clean
+    without SIGKILLing it; so does every other host, wherever the hold found it."""
+    HoldBeforePoll.held = []
+
+    async def connector(host: Host) -> Transport:
+        return HoldBeforePoll(await connect(host), host.name)
+
+    report = await reset(fleet, tmp_path, connector)
+
+    assert len(HoldBeforePoll.held) == 1
+    for name, host in report.hosts.items():
+        assert (host.status, host.error) == (HostStatus.CLEAN, None), (name, host.error)
+        drain = next(s for s in host.steps if s.name is StepName.DRAIN)
+        assert drain.detail == "sglang.service failed", name  # ended by its own stop timeout, never by fleet
+        assert not [e for e in host.steps if "SIGKILL" in e.detail]
