@@ -51,7 +51,7 @@ from fanoutlib.floor import floor_main
 from fanoutlib.measure import measure_main
 from fanoutlib.procs import descendants, kill_pids, mem_available_mb, set_subreaper
 from fanoutlib.summary import check_targets, print_table, summarise
-from fanoutlib.testbed import Testbed
+from fanoutlib.testbed import BENCH_BOUNDS, Testbed
 from fanoutlib.tools import Bench
 
 # ============================================================== orchestration
@@ -61,7 +61,7 @@ def run_size(bench: Bench, count: int, results: dict[str, Any]) -> None:
     args = bench.args
     root = bench.tmp / f"bed-{count}"
     root.mkdir()
-    bed = Testbed(root, count, linger_s=args.linger, protected_daemon=args.protected_daemon)
+    bed = Testbed(root, count, linger_s=args.linger, protected_daemon=args.protected_daemon, bounds=args.fleet_bounds)
     size: dict[str, Any] = {"nodes": count, "runs": {t: [] for t in args.tools}}
     results["sizes"][str(count)] = size
     try:
@@ -182,6 +182,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ssh-kex", default="curve25519-sha256",
                    help="KexAlgorithms for pdsh's and Ansible's ssh ('' = OpenSSH's default); the default is what "
                         "asyncssh negotiates with this sshd, so every tool pays the same key exchange")
+    p.add_argument("--fleet-bounds", choices=("bench", "defaults"), default="bench",
+                   help="fleet's bounds in the inventory: bench = 120 s connect/command/drain/settle (a starved box is "
+                        "slow, not failing); defaults = none written, fleet's own defaults (README's host variables)")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, plans, outputs) for debugging")
     args = p.parse_args(argv)
@@ -234,6 +237,7 @@ def main(argv: list[str]) -> int:
                                         "python": platform.python_version(), "kernel": platform.release()},
         "workload": {"unit": UNIT, "gpus": 8, "mib_per_gpu": 70000, "linger_s": args.linger,
                      "protected_daemon": args.protected_daemon, "stray_workers": 0},
+        "fleet_bounds": BENCH_BOUNDS if args.fleet_bounds == "bench" else "fleet's defaults",
         "ssh_kex_for_openssh_clients": args.ssh_kex or "OpenSSH default", "versions": versions(venv),
         "note": "sshd daemons and simulated nodes share the client's cores; client CPU is measured apart",
         "sizes": {},

@@ -98,15 +98,17 @@ class SessionSilent(TransportError):
 class CommandTimeout(TransportError):
     """A command did not finish within its deadline; it has been ended.
 
-    `result` carries what it printed before it was ended.
+    `result` carries what it printed before it was ended; `bound` names what set the deadline.
     """
 
     reason = Reason.COMMAND_TIMEOUT
 
-    def __init__(self, result: CommandResult, deadline_s: float) -> None:
+    def __init__(self, result: CommandResult, deadline_s: float, bound: str | None = None) -> None:
         self.result = result
         self.deadline_s = deadline_s
-        super().__init__(f"{result.argv[0] if result.argv else '?'} did not answer within {deadline_s:g} s")
+        self.bound = bound  # what set the deadline (`command_timeout`, ...), when the caller knows
+        named = f" ({bound})" if bound else ""
+        super().__init__(f"{result.argv[0] if result.argv else '?'} did not answer within {deadline_s:g} s{named}")
 
 
 class StepFailed(Exception):

@@ -19,6 +19,7 @@ from structlog.typing import EventDict
 
 from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
+from fleet.node.bounds import Bound
 from fleet.node.node import Node, is_remote_command
 from fleet.node.probe import ZERO, Probe
 from fleet.report.models import StepName, StepStatus
@@ -131,16 +132,16 @@ async def test_one_probes_failure_never_spoils_anothers_answer() -> None:
 
 async def test_a_hung_probe_times_out_and_the_ones_after_it_say_they_never_ran() -> None:
     node, _ = node_over([(("smi",), Reply(delay_s=60)), (("after",), Reply("x"))])
-    smi, after = probe("smi", hang="nvidia-smi did not answer within {s} s"), probe("after")
-    answers = await node.batch([(smi, 0.2), after], step=StepName.SETTLE)
-    with pytest.raises(StepFailed, match=r"^nvidia-smi did not answer within 0\.2 s$") as caught:
+    smi, after = probe("smi", hang="nvidia-smi did not answer within {s} s ({bound})"), probe("after")
+    answers = await node.batch([(smi, Bound(0.2, "the test's bound")), after], step=StepName.SETTLE)
+    with pytest.raises(StepFailed, match=r"^nvidia-smi did not answer within 0\.2 s \(the test's bound\)$") as caught:
         answers.read(smi)
     assert caught.value.status is StepStatus.TIMEOUT
-    with pytest.raises(StepFailed, match=r"^after not run: smi timed out$"):
+    with pytest.raises(StepFailed, match=r"^after not run: smi timed out after 0\.2 s \(the test's bound\)$"):
         answers.read(after)
     plain = probe("smi")  # no `hang`: its timeout is the step's to judge, as with Node.ask
-    answers = await node.batch([(plain, 0.2)])
-    with pytest.raises(CommandTimeout):
+    answers = await node.batch([(plain, Bound(0.2, "command_timeout"))])
+    with pytest.raises(CommandTimeout, match=r"^smi did not answer within 0\.2 s \(command_timeout\)$"):
         answers.read(plain)
 
 

@@ -11,6 +11,7 @@ import pytest
 from test_runner_logic import make_host, node_script, run
 
 from fleet.errors import AuthError
+from fleet.node.bounds import Bound
 from fleet.node.node import Node
 from fleet.node.probe import Probe
 from fleet.node.probes import lineage, procs, smi, units
@@ -89,7 +90,7 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
         asked.append(probe)
         return await node_hold(self, probe, **kw)
 
-    async def batch_probes(self: Node, probes: Sequence[Probe[Any] | tuple[Probe[Any], float]], **kw: Any) -> Any:
+    async def batch_probes(self: Node, probes: Sequence[Probe[Any] | tuple[Probe[Any], Bound]], **kw: Any) -> Any:
         asked.extend(p[0] if isinstance(p, tuple) else p for p in probes)
         return await node_batch(self, probes, **kw)
 

@@ -12,12 +12,18 @@ from .common import ALL_GPUS, SIM_NODE_VAR, UNIT
 from .procs import reap_children
 from .sshd import Daemons, addresses
 
+# 2 cores serve all N nodes: generous bounds, so a slow box is not mistaken for a failing node (`--fleet-bounds
+# bench`, the default); `--fleet-bounds defaults` writes none, so fleet runs at its own defaults.
+BENCH_BOUNDS = {"connect_timeout": 120, "command_timeout": 120, "drain_timeout": 120, "settle_timeout": 120}
+
 
 class Testbed:
     """N simulated nodes, ceil(N/16) sshd daemons on one port, one client key, the inventory."""
 
-    def __init__(self, root: Path, count: int, *, linger_s: float, protected_daemon: bool) -> None:
+    def __init__(self, root: Path, count: int, *, linger_s: float, protected_daemon: bool,
+                 bounds: str = "bench") -> None:
         self.root = root
+        self.bounds = bounds  # "bench": 120 s bounds (BENCH_BOUNDS); "defaults": fleet's own defaults
         self.count = count
         self.linger_s = linger_s
         self.protected_daemon = protected_daemon
@@ -107,9 +113,7 @@ class Testbed:
         import yaml
         defaults = {
             "user": "root", "port": self.port, "identity_file": str(self.key), "known_hosts": str(self.known_hosts),
-            "gpus": 8, "services": [UNIT],
-            # 2 cores serve all N nodes: generous bounds, so a slow box is not mistaken for a failing node
-            "connect_timeout": 120, "command_timeout": 120, "drain_timeout": 120, "settle_timeout": 120,
+            "gpus": 8, "services": [UNIT], **(BENCH_BOUNDS if self.bounds == "bench" else {}),
         }
         hosts = {name: {"address": self.addrs[name], "devices": [node.devices_glob],
                         "nvidia_smi": node.nvidia_smi_path, "lock_file": node.lock_file}

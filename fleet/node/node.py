@@ -1,6 +1,7 @@
 """A node as the steps see it: one host, its transport and its log. It runs probes, bounded and logged.
 
-`Node.ask(probe)` runs a probe within the host's command_timeout and the step's budget, through `sudo -n`
+`Node.ask(probe)` runs a probe within its bound (`fleet.node.bounds`: the host's command_timeout, nvidia-smi's for
+a probe that asks the GPU driver) and the step's budget, through `sudo -n`
 when the probe needs root (on a `become` host), logs the command, checks its exit status and parses what it
 printed. Every failure is a `StepFailed` with one line; a transport that gives no answer raises
 `TransportError` (the host's boundary deals with it).
@@ -20,6 +21,8 @@ from typing import Any, TypeVar
 from fleet.errors import CommandTimeout, StepFailed
 from fleet.hostlog import HostLog
 from fleet.inventory.host import Host
+from fleet.node import bounds
+from fleet.node.bounds import Bound
 from fleet.node.budget import Budget
 from fleet.node.probe import Probe
 from fleet.outcomes import Reason, StepName, StepStatus
@@ -53,34 +56,34 @@ class Node:
 
     async def run(self, probe: Probe[Any], *, step: StepName | None = None,
                   budget: Budget | None = None) -> CommandResult:
-        """Run one probe bounded by command_timeout and the step's budget; log it either way.
+        """Run one probe within its bound and the step's budget; log it either way.
 
         An exit status the probe does not call an answer fails the step; so does a hang of a probe
-        that says what a hang means (`Probe.hang`).
+        that says what a hang means (`Probe.hang`). A timeout names the bound that ended the command.
         """
-        limit = self.host.command_timeout
-        timeout = budget.command_timeout(limit) if budget else limit
+        bound = bounds.within(bounds.of(self.host, probe.driver), budget, step)
+        timeout = bound.seconds
         self.commands += 1
         try:
             result = await self.transport.run(probe.argv, timeout=timeout, privileged=probe.needs_root)
         except CommandTimeout as exc:
-            self._log_result(exc.result, step, timeout, timed_out=True)
+            self._log_result(exc.result, step, timeout, timed_out=True, bound=bound.name)
+            named = CommandTimeout(exc.result, exc.deadline_s, bound.name)
             if probe.hang is not None:
-                raise StepFailed(probe.hang.format(s=f"{exc.deadline_s:g}"), StepStatus.TIMEOUT,
-                                 Reason.COMMAND_TIMEOUT) from exc
-            raise
+                raise StepFailed(hang_line(probe, named), StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT) from exc
+            raise named from exc
         self._log_result(result, step, timeout, timed_out=False)
         if not probe.answered(result):
             raise StepFailed(probe.failure(result))
         return result
 
-    async def batch(self, probes: Sequence[Probe[Any] | tuple[Probe[Any], float]], *, step: StepName | None = None,
+    async def batch(self, probes: Sequence[Probe[Any] | tuple[Probe[Any], Bound]], *, step: StepName | None = None,
                     budget: Budget | None = None) -> Answers:
         """Run the probes in one remote command a privilege (on a `become` host, those that need root in one
-        through sudo, the rest in another); read each with `Answers.read`. A probe given as (probe, seconds)
-        gets that bound instead of command_timeout. A batch costs one command; its sections are logged as
-        commands of their own (`batch` names the batch), the wire command as a `batch` event."""
-        asked = [p if isinstance(p, tuple) else (p, self.host.command_timeout) for p in probes]
+        through sudo, the rest in another); read each with `Answers.read`. A probe given as (probe, bound)
+        gets that bound instead of its own (`fleet.node.bounds.of`). A batch costs one command; its sections are
+        logged as commands of their own (`batch` names the batch), the wire command as a `batch` event."""
+        asked = [p if isinstance(p, tuple) else (p, bounds.of(self.host, p.driver)) for p in probes]
         groups = [[a for a in asked if a[0].needs_root == root] for root in (True, False)] if self.host.become \
             else [asked]
         answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
@@ -89,12 +92,12 @@ class Node:
                 answers.update(await self._batch(group, step, budget))
         return Answers(answers)
 
-    async def _batch(self, asked: Sequence[tuple[Probe[Any], float]], step: StepName | None,
+    async def _batch(self, asked: Sequence[tuple[Probe[Any], Bound]], step: StepName | None,
                      budget: Budget | None) -> dict[int, CommandResult | CommandTimeout | StepFailed]:
-        bounds = [budget.command_timeout(limit) if budget else limit for _, limit in asked]
+        limits = [bounds.within(limit, budget, step) for _, limit in asked]
         tag, self.commands, self.batches = framing.new_tag(), self.commands + 1, self.batches + 1
-        argv = framing.batch_argv(tag, [(b, p.argv) for (p, _), b in zip(asked, bounds, strict=True)])
-        whole = framing.batch_timeout(bounds)
+        argv = framing.batch_argv(tag, [(b.seconds, p.argv) for (p, _), b in zip(asked, limits, strict=True)])
+        whole = framing.batch_timeout([b.seconds for b in limits])
         timeout = budget.command_timeout(whole) if budget else whole  # never past the step's end either
         privileged = any(p.needs_root for p, _ in asked)
         try:
@@ -105,42 +108,44 @@ class Node:
         self._log_batch(result, step, timeout, timed_out, len(asked))
         found = framing.sections(tag, len(asked), result.stdout, result.stderr)
         answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
-        hung: str | None = None  # the section that timed out: the ones after it never ran
-        for ((probe, _), bound, section) in zip(asked, bounds, found, strict=True):
+        hung: str | None = None  # the section that timed out, and its bound: the ones after it never ran
+        for ((probe, _), bound, section) in zip(asked, limits, found, strict=True):
             if section is None:
                 answers[id(probe)] = self._no_section(probe, bound, result, timed_out, hung, step)
                 continue
             answer = self._section_answer(probe, bound, section, result, step)
             answers[id(probe)] = answer
             if isinstance(answer, CommandTimeout):
-                hung = probe.what
+                hung = f"{probe.what} timed out after {bound}"
         return answers
 
-    def _section_answer(self, probe: Probe[Any], bound: float, section: framing.Section, batch: CommandResult,
+    def _section_answer(self, probe: Probe[Any], bound: Bound, section: framing.Section, batch: CommandResult,
                         step: StepName | None) -> CommandResult | CommandTimeout:
-        """One section as its own command's result; a CommandTimeout when its own `timeout` ended it."""
+        """One section as its own command's result; a CommandTimeout (naming its bound) when its own `timeout`
+        ended it."""
         result = CommandResult(probe.argv, section.exit_status, section.stdout, section.stderr, batch.duration_s)
         timed_out = section.exit_status in TIMEOUT_EXIT_STATUSES
-        self._log_result(result, step, bound, timed_out=timed_out, batch=self.batches)
-        return CommandTimeout(result, bound) if timed_out else result
+        self._log_result(result, step, bound.seconds, timed_out=timed_out, batch=self.batches,
+                         bound=bound.name if timed_out else None)
+        return CommandTimeout(result, bound.seconds, bound.name) if timed_out else result
 
-    def _no_section(self, probe: Probe[Any], bound: float, batch: CommandResult, batch_timed_out: bool,
+    def _no_section(self, probe: Probe[Any], bound: Bound, batch: CommandResult, batch_timed_out: bool,
                     hung: str | None, step: StepName | None) -> CommandTimeout | StepFailed:
         """A section with no complete frame: no answer, never an empty one. Why, in this order: an earlier
         section timed out (this one never ran), the batch itself timed out, or its output was cut (the
         transport's bound) or it ended early: unreadable."""
         cut = CommandResult(probe.argv, None, "", "", batch.duration_s, batch.signal)
         if hung is not None:
-            note = f"not run: {hung} timed out before it in the batch"
-            failure = StepFailed(f"{probe.what} not run: {hung} timed out", StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
+            note = f"not run: {hung} before it in the batch"
+            failure = StepFailed(f"{probe.what} not run: {hung}", StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
         elif batch_timed_out:
-            self._log_result(cut, step, bound, timed_out=True, batch=self.batches,
-                             note="no answer: the batch timed out before this section ended")
-            return CommandTimeout(cut, bound)
+            self._log_result(cut, step, bound.seconds, timed_out=True, batch=self.batches,
+                             note="no answer: the batch timed out before this section ended", bound=bound.name)
+            return CommandTimeout(cut, bound.seconds, bound.name)
         else:
             note = f"no complete answer: the batch's output was cut or it ended early (exit {batch.exit_status})"
             failure = StepFailed(probe.unreadable(note))
-        self._log_result(cut, step, bound, timed_out=False, batch=self.batches, note=note)
+        self._log_result(cut, step, bound.seconds, timed_out=False, batch=self.batches, note=note)
         return failure
 
     async def open_command(self, probe: Probe[Any], *, timeout: float) -> OpenCommand:
@@ -179,10 +184,13 @@ class Node:
                       timeout_s=round(timeout, 3), duration_s=round(result.duration_s, 4))
 
     def _log_result(self, result: CommandResult, step: StepName | None, timeout: float, *, timed_out: bool,
-                    note: str | None = None, batch: int | None = None) -> None:
+                    note: str | None = None, batch: int | None = None, bound: str | None = None) -> None:
+        """A `command` event; one that timed out names the bound that ended it (`bound`), when known."""
         where: dict[str, object] = {"step": str(step)} if step is not None else {}
         if note:
             where["note"] = note
+        if bound is not None:
+            where["bound"] = bound
         if batch is not None:
             where["batch"] = batch
         self.log.info(
@@ -213,8 +221,7 @@ class Answers:
             raise answer
         if isinstance(answer, CommandTimeout):
             if probe.hang is not None:
-                raise StepFailed(probe.hang.format(s=f"{answer.deadline_s:g}"), StepStatus.TIMEOUT,
-                                 Reason.COMMAND_TIMEOUT) from answer
+                raise StepFailed(hang_line(probe, answer), StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT) from answer
             raise answer
         if not probe.answered(answer):
             raise StepFailed(probe.failure(answer))
@@ -222,3 +229,8 @@ class Answers:
 
     def read(self, probe: Probe[T]) -> T:
         return probe.read(self.result(probe))
+
+
+def hang_line(probe: Probe[Any], timeout: CommandTimeout) -> str:
+    """The probe's `hang` line for this timeout: its seconds and the bound that set them."""
+    return (probe.hang or "").format(s=f"{timeout.deadline_s:g}", bound=timeout.bound or bounds.COMMAND)

@@ -42,8 +42,9 @@ class Probe(Generic[T]):
     `what` names it in errors (`systemctl show sglang.service exited 1: ...`); `reads` names its output
     when that cannot be parsed (default: `what`). `ok_exits` are the exit statuses that are answers
     (`ANY_EXIT`: all of them); any other fails the step. `hang`, when set, is what a command timeout
-    means for this probe (`{s}` is the deadline in seconds): the step fails with it, status `timeout`.
-    `explain`, when set, turns a failed result into the step's one-line error.
+    means for this probe (`{s}` is the deadline in seconds, `{bound}` what set it): the step fails with it,
+    status `timeout`. `explain`, when set, turns a failed result into the step's one-line error. `driver`: it
+    asks the GPU driver (nvidia-smi), so its bound is nvidia-smi's, not command_timeout (`fleet.node.bounds`).
     """
 
     argv: tuple[str, ...]
@@ -54,6 +55,7 @@ class Probe(Generic[T]):
     reads: str | None = None
     hang: str | None = None
     explain: Callable[[CommandResult], str] | None = None
+    driver: bool = False
 
     def answered(self, result: CommandResult) -> bool:
         return self.ok_exits is None or result.exit_status in self.ok_exits

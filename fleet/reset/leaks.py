@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.errors import StepFailed
+from fleet.node.bounds import commands_s
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probe import Probe
@@ -34,6 +35,8 @@ from fleet.transport.base import CommandResult
 
 # Commands a look may run: its batch, the holders' description, the scan's second look, the slurmstepd titles.
 LOOK_COMMANDS = 5
+# Its batch's nvidia-smi reads (the GPU query, the compute apps, `-q`): each has nvidia-smi's bound on top of that.
+LOOK_SMI = 3
 # A slurmstepd's process title (Slurm's slurmstepd.c: setproctitle of "[<job>.<step>]").
 _STEPD_TITLE = re.compile(r"\[(\d+)(?:\+\d+)?\.(?:\d+|batch|extern|interactive)\]")
 
@@ -58,7 +61,7 @@ def _explain(result: CommandResult) -> str:
 
 def board(nvidia_smi: str) -> Probe[Board]:
     return Probe(tuple(health.health_argv(nvidia_smi)), "nvidia-smi -q", parse_board, reads="nvidia-smi -q output",
-                 hang=smi.SMI_HANG, explain=_explain)
+                 hang=smi.SMI_HANG, explain=_explain, driver=True)
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ async def look(node: Node, step: StepName = StepName.SETTLE) -> Look:
     slurmstepd titles of job processes whose cgroup does not name their job. A `-q` that does not answer
     readably is no board (the GPUs' device files then cannot be told apart); one that hangs fails the step."""
     host = node.host
-    budget = Budget(0.0, slack=LOOK_COMMANDS * host.command_timeout)
+    budget = Budget(0.0, slack=commands_s(host, smi=LOOK_SMI, other=LOOK_COMMANDS))
     gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
     board_probe, scan_probe = board(host.nvidia_smi), procs.holder_scan(host.devices)
     answers = await node.batch([gpu_probe, apps_probe, board_probe, scan_probe], step=step, budget=budget)

@@ -28,6 +28,7 @@ import anyio
 
 from fleet.errors import CommandTimeout, FleetError, TransportError
 from fleet.inventory.host import Host
+from fleet.node.bounds import commands_s
 from fleet.node.node import Node
 from fleet.node.probe import Probe, first_line
 from fleet.report.models import Reason
@@ -41,7 +42,8 @@ LOCK_WAIT_S = 10.0
 BUSY_EXIT = 75
 # What the lock command prints once it holds the lock.
 LOCKED_LINE = "locked"
-# Remote commands a reset runs at most, counted generously (drain 2, kill 8, settle 1, verify 4, spare 1).
+# Remote commands a reset runs at most, counted generously (drain 2, kill 8, settle 1, verify 4, spare 1), each
+# at the longest bound a command gets (nvidia-smi's, `fleet.node.bounds`).
 RESET_COMMANDS = 16
 # Seconds added to the lock command's bound for connect, logging and scheduling.
 HOLD_MARGIN_S = 60.0
@@ -118,7 +120,7 @@ def hold_bound_s(host: Host, wait_s: float) -> float:
     resets and second settle window), and a margin."""
     windows = host.drain_timeout + ESCALATION_WINDOW_S + host.kill_grace + SIGKILL_WAIT_S + host.settle_timeout
     windows += host.gpu_reset_timeout + host.settle_timeout
-    return wait_s + 2 * (windows + RESET_COMMANDS * host.command_timeout) + HOLD_MARGIN_S
+    return wait_s + 2 * (windows + commands_s(host, smi=RESET_COMMANDS)) + HOLD_MARGIN_S
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from fleet.node.bounds import commands_s
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import smi, units
@@ -24,7 +25,7 @@ from fleet.reset.verify import VERIFY_COMMANDS
 async def survey(node: Node) -> HostPlan:
     """A dry run's look at the node: read-only commands only, nothing signalled, stopped or written."""
     host = node.host
-    budget = Budget(0.0, slack=(len(host.services) + VERIFY_COMMANDS) * host.command_timeout)
+    budget = Budget(0.0, slack=commands_s(host, smi=2, other=len(host.services) + VERIFY_COMMANDS))
     states = await unit_states(node, host.services, budget) if host.services else {}
     holders = await scan_holders(node, StepName.KILL, budget)
     rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)

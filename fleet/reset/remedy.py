@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.errors import StepFailed
+from fleet.node.bounds import Bound
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probe import ANY_EXIT, Probe
@@ -30,7 +31,7 @@ from fleet.report.models import StepName
 from fleet.reset.protection import Holder
 
 # What a reset that does not end within its bound means (`{s}`: the bound in seconds).
-RESET_HANG = "nvidia-smi -r did not end within {s} s (gpu_reset_timeout)"
+RESET_HANG = "nvidia-smi -r did not end within {s} s ({bound})"
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ async def reset_gpus(node: Node, plan: ResetPlan) -> ResetOutcome:
     budget = Budget(0.0, slack=host.gpu_reset_timeout + host.command_timeout)
     for gpu in [None] if plan.together else list(plan.gpus):
         probe = reset_probe(host.nvidia_smi, gpu)
-        answers = await node.batch([(probe, host.gpu_reset_timeout)], step=StepName.SETTLE, budget=budget)
+        answers = await node.batch([(probe, Bound(host.gpu_reset_timeout, "gpu_reset_timeout"))], step=StepName.SETTLE,
+                                   budget=budget)
         try:
             res = answers.result(probe)
         except StepFailed as exc:  # it hung: what state it left the GPUs in is unknown

@@ -24,12 +24,17 @@ from dataclasses import dataclass, field, replace
 import anyio
 
 from fleet.inventory.host import Host
+from fleet.node.bounds import commands_s
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import smi
 from fleet.report.models import Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict
 from fleet.reset import leaks, remedy
 from fleet.reset.poll import POLL_MARGIN_S, backoff
+
+# The nvidia-smi reads of one poll (the GPU query, the compute apps when the kill kept processes): the room past
+# the window for the poll that sees it end, each at nvidia-smi's bound.
+POLL_SMI = 2
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ async def settle(node: Node, kept: Collection[int] = (), jobs: Collection[int] =
     (`fleet.reset.remedy`) and wait once more; memory that survives a reset needs a reboot.
     """
     started, host = time.monotonic(), node.host
-    budget = Budget(host.settle_timeout, slack=2 * host.command_timeout)
+    budget = Budget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI))
     waited = await _wait_free(node, kept, budget, polls=1 if jobs else None)
     if jobs and waited.rows and not waited.free:
         seen = await _look(node, kept)
@@ -129,7 +134,7 @@ async def _after_reset(node: Node, kept: Collection[int], before: Waited, plan: 
     reset = await remedy.reset_gpus(node, plan)
     if not reset.ran:
         return _failed(started, before, (Reason.MEMORY_LEAKED, f"{context}; {reset.line}"))
-    after = await _wait_free(node, kept, Budget(host.settle_timeout, slack=2 * host.command_timeout))
+    after = await _wait_free(node, kept, Budget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI)))
     if after.free:
         detail = f"{reset.line}; {len(after.rows)} GPUs at or under {host.memory_threshold_mib} MiB after it"
         return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=before.settled)

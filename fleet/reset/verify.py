@@ -25,6 +25,7 @@ from typing import Any
 
 from fleet.errors import StepFailed
 from fleet.inventory.host import Host
+from fleet.node.bounds import commands_s
 from fleet.node.budget import Budget
 from fleet.node.node import Answers, Node
 from fleet.node.probe import Probe
@@ -52,6 +53,9 @@ from fleet.reset.settle import Allowance, first_of
 # Commands verify may run, at most: its one batch (GPU query, compute apps, the health gate's reads, the holder
 # scan), the holders' description, and the scan's own second looks.
 VERIFY_COMMANDS = 9
+# Of its batch's sections, the nvidia-smi reads (GPU query, compute apps, health fields, row remapper) and the `-q`
+# that replaces the last two on an older driver: each has nvidia-smi's bound on top of the commands' room.
+VERIFY_SMI = 5
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     processes that held a GPU as it began and hold none now).
     """
     started, host = time.monotonic(), node.host
-    budget = Budget(0.0, slack=VERIFY_COMMANDS * host.command_timeout)
+    budget = Budget(0.0, slack=commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
     gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
     scan_probe, reads = procs.holder_scan(host.devices), HealthReads.of(host, baseline)
     answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe, *reads.last], step=StepName.VERIFY,

@@ -18,7 +18,7 @@ from typing import Any
 
 from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
-from fleet.node.budget import Budget, BudgetSpent
+from fleet.node.budget import BudgetSpent
 from fleet.node.node import Node
 from fleet.node.probe import Probe
 from fleet.node.probes import kernel_log, smi
@@ -41,8 +41,6 @@ from fleet.reset.lock import LockError, host_lock
 
 # What ends a step but not the host: the step says why, the host goes on to verify.
 STEP_ENDERS = (StepFailed, BudgetSpent, CommandTimeout)
-# Seconds the GPU memory read before the reset may take: only the report's "before" waits on it.
-BASELINE_READ_S = 5.0
 # The reason a step ends with when one of its commands failed (`systemctl stop` refused: the drain failed).
 FAILED_STEP_REASONS = {StepName.DRAIN: Reason.DRAIN_FAILED, StepName.KILL: Reason.KILL_FAILED}
 # Settle's reasons that say whose the memory verify then finds held is: more telling than verify's `memory_held`.
@@ -149,18 +147,20 @@ async def _baselines(node: Node) -> tuple[verify.Baseline, tuple[int | None, ...
     process held: an application Xid without a pid, during the reset, on a GPU whose holder fleet killed, only
     warns) and each GPU's memory.used (the report's and the history's "before").
 
-    The kernel log that cannot be read is said so in the baseline (verify fails the Xid check with why, unless
-    the host ignores Xids: then it is not read); the memory is None when it cannot be read now (settle and verify
-    will say why); the apps are empty. The nvidia-smi reads are bounded by BASELINE_READ_S: a wedged driver is
-    settle's to name.
+    The kernel log comes first: a section that times out ends its batch, and the log is the one read here a
+    verdict rests on (verify fails the Xid check without it), while the memory and the apps are optional; so
+    an nvidia-smi that is slow or hung never keeps the log from being read (a journalctl that hangs costs
+    only the optional reads). The kernel log that cannot be read is said so in the baseline (verify fails the
+    Xid check with why, unless the host ignores Xids: then it is not read); the memory is None when it cannot
+    be read now (settle and verify will say why, the warning names the bound that ended it); the apps are
+    empty. Each read has its own bound (`fleet.node.bounds`: command_timeout for journalctl, nvidia-smi's for
+    the two queries), none a constant; the batch has no budget of its own beyond them.
     """
     host = node.host
     log_probe = None if "xid" in host.health_ignore else kernel_log.read()
-    smi_bound = min(host.command_timeout, BASELINE_READ_S)
     memory_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.SETTLE_FIELDS), smi.compute_apps(host.nvidia_smi)
-    asked: list[Probe[Any] | tuple[Probe[Any], float]] = [(memory_probe, smi_bound), (apps_probe, smi_bound)]
-    asked += [] if log_probe is None else [log_probe]  # last: a journalctl that hangs ends the batch, no more
-    answers = await node.batch(asked, step=StepName.DRAIN, budget=Budget(0.0, slack=3 * host.command_timeout))
+    asked: list[Probe[Any]] = [] if log_probe is None else [log_probe]
+    answers = await node.batch([*asked, memory_probe, apps_probe], step=StepName.DRAIN)
     log, unread = None, None
     if log_probe is not None:
         got = verify.read_kernel_log(answers, log_probe)

@@ -98,7 +98,8 @@ class NodeSpec:
 
     `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in
     `nvidia-smi -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's
-    index; empty, they are the same. `gpu_reset_s` is how long `nvidia-smi -r` takes.
+    index; empty, they are the same. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every
+    nvidia-smi call takes before it answers (8 GPUs without persistence mode: seconds).
     """
 
     name: str
@@ -125,6 +126,7 @@ class NodeSpec:
     xids: tuple[tuple[int, int, str], ...] = ()
     minor_numbers: tuple[int, ...] = ()
     gpu_reset_s: float = 0.0
+    smi_delay_s: float = 0.0
     journal: str = "ok"
     xid_on_kill: bool = False
 

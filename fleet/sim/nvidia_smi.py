@@ -15,7 +15,8 @@ CSV: `, ` between values, a newline after every line, the header keeps its
 compute apps the output is the header alone (or nothing with noheader).
 config.json's `smi_mode` makes it fail as the real one does: "hang" blocks
 until signalled; "driver-not-loaded" (exit 9), "no-devices" (6) and
-"nvml-mismatch" (18) print the real messages. Stdlib only: it is polled.
+"nvml-mismatch" (18) print the real messages; `smi_delay_s` makes every call take
+that long first (8 GPUs without persistence mode). Stdlib only: it is polled.
 
 `-q` is rendered from q_template.txt, a real `nvidia-smi -q` of one idle H200 on driver 590.48.01
 (utkuozdemir/nvidia_gpu_exporter, MIT; the same text as
@@ -600,6 +601,7 @@ def answer(root: Path, opts: dict[str, str]) -> str:
     config = state.load_config(root)
     if config["smi_mode"] == "hang":
         hang()
+    time.sleep(config["smi_delay_s"])  # initialising 8 GPUs again without persistence mode: 1-3 s each
     if config["smi_mode"] in FAILURES:
         raise mode_failure(config["smi_mode"])
     shown = select_gpus(gpus(root, config), opts.get("id"))

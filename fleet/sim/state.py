@@ -73,6 +73,7 @@ class NodeConfig(TypedDict):
     xid_on_kill: bool
     minor_numbers: list[int]
     gpu_reset_s: float
+    smi_delay_s: float
 
 
 # What an idle MIG-enabled GPU reports used with no process at all: its GPU instances' reservations

@@ -299,14 +299,16 @@ def facts(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...] | None]:
     """Exit 2 is an answer only with nvidia-smi's "not a valid field" line (FIELDS_UNKNOWN); any other exit
     2 is unreadable output, not a missing field."""
     return Probe(tuple(facts_argv(nvidia_smi)), "nvidia-smi --query-gpu", parse_facts,
-                 ok_exits=frozenset({0, 2}), reads="nvidia-smi health fields", hang=SMI_HANG, explain=_explain)
+                 ok_exits=frozenset({0, 2}), reads="nvidia-smi health fields", hang=SMI_HANG, explain=_explain,
+                 driver=True)
 
 
 def remaps(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
     return Probe(tuple(remaps_argv(nvidia_smi)), "nvidia-smi -q -d ROW_REMAPPER", parse_all_health,
-                 reads="nvidia-smi -q -d ROW_REMAPPER output", hang=SMI_HANG, explain=_explain)
+                 reads="nvidia-smi -q -d ROW_REMAPPER output", hang=SMI_HANG, explain=_explain,
+                 driver=True)
 
 
 def health(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
     return Probe(tuple(health_argv(nvidia_smi)), "nvidia-smi -q", parse_all_health, reads="nvidia-smi -q output",
-                 hang=SMI_HANG, explain=_explain)
+                 hang=SMI_HANG, explain=_explain, driver=True)

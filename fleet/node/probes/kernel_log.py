@@ -40,7 +40,7 @@ XIDS_AWK = _program("xids.awk")
 PIDS_APART = 8
 GROUPS = 256
 WIDTH = 512
-HANG = "journalctl did not answer within {s} s"
+HANG = "journalctl did not answer within {s} s ({bound})"
 FOLDED = "*"  # the pid of a group of lines of more pids than the read keeps apart
 STATUS_NEVER_CAME = 125  # xids.awk's exit when journalctl's status line never reached it
 

@@ -233,7 +233,7 @@ def _line_with(needle: str, text: str) -> str | None:
 # --- the probes -------------------------------------------------------------
 
 # A query that does not answer: the step fails with this (status timeout), it is not retried.
-SMI_HANG = "nvidia-smi did not answer within {s} s: driver may be wedged"
+SMI_HANG = "nvidia-smi did not answer within {s} s ({bound}): driver may be wedged"
 
 
 def _explain(result: CommandResult) -> str:
@@ -242,9 +242,9 @@ def _explain(result: CommandResult) -> str:
 
 def gpu_query(nvidia_smi: str, fields: Sequence[str]) -> Probe[tuple[GpuRow, ...]]:
     return Probe(tuple(gpu_query_argv(nvidia_smi, fields)), "nvidia-smi", lambda text: parse_gpu_query(text, fields),
-                 reads="nvidia-smi output", hang=SMI_HANG, explain=_explain)
+                 reads="nvidia-smi output", hang=SMI_HANG, explain=_explain, driver=True)
 
 
 def compute_apps(nvidia_smi: str) -> Probe[tuple[ComputeApp, ...]]:
     return Probe(tuple(compute_apps_argv(nvidia_smi)), "nvidia-smi", parse_compute_apps, reads="nvidia-smi output",
-                 hang=SMI_HANG, explain=_explain)
+                 hang=SMI_HANG, explain=_explain, driver=True)
