@@ -57,8 +57,11 @@ class Sshd:
         return self.dir / "sshd.log"
 
     def authorize(self, public_key: str, environment: Mapping[str, str] | None = None) -> None:
-        """Accept public_key (one OpenSSH line), with environment options if given."""
-        options = ",".join(f'environment="{k}={v}"' for k, v in (environment or {}).items())
+        """Accept public_key (one OpenSSH line), with environment options if given. HOME is an empty folder of
+        this sshd's unless given: bash started by sshd sources ~/.bashrc even for a command, and this machine's
+        root dotfiles (pyenv's rehash and its lock) are no part of a test."""
+        wanted = {"HOME": str(self.dir / "home"), **(environment or {})}
+        options = ",".join(f'environment="{k}={v}"' for k, v in wanted.items())
         line = f"{options} {public_key.strip()}" if options else public_key.strip()
         with (self.dir / "authorized_keys").open("a") as f:
             f.write(line + "\n")
@@ -79,6 +82,7 @@ def start_sshd(directory: Path) -> Sshd:
     key = directory / "ssh_host_ed25519_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     (directory / "authorized_keys").touch(mode=0o600)
+    (directory / "home").mkdir(mode=0o755, exist_ok=True)
     port = _free_port()
     host_key = (directory / "ssh_host_ed25519_key.pub").read_text().split()
     (directory / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
