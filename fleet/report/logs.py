@@ -4,25 +4,25 @@ The run's folder also holds `running.lock`, which the run's fleet process keeps 
 folder's creation to its last log line: the kernel drops the lock when the process ends, however it
 ends, so `run_liveness` tells a run in flight from one that is over (finished, or killed) on this machine.
 
-No global logging configuration: every host gets its own structlog logger whose
-last processor writes to that host's file. Each line carries `timestamp`,
-`level`, `event`, `host`, `run_id` and, where there is one, `step`.
+No global logging configuration: every host gets its own logger (`fleet.report.jsonl.HostLogger`, the lines
+structlog's chain would write) appending to that host's file. Each line carries `timestamp`, `level`, `event`,
+`host`, `run_id` and, where there is one, `step`.
 """
 
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import secrets
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
-
-import structlog
+from typing import Any
 
 from fleet.errors import UsageError
+from fleet.report.jsonl import HostLogger, write_line
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -77,8 +77,7 @@ class RunLogs:
     def __init__(self, log_dir: Path, run_id: str) -> None:
         self.run_id = run_id
         self.path = log_dir / run_id
-        self._files: list[IO[str]] = []
-        self._relayed: dict[str, IO[str]] = {}
+        self._files: dict[str, io.FileIO] = {}
         self._running: int | None = None
 
     def create(self) -> None:
@@ -90,29 +89,20 @@ class RunLogs:
         except OSError as exc:
             raise UsageError(f"cannot create log folder {self.path}: {exc.strerror}") from exc
 
-    def host_logger(self, host: str) -> Any:
-        # Line buffered: a line is on disk as soon as it is logged, even if the run dies.
-        out = (self.path / f"{host}.jsonl").open("a", encoding="utf-8", buffering=1)
-        self._files.append(out)
-        return structlog.wrap_logger(
-            structlog.WriteLogger(out),
-            processors=[
-                structlog.processors.add_log_level,
-                structlog.processors.TimeStamper(fmt="iso", utc=True),
-                structlog.processors.dict_tracebacks,
-                structlog.processors.JSONRenderer(),
-            ],
-            host=host,
-            run_id=self.run_id,
-        )
+    def host_logger(self, host: str) -> HostLogger:
+        return HostLogger(self._file(host), host, self.run_id)
 
     def relay(self, host: str, record: dict[str, Any]) -> None:
         """Append an event a node logged itself (`--via srun`) to that host's log, as it was logged there."""
-        out = self._relayed.get(host)
+        write_line(self._file(host), json.dumps(record))
+
+    def _file(self, host: str) -> io.FileIO:
+        """The host's log, opened once (append, unbuffered: each line is on disk as soon as it is logged, even if
+        the run dies)."""
+        out = self._files.get(host)
         if out is None:
-            out = self._relayed[host] = (self.path / f"{host}.jsonl").open("a", encoding="utf-8", buffering=1)
-            self._files.append(out)
-        out.write(json.dumps(record) + "\n")
+            out = self._files[host] = io.FileIO(self.path / f"{host}.jsonl", "a")
+        return out
 
     def write_summary(self, text: str) -> Path:
         """summary.json (the report's JSON text), written whole or not at all (temp file + rename)."""
@@ -123,10 +113,9 @@ class RunLogs:
         return target
 
     def close(self) -> None:
-        for out in self._files:
+        for out in self._files.values():
             out.close()
         self._files.clear()
-        self._relayed.clear()
         if self._running is not None:
             os.close(self._running)  # the lock goes with it
             self._running = None
