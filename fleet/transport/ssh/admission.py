@@ -12,8 +12,9 @@ to the handshake's end (`fleet.transport.attention`). By Little's law the handsh
 finish at times their latency, so the width at which a handshake takes `LATENCY_SHARE` of connect_timeout (the
 target) is the most the servers can take without a handshake coming near its bound. fleet finds it as TCP finds a
 window (`next_width`): it starts at ADMISSION_START; each handshake that ends in under half the target widens it by
-one (the width doubles each round while they all do: slow start); one that ends past the target, or times out,
-halves it (once a round: only a handshake admitted since the last halving halves it again).
+one until the first halving (the width doubles each round while they all do: slow start), by 1/width after it (one
+more a round: the width stays near the servers' pace instead of doubling past it again); one that ends past the
+target, or times out, halves it (once a round: only a handshake admitted since the last halving halves it again).
 
 The CPU width stays a ceiling (`admission_width`): the handshakes whose CPU fits in ADMISSION_SHARE of the smallest
 connect_timeout asked for, at the CPU a handshake costs on this loop, measured as the run goes (`handshake_cost`:
@@ -67,15 +68,16 @@ def admission_width(connect_timeout: float, cpu_per_handshake: float, share: flo
     return max(ADMISSION_MIN, min(ADMISSION_MAX, fits))
 
 
-def next_width(width: int, latency_s: float, timed_out: bool, target_s: float, fresh: bool, ceiling: int) -> int:
+def next_width(width: float, latency_s: float, timed_out: bool, target_s: float, fresh: bool, ceiling: int,
+               slow_start: bool = True) -> float:
     """The width after one handshake ended `latency_s` after its admission: half (never under ADMISSION_MIN) when
-    it timed out or passed the target and was admitted since the last halving (`fresh`); one more when it ended in
-    under half the target (one more each such ending doubles the width each round); else the same. Never over
-    `ceiling` (the CPU width)."""
+    it timed out or passed the target and was admitted since the last halving (`fresh`); more when it ended in
+    under half the target: one in `slow_start` (a round of such endings doubles the width), else 1/width (a round
+    of them adds one); else the same. Never over `ceiling` (the CPU width)."""
     if timed_out or latency_s > target_s:
         width = max(ADMISSION_MIN, width // 2) if fresh else width
     elif latency_s < target_s / 2:
-        width += 1
+        width += 1 if slow_start else 1 / width
     return max(min(ADMISSION_MIN, ceiling), min(width, ceiling))
 
 
@@ -123,7 +125,7 @@ class Admission:
     def __init__(self) -> None:
         self._timeout = float("inf")  # the smallest connect_timeout asked for so far
         ceiling = admission_width(10.0, HANDSHAKE_CPU_DEFAULT_S)
-        self._latency_width = ADMISSION_START
+        self._latency_width: float = ADMISSION_START
         self.stats = AdmissionStats(min(ADMISSION_START, ceiling), ceiling, width_path=[ADMISSION_START])
         self._limiter = anyio.CapacityLimiter(self.stats.width)
         self._cpu_from = 0.0  # the loop thread's CPU time when the measurement began
@@ -182,17 +184,18 @@ class Admission:
         """The latency's width after one handshake ended (`next_width`), its turns kept in the stats."""
         stats, before = self.stats, self._latency_width
         target = self._target() * LATENCY_SHARE
-        self._latency_width = next_width(before, latency_s, timed_out, target, fresh, stats.ceiling)
+        self._latency_width = next_width(before, latency_s, timed_out, target, fresh, stats.ceiling,
+                                         slow_start=not stats.halvings)
         if self._latency_width < before and (timed_out or latency_s > target):
             self._round += 1
             stats.halvings += 1
-            self._turn(before, growing=False)
-        elif self._latency_width > before and not self._growing:
-            self._turn(before, growing=True)
+            self._turn(int(before), growing=False)
+        elif int(self._latency_width) > int(before) and not self._growing:
+            self._turn(int(before), growing=True)
 
     def _turn(self, width: int, growing: bool) -> None:
         path = self.stats.width_path
-        if self._growing != growing and len(path) < PATH_KEPT:
+        if self._growing != growing and path[-1] != width and len(path) < PATH_KEPT:
             path.append(width)
         self._growing = growing
 
@@ -203,7 +206,7 @@ class Admission:
         stats = self.stats
         stats.ceiling = admission_width(self._target(), stats.cpu_per_handshake_s)
         self._latency_width = min(self._latency_width, stats.ceiling)
-        stats.width = self._latency_width
+        stats.width = int(self._latency_width)
         stats.peak_width = max(stats.peak_width, stats.width)
         self._limiter.total_tokens = stats.width
 
