@@ -16,6 +16,7 @@ from fleet.transport.ssh.admission import (
     admission_width,
     handshake_cost,
     next_width,
+    well_under,
 )
 
 
@@ -59,6 +60,15 @@ def test_after_the_first_halving_a_round_of_fast_handshakes_widens_by_one() -> N
     for _ in range(64):
         width = next_width(width, 0.5, False, 3.0, True, ADMISSION_MAX, slow_start=False)
     assert 64.9 < width < 65.1
+
+
+@pytest.mark.parametrize(("latency", "timed_out", "under"), [
+    (1.4, False, True), (1.5, False, False), (2.9, False, False), (0.1, True, False)])
+def test_only_a_handshake_in_under_half_the_target_is_well_under_it(latency: float, timed_out: bool,
+                                                                    under: bool) -> None:
+    """The first handshake that is not ends the slow start (before any halving: the doubling stops as the
+    handshakes slow down, not only once one is late)."""
+    assert well_under(latency, timed_out, 3.0) is under
 
 
 def test_a_handshake_near_the_target_holds_the_width() -> None:

@@ -12,9 +12,9 @@ to the handshake's end (`fleet.transport.attention`). By Little's law the handsh
 finish at times their latency, so the width at which a handshake takes `LATENCY_SHARE` of connect_timeout (the
 target) is the most the servers can take without a handshake coming near its bound. fleet finds it as TCP finds a
 window (`next_width`): it starts at ADMISSION_START; each handshake that ends in under half the target widens it by
-one until the first halving (the width doubles each round while they all do: slow start), by 1/width after it (one
-more a round: the width stays near the servers' pace instead of doubling past it again); one that ends past the
-target, or times out, halves it (once a round: only a handshake admitted since the last halving halves it again).
+one while all of them have (the width doubles each round: slow start), by 1/width once one has not (one more a
+round: the width stays near the servers' pace instead of doubling past it); one that ends past the target, or
+times out, halves it (once a round: only a handshake admitted since the last halving halves it again).
 
 The CPU width stays a ceiling (`admission_width`): the handshakes whose CPU fits in ADMISSION_SHARE of the smallest
 connect_timeout asked for, at the CPU a handshake costs on this loop, measured as the run goes (`handshake_cost`:
@@ -68,6 +68,12 @@ def admission_width(connect_timeout: float, cpu_per_handshake: float, share: flo
     return max(ADMISSION_MIN, min(ADMISSION_MAX, fits))
 
 
+def well_under(latency_s: float, timed_out: bool, target_s: float) -> bool:
+    """Whether a handshake ended well under the target (in under half of it): the width may grow; the first one
+    that does not ends the slow start."""
+    return not timed_out and latency_s < target_s / 2
+
+
 def next_width(width: float, latency_s: float, timed_out: bool, target_s: float, fresh: bool, ceiling: int,
                slow_start: bool = True) -> float:
     """The width after one handshake ended `latency_s` after its admission: half (never under ADMISSION_MIN) when
@@ -76,7 +82,7 @@ def next_width(width: float, latency_s: float, timed_out: bool, target_s: float,
     of them adds one); else the same. Never over `ceiling` (the CPU width)."""
     if timed_out or latency_s > target_s:
         width = max(ADMISSION_MIN, width // 2) if fresh else width
-    elif latency_s < target_s / 2:
+    elif well_under(latency_s, timed_out, target_s):
         width += 1 if slow_start else 1 / width
     return max(min(ADMISSION_MIN, ceiling), min(width, ceiling))
 
@@ -132,6 +138,7 @@ class Admission:
         self._ended = 0  # handshakes ended (not timed out) since then
         self._round = 0  # halvings so far: a handshake admitted before the last one halves no more
         self._growing = True  # whether the width grew since its last turn (for width_path)
+        self._slow_start = True  # until the first handshake that is not well under the target
 
     @asynccontextmanager
     async def handshake(self, connect_timeout: float) -> AsyncIterator[Admitted]:
@@ -185,7 +192,8 @@ class Admission:
         stats, before = self.stats, self._latency_width
         target = self._target() * LATENCY_SHARE
         self._latency_width = next_width(before, latency_s, timed_out, target, fresh, stats.ceiling,
-                                         slow_start=not stats.halvings)
+                                         slow_start=self._slow_start)
+        self._slow_start = self._slow_start and well_under(latency_s, timed_out, target)
         if self._latency_width < before and (timed_out or latency_s > target):
             self._round += 1
             stats.halvings += 1
