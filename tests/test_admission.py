@@ -101,6 +101,17 @@ async def test_timed_out_handshakes_never_make_handshakes_look_cheaper() -> None
     assert stats.width_path == [ADMISSION_START]  # never grew: a start, then only halvings
 
 
+async def test_a_cancelled_handshake_neither_steers_the_width_nor_looks_cheap() -> None:
+    limiter = Admission()
+    with anyio.CancelScope() as scope:
+        for _ in range(40):
+            async with limiter.handshake(10.0):
+                scope.cancel()
+                await anyio.sleep(1)
+    stats = limiter.stats
+    assert (stats.handshakes, stats.width, stats.cpu_per_handshake_s) == (1, ADMISSION_START, HANDSHAKE_CPU_DEFAULT_S)
+
+
 async def test_fast_handshakes_widen_it_and_the_path_records_the_turns() -> None:
     limiter = Admission()
     for _ in range(10):

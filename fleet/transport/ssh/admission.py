@@ -154,15 +154,18 @@ class Admission:
             await self._limiter.acquire_on_behalf_of(token)
         finally:
             stats.waiting -= queued
-        timed_out, began, round_ = False, clock.now(), self._round
+        timed_out, cut_short, began, round_ = False, False, clock.now(), self._round
         try:
             self._begin()
             yield Admitted(queued, began - asked, stats.in_flight, stats.width)
         except TimeoutError:
             timed_out = True
             raise
+        except BaseException as exc:
+            cut_short = not isinstance(exc, Exception)  # cancelled: says nothing of the servers' pace
+            raise
         finally:
-            self._end(clock.now() - began, timed_out, round_ == self._round)
+            self._end(clock.now() - began, timed_out, round_ == self._round, cut_short)
             self._limiter.release_on_behalf_of(token)
 
     def _begin(self) -> None:
@@ -172,14 +175,16 @@ class Admission:
         stats.in_flight += 1
         stats.peak_in_flight = max(stats.peak_in_flight, stats.in_flight)
 
-    def _end(self, latency_s: float, timed_out: bool, fresh: bool) -> None:
+    def _end(self, latency_s: float, timed_out: bool, fresh: bool, cut_short: bool = False) -> None:
         stats = self.stats
         stats.in_flight -= 1
         stats.handshakes += 1
         stats.timed_out += timed_out
         stats.worst_latency_s = max(stats.worst_latency_s, latency_s)
-        self._ended += not timed_out  # a timed-out handshake did no work: it is no share of the CPU measured
-        self._steer(latency_s, timed_out, fresh)
+        # A handshake that timed out or was cancelled may have done no work: it is no share of the CPU measured.
+        self._ended += not (timed_out or cut_short)
+        if not cut_short:
+            self._steer(latency_s, timed_out, fresh)
         if self._ended >= SAMPLE_EVERY or stats.in_flight == 0:
             now = time.thread_time()
             stats.cpu_per_handshake_s = handshake_cost(stats.cpu_per_handshake_s, now - self._cpu_from, self._ended)
