@@ -147,7 +147,15 @@ def handshakes(r: dict[str, Any]) -> str:
         return f"handshakes in flight (peak, no record in fleet: {mine})"
     return (f"handshakes in flight (peak, fleet's admission) {fleet['peak_in_flight']} of width {fleet['width']}, "
             f"waiting for admission (peak) {fleet['peak_waiting']}, CPU a handshake "
-            f"{1000 * fleet['cpu_per_handshake_s']:.2f} ms; {mine}")
+            f"{1000 * fleet['cpu_per_handshake_s']:.2f} ms{width_path(fleet)}; {mine}")
+
+
+def width_path(fleet: dict[str, Any]) -> str:
+    """The width's turns (start, peaks, troughs), the timeouts and the slowest handshake, where fleet keeps them."""
+    if "width_path" not in fleet:
+        return ""
+    return (f", width path {'-'.join(map(str, fleet['width_path']))} (ceiling {fleet['ceiling']}), timed out "
+            f"{fleet['timed_out']}, slowest handshake {fleet['worst_latency_s']:.1f} s")
 
 
 def aborted(r: dict[str, Any]) -> str:
