@@ -369,19 +369,16 @@ async def test_deadline_and_interrupt_end_the_run_within_seconds_while_the_sessi
     cut: str, sshd: Sshd, client_key: ClientKey, make_node: Callable[[NodeSpec], SimNode], freezer: Freezer,
     tmp_path: Path
 ) -> None:
-    """A wedged nvidia-smi (60 s command timeout) behind a session frozen mid-command in settle: `--deadline`
-    or Ctrl-C ends the run within seconds, whatever it waits on, and summary.json is written."""
+    """A wedged nvidia-smi (60 s command timeout) behind a session frozen mid-command: `--deadline` or Ctrl-C ends
+    the run within seconds, whatever it waits on, and summary.json is written. The first nvidia-smi a reset runs
+    is the drain's baseline read of the memory (bounded by nvidia-smi's own bound, 3 x command_timeout, since
+    issue 25): the session is frozen while that read hangs."""
     node = make_node(NodeSpec(name="gpu-s02", smi_mode="hang"))
     host = node_host(sshd, client_key, node, command_timeout=60, settle_timeout=60)
     deadline = 10.0 if cut == "deadline" else None
     frozen_at: list[float] = []
 
-    def settling() -> bool:
-        return any('"step_start"' in line and '"settle"' in line
-                   for log in (tmp_path / "logs").glob("*/gpu-s02.jsonl") for line in log.read_text().splitlines())
-
-    async def freeze_mid_settle() -> None:  # drain's memory read hangs first (5 s): freeze settle's nvidia-smi
-        assert await eventually(settling, 15)
+    async def freeze_mid_command() -> None:  # the baseline's nvidia-smi hangs: freeze the session around it
         assert await eventually(lambda: any("nvidia_smi" in cmdline(p) for p in descendants(sshd.process.pid)), 8)
         freezer.freeze()
         frozen_at.append(time.monotonic())
@@ -391,13 +388,13 @@ async def test_deadline_and_interrupt_end_the_run_within_seconds_while_the_sessi
     started = time.monotonic()
     with anyio.fail_after(10 + 8):  # a guard: today the shielded waits add about 19 s after the cut
         async with anyio.create_task_group() as tg:
-            tg.start_soon(freeze_mid_settle)
+            tg.start_soon(freeze_mid_command)
             run = await fleet_reset([host], tmp_path / "logs", deadline_s=deadline, handle_signals=True)
     ended = time.monotonic()
-    assert frozen_at, "settle's nvidia-smi never ran"
+    assert frozen_at, "the baseline's nvidia-smi never ran"
     cut_at = started + deadline if deadline else frozen_at[0]
     assert ended - cut_at < 6
     result = run.host("gpu-s02")
     reason = "run deadline of 10 s reached" if deadline else "interrupted"
-    assert (result["status"], result["error"]) == ("failed", f"{reason} during settle")
+    assert (result["status"], result["error"]) == ("failed", f"{reason} during drain")
     assert run.exit_status == (1 if deadline else 130)
