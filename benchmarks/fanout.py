@@ -5,6 +5,10 @@ addresses, all on the same port (so pdsh works unmodified), each daemon with its
 host is a simulated 8-GPU node (fleet.sim.node.SimNode: one serving unit holding all 8 GPUs). One
 client key serves every host; `Match LocalAddress` gives each address its own authorized_keys file,
 whose `environment="PATH=<node bin>:..."` makes that node's fake nvidia-smi/systemctl the ones found.
+Each node has its own process table, as a real node has: its processes live in a PID namespace of their own
+with its own /proc (fanoutlib/pidns.py), and every SSH session to its address runs inside it (a forced
+command, `nsenter`). `--shared-proc` puts every node in this machine's one table instead (rounds before
+issue 25's second pass ran so): then each node's holder scan walks every node's processes.
 
 Per size and repetition (interleaved; the units are restarted before every measured run):
 
@@ -61,7 +65,8 @@ def run_size(bench: Bench, count: int, results: dict[str, Any]) -> None:
     args = bench.args
     root = bench.tmp / f"bed-{count}"
     root.mkdir()
-    bed = Testbed(root, count, linger_s=args.linger, protected_daemon=args.protected_daemon, bounds=args.fleet_bounds)
+    bed = Testbed(root, count, linger_s=args.linger, protected_daemon=args.protected_daemon, bounds=args.fleet_bounds,
+                  own_proc=not args.shared_proc)
     size: dict[str, Any] = {"nodes": count, "runs": {t: [] for t in args.tools}}
     results["sizes"][str(count)] = size
     try:
@@ -185,6 +190,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fleet-bounds", choices=("bench", "defaults"), default="bench",
                    help="fleet's bounds in the inventory: bench = 120 s connect/command/drain/settle (a starved box is "
                         "slow, not failing); defaults = none written, fleet's own defaults (README's host variables)")
+    p.add_argument("--shared-proc", action="store_true",
+                   help="every node in this machine's one process table (no PID namespace a node): each node's holder "
+                        "scan then walks every node's processes; for comparison with rounds before the namespaces")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, plans, outputs) for debugging")
     args = p.parse_args(argv)

@@ -8,7 +8,9 @@ port, one host key, one client key, a known_hosts made for the run; every daemon
 
 `environments` (address -> variables): each address gets its own authorized_keys file (`Match LocalAddress`)
 whose `environment=` options set those variables for every command run there (the fan-out's simulated nodes
-put their fake nvidia-smi and systemctl first on PATH this way). Without it one authorized_keys file serves
+put their fake nvidia-smi and systemctl first on PATH this way); `commands` (address -> a forced command, with
+an environment) runs every session of that address through it (the fan-out's nodes: into the node's own PID
+namespace, `pidns.py`). Without environments one authorized_keys file serves
 every address. Either way HOME is an empty folder of the run's: bash started by sshd sources ~/.bashrc even for
 `ssh host cmd`, and this machine's root dotfiles (pyenv init: ~0.2 s of CPU a command) are not part of a node.
 """
@@ -104,10 +106,12 @@ class Daemons:
     """sshd daemons serving `addrs` on one port (see the module docstring)."""
 
     def __init__(self, root: Path, addrs: list[str],
-                 environments: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                 environments: Mapping[str, Mapping[str, str]] | None = None,
+                 commands: Mapping[str, str] | None = None) -> None:
         self.root = root
         self.addrs = addrs
         self.environments = environments
+        self.commands = commands or {}  # address -> a forced command (`command=`) run instead of the client's
         self.key = root / "client_key"
         self.known_hosts = root / "known_hosts"
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -139,6 +143,8 @@ class Daemons:
         own = {a: self.environments[a] for a in addrs} if self.environments is not None else {}
         for address, environment in own.items():
             options = ",".join(f'environment="{k}={v}"' for k, v in environment.items())
+            if address in self.commands:
+                options += ',command="' + self.commands[address].replace('"', '\\"') + '"'
             (keys_dir / address).write_text(f"{options} {public}\n")
             matches.append(f"Match LocalAddress {address}\n    AuthorizedKeysFile {keys_dir / address}")
         config = directory / "sshd_config"
