@@ -40,12 +40,12 @@ from typing import Any
 
 import anyio
 
-from fleet.errors import ConnectError
 from fleet.graph import RunOptions
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
-from fleet.report.models import HostStatus, Reason, RunReport
+from fleet.model.errors import ConnectError
+from fleet.model.report import HostStatus, Reason, RunReport
 from fleet.reset.walk import Mode
 from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet

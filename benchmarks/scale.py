@@ -25,8 +25,8 @@ import anyio
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model.report import HostStatus
 from fleet.report.logs import RunLogs, new_run_id
-from fleet.report.models import HostStatus
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 

@@ -26,12 +26,12 @@ _API = {
     "RunOptions": "fleet.graph",
     "SchedulerOptions": "fleet.graph",
     "run_and_report": "fleet.run",
-    "RunReport": "fleet.report.models",
-    "HostReport": "fleet.report.models",
-    "HostStatus": "fleet.report.models",
-    "Reason": "fleet.report.models",
-    "FleetError": "fleet.errors",
-    "UsageError": "fleet.errors",
+    "RunReport": "fleet.model.report",
+    "HostReport": "fleet.model.report",
+    "HostStatus": "fleet.model.report",
+    "Reason": "fleet.model.report",
+    "FleetError": "fleet.model.errors",
+    "UsageError": "fleet.model.errors",
 }
 
 __all__ = [
@@ -40,12 +40,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from fleet.errors import FleetError, UsageError
     from fleet.graph import RunOptions, SchedulerOptions
     from fleet.inventory.host import Host
     from fleet.inventory.load import Inventory, load_inventory
     from fleet.inventory.targeting import select
-    from fleet.report.models import HostReport, HostStatus, Reason, RunReport
+    from fleet.model.errors import FleetError, UsageError
+    from fleet.model.report import HostReport, HostStatus, Reason, RunReport
     from fleet.reset.walk import Mode
     from fleet.run import run_and_report
 

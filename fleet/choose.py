@@ -10,10 +10,10 @@ from pathlib import Path
 
 import anyio
 
-from fleet.errors import UsageError
 from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, inventory_path, load_inventory
 from fleet.inventory.targeting import named, select, select_with
+from fleet.model.errors import UsageError
 
 
 @dataclass(frozen=True)

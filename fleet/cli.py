@@ -28,12 +28,12 @@ from fleet.cli_options import (
     PartitionOpt,
     SlurmOpt,
 )
-from fleet.errors import UsageError
 from fleet.graph import RunOptions, SchedulerOptions
 from fleet.interrupts import HANGUP_LINE, HungUp, hangups_unwind
 from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
+from fleet.model.errors import UsageError
 from fleet.report import render as reporting
 from fleet.report.archive import listing, prune, reading, shown, shown_html
 from fleet.report.history import (

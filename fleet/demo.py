@@ -29,9 +29,9 @@ import anyio
 from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model.report import HostStatus, RunReport
 from fleet.report import render as reporting
 from fleet.report.history import DEMO
-from fleet.report.models import HostStatus, RunReport
 from fleet.run import run_and_report
 from fleet.sim import slurmcluster
 from fleet.sim.fleetsim import SimFleet

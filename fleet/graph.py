@@ -29,14 +29,14 @@ from typing import Protocol
 import anyio
 import anyio.lowlevel
 
-from fleet.errors import TransportError
-from fleet.hostlog import HostLog, NoLog
 from fleet.interrupts import Interrupts
 from fleet.inventory.host import Connection, Host
+from fleet.model.errors import TransportError
+from fleet.model.hostlog import HostLog, NoLog
+from fleet.model.report import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
 from fleet.node.node import Node
 from fleet.report import progress
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
 from fleet.report.render import fold
 from fleet.reset.walk import HostRun, Mode, walk_host
 from fleet.transport import Transport, connect

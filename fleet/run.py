@@ -16,15 +16,15 @@ from typing import Any
 import anyio
 
 from fleet import __version__, schedulers
-from fleet.errors import UsageError
 from fleet.graph import Connector, RunOptions, run_hosts
 from fleet.interrupts import Interrupts
 from fleet.inventory.host import Host
+from fleet.model.errors import UsageError
+from fleet.model.report import RunReport
 from fleet.report import render as reporting
 from fleet.report.history import Recorder, history_path, now_stamp
 from fleet.report.html_report import write_page
 from fleet.report.logs import RunLogs, default_log_dir, new_run_id
-from fleet.report.models import RunReport
 from fleet.report.tables import report_table
 from fleet.reset.walk import Mode
 from fleet.terminal import say, write

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fleet.graph import RunOptions, RunState, Scheduler
     from fleet.interrupts import Interrupts
+    from fleet.model.report import RunReport
     from fleet.report.logs import RunLogs
-    from fleet.report.models import RunReport
 
 # name -> the module that provides its PLUG
 REGISTRY: dict[str, str] = {

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from fleet.errors import UsageError
+from fleet.model.errors import UsageError
 
 T = TypeVar("T")
 

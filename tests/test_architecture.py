@@ -140,19 +140,20 @@ def every_import(path: Path) -> Iterator[ast.ImportFrom | ast.Import]:
 
 
 def test_the_lowest_layers_never_import_the_report_layer() -> None:
-    """errors, transport and node speak of outcomes through the leaf `fleet.outcomes`, never `fleet.report`
+    """errors, transport and node speak of outcomes through the leaf `fleet.model.outcomes`, never `fleet.report`
     (not even for type checking), and the leaf imports nothing of fleet."""
     low = {n: p for n, p in modules().items()
-           if n == "fleet.errors" or n.startswith(("fleet.transport", "fleet.node"))}
+           if n == "fleet.model.errors" or n.startswith(("fleet.transport", "fleet.node"))}
     bad = sorted(f"{n}: {m}" for n, p in low.items() for node in every_import(p) for m in imported(node)
                  if m == "fleet.report" or m.startswith("fleet.report."))
     assert bad == []
-    leaf = [m for node in every_import(modules()["fleet.outcomes"]) for m in imported(node) if m.startswith("fleet")]
+    leaf = [m for node in every_import(modules()["fleet.model.outcomes"]) for m in imported(node)
+            if m.startswith("fleet")]
     assert leaf == []
 
 
 def test_errors_and_the_transport_seam_are_no_circle_even_for_type_checking() -> None:
-    errors = [m for node in every_import(modules()["fleet.errors"]) for m in imported(node)]
+    errors = [m for node in every_import(modules()["fleet.model.errors"]) for m in imported(node)]
     assert not [m for m in errors if m.startswith("fleet.transport")]
 
 
@@ -178,10 +179,10 @@ def test_no_module_is_over_400_lines_but_the_named_ones() -> None:
 
 
 def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read() -> None:
-    """The health gate's checks are declared once, in `fleet.health_checks`: the inventory (which names them) and the
-    policy both import it, and it imports nothing of fleet but the leaf `fleet.outcomes` (its `GpuHealth` is for
-    type checking only), so neither reaches the other, nor the report layer, through it."""
+    """The health gate's checks are declared once, in `fleet.model.health_checks`: the inventory (which names them)
+    and the policy both import it, and it imports nothing of fleet but the leaf `fleet.model.outcomes` (its
+    `GpuHealth` is for type checking only), so neither reaches the other, nor the report layer, through it."""
     graph = import_graph()
-    assert graph["fleet.health_checks"] == {"fleet", "fleet.outcomes"}
+    assert graph["fleet.model.health_checks"] == {"fleet", "fleet.model.outcomes"}
     assert {"fleet.inventory.host", "fleet.reset.health_gate"} <= {n for n, deps in graph.items()
-                                                              if "fleet.health_checks" in deps}
+                                                              if "fleet.model.health_checks" in deps}

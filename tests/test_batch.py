@@ -17,12 +17,12 @@ import pytest
 import structlog
 from structlog.typing import EventDict
 
-from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
+from fleet.model.errors import CommandTimeout, StepFailed
+from fleet.model.report import StepName, StepStatus
 from fleet.node.bounds import Bound
 from fleet.node.node import Node, is_remote_command
 from fleet.node.probe import ZERO, Probe
-from fleet.report.models import StepName, StepStatus
 from fleet.transport import batch
 from fleet.transport.scripted import Reply, ScriptedTransport
 

@@ -13,9 +13,9 @@ import asyncssh
 import pytest
 from conftest import ClientKey
 
-from fleet.errors import ConnectError, HostKeyError
 from fleet.inventory.host import Host
-from fleet.report.models import Reason
+from fleet.model.errors import ConnectError, HostKeyError
+from fleet.model.report import Reason
 from fleet.sim.server import SimServer
 from fleet.transport.ssh import Route, open_ssh
 from fleet.transport.ssh.dial import open_socket, resolve

@@ -19,8 +19,8 @@ from sshd import Sshd
 
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
+from fleet.model.report import HostReport, HostStatus, Reason, StepName, StepStatus
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus, Reason, StepName, StepStatus
 from fleet.reset.walk import Mode
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from fleet.errors import InventoryError
-from fleet.health_checks import BY_NAME, NAMES, TABLE
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
+from fleet.model.errors import InventoryError
+from fleet.model.health_checks import BY_NAME, NAMES, TABLE
+from fleet.model.report import KilledProcess
 from fleet.node.probes.health import GpuHealth, parse_health
 from fleet.node.probes.kernel_log import Xid, parse_xids
 from fleet.node.probes.smi import ComputeApp, GpuRow
-from fleet.report.models import KilledProcess
 from fleet.reset.health_gate import (
     XID_ACTION,
     XID_APPLICATION,

@@ -7,13 +7,13 @@ import pytest
 import scripted_node
 from test_kill_logic import Log
 
-from fleet.errors import StepFailed
 from fleet.inventory.host import Host
+from fleet.model.errors import StepFailed
+from fleet.model.report import Reason, StepStatus
 from fleet.node.node import Node
 from fleet.node.probes import health
 from fleet.node.probes.parse import ProbeParseError
 from fleet.node.probes.smi import VERIFY_FIELDS
-from fleet.report.models import Reason, StepStatus
 from fleet.reset.verify import verify
 from fleet.transport.scripted import Reply, ScriptedTransport
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_reset_sim import ALL, _cli, busy, fast_vars, make_fleet, reset, step
 
-from fleet.report.models import HostStatus, Level, Reason, StepName, StepStatus
+from fleet.model.report import HostStatus, Level, Reason, StepName, StepStatus
 from fleet.sim.node import WorkerSpec
 
 __all__ = ["make_fleet"]  # the fixture, shared with test_reset_sim

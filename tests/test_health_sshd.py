@@ -24,8 +24,8 @@ from sshd import Sshd
 
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
+from fleet.model.report import HostFinding, HostReport, HostStatus, Level, Reason
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostFinding, HostReport, HostStatus, Level, Reason
 from fleet.reset.walk import Mode
 from fleet.sim import journalctl, nvidia_smi, state
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec

@@ -22,11 +22,28 @@ from anyio.abc import Process
 from slurm import StartCluster
 
 from fleet.cli import main
-from fleet.errors import ConnectError, UsageError
 from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model.errors import ConnectError, UsageError
+from fleet.model.report import (
+    Finding,
+    GpuReport,
+    HostFinding,
+    HostPlan,
+    HostReport,
+    HostStatus,
+    KilledProcess,
+    Level,
+    PlannedProcess,
+    Reason,
+    RunReport,
+    SchedulerRecord,
+    StepName,
+    StepResult,
+    StepStatus,
+)
 from fleet.report import render
 from fleet.report.history import (
     HISTORY_FILE,
@@ -57,23 +74,6 @@ from fleet.report.history_view import (
     took,
 )
 from fleet.report.logs import RunLiveness, RunLogs, new_run_id
-from fleet.report.models import (
-    Finding,
-    GpuReport,
-    HostFinding,
-    HostPlan,
-    HostReport,
-    HostStatus,
-    KilledProcess,
-    Level,
-    PlannedProcess,
-    Reason,
-    RunReport,
-    SchedulerRecord,
-    StepName,
-    StepResult,
-    StepStatus,
-)
 from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
@@ -293,7 +293,7 @@ WRITER = """
 import sys
 from pathlib import Path
 from fleet.report.history import History, now_stamp
-from fleet.report.models import HostReport, HostStatus
+from fleet.model.report import HostReport, HostStatus
 
 path, run_id, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 with History.open(path) as history:

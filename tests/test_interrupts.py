@@ -10,8 +10,8 @@ import anyio
 
 from fleet.graph import RunState
 from fleet.interrupts import HANGUP_LINE, HungUp, Interrupts, handled, hangups_unwind
+from fleet.model.report import RunReport
 from fleet.report import render as reporting
-from fleet.report.models import RunReport
 
 
 async def test_the_first_cuts_the_run_the_second_tells_the_third_abandons() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.errors import InventoryError, UsageError
 from fleet.inventory.host import DEFAULT_DEVICES, Connection, Host
 from fleet.inventory.load import VARIABLES, Inventory, host_vars, inventory_path, load_inventory
+from fleet.model.errors import InventoryError, UsageError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "inventory"
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet.errors import InventoryError
 from fleet.inventory import host as host_module
 from fleet.inventory.files import check_files
 from fleet.inventory.host import BUILTIN_PROTECTED
 from fleet.inventory.load import Inventory, load_inventory
+from fleet.model.errors import InventoryError
 
 
 def write(tmp_path: Path, text: str, name: str = "site.yaml") -> Path:

@@ -10,10 +10,10 @@ import pytest
 import scripted_node
 
 from fleet.inventory.host import Host
+from fleet.model.report import Reason, StepStatus
 from fleet.node.node import Node
 from fleet.node.probes.smi import VERIFY_FIELDS
 from fleet.node.probes.units import cgroup_argv
-from fleet.report.models import Reason, StepStatus
 from fleet.reset import kill
 from fleet.reset.verify import verify
 from fleet.transport.scripted import Reply, ScriptedTransport

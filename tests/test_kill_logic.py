@@ -8,8 +8,8 @@ import pytest
 import scripted_node
 
 from fleet.inventory.host import Host
+from fleet.model.report import StepStatus
 from fleet.node.node import Node
-from fleet.report.models import StepStatus
 from fleet.reset import kill
 from fleet.transport.scripted import Reply, ScriptedTransport
 

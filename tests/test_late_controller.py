@@ -22,8 +22,8 @@ from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model.report import HostStatus, RunReport, StepName
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, RunReport, StepName
 from fleet.reset.walk import Mode
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec

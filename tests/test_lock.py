@@ -22,13 +22,13 @@ from test_runner_logic import make_host, node_script, run
 from test_transport import SUDO_WANTS_PASSWORD, MakeNode, fake_bin, gone_within, line_within
 from test_transport import make_node as make_node  # the fixture: SimServers stopped after the test
 
-from fleet.errors import CommandTimeout, InventoryError
 from fleet.inventory import validate
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
+from fleet.model.errors import CommandTimeout, InventoryError
+from fleet.model.report import HostStatus, StepStatus
 from fleet.node.node import Node
 from fleet.node.probe import action
-from fleet.report.models import HostStatus, StepStatus
 from fleet.reset import lock
 from fleet.reset.lock import LockBusy, LockError, host_lock
 from fleet.reset.walk import Mode

@@ -20,8 +20,8 @@ from test_reset_sim import busy, fast_vars
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model.report import HostReport, HostStatus, Reason, StepStatus
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus, Reason, StepStatus
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import WorkerSpec
 

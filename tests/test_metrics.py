@@ -18,9 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import fleet
-from fleet.report import metrics
-from fleet.report.metrics import render_metrics, write_metrics
-from fleet.report.models import (
+from fleet.model.report import (
     Finding,
     GpuReport,
     HostFinding,
@@ -31,6 +29,8 @@ from fleet.report.models import (
     Reason,
     RunReport,
 )
+from fleet.report import metrics
+from fleet.report.metrics import render_metrics, write_metrics
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 

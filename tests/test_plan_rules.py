@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fleet.model.report import StepName
 from fleet.node.probes.smi import ComputeApp, GpuRow
 from fleet.node.probes.units import UnitState
-from fleet.report.models import StepName
 from fleet.reset.plan import build_plan, describe_plan
 from fleet.reset.protection import Holder
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from test_runner_logic import make_host, node_script, run
 
-from fleet.errors import AuthError
+from fleet.model.errors import AuthError
+from fleet.model.report import HostStatus, Reason
 from fleet.node.bounds import Bound
 from fleet.node.node import Node
 from fleet.node.probe import Probe
 from fleet.node.probes import lineage, procs, smi, units
-from fleet.report.models import HostStatus, Reason
 from fleet.reset import lock
 from fleet.transport.base import CommandResult, OpenCommand, bounded_argv, finish
 from fleet.transport.scripted import ScriptedTransport

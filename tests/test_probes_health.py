@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleet.errors import StepFailed
+from fleet.model.errors import StepFailed
 from fleet.node.probes.health import GpuHealth, health, health_argv, parse_health
 from fleet.node.probes.kernel_log import Xid, parse_xids, pci_of_bus_id
 from fleet.node.probes.parse import ProbeParseError

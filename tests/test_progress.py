@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from fleet.model.report import HostStatus, StepName
 from fleet.report import progress
-from fleet.report.models import HostStatus, StepName
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 

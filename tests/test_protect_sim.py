@@ -24,8 +24,8 @@ from test_reset_sim import FAST, busy, step
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model.report import HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 

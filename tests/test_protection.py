@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.errors import InventoryError
 from fleet.inventory.host import BUILTIN_PROTECTED, Host
 from fleet.inventory.load import load_inventory
+from fleet.model.errors import InventoryError
 from fleet.node.probes.jobs import JobCgroup
 from fleet.node.probes.lineage import Lineage, ProcStat
 from fleet.node.probes.procs import Identity, PsRow

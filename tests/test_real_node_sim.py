@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from test_reset_sim import ALL, _cli, busy, fast_vars, make_fleet, reset, step
 
-from fleet.report.models import HostStatus, StepName
+from fleet.model.report import HostStatus, StepName
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 
 __all__ = ["make_fleet"]  # the fixture, shared with test_reset_sim

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet.model.report import Finding, Level, Reason, StepName, StepResult, StepStatus
 from fleet.node.probes.smi import ComputeApp, GpuRow
-from fleet.report.models import Finding, Level, Reason, StepName, StepResult, StepStatus
 from fleet.reset.kill import kill_verdict
 from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance

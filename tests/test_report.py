@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import fleet
-from fleet.report import render as reporting
-from fleet.report.history_view import report_from_document
-from fleet.report.models import (
+from fleet.model.report import (
     HostFinding,
     HostReport,
     HostStatus,
@@ -18,6 +16,8 @@ from fleet.report.models import (
     StepResult,
     StepStatus,
 )
+from fleet.report import render as reporting
+from fleet.report.history_view import report_from_document
 
 
 def _run(statuses: dict[str, tuple[HostStatus, str | None]], command: str = "reset") -> RunReport:

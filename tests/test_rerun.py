@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from fleet.cli import optional_value
-from fleet.errors import UsageError
+from fleet.model.errors import UsageError
 from fleet.report.history import HISTORY_FILE, History, HostRow, RunRecord, RunRow, not_clean
 from fleet.report.logs import new_run_id
 from fleet.report.rerun import Rerun, decide, find_run

@@ -12,13 +12,13 @@ import anyio
 import pytest
 import scripted_node
 
-from fleet.errors import ConnectError
 from fleet.graph import RunOptions, RunState, run_hosts
 from fleet.inventory.host import Host
+from fleet.model.errors import ConnectError
+from fleet.model.outcomes import CommandResult
+from fleet.model.report import HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.node.probes import smi
-from fleet.outcomes import CommandResult
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.reset.walk import Mode
 from fleet.transport.scripted import Answer, Reply, ScriptedTransport
 from fleet.waves import Amount

@@ -22,13 +22,13 @@ import pytest
 import scripted_node
 from test_signal_identity import NOBODY
 
-from fleet.errors import StepFailed
-from fleet.hostlog import NoLog
 from fleet.inventory.host import Host
+from fleet.model.errors import StepFailed
+from fleet.model.hostlog import NoLog
+from fleet.model.report import Reason, StepName
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes.procs import HolderRow, HolderScan, PsRow, holders_scan_argv, parse_ps, parse_scan, ps_argv
-from fleet.report.models import Reason, StepName
 from fleet.reset.holders import Scan, blind_error, ps_blindness, scan, scan_blindness
 from fleet.transport.scripted import Answer, Reply, ScriptedTransport
 

@@ -13,7 +13,7 @@ from test_runner_logic import make_host, node_script
 from fleet import schedulers
 from fleet.graph import Ready, RunOptions, SchedulerOptions
 from fleet.inventory.host import Host
-from fleet.report.models import HostReport, HostStatus, Reason, SchedulerRecord
+from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.reset.walk import HostRun
 from fleet.run import run_and_report
 from fleet.transport.scripted import ScriptedTransport

@@ -12,9 +12,9 @@ import pytest
 import scripted_node
 
 from fleet.inventory.host import Host
+from fleet.model.report import Reason, StepStatus
 from fleet.node.node import Node
 from fleet.node.probes.smi import SETTLE_FIELDS, VERIFY_FIELDS
-from fleet.report.models import Reason, StepStatus
 from fleet.reset import kill, settle
 from fleet.transport.scripted import Reply, ScriptedTransport
 

@@ -24,11 +24,11 @@ import pytest
 from conftest import ClientKey, make_client_key
 from sshd import SSHD, Sshd, start_sshd
 
-from fleet.errors import StepFailed
 from fleet.inventory.host import Host
+from fleet.model.errors import StepFailed
+from fleet.model.report import StepName
 from fleet.node.budget import Budget
 from fleet.node.node import Node
-from fleet.report.models import StepName
 from fleet.reset import holders
 from fleet.transport.ssh import open_ssh
 

@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 from test_reset_sim import busy, fast_vars, last_log, make_fleet, reset
 
+from fleet.model.report import HostStatus, Reason, StepName
 from fleet.node.bounds import SMI_FACTOR
-from fleet.report.models import HostStatus, Reason, StepName
 
 __all__ = ["make_fleet"]  # the fixture, used by name
 

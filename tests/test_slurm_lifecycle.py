@@ -13,7 +13,7 @@ import structlog
 from scripted_slurm import ScriptedSlurm
 
 from fleet.inventory.host import Host
-from fleet.report.models import HostReport, HostStatus, Reason
+from fleet.model.report import HostReport, HostStatus, Reason
 from fleet.reset.walk import HostRun, Mode
 from fleet.slurm.lifecycle import SlurmLifecycle
 from fleet.slurm.tries import UPDATE_TRIES

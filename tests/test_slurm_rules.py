@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.report.models import HostStatus
+from fleet.model.report import HostStatus
 from fleet.slurm import policy
 from fleet.slurm.policy import Admission, Release
 from fleet.slurm.records import SlurmNode, SlurmParseError, parse_jobs, parse_node_list, parse_nodes, split_reason

@@ -27,7 +27,7 @@ from slurm import StartCluster, live
 from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
-from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName
+from fleet.model.report import HostReport, HostStatus, Reason, RunReport, StepName
 from fleet.report.render import to_document
 from fleet.reset.walk import Mode
 from fleet.run import run_and_report

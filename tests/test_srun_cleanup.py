@@ -17,8 +17,8 @@ from scripted_slurm import ScriptedSlurm
 
 from fleet.graph import RunOptions, SchedulerOptions
 from fleet.inventory.host import Host
+from fleet.model.report import HostStatus, Reason, SchedulerRecord
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostStatus, Reason, SchedulerRecord
 from fleet.reset.walk import HostRun
 from fleet.slurm.cleanup import Drained, Ended, drain_failed
 from fleet.slurm.control import SlurmError

@@ -26,10 +26,10 @@ import pytest
 from conftest import ClientKey
 from sshd import Sshd, start_sshd
 
-from fleet.errors import AuthError, ConnectError, HostKeyError
 from fleet.inventory import host as host_module
 from fleet.inventory.host import Host
-from fleet.report.models import Reason
+from fleet.model.errors import AuthError, ConnectError, HostKeyError
+from fleet.model.report import Reason
 from fleet.report.tables import inventory_table
 from fleet.transport import ssh as ssh_module
 from fleet.transport.base import Note

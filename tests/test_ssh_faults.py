@@ -26,9 +26,9 @@ from conftest import ClientKey
 from sshd import Sshd
 from test_transport import eventually, line_within
 
-from fleet.errors import SessionSilent
 from fleet.graph import RunOptions
 from fleet.inventory.host import Host
+from fleet.model.errors import SessionSilent
 from fleet.node.node import is_remote_command
 from fleet.reset.walk import Mode
 from fleet.run import run_and_report

@@ -15,8 +15,8 @@ from conftest import ClientKey, make_client_key
 from sshd import Sshd
 from test_transport import SUDO_WANTS_PASSWORD, fake_bin, gone_within, line_within
 
-from fleet.errors import AuthError, CommandTimeout, HostKeyError
 from fleet.inventory.host import Host
+from fleet.model.errors import AuthError, CommandTimeout, HostKeyError
 from fleet.transport import ssh as ssh_module
 from fleet.transport.ssh import SshTransport, open_ssh
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet.errors import UsageError
 from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, load_inventory
 from fleet.inventory.targeting import named, select, select_with
+from fleet.model.errors import UsageError
 
 
 def load(tmp_path: Path, text: str, name: str) -> Inventory:

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from conftest import ClientKey, make_client_key
 
-from fleet.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
 from fleet.inventory.host import Connection, Host
-from fleet.report.models import Reason
+from fleet.model.errors import AuthError, CommandTimeout, ConnectError, ConnectionLost, HostKeyError
+from fleet.model.report import Reason
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 from fleet.sim.server import SimServer

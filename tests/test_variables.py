@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet.errors import InventoryError
 from fleet.inventory.host import Host
 from fleet.inventory.load import VARIABLES, HostVars, load_inventory
 from fleet.inventory.variables import HOST_VARIABLES, markdown_table
+from fleet.model.errors import InventoryError
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

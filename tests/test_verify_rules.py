@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import scripted_node
 
-from fleet.hostlog import NoLog
 from fleet.inventory.host import Host
+from fleet.model.hostlog import NoLog
+from fleet.model.report import StepStatus
 from fleet.node.node import Node
 from fleet.node.probes.smi import VERIFY_FIELDS, ComputeApp, GpuRow
-from fleet.report.models import StepStatus
 from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance, kept_usage
 from fleet.reset.verify import describe_kept, verify, verify_error

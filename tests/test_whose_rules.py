@@ -4,8 +4,8 @@ would do; and the one line each ends with."""
 
 from __future__ import annotations
 
+from fleet.model.report import Reason
 from fleet.node.probes.smi import ComputeApp, GpuRow
-from fleet.report.models import Reason
 from fleet.reset import leaks
 from fleet.reset.leaks import Board, Look, Unsettled
 from fleet.reset.protection import JOB_PROCESS, Holder, JobRef, job_of

@@ -32,11 +32,11 @@ from typing import Any
 
 import anyio
 
-from fleet.errors import TransportError
 from fleet.graph import CLOSE_TIMEOUT_S
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model.errors import TransportError
 from fleet.run import raise_fd_limit
 from fleet.transport import Transport, connect
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from fleet.errors import InventoryError
 from fleet.inventory.messages import one_line
+from fleet.model.errors import InventoryError
 
 # libyaml's parser when PyYAML was built with it (about 10x faster on a large inventory); same safe constructor.
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

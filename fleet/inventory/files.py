@@ -14,9 +14,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from fleet.errors import InventoryError
 from fleet.inventory.host import Connection, Host, default_known_hosts
 from fleet.inventory.load import Inventory
+from fleet.model.errors import InventoryError
 
 _KNOWN_HOSTS_HINT = "host keys are always checked; set known_hosts or run ssh-keyscan"
 

@@ -14,8 +14,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NamedTuple
 
-from fleet import health_checks
 from fleet.inventory import validate
+from fleet.model import health_checks
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
@@ -80,7 +80,7 @@ class Var:
 
 
 def _health_check(name: str) -> str:
-    """`health_warn` and `health_ignore` name checks of the health gate's table (`fleet.health_checks`)."""
+    """`health_warn` and `health_ignore` name checks of the health gate's table (`fleet.model.health_checks`)."""
     if name not in health_checks.BY_NAME:
         raise ValueError(f"unknown health check {name!r} (known: {', '.join(health_checks.NAMES)})")
     return name

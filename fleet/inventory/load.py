@@ -44,13 +44,13 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import ErrorDetails
 
 from fleet import schedulers
-from fleet.errors import InventoryError, UsageError
 from fleet.inventory import validate
 from fleet.inventory.datafile import read_data
 from fleet.inventory.host import BUILTIN_PROTECTED, Connection, Host
 from fleet.inventory.messages import one_line
 from fleet.inventory.nodesets import node_order, node_set
 from fleet.inventory.variables import HOST_VARIABLES, Variable
+from fleet.model.errors import InventoryError, UsageError
 
 ALL = "all"
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from fleet.errors import UsageError
 from fleet.inventory import validate
 from fleet.inventory.host import Host
 from fleet.inventory.load import ALL, Inventory, suggest, unlisted_host
 from fleet.inventory.nodesets import node_order, node_set
+from fleet.model.errors import UsageError
 
 
 def _split(text: str) -> list[str]:

@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fleet.errors import CommandTimeout, StepFailed
-from fleet.hostlog import HostLog
 from fleet.inventory.host import Host
+from fleet.model.errors import CommandTimeout, StepFailed
+from fleet.model.hostlog import HostLog
+from fleet.model.outcomes import Reason, StepName, StepStatus
 from fleet.node import bounds
 from fleet.node.bounds import Bound
 from fleet.node.budget import Budget
 from fleet.node.probe import Probe
-from fleet.outcomes import Reason, StepName, StepStatus
 from fleet.transport import batch as framing
 from fleet.transport.base import RELEASE_TIMEOUT_S, TIMEOUT_EXIT_STATUSES, CommandResult, OpenCommand, Transport, clip
 

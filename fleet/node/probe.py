@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from fleet.errors import StepFailed
+from fleet.model.errors import StepFailed
 from fleet.node.probes.parse import ProbeParseError
 from fleet.transport.base import CommandResult
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import UsageError
+from fleet.model.errors import UsageError
 from fleet.report import render
 from fleet.report.history import (
     History,

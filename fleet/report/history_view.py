@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from fleet.errors import UsageError
-from fleet.report.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, parse_stamp
-from fleet.report.models import (
+from fleet.model.errors import UsageError
+from fleet.model.report import (
     HostPlan,
     HostReport,
     HostStatus,
@@ -24,6 +23,7 @@ from fleet.report.models import (
     RunReport,
     SchedulerRecord,
 )
+from fleet.report.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, parse_stamp
 from fleet.report.render import fold, host_from_document, human_lines
 
 _SINCE = re.compile(r"^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

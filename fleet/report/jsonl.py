@@ -78,7 +78,7 @@ def _stamp() -> str:
 
 
 class HostLogger:
-    """A `fleet.hostlog.HostLog` writing one host's lines to `out` (opened unbuffered, in append mode)."""
+    """A `fleet.model.hostlog.HostLog` writing one host's lines to `out` (opened unbuffered, in append mode)."""
 
     __slots__ = ("_host", "_opening", "_out", "_run_id")
 

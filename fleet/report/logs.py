@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import UsageError
+from fleet.model.errors import UsageError
 from fleet.report.jsonl import HostLogger, write_line
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleet import __version__
-from fleet.report.models import HostReport, HostStatus, Level, RunReport
+from fleet.model.report import HostReport, HostStatus, Level, RunReport
 
 MIB = 1024 * 1024
 

@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.table import Table
 
 from fleet import terminal
-from fleet.report.models import HostStatus, StepName
+from fleet.model.report import HostStatus, StepName
 from fleet.report.tables import Quiet
 
 STATUS_INTERVAL_VAR = "FLEET_STATUS_INTERVAL"

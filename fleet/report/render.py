@@ -11,7 +11,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from fleet import __version__
-from fleet.report.models import (
+from fleet.model.report import (
     Finding,
     GpuReport,
     HostFinding,

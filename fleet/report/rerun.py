@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet.errors import UsageError
+from fleet.model.errors import UsageError
 from fleet.report.history import History, RunKind, RunRecord, not_clean, run_kind
 from fleet.report.history_view import counts_text
 from fleet.report.render import fold

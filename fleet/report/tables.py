@@ -9,7 +9,7 @@ from rich.table import Table
 
 from fleet import terminal
 from fleet.inventory.host import Host
-from fleet.report.models import RunReport, StepName, StepStatus
+from fleet.model.report import RunReport, StepName, StepStatus
 
 
 def inventory_table(hosts: Sequence[Host]) -> None:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import anyio
 
+from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import units
-from fleet.report.models import Reason, StepName, StepOutcome, StepResult, StepStatus
 from fleet.reset.poll import POLL_MARGIN_S, backoff
 
 # Seconds to wait for a unit to go down after `systemctl kill -s SIGKILL`.

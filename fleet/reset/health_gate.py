@@ -2,7 +2,7 @@
 
 Pure: `judge` turns what the probes in `fleet.node.probes.health` and `fleet.node.probes.kernel_log` read into
 `Finding`s per GPU and `HostFinding`s for the host (an Xid on a PCI address no listed GPU has; a kernel log that
-could not be read), by the table of checks (`fleet.health_checks`: each one's default level, from NVIDIA's
+could not be read), by the table of checks (`fleet.model.health_checks`: each one's default level, from NVIDIA's
 documents, how a GPU's fact reads as a finding, how findings rank) and the host's `HealthPolicy` (`health_warn`,
 `health_ignore`). A finding at level `fail` keeps the host from being clean; `warn` is only reported.
 
@@ -25,11 +25,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fleet.health_checks import BY_NAME, NAMES, TABLE
+from fleet.model.health_checks import BY_NAME, NAMES, TABLE
+from fleet.model.report import Finding, HostFinding, KilledProcess, Level
 from fleet.node.probes.health import GpuHealth
 from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
 from fleet.node.probes.parse import LINE_CLIP
-from fleet.report.models import Finding, HostFinding, KilledProcess, Level
 from fleet.transport.base import clip
 
 if TYPE_CHECKING:

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from fleet.errors import StepFailed
 from fleet.inventory.host import Host
+from fleet.model.errors import StepFailed
+from fleet.model.report import Reason, StepName
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probe import first_line
 from fleet.node.probes import jobs, lineage, procs, units
-from fleet.report.models import Reason, StepName
 from fleet.reset.protection import Holder, ProcessFacts, Rules, full_name, protected_by
 from fleet.transport.base import CommandResult
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import anyio
 
+from fleet.model.report import KilledProcess, Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict, line_of
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import procs, units
-from fleet.report.models import KilledProcess, Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict, line_of
 from fleet.reset.drain import UnitsStopped, stop_units
 from fleet.reset.holders import Scan, scan
 from fleet.reset.poll import POLL_MARGIN_S, backoff

@@ -22,13 +22,13 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet.errors import StepFailed
+from fleet.model.errors import StepFailed
+from fleet.model.report import StepName, StepStatus
 from fleet.node.bounds import commands_s
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probe import Probe
 from fleet.node.probes import health, procs, smi
-from fleet.report.models import StepName, StepStatus
 from fleet.reset.holders import scan
 from fleet.reset.protection import Holder, job_of
 from fleet.transport.base import CommandResult

@@ -26,12 +26,12 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from fleet.errors import CommandTimeout, FleetError, TransportError
 from fleet.inventory.host import Host
+from fleet.model.errors import CommandTimeout, FleetError, TransportError
+from fleet.model.report import Reason
 from fleet.node.bounds import commands_s
 from fleet.node.node import Node
 from fleet.node.probe import Probe, first_line
-from fleet.report.models import Reason
 from fleet.reset.drain import ESCALATION_WINDOW_S
 from fleet.reset.kill import SIGKILL_WAIT_S
 from fleet.transport.base import RELEASE_TIMEOUT_S, OpenCommand

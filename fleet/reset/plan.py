@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from fleet.model.report import HostPlan, PlannedProcess, StepName, StepResult, StepStatus
 from fleet.node.bounds import commands_s
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import smi, units
-from fleet.report.models import HostPlan, PlannedProcess, StepName, StepResult, StepStatus
 from fleet.reset.drain import unit_states
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder

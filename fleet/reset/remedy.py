@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleet.errors import StepFailed
+from fleet.model.errors import StepFailed
+from fleet.model.report import StepName
 from fleet.node.bounds import Bound
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probe import ANY_EXIT, Probe
 from fleet.node.probes import smi
-from fleet.report.models import StepName
 from fleet.reset.protection import Holder
 
 # What a reset that does not end within its bound means (`{s}`: the bound in seconds).

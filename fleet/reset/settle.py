@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 import anyio
 
 from fleet.inventory.host import Host
+from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict
 from fleet.node.bounds import commands_s
 from fleet.node.budget import Budget
 from fleet.node.node import Node
 from fleet.node.probes import smi
-from fleet.report.models import Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict
 from fleet.reset import leaks, remedy
 from fleet.reset.poll import POLL_MARGIN_S, backoff
 

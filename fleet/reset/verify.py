@@ -23,15 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.errors import StepFailed
 from fleet.inventory.host import Host
-from fleet.node.bounds import commands_s
-from fleet.node.budget import Budget
-from fleet.node.node import Answers, Node
-from fleet.node.probe import Probe
-from fleet.node.probes import health, kernel_log, procs, smi
-from fleet.node.probes.parse import ProbeParseError
-from fleet.report.models import (
+from fleet.model.errors import StepFailed
+from fleet.model.report import (
     Finding,
     GpuReport,
     HostFinding,
@@ -45,6 +39,12 @@ from fleet.report.models import (
     Verdict,
     line_of,
 )
+from fleet.node.bounds import commands_s
+from fleet.node.budget import Budget
+from fleet.node.node import Answers, Node
+from fleet.node.probe import Probe
+from fleet.node.probes import health, kernel_log, procs, smi
+from fleet.node.probes.parse import ProbeParseError
 from fleet.reset.health_gate import Ended, HealthPolicy, Judgement, KernelReads, judge
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder

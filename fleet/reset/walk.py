@@ -16,13 +16,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from fleet.errors import CommandTimeout, StepFailed
 from fleet.inventory.host import Host
-from fleet.node.budget import BudgetSpent
-from fleet.node.node import Node
-from fleet.node.probe import Probe
-from fleet.node.probes import kernel_log, smi
-from fleet.report.models import (
+from fleet.model.errors import CommandTimeout, StepFailed
+from fleet.model.report import (
     GpuReport,
     HostFinding,
     HostPlan,
@@ -36,6 +32,10 @@ from fleet.report.models import (
     StepResult,
     StepStatus,
 )
+from fleet.node.budget import BudgetSpent
+from fleet.node.node import Node
+from fleet.node.probe import Probe
+from fleet.node.probes import kernel_log, smi
 from fleet.reset import drain, kill, plan, settle, verify
 from fleet.reset.lock import LockError, host_lock
 

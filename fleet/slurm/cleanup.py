@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet.hostlog import HostLog
-from fleet.report.models import HostStatus
+from fleet.model.hostlog import HostLog
+from fleet.model.report import HostStatus
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.records import SlurmNode

@@ -14,9 +14,9 @@ from typing import TypeVar
 
 from ClusterShell.NodeSet import NodeSet
 
-from fleet.errors import CommandTimeout, FleetError
 from fleet.inventory.host import Connection, Host
 from fleet.inventory.messages import one_line
+from fleet.model.errors import CommandTimeout, FleetError
 from fleet.slurm.records import (
     HOLDING_JOB_STATES,
     SlurmNode,

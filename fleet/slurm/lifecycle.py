@@ -27,9 +27,9 @@ from typing import Any
 import anyio
 
 from fleet.graph import Ready
-from fleet.hostlog import HostLog
 from fleet.interrupts import Interrupts
-from fleet.report.models import HostReport, HostStatus, Reason, SchedulerRecord
+from fleet.model.hostlog import HostLog
+from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError

@@ -29,8 +29,8 @@ import structlog
 from fleet import __version__
 from fleet.graph import RunOptions, run_hosts
 from fleet.inventory.host import Connection, Host
+from fleet.model.report import HostReport, HostStatus, Reason
 from fleet.report.logs import RunLogs
-from fleet.report.models import HostReport, HostStatus, Reason
 from fleet.report.render import host_document
 from fleet.reset.walk import Mode
 from fleet.slurm.frames import frames

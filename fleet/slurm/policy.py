@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from fleet.inventory.messages import one_line
-from fleet.report.models import HostStatus
+from fleet.model.report import HostStatus
 from fleet.slurm.records import SlurmNode
 
 REASON_PREFIX = "fleet: run "

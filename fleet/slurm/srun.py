@@ -46,8 +46,7 @@ from fleet.graph import HostEnded, RunOptions, RunState, run_bounded
 from fleet.interrupts import Interrupts
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
-from fleet.report.logs import RunLogs
-from fleet.report.models import (
+from fleet.model.report import (
     HostPlan,
     HostReport,
     HostStatus,
@@ -57,6 +56,7 @@ from fleet.report.models import (
     StepName,
     StepStatus,
 )
+from fleet.report.logs import RunLogs
 from fleet.report.render import host_from_document
 from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy

@@ -1,7 +1,7 @@
 """The seam between fleet's logic and the wire.
 
 Everything above this module sees `Transport.run(argv, timeout=...)` and a
-`CommandResult`. A non-zero exit is data; exceptions (see `fleet.errors`)
+`CommandResult`. A non-zero exit is data; exceptions (see `fleet.model.errors`)
 mean "no answer". Every command is bounded twice: on the node by coreutils'
 `timeout` (so nothing it started outlives it there) and on the client by a
 deadline a little after that.
@@ -31,9 +31,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fleet.errors import AuthError, CommandTimeout
 from fleet.inventory.host import Host
-from fleet.outcomes import CommandResult as CommandResult
+from fleet.model.errors import AuthError, CommandTimeout
+from fleet.model.outcomes import CommandResult as CommandResult
 
 # Seconds between the remote `timeout`'s SIGTERM and its SIGKILL.
 REMOTE_KILL_AFTER_S = 1.0

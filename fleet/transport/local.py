@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import anyio
 
-from fleet.errors import CommandTimeout, ConnectError
 from fleet.inventory.host import Host
+from fleet.model.errors import CommandTimeout, ConnectError
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
     CommandResult,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from fleet.errors import CommandTimeout
+from fleet.model.errors import CommandTimeout
 from fleet.transport import batch
 from fleet.transport.base import TIMEOUT_EXIT_STATUSES, CommandResult, OpenCommand, bounded_argv
 

@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from fleet.model.report import HostReport, HostStatus
 from fleet.report.history.schema import json_text, parse_stamp
 from fleet.report.logs import RunLiveness
-from fleet.report.models import HostReport, HostStatus
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fleet import __version__
-from fleet.errors import UsageError
+from fleet.model.errors import UsageError
 
 HISTORY_FILE = "history.sqlite"
 BUSY_TIMEOUT_S = 10.0

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from fleet.model.report import HostReport, HostStatus
 from fleet.report.history.retention import prune_runs
 from fleet.report.history.rows import DRY_RUN_MODE, HostRow, RunKind, RunRecord, RunRow, host_values
 from fleet.report.history.schema import (
@@ -24,7 +25,6 @@ from fleet.report.history.schema import (
     stamp,
     transaction,
 )
-from fleet.report.models import HostReport, HostStatus
 
 # The host statuses `last_failed` returns by default: the hosts a rerun should try again.
 RERUN_STATUSES = (HostStatus.FAILED, HostStatus.UNREACHABLE)

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import anyio
 import asyncssh
 
-from fleet.errors import ConnectError
 from fleet.inventory.host import Host
+from fleet.model.errors import ConnectError
 from fleet.transport import attention
 from fleet.transport.base import Note
 from fleet.transport.ssh.admission import Admitted, admission

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 import anyio
 import asyncssh
 
-from fleet.errors import (
+from fleet.inventory.host import Host
+from fleet.model.errors import (
     ConnectError,
     TransportError,
 )
-from fleet.inventory.host import Host
-from fleet.outcomes import Reason
+from fleet.model.outcomes import Reason
 from fleet.transport.ssh.dial import dial
 from fleet.transport.ssh.known_hosts import KnownHosts
 from fleet.transport.ssh.options import connect_errors, connect_options

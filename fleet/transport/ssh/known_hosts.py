@@ -14,10 +14,10 @@ from typing import TypeVar, cast
 
 import asyncssh
 
-from fleet.errors import (
+from fleet.inventory.host import Host, default_known_hosts
+from fleet.model.errors import (
     HostKeyError,
 )
-from fleet.inventory.host import Host, default_known_hosts
 from fleet.transport.base import (
     Note,
 )

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import asyncssh
 
-from fleet.errors import (
+from fleet.inventory.host import Host
+from fleet.model.errors import (
     AuthError,
     ConnectError,
     ConnectionLost,
     HostKeyError,
 )
-from fleet.inventory.host import Host
 from fleet.transport.ssh.known_hosts import KnownHosts, cached, known_hosts
 from fleet.transport.ssh.routing import Route
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import asyncssh
 
-from fleet.errors import (
+from fleet.inventory.host import Host
+from fleet.model.errors import (
     ConnectError,
 )
-from fleet.inventory.host import Host
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,12 @@ from typing import TypeVar
 import anyio
 import asyncssh
 
-from fleet.errors import (
+from fleet.inventory.host import Host
+from fleet.model.errors import (
     CommandTimeout,
     ConnectionLost,
     SessionSilent,
 )
-from fleet.inventory.host import Host
 from fleet.transport import attention, liveness, reap
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,

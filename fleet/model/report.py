@@ -6,13 +6,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fleet.outcomes import HostStatus as HostStatus
-from fleet.outcomes import Level as Level
-from fleet.outcomes import Reason as Reason
-from fleet.outcomes import StepName as StepName
-from fleet.outcomes import StepStatus as StepStatus
-from fleet.outcomes import Verdict as Verdict
-from fleet.outcomes import line_of as line_of
+from fleet.model.outcomes import HostStatus as HostStatus
+from fleet.model.outcomes import Level as Level
+from fleet.model.outcomes import Reason as Reason
+from fleet.model.outcomes import StepName as StepName
+from fleet.model.outcomes import StepStatus as StepStatus
+from fleet.model.outcomes import Verdict as Verdict
+from fleet.model.outcomes import line_of as line_of
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ exited non-zero is data (a `CommandResult`), never an exception.
 
 from __future__ import annotations
 
-from fleet.outcomes import CommandResult, Reason, StepStatus
+from fleet.model.outcomes import CommandResult, Reason, StepStatus
 
 
 class FleetError(Exception):

@@ -10,7 +10,7 @@ Adding a check: a row here (with, for a GPU fact, the function that reads it int
 parser that reads the fact into `GpuHealth` (`fleet.node.probes.health`, from `--query-gpu` and `-q` both); and
 the fact on the simulated GPU (`fleet.sim.nvidia_smi.Gpu`, printed by both, and set by `fleet.sim.node.NodeSpec`).
 
-A leaf: it imports only `fleet.outcomes` (and `GpuHealth`, for type checking), so the inventory and the reset
+A leaf: it imports only `fleet.model.outcomes` (and `GpuHealth`, for type checking), so the inventory and the reset
 both read it without a cycle.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fleet.outcomes import Level
+from fleet.model.outcomes import Level
 
 if TYPE_CHECKING:
     from fleet.node.probes.health import GpuHealth

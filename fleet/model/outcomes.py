@@ -1,7 +1,7 @@
 """The words every layer shares about how things ended: a host's status, a step's name and status, the reason
 a host did not end clean, a verdict, how much a health finding weighs (`Level`), and what one remote command
 did (`CommandResult`). A leaf: it imports nothing of fleet, so the lowest layers (errors, transport, node) speak
-of outcomes without depending on the report layer (`fleet.report.models` and `fleet.transport.base` re-export
+of outcomes without depending on the report layer (`fleet.model.report` and `fleet.transport.base` re-export
 them)."""
 
 from __future__ import annotations
