@@ -40,14 +40,14 @@ from typing import Any
 
 import anyio
 
-from fleet.graph import RunOptions
+from fleet.engine.graph import RunOptions
+from fleet.engine.run import run_and_report
+from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.errors import ConnectError
 from fleet.model.report import HostStatus, Reason, RunReport
-from fleet.reset.walk import Mode
-from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.transport import batch, connect

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import anyio
 
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs, new_run_id
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus
-from fleet.report.logs import RunLogs, new_run_id
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 

@@ -22,10 +22,10 @@ _API = {
     "Inventory": "fleet.inventory.load",
     "load_inventory": "fleet.inventory.load",
     "select": "fleet.inventory.targeting",
-    "Mode": "fleet.reset.walk",
-    "RunOptions": "fleet.graph",
-    "SchedulerOptions": "fleet.graph",
-    "run_and_report": "fleet.run",
+    "Mode": "fleet.engine.walk",
+    "RunOptions": "fleet.engine.graph",
+    "SchedulerOptions": "fleet.engine.graph",
+    "run_and_report": "fleet.engine.run",
     "RunReport": "fleet.model.report",
     "HostReport": "fleet.model.report",
     "HostStatus": "fleet.model.report",
@@ -40,14 +40,14 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from fleet.graph import RunOptions, SchedulerOptions
+    from fleet.engine.graph import RunOptions, SchedulerOptions
+    from fleet.engine.run import run_and_report
+    from fleet.engine.walk import Mode
     from fleet.inventory.host import Host
     from fleet.inventory.load import Inventory, load_inventory
     from fleet.inventory.targeting import select
     from fleet.model.errors import FleetError, UsageError
     from fleet.model.report import HostReport, HostStatus, Reason, RunReport
-    from fleet.reset.walk import Mode
-    from fleet.run import run_and_report
 
 
 def __getattr__(name: str) -> Any:

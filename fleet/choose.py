@@ -19,7 +19,7 @@ from fleet.model.errors import UsageError
 @dataclass(frozen=True)
 class Targets:
     """What the command line chose: the hosts, the inventory they came from (if any), and the scheduler around the
-    run (`fleet.schedulers`: `--slurm`, or the inventory's `scheduler:`), None without one."""
+    run (`fleet.engine.schedulers`: `--slurm`, or the inventory's `scheduler:`), None without one."""
 
     hosts: list[Host]
     inventory: Inventory | None

@@ -1,4 +1,5 @@
-"""The command line: typer wiring only, over the importable core (`fleet.run`, `fleet.graph`, `fleet.inventory`)."""
+"""The command line: typer wiring only, over the importable core (`fleet.engine.run`, `fleet.engine.graph`,
+`fleet.inventory`)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,12 @@ from fleet.cli_options import (
     PartitionOpt,
     SlurmOpt,
 )
-from fleet.graph import RunOptions, SchedulerOptions
-from fleet.interrupts import HANGUP_LINE, HungUp, hangups_unwind
+from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.interrupts import HANGUP_LINE, HungUp, hangups_unwind
+from fleet.engine.run import execute
+from fleet.engine.run_folder import default_log_dir
+from fleet.engine.walk import Mode
+from fleet.engine.waves import parse_amount, parse_duration
 from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
@@ -43,12 +48,8 @@ from fleet.report.history import (
 from fleet.report.history_view import (
     STATUS_ORDER,
 )
-from fleet.report.logs import default_log_dir
 from fleet.report.rerun import rerun_of
-from fleet.reset.walk import Mode
-from fleet.run import execute
 from fleet.terminal import say as _err
-from fleet.waves import parse_amount, parse_duration
 
 app = typer.Typer(
     name="fleet",
@@ -352,7 +353,7 @@ def optional_value(argv: list[str], option: str, default: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: usage and inventory errors are one line on stderr and exit 2; Ctrl-C outside a run 130, a
-    hang-up 129 (`fleet.interrupts`)."""
+    hang-up 129 (`fleet.engine.interrupts`)."""
     with hangups_unwind():
         return _main(argv)
 

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import anyio
 
-from fleet.graph import RunOptions, SchedulerOptions
+from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.run import run_and_report
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, RunReport
 from fleet.report import render as reporting
 from fleet.report.history import DEMO
-from fleet.run import run_and_report
 from fleet.sim import slurmcluster
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec

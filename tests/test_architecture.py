@@ -129,7 +129,7 @@ def test_the_importable_api_is_stated_and_every_name_resolves() -> None:
     assert set(fleet.__all__) == {"__version__", *vars(fleet)["_API"]}
     for name in fleet.__all__:
         assert getattr(fleet, name) is not None, name
-    assert fleet.RunOptions is importlib.import_module("fleet.graph").RunOptions
+    assert fleet.RunOptions is importlib.import_module("fleet.engine.graph").RunOptions
 
 
 def every_import(path: Path) -> Iterator[ast.ImportFrom | ast.Import]:

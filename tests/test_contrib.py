@@ -15,7 +15,7 @@ import pytest
 import typer
 
 from fleet.cli import app
-from fleet.waves import parse_duration
+from fleet.engine.waves import parse_duration
 
 CONTRIB = Path(__file__).resolve().parents[1] / "contrib"
 SERVICE = CONTRIB / "fleet-reset.service"

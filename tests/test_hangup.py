@@ -20,10 +20,10 @@ import anyio
 import pytest
 import test_cli
 
-from fleet.interrupts import HANGUP_LINE
+from fleet.engine.interrupts import HANGUP_LINE
+from fleet.engine.run_folder import SUMMARY
 from fleet.report.history import History, history_path
 from fleet.report.html_report import REPORT_HTML
-from fleet.report.logs import SUMMARY
 from fleet.sim.fleetsim import SimFleet
 
 hung_fleet = test_cli.hung_fleet  # two nodes whose unit ignores SIGTERM: a reset sits in drain

@@ -11,7 +11,7 @@ import pytest
 import test_slurm_faults
 from test_slurm_faults import finish, logged, released_as_interrupted, settling, start_cli, stop, until
 
-from fleet.interrupts import HANGUP_LINE
+from fleet.engine.interrupts import HANGUP_LINE
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
 

@@ -22,11 +22,11 @@ import pytest
 from conftest import ClientKey
 from sshd import Sshd
 
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostFinding, HostReport, HostStatus, Level, Reason
-from fleet.report.logs import RunLogs
-from fleet.reset.walk import Mode
 from fleet.sim import journalctl, nvidia_smi, state
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 

@@ -22,7 +22,9 @@ from anyio.abc import Process
 from slurm import StartCluster
 
 from fleet.cli import main
-from fleet.graph import RunOptions, SchedulerOptions
+from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.run import run_and_report
+from fleet.engine.run_folder import RunLiveness, RunLogs, new_run_id
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
@@ -73,8 +75,6 @@ from fleet.report.history_view import (
     terminal_columns,
     took,
 )
-from fleet.report.logs import RunLiveness, RunLogs, new_run_id
-from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from test_runner_logic import make_host, node_script
 
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs
 from fleet.inventory.host import Host
 from fleet.model.errors import ConnectionLost, SessionSilent
 from fleet.model.report import HostStatus, Reason, RunReport
-from fleet.report.logs import RunLogs
 from fleet.transport.base import Note
 from fleet.transport.scripted import Reply, ScriptedTransport
 

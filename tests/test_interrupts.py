@@ -1,4 +1,4 @@
-"""SIGINT/SIGTERM/SIGHUP over a run (`fleet.interrupts`): the first cuts, the second tells, the third abandons; a
+"""SIGINT/SIGTERM/SIGHUP over a run (`fleet.engine.interrupts`): the first cuts, the second tells, the third abandons; a
 hang-up counts once. The signal path itself runs through the real CLI in test_slurm_faults.py and test_hangup.py;
 here the counting and the scopes."""
 
@@ -8,8 +8,8 @@ import signal
 
 import anyio
 
-from fleet.graph import RunState
-from fleet.interrupts import HANGUP_LINE, HungUp, Interrupts, handled, hangups_unwind
+from fleet.engine.graph import RunState
+from fleet.engine.interrupts import HANGUP_LINE, HungUp, Interrupts, handled, hangups_unwind
 from fleet.model.report import RunReport
 from fleet.report import render as reporting
 

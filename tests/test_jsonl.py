@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import structlog
 
+from fleet.engine.run_folder import RunLogs
 from fleet.report.jsonl import HostLogger
-from fleet.report.logs import RunLogs
 
 STAMP = re.compile(r'"timestamp": "[^"]*"')
 # The per-node log's chain as it was written before HostLogger, spelled out here so that the pin is not the

@@ -18,13 +18,13 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, RunReport, StepName
-from fleet.report.logs import RunLogs
-from fleet.reset.walk import Mode
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 from fleet.transport import Transport, connect

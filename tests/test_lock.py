@@ -22,6 +22,7 @@ from test_runner_logic import make_host, node_script, run
 from test_transport import SUDO_WANTS_PASSWORD, MakeNode, fake_bin, gone_within, line_within
 from test_transport import make_node as make_node  # the fixture: SimServers stopped after the test
 
+from fleet.engine.walk import Mode
 from fleet.inventory import validate
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
@@ -31,7 +32,6 @@ from fleet.node.node import Node
 from fleet.node.probe import action
 from fleet.reset import lock
 from fleet.reset.lock import LockBusy, LockError, host_lock
-from fleet.reset.walk import Mode
 from fleet.transport.base import OpenCommand, Transport
 from fleet.transport.local import LocalTransport
 from fleet.transport.scripted import Reply, ScriptedTransport

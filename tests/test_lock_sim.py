@@ -17,11 +17,11 @@ import anyio
 import pytest
 from test_reset_sim import busy, fast_vars
 
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostReport, HostStatus, Reason, StepStatus
-from fleet.report.logs import RunLogs
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import WorkerSpec
 

@@ -21,11 +21,11 @@ import yaml
 from job_cgroup import job_cgroup
 from test_reset_sim import FAST, busy, step
 
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, Reason, RunReport, StepName, StepStatus
-from fleet.report.logs import RunLogs
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from fleet.engine.walk import host_outcome
 from fleet.model.report import Finding, Level, Reason, StepName, StepResult, StepStatus
 from fleet.node.probes.smi import ComputeApp, GpuRow
 from fleet.reset.kill import kill_verdict
 from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance
 from fleet.reset.verify import verify_verdict
-from fleet.reset.walk import host_outcome
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 KILLED = [Holder(4000, "root", "python3", "/usr/bin/python3.11", (), unit="sglang.service", start=9000)]

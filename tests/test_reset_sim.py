@@ -16,13 +16,13 @@ from typing import Any
 import anyio
 import pytest
 
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import Mode
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.node.node import is_remote_command
-from fleet.report.logs import RunLogs
-from fleet.reset.walk import Mode
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 

@@ -14,11 +14,11 @@ import pytest
 from conftest import ClientKey
 from sshd import Sshd
 
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport, HostStatus, StepName
-from fleet.report.logs import RunLogs
-from fleet.reset.walk import Mode
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
 pytestmark = pytest.mark.sshd

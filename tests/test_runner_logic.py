@@ -12,16 +12,16 @@ import anyio
 import pytest
 import scripted_node
 
-from fleet.graph import RunOptions, RunState, run_hosts
+from fleet.engine.graph import RunOptions, RunState, run_hosts
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import Mode
+from fleet.engine.waves import Amount
 from fleet.inventory.host import Host
 from fleet.model.errors import ConnectError
 from fleet.model.outcomes import CommandResult
 from fleet.model.report import HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.node.probes import smi
-from fleet.report.logs import RunLogs
-from fleet.reset.walk import Mode
 from fleet.transport.scripted import Answer, Reply, ScriptedTransport
-from fleet.waves import Amount
 
 
 @pytest.fixture(autouse=True)

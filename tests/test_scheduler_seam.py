@@ -10,12 +10,12 @@ from typing import ClassVar
 import pytest
 from test_runner_logic import make_host, node_script
 
-from fleet import schedulers
-from fleet.graph import Ready, RunOptions, SchedulerOptions
+from fleet.engine import schedulers
+from fleet.engine.graph import Ready, RunOptions, SchedulerOptions
+from fleet.engine.run import run_and_report
+from fleet.engine.walk import HostRun
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
-from fleet.reset.walk import HostRun
-from fleet.run import run_and_report
 from fleet.transport.scripted import ScriptedTransport
 
 

@@ -27,7 +27,7 @@ import anyio
 import pytest
 from slurm import StartCluster, live
 
-from fleet.report.logs import RunLiveness, RunLogs, run_liveness
+from fleet.engine.run_folder import RunLiveness, RunLogs, run_liveness
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.sim.slurmcluster import SlurmCluster

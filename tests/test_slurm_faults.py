@@ -20,12 +20,12 @@ import pytest
 import test_slurm_sim
 from test_slurm_sim import ALL, events, reset, slurm_of, state
 
-from fleet.graph import RunOptions, SchedulerOptions
+from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.run import run_and_report
+from fleet.engine.run_folder import RUNNING_LOCK, SUMMARY
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, Reason
-from fleet.report.logs import RUNNING_LOCK, SUMMARY
-from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
 from fleet.slurm.policy import failed_reason

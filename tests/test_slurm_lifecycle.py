@@ -12,9 +12,9 @@ import pytest
 import structlog
 from scripted_slurm import ScriptedSlurm
 
+from fleet.engine.walk import HostRun, Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport, HostStatus, Reason
-from fleet.reset.walk import HostRun, Mode
 from fleet.slurm.lifecycle import SlurmLifecycle
 from fleet.slurm.tries import UPDATE_TRIES
 

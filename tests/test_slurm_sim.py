@@ -24,13 +24,13 @@ import pytest
 from deep_chain import CHAIN, lineage_of
 from slurm import StartCluster, live
 
-from fleet.graph import RunOptions, SchedulerOptions
+from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.run import run_and_report
+from fleet.engine.walk import Mode
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport, StepName
 from fleet.report.render import to_document
-from fleet.reset.walk import Mode
-from fleet.run import run_and_report
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.sim.slurmcluster import SlurmCluster

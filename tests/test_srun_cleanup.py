@@ -15,11 +15,11 @@ import pytest
 import structlog
 from scripted_slurm import ScriptedSlurm
 
-from fleet.graph import RunOptions, SchedulerOptions
+from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import HostRun
 from fleet.inventory.host import Host
 from fleet.model.report import HostStatus, Reason, SchedulerRecord
-from fleet.report.logs import RunLogs
-from fleet.reset.walk import HostRun
 from fleet.slurm.cleanup import Drained, Ended, drain_failed
 from fleet.slurm.control import SlurmError
 from fleet.slurm.reservation import Reservation

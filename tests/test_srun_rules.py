@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet.engine.run_folder import RUNNING_LOCK, SUMMARY, RunLiveness, RunLogs, run_liveness
 from fleet.model.report import HostReport, HostStatus, StepName, StepResult, StepStatus
-from fleet.report.logs import RUNNING_LOCK, SUMMARY, RunLiveness, RunLogs, run_liveness
 from fleet.slurm.frames import frames
 from fleet.slurm.policy import Release, after_step, drains
 from fleet.slurm.records import SlurmNode, gpu_count, parse_nodes

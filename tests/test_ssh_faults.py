@@ -26,12 +26,12 @@ from conftest import ClientKey
 from sshd import Sshd
 from test_transport import eventually, line_within
 
-from fleet.graph import RunOptions
+from fleet.engine.graph import RunOptions
+from fleet.engine.run import run_and_report
+from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.errors import SessionSilent
 from fleet.node.node import is_remote_command
-from fleet.reset.walk import Mode
-from fleet.run import run_and_report
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec
 from fleet.transport import batch, liveness
 from fleet.transport.base import CommandResult, Note, OpenCommand

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.engine.waves import Amount, FailureBudget, parse_amount, parse_duration, plan_waves, tolerated, wave_size
 from fleet.model.errors import UsageError
-from fleet.waves import Amount, FailureBudget, parse_amount, parse_duration, plan_waves, tolerated, wave_size
 
 HOSTS = [f"h{i:02d}" for i in range(10)]
 

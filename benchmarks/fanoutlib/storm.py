@@ -1,7 +1,7 @@
 """`connectstorm.py _storm INVENTORY OUT.json`: every host of the inventory at once through fleet's own connect
 path, in this process alone, and what that cost it.
 
-Each host, as the task graph (`fleet.graph`) takes it: a slot of the graph's limiter (`-j`; unset, as by default,
+Each host, as the task graph (`fleet.engine.graph`) takes it: a slot of the graph's limiter (`-j`; unset, as by default,
 one a host: no bound), then `fleet.transport.connect(host)` (the graph's default connector: `open_ssh`, with
 everything fleet does before and during the handshake: known_hosts, ssh_config, the bounds of the host's
 `connect_timeout`), then one `true` through the Transport (`Transport.run`, bounded by the host's
@@ -32,12 +32,12 @@ from typing import Any
 
 import anyio
 
-from fleet.graph import CLOSE_TIMEOUT_S
+from fleet.engine.graph import CLOSE_TIMEOUT_S
+from fleet.engine.run import raise_fd_limit
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.errors import TransportError
-from fleet.run import raise_fd_limit
 from fleet.transport import Transport, connect
 
 from .sampler import Sampler
@@ -136,7 +136,7 @@ def fleet_admission() -> dict[str, Any] | None:
 
 async def storm(hosts: list[Host], concurrency: int | None, hold: bool) -> Tally:
     tally = Tally(len(hosts))
-    limiter = anyio.CapacityLimiter(max(1, concurrency or len(hosts)))  # as fleet.graph sizes it
+    limiter = anyio.CapacityLimiter(max(1, concurrency or len(hosts)))  # as fleet.engine.graph sizes it
     async with anyio.create_task_group() as outer:
         outer.start_soon(_watch_lag, tally)
         async with anyio.create_task_group() as group:

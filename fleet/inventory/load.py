@@ -43,7 +43,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
-from fleet import schedulers
+from fleet.engine import schedulers
 from fleet.inventory import validate
 from fleet.inventory.datafile import read_data
 from fleet.inventory.host import BUILTIN_PROTECTED, Connection, Host
@@ -111,7 +111,7 @@ class GroupSpec(BaseModel):
 
 
 def _known_scheduler(name: str) -> str:
-    """A `scheduler:` the registry knows (`fleet.schedulers`: slurm)."""
+    """A `scheduler:` the registry knows (`fleet.engine.schedulers`: slurm)."""
     if name not in schedulers.names():
         raise ValueError(f"no scheduler {name!r} (known: {', '.join(schedulers.names())})")
     return name
@@ -142,7 +142,7 @@ class Inventory:
     hosts: dict[str, Host]
     groups: dict[str, tuple[str, ...]]
     sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # host -> variable -> key that set it
-    scheduler: str | None = None  # `scheduler: slurm` (`fleet.schedulers`): every reset goes through it
+    scheduler: str | None = None  # `scheduler: slurm` (`fleet.engine.schedulers`): every reset goes through it
     defaults: Mapping[str, Any] = field(default_factory=dict)  # what `defaults` set: for hosts it does not list
 
     def source(self, host: str, variable: str) -> str:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fleet.engine.run_folder import SUMMARY, run_liveness
 from fleet.model.errors import UsageError
 from fleet.report import render
 from fleet.report.history import (
@@ -38,7 +39,6 @@ from fleet.report.history_view import (
     unfinished_lines,
 )
 from fleet.report.html_report import REPORT_HTML, record_document, write_page
-from fleet.report.logs import SUMMARY, run_liveness
 from fleet.terminal import say
 
 

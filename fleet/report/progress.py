@@ -35,7 +35,7 @@ SLOWEST = 3
 
 
 class Progressing(Protocol):
-    """What the view reads of a host (`fleet.reset.walk.HostRun` is one)."""
+    """What the view reads of a host (`fleet.engine.walk.HostRun` is one)."""
 
     @property
     def status(self) -> HostStatus | None: ...

@@ -1,4 +1,4 @@
-"""Slurm around each host's walk: the scheduler seam of the task graph (`fleet.graph.Scheduler`).
+"""Slurm around each host's walk: the scheduler seam of the task graph (`fleet.engine.graph.Scheduler`).
 
     admit(wave)   one `scontrol show node` and one `squeue` for the wave's nodes, then one
                   `scontrol update ... State=DRAIN Reason="fleet: run <id>"` for those in service
@@ -15,7 +15,7 @@
                   NOT_RESPONDING waited out, up to SETTLE_READ_S)
 
 In a dry run and in `check`, Slurm is only read: nothing is drained, nothing waited for. The releases
-are what an interrupted run still finishes (`fleet.interrupts`): a third signal abandons them.
+are what an interrupted run still finishes (`fleet.engine.interrupts`): a third signal abandons them.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any
 
 import anyio
 
-from fleet.graph import Ready
-from fleet.interrupts import Interrupts
+from fleet.engine.graph import Ready
+from fleet.engine.interrupts import Interrupts
+from fleet.engine.walk import HostRun, Mode
 from fleet.model.hostlog import HostLog
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
-from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.records import SlurmNode
@@ -56,7 +56,7 @@ class _Node:
     jobs: tuple[str, ...] = ()
     error: str | None = None  # why the host may not be reset (Slurm unreadable, unknown node, drain refused)
     waiting_since: float = 0.0
-    record: SchedulerRecord | None = None  # what the report says of it (`fleet.graph.Scheduler` returns it)
+    record: SchedulerRecord | None = None  # what the report says of it (`fleet.engine.graph.Scheduler` returns it)
     released: bool = False  # its release began
     given_back: bool = False  # its release is over (done, failed or abandoned)
 
@@ -95,7 +95,7 @@ class SlurmLifecycle:
     # --- admit: read the wave, drain what fleet may drain ---------------------------------------
 
     async def admit(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
-        """Each host's record, by host name (`fleet.graph` records it on the host)."""
+        """Each host's record, by host name (`fleet.engine.graph` records it on the host)."""
         nodes = {run.host.name: _Node(run.host.slurm_node or run.host.name) for run in runs}
         self._nodes.update(nodes)
         names = sorted({n.name for n in nodes.values()})

@@ -27,12 +27,12 @@ from typing import IO, Any
 import structlog
 
 from fleet import __version__
-from fleet.graph import RunOptions, run_hosts
+from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import Mode
 from fleet.inventory.host import Connection, Host
 from fleet.model.report import HostReport, HostStatus, Reason
-from fleet.report.logs import RunLogs
 from fleet.report.render import host_document
-from fleet.reset.walk import Mode
 from fleet.slurm.frames import frames
 
 NODE_VARIABLE = "SLURMD_NODENAME"

@@ -1,12 +1,12 @@
-"""Slurm as a `fleet.schedulers` plug: the drain / wait / resume lifecycle around SSH fan-out
+"""Slurm as a `fleet.engine.schedulers` plug: the drain / wait / resume lifecycle around SSH fan-out
 (`fleet.slurm.lifecycle`), and the whole reset as one job step (`--via srun`, `fleet.slurm.srun`)."""
 
 from __future__ import annotations
 
-from fleet.graph import RunOptions, Scheduler
-from fleet.interrupts import Interrupts
-from fleet.report.logs import RunLiveness, RunLogs, run_liveness
-from fleet.schedulers import Plug
+from fleet.engine.graph import RunOptions, Scheduler
+from fleet.engine.interrupts import Interrupts
+from fleet.engine.run_folder import RunLiveness, RunLogs, run_liveness
+from fleet.engine.schedulers import Plug
 from fleet.slurm.control import Slurm
 from fleet.slurm.lifecycle import SlurmLifecycle
 from fleet.slurm.srun import run_via_srun
@@ -14,7 +14,7 @@ from fleet.slurm.srun import run_via_srun
 
 def lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None) -> Scheduler:
     """The run's Slurm lifecycle; an earlier run's drain is known to be over when its log folder, beside this run's,
-    says so (`fleet.report.logs.run_liveness`)."""
+    says so (`fleet.engine.run_folder.run_liveness`)."""
     assert options.scheduler is not None
 
     def run_over(run_id: str) -> bool:

@@ -42,8 +42,10 @@ from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from fleet import __version__
-from fleet.graph import HostEnded, RunOptions, RunState, run_bounded
-from fleet.interrupts import Interrupts
+from fleet.engine.graph import HostEnded, RunOptions, RunState, run_bounded
+from fleet.engine.interrupts import Interrupts
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import HostRun, Mode
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
 from fleet.model.report import (
@@ -56,9 +58,7 @@ from fleet.model.report import (
     StepName,
     StepStatus,
 )
-from fleet.report.logs import RunLogs
 from fleet.report.render import host_from_document
-from fleet.reset.walk import HostRun, Mode
 from fleet.slurm import policy
 from fleet.slurm.cleanup import Ended, drain_failed
 from fleet.slurm.control import Slurm, SlurmError, hostlist
@@ -496,7 +496,7 @@ def _minutes(seconds: float) -> int:
 async def run_via_srun(hosts: Sequence[Host], options: RunOptions, logs: RunLogs, slurm: Slurm | None = None,
                        on_host_end: HostEnded | None = None,
                        interrupts: Interrupts | None = None) -> tuple[RunReport, RunState]:
-    """The run's report, as `fleet.graph.run_hosts` gives it, from one job step instead of SSH fan-out."""
+    """The run's report, as `fleet.engine.graph.run_hosts` gives it, from one job step instead of SSH fan-out."""
     runs = [HostRun(h) for h in hosts]
     srun = SrunRun(slurm or Slurm(), runs, options, logs, on_host_end, interrupts)
     return await run_bounded(runs, options, logs.run_id, srun.body, interrupts)

@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from fleet.engine.run_folder import RunLiveness
 from fleet.model.report import HostReport, HostStatus
 from fleet.report.history.schema import json_text, parse_stamp
-from fleet.report.logs import RunLiveness
 
 
 @dataclass(frozen=True)

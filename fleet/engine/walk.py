@@ -4,7 +4,7 @@
 `HostRun` is the mutable progress of one host, frozen into a `HostReport` at the end. `walk` runs the
 steps the mode asks for in order: settle only after a kill that succeeded, verify always (it is the
 proof). A step's own failure (`StepFailed`, a spent budget, a command timeout) ends that step, not the
-host; losing the transport ends the host (the task graph, `fleet.graph`, catches it at the host boundary).
+host; losing the transport ends the host (the task graph, `fleet.engine.graph`, catches it at the host boundary).
 A reset holds the node's lock (`fleet.reset.lock`) for its whole walk.
 """
 
@@ -77,7 +77,7 @@ class HostRun:
     plan: HostPlan | None = None
     memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU
-    scheduler: SchedulerRecord | None = None  # what the scheduler seam (`fleet.graph.Scheduler`) decided for it
+    scheduler: SchedulerRecord | None = None  # what the scheduler seam (`fleet.engine.graph.Scheduler`) decided for it
 
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
         self.status, self.error, self.reason, self.ended = status, error, reason, time.monotonic()

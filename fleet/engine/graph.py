@@ -1,15 +1,15 @@
-"""The task graph: every targeted host walks its steps (`fleet.reset.walk`) at once, within the run's bounds.
+"""The task graph: every targeted host walks its steps (`fleet.engine.walk`) at once, within the run's bounds.
 
 One anyio task group; one task per host; a CapacityLimiter bounds how many hosts
 have remote work in flight (from their first command to their last, connect
 included). Hosts start in waves (`--batch`, the `--canary` wave first; the
-arithmetic is `fleet.waves`); once the failure budget (`--max-fail`) is spent
+arithmetic is `fleet.engine.waves`); once the failure budget (`--max-fail`) is spent
 or the canary failed, no new host starts. A failure is caught at the host
 boundary and becomes that host's outcome; cancellation never is. The run
 deadline (`--deadline`) and an interrupt (SIGINT/SIGTERM) cancel every host,
 close connections (shielded) and still yield a full report.
 
-A `Scheduler` (chosen by name from `fleet.schedulers`; Slurm's is `fleet.slurm.lifecycle`) wraps each host's
+A `Scheduler` (chosen by name from `fleet.engine.schedulers`; Slurm's is `fleet.slurm.lifecycle`) wraps each host's
 walk: it admits each wave before it starts (drains its nodes), keeps each host until its node runs no job
 (outside the concurrency limit: a host waiting for a job holds no slot), and releases each host once it has its
 outcome, also when the run is cut short. It returns what it decided (a `SchedulerRecord` per host, and whether a
@@ -29,19 +29,19 @@ from typing import Protocol
 import anyio
 import anyio.lowlevel
 
-from fleet.interrupts import Interrupts
+from fleet.engine.interrupts import Interrupts
+from fleet.engine.run_folder import RunLogs
+from fleet.engine.walk import HostRun, Mode, walk_host
+from fleet.engine.waves import Amount, FailureBudget, plan_waves, tolerated
 from fleet.inventory.host import Connection, Host
 from fleet.model.errors import TransportError
 from fleet.model.hostlog import HostLog, NoLog
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
 from fleet.node.node import Node
 from fleet.report import progress
-from fleet.report.logs import RunLogs
 from fleet.report.render import fold
-from fleet.reset.walk import HostRun, Mode, walk_host
 from fleet.transport import Transport, connect
 from fleet.transport.base import notes_of
-from fleet.waves import Amount, FailureBudget, plan_waves, tolerated
 
 Connector = Callable[[Host], Awaitable[Transport]]
 HostEnded = Callable[[HostReport], None]  # told each host's final report as it finishes (the run's history)
@@ -77,8 +77,8 @@ class Scheduler(Protocol):
 
 @dataclass(frozen=True)
 class SchedulerOptions:
-    """`--slurm` (or the inventory's `scheduler:`): which workload manager (`fleet.schedulers`), how long a node's
-    jobs may take to end (`--drain-wait`), and whether the scheduler itself runs the reset on its nodes
+    """`--slurm` (or the inventory's `scheduler:`): which workload manager (`fleet.engine.schedulers`), how long
+    a node's jobs may take to end (`--drain-wait`), and whether the scheduler itself runs the reset on its nodes
     (`fan_out`: Slurm's `--via srun`) instead of SSH fan-out."""
 
     drain_wait_s: float = 600.0

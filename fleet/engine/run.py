@@ -15,20 +15,21 @@ from typing import Any
 
 import anyio
 
-from fleet import __version__, schedulers
-from fleet.graph import Connector, RunOptions, run_hosts
-from fleet.interrupts import Interrupts
+from fleet import __version__
+from fleet.engine import schedulers
+from fleet.engine.graph import Connector, RunOptions, run_hosts
+from fleet.engine.interrupts import Interrupts
+from fleet.engine.run_folder import RunLogs, default_log_dir, new_run_id
+from fleet.engine.walk import Mode
+from fleet.engine.waves import Amount
 from fleet.inventory.host import Host
 from fleet.model.errors import UsageError
 from fleet.model.report import RunReport
 from fleet.report import render as reporting
 from fleet.report.history import Recorder, history_path, now_stamp
 from fleet.report.html_report import write_page
-from fleet.report.logs import RunLogs, default_log_dir, new_run_id
 from fleet.report.tables import report_table
-from fleet.reset.walk import Mode
 from fleet.terminal import say, write
-from fleet.waves import Amount
 
 # File descriptors a host holds during a run: its connection's socket and its log file.
 FDS_PER_HOST = 2
@@ -101,7 +102,7 @@ async def run_and_report(
 ) -> tuple[int, RunReport]:
     """Run, write summary.json (even when interrupted), print the report; the exit status, and the report
     (the demo checks what it showed). With `options.handle_signals`, SIGINT and SIGTERM are handled from the
-    start to the last line of the report (`fleet.interrupts`)."""
+    start to the last line of the report (`fleet.engine.interrupts`)."""
     if not options.handle_signals:
         return await _run_and_report(targets, options, None, as_json, log_dir, table, connector, recorded_as)
     interrupts = Interrupts()

@@ -1,10 +1,11 @@
 """Workload managers, by the name the inventory's `scheduler:` (or a command line's `--slurm`) gives them.
 
-A scheduler is a plug: a module that provides `PLUG`, a `Plug` whose `lifecycle` builds the `fleet.graph.Scheduler`
-a run walks its hosts through, and whose `fan_out`, when it has one, runs the whole reset through the scheduler
-instead of SSH fan-out (Slurm's `--via srun`). The registry names modules, not objects: a scheduler's code is only
-imported when a run asks for it, and `fleet.inventory` can check a `scheduler:` value without importing any.
-Adding one (Kubernetes, say) is a row here and a module that implements `fleet.graph.Scheduler`.
+A scheduler is a plug: a module that provides `PLUG`, a `Plug` whose `lifecycle` builds the
+`fleet.engine.graph.Scheduler` a run walks its hosts through, and whose `fan_out`, when it has one, runs the whole
+reset through the scheduler instead of SSH fan-out (Slurm's `--via srun`). The registry names modules, not objects:
+a scheduler's code is only imported when a run asks for it, and `fleet.inventory` can check a `scheduler:` value
+without importing any. Adding one (Kubernetes, say) is a row here and a module that implements
+`fleet.engine.graph.Scheduler`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fleet.graph import RunOptions, RunState, Scheduler
-    from fleet.interrupts import Interrupts
+    from fleet.engine.graph import RunOptions, RunState, Scheduler
+    from fleet.engine.interrupts import Interrupts
+    from fleet.engine.run_folder import RunLogs
     from fleet.model.report import RunReport
-    from fleet.report.logs import RunLogs
 
 # name -> the module that provides its PLUG
 REGISTRY: dict[str, str] = {
