@@ -35,20 +35,20 @@ from fleet.engine.run import execute
 from fleet.engine.run_folder import default_log_dir
 from fleet.engine.walk import Mode
 from fleet.engine.waves import parse_amount, parse_duration
+from fleet.history import (
+    UNFINISHED,
+    history_path,
+)
+from fleet.history.archive import listing, prune, reading, shown, shown_html
+from fleet.history.rerun import rerun_of
+from fleet.history.view import (
+    STATUS_ORDER,
+)
 from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
 from fleet.model.errors import UsageError
 from fleet.report import render as reporting
-from fleet.report.archive import listing, prune, reading, shown, shown_html
-from fleet.report.history import (
-    UNFINISHED,
-    history_path,
-)
-from fleet.report.history_view import (
-    STATUS_ORDER,
-)
-from fleet.report.rerun import rerun_of
 from fleet.terminal import say as _err
 
 app = typer.Typer(
@@ -186,7 +186,7 @@ def reset(
 def _rerunchoose_targets(given: str, log_dir: Path | None, hosts: list[str] | None, group: list[str] | None,
                    nodes: str | None, partition: str | None) -> list[str]:
     """The hosts of a past reset (`last`: the newest not a dry run; or a run id) that did not end clean; exit 0
-    when every one did, exit 2 for a dry run or a check (`fleet.report.rerun`)."""
+    when every one did, exit 2 for a dry run or a check (`fleet.history.rerun`)."""
     if hosts or group or nodes or partition:
         raise UsageError("--rerun-failed chooses the hosts: not with HOST, -g, -w or --partition (--limit and"
                          " --exclude still narrow it)")

@@ -28,11 +28,11 @@ import anyio
 
 from fleet.engine.graph import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
+from fleet.history import DEMO
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, RunReport
 from fleet.report import render as reporting
-from fleet.report.history import DEMO
 from fleet.sim import slurmcluster
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec

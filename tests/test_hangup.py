@@ -22,7 +22,7 @@ import test_cli
 
 from fleet.engine.interrupts import HANGUP_LINE
 from fleet.engine.run_folder import SUMMARY
-from fleet.report.history import History, history_path
+from fleet.history import History, history_path
 from fleet.report.html_report import REPORT_HTML
 from fleet.sim.fleetsim import SimFleet
 

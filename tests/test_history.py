@@ -1,4 +1,4 @@
-"""Run history (`fleet.report.history`): real SQLite files, real fleet processes where it matters, and the
+"""Run history (`fleet.history`): real SQLite files, real fleet processes where it matters, and the
 `fleet runs` / `fleet show` commands over them."""
 
 from __future__ import annotations
@@ -25,6 +25,34 @@ from fleet.cli import main
 from fleet.engine.graph import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
 from fleet.engine.run_folder import RunLiveness, RunLogs, new_run_id
+from fleet.history import (
+    HISTORY_FILE,
+    History,
+    HistoryError,
+    HostRow,
+    Liveness,
+    Recorder,
+    RunKind,
+    RunRow,
+    history_path,
+    host_values,
+    liveness,
+    run_id_time,
+    run_kind,
+    stamp,
+)
+from fleet.history.view import (
+    log_line,
+    log_lines,
+    outcome,
+    parse_since,
+    report_from_document,
+    run_lines,
+    tally,
+    tally_line,
+    terminal_columns,
+    took,
+)
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
@@ -47,34 +75,6 @@ from fleet.model.report import (
     StepStatus,
 )
 from fleet.report import render
-from fleet.report.history import (
-    HISTORY_FILE,
-    History,
-    HistoryError,
-    HostRow,
-    Liveness,
-    Recorder,
-    RunKind,
-    RunRow,
-    history_path,
-    host_values,
-    liveness,
-    run_id_time,
-    run_kind,
-    stamp,
-)
-from fleet.report.history_view import (
-    log_line,
-    log_lines,
-    outcome,
-    parse_since,
-    report_from_document,
-    run_lines,
-    tally,
-    tally_line,
-    terminal_columns,
-    took,
-)
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 
@@ -292,7 +292,7 @@ def test_the_recorder_writes_a_run_from_its_own_thread_and_warns_once_when_it_ca
 WRITER = """
 import sys
 from pathlib import Path
-from fleet.report.history import History, now_stamp
+from fleet.history import History, now_stamp
 from fleet.model.report import HostReport, HostStatus
 
 path, run_id, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -711,7 +711,7 @@ def test_the_history_lives_next_to_the_run_folders(tmp_path: Path, monkeypatch: 
 
 
 def test_a_hosts_log_as_json_is_one_list_even_with_a_line_cut_mid_write() -> None:
-    from fleet.report.archive import log_events
+    from fleet.history.archive import log_events
 
     text = '{"event": "host_start", "host": "gpu-b01"}\n\n{"event": "command", "argv": ["nvid'
     assert log_events(text) == [{"event": "host_start", "host": "gpu-b01"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import fleet
+from fleet.history.view import report_from_document
 from fleet.model.report import (
     HostFinding,
     HostReport,
@@ -17,7 +18,6 @@ from fleet.model.report import (
     StepStatus,
 )
 from fleet.report import render as reporting
-from fleet.report.history_view import report_from_document
 
 
 def _run(statuses: dict[str, tuple[HostStatus, str | None]], command: str = "reset") -> RunReport:

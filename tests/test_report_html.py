@@ -23,10 +23,10 @@ from report_page import DEMO_0_1, Page, demo_document, png_pixels, synthetic_doc
 from fleet.cli import main
 from fleet.engine.graph import RunOptions
 from fleet.engine.run import run_and_report
+from fleet.history import History, history_path
 from fleet.inventory.host import Host
 from fleet.model.errors import ConnectError
 from fleet.model.report import HostReport, HostStatus, Reason
-from fleet.report.history import History, history_path
 from fleet.report.html_report import BAR_UNITS, REPORT_HTML, kept_from_detail, outcome_groups, page
 from fleet.report.render import fold
 

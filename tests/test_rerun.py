@@ -15,9 +15,9 @@ import pytest
 
 from fleet.cli import optional_value
 from fleet.engine.run_folder import new_run_id
+from fleet.history import HISTORY_FILE, History, HostRow, RunRecord, RunRow, not_clean
+from fleet.history.rerun import Rerun, decide, find_run
 from fleet.model.errors import UsageError
-from fleet.report.history import HISTORY_FILE, History, HostRow, RunRecord, RunRow, not_clean
-from fleet.report.rerun import Rerun, decide, find_run
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 

@@ -22,11 +22,11 @@ from fleet.engine.interrupts import Interrupts
 from fleet.engine.run_folder import RunLogs, default_log_dir, new_run_id
 from fleet.engine.walk import Mode
 from fleet.engine.waves import Amount
+from fleet.history import Recorder, history_path, now_stamp
 from fleet.inventory.host import Host
 from fleet.model.errors import UsageError
 from fleet.model.report import RunReport
 from fleet.report import render as reporting
-from fleet.report.history import Recorder, history_path, now_stamp
 from fleet.report.html_report import write_page
 from fleet.report.tables import report_table
 from fleet.terminal import say, write

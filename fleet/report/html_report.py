@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fleet.report.history import RunRecord
+from fleet.history import RunRecord
 from fleet.report.html_style import CSS
 from fleet.report.render import error_shape, fold, fold_errors
 

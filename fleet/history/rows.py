@@ -1,6 +1,6 @@
 """What the history holds, as Python: a run (`RunRow`), a host's outcome in a run (`HostRow`), a run with its
 hosts (`RunRecord`), what kind of run it was (`RunKind`), and a host's report as the `hosts` table's columns
-(`host_values`). Pure: no database here (`fleet.report.history.store` reads and writes them)."""
+(`host_values`). Pure: no database here (`fleet.history.store` reads and writes them)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from enum import StrEnum
 from typing import Any
 
 from fleet.engine.run_folder import RunLiveness
+from fleet.history.schema import json_text, parse_stamp
 from fleet.model.report import HostReport, HostStatus
-from fleet.report.history.schema import json_text, parse_stamp
 
 
 @dataclass(frozen=True)

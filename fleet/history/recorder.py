@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fleet.history.schema import BUSY_TIMEOUT_S, HistoryError, now_stamp
+from fleet.history.store import History
 from fleet.model.report import HostReport
-from fleet.report.history.schema import BUSY_TIMEOUT_S, HistoryError, now_stamp
-from fleet.report.history.store import History
 
 # Seconds a run waits, at its end, for its last history writes (a lock held past the busy timeout included).
 CLOSE_TIMEOUT_S = BUSY_TIMEOUT_S + 5.0

@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleet.history import History, RunKind, RunRecord, not_clean, run_kind
+from fleet.history.view import counts_text
 from fleet.model.errors import UsageError
-from fleet.report.history import History, RunKind, RunRecord, not_clean, run_kind
-from fleet.report.history_view import counts_text
 from fleet.report.render import fold
 
 NOT_RECORDED = "not recorded"  # a target with no outcome on record: its run died (or is still going)

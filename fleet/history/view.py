@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from fleet.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, parse_stamp
 from fleet.model.errors import UsageError
 from fleet.model.report import (
     HostPlan,
@@ -23,7 +24,6 @@ from fleet.model.report import (
     RunReport,
     SchedulerRecord,
 )
-from fleet.report.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, parse_stamp
 from fleet.report.render import fold, host_from_document, human_lines
 
 _SINCE = re.compile(r"^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.engine.run_folder import SUMMARY, run_liveness
-from fleet.model.errors import UsageError
-from fleet.report import render
-from fleet.report.history import (
+from fleet.history import (
     History,
     Liveness,
     RunRecord,
@@ -26,7 +24,7 @@ from fleet.report.history import (
     remove_folders,
     stale_folders,
 )
-from fleet.report.history_view import (
+from fleet.history.view import (
     host_lines,
     log_lines,
     parse_since,
@@ -38,6 +36,8 @@ from fleet.report.history_view import (
     terminal_columns,
     unfinished_lines,
 )
+from fleet.model.errors import UsageError
+from fleet.report import render
 from fleet.report.html_report import REPORT_HTML, record_document, write_page
 from fleet.terminal import say
 

@@ -13,10 +13,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fleet.model.report import HostReport, HostStatus
-from fleet.report.history.retention import prune_runs
-from fleet.report.history.rows import DRY_RUN_MODE, HostRow, RunKind, RunRecord, RunRow, host_values
-from fleet.report.history.schema import (
+from fleet.history.retention import prune_runs
+from fleet.history.rows import DRY_RUN_MODE, HostRow, RunKind, RunRecord, RunRow, host_values
+from fleet.history.schema import (
     BUSY_TIMEOUT_S,
     MIGRATIONS,
     json_text,
@@ -25,6 +24,7 @@ from fleet.report.history.schema import (
     stamp,
     transaction,
 )
+from fleet.model.report import HostReport, HostStatus
 
 # The host statuses `last_failed` returns by default: the hosts a rerun should try again.
 RERUN_STATUSES = (HostStatus.FAILED, HostStatus.UNREACHABLE)
@@ -46,7 +46,7 @@ _IS_RESET_SQL = (f"command = '{RunKind.RESET.value}'"
 
 
 class History:
-    """The history database of one log folder; see `fleet.report.history.schema` for its tables. A context
+    """The history database of one log folder; see `fleet.history.schema` for its tables. A context
     manager."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:

@@ -11,8 +11,8 @@
 The names other modules use are importable from here.
 """
 
-from fleet.report.history.recorder import CLOSE_TIMEOUT_S, Recorder
-from fleet.report.history.retention import (
+from fleet.history.recorder import CLOSE_TIMEOUT_S, Recorder
+from fleet.history.retention import (
     RUN_ID,
     newest_folders,
     prune_runs,
@@ -20,7 +20,7 @@ from fleet.report.history.retention import (
     run_id_time,
     stale_folders,
 )
-from fleet.report.history.rows import (
+from fleet.history.rows import (
     DEMO,
     HostRow,
     Liveness,
@@ -32,7 +32,7 @@ from fleet.report.history.rows import (
     not_clean,
     run_kind,
 )
-from fleet.report.history.schema import (
+from fleet.history.schema import (
     BUSY_TIMEOUT_S,
     HISTORY_FILE,
     MIGRATIONS,
@@ -43,7 +43,7 @@ from fleet.report.history.schema import (
     parse_stamp,
     stamp,
 )
-from fleet.report.history.store import RERUN_STATUSES, UNFINISHED, History
+from fleet.history.store import RERUN_STATUSES, UNFINISHED, History
 
 __all__ = [
     "BUSY_TIMEOUT_S",
