@@ -1,5 +1,5 @@
 import sys
 
-from fleet.cli import main
+from fleet.cli.commands import main
 
 sys.exit(main())

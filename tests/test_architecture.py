@@ -117,7 +117,7 @@ def test_only_the_simulator_and_the_demo_import_the_simulator() -> None:
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.ImportFrom | ast.Import)
              and any(m == "fleet.sim" or m.startswith("fleet.sim.") for m in imported(node))}
-    assert {u for u in users if not u.startswith("fleet.sim") and u != "fleet.demo"} == set()
+    assert {u for u in users if not u.startswith("fleet.sim") and u != "fleet.cli.demo"} == set()
 
 
 def test_the_importable_api_is_stated_and_every_name_resolves() -> None:

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import fleet
-from fleet.cli import main
+from fleet.cli.commands import main
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from fleet.cli import app
+from fleet.cli.commands import app
 from fleet.engine.waves import parse_duration
 
 CONTRIB = Path(__file__).resolve().parents[1] / "contrib"

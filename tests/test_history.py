@@ -21,7 +21,7 @@ import pytest
 from anyio.abc import Process
 from slurm import StartCluster
 
-from fleet.cli import main
+from fleet.cli.commands import main
 from fleet.engine.graph import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
 from fleet.engine.run_folder import RunLiveness, RunLogs, new_run_id

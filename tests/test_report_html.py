@@ -20,7 +20,7 @@ import anyio
 import pytest
 from report_page import DEMO_0_1, Page, demo_document, png_pixels, synthetic_document
 
-from fleet.cli import main
+from fleet.cli.commands import main
 from fleet.engine.graph import RunOptions
 from fleet.engine.run import run_and_report
 from fleet.history import History, history_path

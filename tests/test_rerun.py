@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from fleet.cli import optional_value
+from fleet.cli.commands import optional_value
 from fleet.engine.run_folder import new_run_id
 from fleet.history import HISTORY_FILE, History, HostRow, RunRecord, RunRow, not_clean
 from fleet.history.rerun import Rerun, decide, find_run

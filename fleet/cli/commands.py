@@ -1,5 +1,4 @@
-"""The command line: typer wiring only, over the importable core (`fleet.engine.run`, `fleet.engine.graph`,
-`fleet.inventory`)."""
+"""The command line: typer wiring only, over the importable core (`fleet.engine`, `fleet.inventory`)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from fleet import __version__
-from fleet.choose import choose_targets, provenance
-from fleet.cli_options import (
+from fleet.cli.choose import choose_targets, provenance
+from fleet.cli.options import (
     CHECK_EPILOG,
     RESET_EPILOG,
     ConcurrencyOpt,
@@ -322,7 +321,7 @@ def demo(
     log_dir: LogDirOpt = None,
 ) -> None:
     """A simulated fleet on this machine (loopback SSH), reset end to end, then torn down."""
-    from fleet.demo import run_demo
+    from fleet.cli.demo import run_demo
 
     if via not in ("ssh", "srun"):
         raise UsageError(f"--via takes ssh or srun, not {via!r}")

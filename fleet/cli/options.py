@@ -1,5 +1,5 @@
 """The command line's shared parts, declared once: the options several commands take (typer `Annotated` types)
-and the help texts (examples, exit status) that `fleet.cli` puts under its commands."""
+and the help texts (examples, exit status) that `fleet.cli.commands` puts under its commands."""
 
 from __future__ import annotations
 
