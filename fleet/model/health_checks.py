@@ -10,22 +10,44 @@ Adding a check: a row here (with, for a GPU fact, the function that reads it int
 parser that reads the fact into `GpuHealth` (`fleet.node.probes.health`, from `--query-gpu` and `-q` both); and
 the fact on the simulated GPU (`fleet.sim.nvidia_smi.Gpu`, printed by both, and set by `fleet.sim.node.NodeSpec`).
 
-A leaf: it imports only `fleet.model.outcomes` (and `GpuHealth`, for type checking), so the inventory and the reset
-both read it without a cycle.
+A leaf of the model: it imports only `fleet.model.outcomes`, and reads a GPU's facts through `GpuFacts` (what
+`fleet.node.probes.health.GpuHealth` is), so the inventory, the node and the reset all read it without a cycle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fleet.model.outcomes import Level
 
-if TYPE_CHECKING:
-    from fleet.node.probes.health import GpuHealth
+__all__ = ["BY_NAME", "NAMES", "TABLE", "Check", "GpuFacts"]
 
-__all__ = ["BY_NAME", "NAMES", "TABLE", "Check"]
+
+class GpuFacts(Protocol):
+    """The facts of one GPU the checks read (`fleet.node.probes.health.GpuHealth` has them); None: not said."""
+
+    @property
+    def persistence(self) -> bool | None: ...
+    @property
+    def ecc_corrected(self) -> int | None: ...
+    @property
+    def ecc_uncorrected(self) -> int | None: ...
+    @property
+    def retired_pending(self) -> bool | None: ...
+    @property
+    def remap_pending(self) -> bool | None: ...
+    @property
+    def remap_failed(self) -> bool | None: ...
+    @property
+    def fabric_state(self) -> str | None: ...
+    @property
+    def fabric_status(self) -> str | None: ...
+    @property
+    def pcie_width(self) -> int | None: ...
+    @property
+    def pcie_width_max(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -39,36 +61,36 @@ class Check:
     rank: int  # how a failing finding ranks among a host's (1: the most telling; `fleet.reset.health_gate.fails`)
     # A GPU fact's detail (None: nothing to report) from the GPU's health facts; None for a check the policy
     # reads elsewhere (`xid`: the kernel log, `fleet.reset.health_gate`).
-    finding: Callable[[GpuHealth], str | None] | None = None
+    finding: Callable[[GpuFacts], str | None] | None = None
 
 
-def _ecc_uncorrected(gpu: GpuHealth) -> str | None:
+def _ecc_uncorrected(gpu: GpuFacts) -> str | None:
     n = gpu.ecc_uncorrected or 0
     return f"{n} uncorrectable ECC error{_s(n)} (volatile)" if n > 0 else None
 
 
-def _ecc_corrected(gpu: GpuHealth) -> str | None:
+def _ecc_corrected(gpu: GpuFacts) -> str | None:
     n = gpu.ecc_corrected or 0
     return f"{n} correctable ECC error{_s(n)} (volatile)" if n > 0 else None
 
 
-def _retired_pending(gpu: GpuHealth) -> str | None:
+def _retired_pending(gpu: GpuFacts) -> str | None:
     return "page retirement pending: reset the GPU to retire the pages" if gpu.retired_pending else None
 
 
-def _remap_pending(gpu: GpuHealth) -> str | None:
+def _remap_pending(gpu: GpuFacts) -> str | None:
     return "row remapping pending: reset the GPU to apply" if gpu.remap_pending else None
 
 
-def _remap_failed(gpu: GpuHealth) -> str | None:
+def _remap_failed(gpu: GpuFacts) -> str | None:
     return "row remapping failed: no spare row left in the bank (RMA criterion)" if gpu.remap_failed else None
 
 
-def _persistence(gpu: GpuHealth) -> str | None:
+def _persistence(gpu: GpuFacts) -> str | None:
     return "persistence mode off" if gpu.persistence is False else None
 
 
-def _fabric(gpu: GpuHealth) -> str | None:
+def _fabric(gpu: GpuFacts) -> str | None:
     """Judged only where the GPU has a fabric (State or Status other than N/A)."""
     state, status = gpu.fabric_state, gpu.fabric_status
     if (state is None and status is None) or (state == "Completed" and status == "Success"):
@@ -76,7 +98,7 @@ def _fabric(gpu: GpuHealth) -> str | None:
     return f"fabric state {state or 'N/A'}, status {status or 'N/A'}"
 
 
-def _pcie_width(gpu: GpuHealth) -> str | None:
+def _pcie_width(gpu: GpuFacts) -> str | None:
     """Width only: an idle GPU lowers its PCIe generation on purpose, never its width."""
     width, widest = gpu.pcie_width, gpu.pcie_width_max
     if width is None or widest is None or width >= widest:
