@@ -27,7 +27,7 @@ from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostFinding, HostReport, HostStatus, Level, Reason
-from fleet.sim import journalctl, nvidia_smi, state
+from fleet.sim import pci, state
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
 pytestmark = pytest.mark.sshd
@@ -93,7 +93,7 @@ def serving(name: str = NAME, **spec: Any) -> NodeSpec:
 
 
 def xid(gpu: int, code: int, text: str) -> str:
-    return journalctl.xid_message(nvidia_smi.bus_id(gpu), code, text)
+    return pci.xid_message(pci.bus_id(gpu), code, text)
 
 
 def log_kernel(node: SimNode, messages: list[str]) -> None:

@@ -22,7 +22,7 @@ import pytest
 from test_sim_node import MakeNode, make_node, sh
 
 from fleet.node.probes import kernel_log
-from fleet.sim import NodeSpec, SimError, SimNode, WorkerSpec, journalctl, state
+from fleet.sim import NodeSpec, SimError, SimNode, WorkerSpec, pci, state
 from fleet.transport.base import CommandResult
 
 __all__ = ["make_node"]  # the fixture, imported for pytest
@@ -193,7 +193,7 @@ def test_a_worker_killed_with_gpu_memory_logs_xid_45_on_each_gpu(make_node: Make
     sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv")
     # the kernel keeps 15 characters of a process name; one line a GPU, at its bus id
     text = f"pid={pid}, name=a-very-long-pro, Ch 00000001"
-    assert wait_for_xids(node, 2) == [journalctl.xid_message(bus_of(node, gpu), 45, text) for gpu in (2, 5)]
+    assert wait_for_xids(node, 2) == [pci.xid_message(bus_of(node, gpu), 45, text) for gpu in (2, 5)]
     time.sleep(0.2)
     sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv")
     assert len(xids_of(node)) == 2  # noticed once

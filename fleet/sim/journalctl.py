@@ -83,18 +83,6 @@ def boot_messages(driver_version: str) -> list[str]:
             f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {driver_version}"]
 
 
-def pci_address(bus_id: str) -> str:
-    """The GPU's PCI address as the driver writes it in an Xid: `00000000:1B:00.0` -> `0000:1b:00`."""
-    domain, bus, device_fn = bus_id.split(":")
-    return f"{domain[-4:]}:{bus}:{device_fn.split('.')[0]}".lower()
-
-
-def xid_message(bus_id: str, code: int, text: str) -> str:
-    """The kernel message of Xid `code` on the GPU at `bus_id`; `text` is what follows the code, as the
-    driver prints it (e.g. "pid=1234, name=python3, GPU has fallen off the bus.")."""
-    return f"NVRM: Xid (PCI:{pci_address(bus_id)}): {code}, {text}"
-
-
 def parse_args(argv: list[str]) -> dict[str, str]:
     """{key: value} for the options given (flags map to ""); `Usage` for anything else. Short flags
     may be bundled (`-kbq`), a short option's value attached (`-oshort-unix`), as getopt allows."""

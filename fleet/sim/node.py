@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from fleet.sim import journalctl, nvidia_smi, state, systemctl, worker
+from fleet.sim import journalctl, nvidia_smi, pci, state, systemctl, worker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 5.0
@@ -89,7 +89,7 @@ class NodeSpec:
     "STATE/STATUS" ("In Progress/N/A"; "N/A" for a node without NVSwitch); `narrow_pcie_gpus` run their
     PCIe link at x8 of x16; `leaked_mib` ((gpu, MiB), ...) stays in memory.used with no process until
     `nvidia-smi -r`; `xids` ((gpu, code, text), ...) are in the kernel log from the node's start, `text`
-    what follows the code (see `journalctl.xid_message`). The kernel log also holds a few boot messages, as
+    what follows the code (see `pci.xid_message`). The kernel log also holds a few boot messages, as
     every real boot's does. `journal` is what journalctl can read (`journalctl.JOURNAL_MODES`: "ok", or a
     journalctl built without pattern matching, no journal files, a user outside the journal's groups, a hang).
     `xid_on_kill`: a worker holding GPU memory that dies from a signal makes the driver log Xid 45 (Preemptive
@@ -324,7 +324,7 @@ class SimNode:
     def _log_xid(self, gpu: int, code: int, message: str, when: float) -> None:
         if not 0 <= gpu < self.spec.gpus:
             raise SimError(f"{self.spec.name}: no GPU {gpu} (it has {self.spec.gpus})")
-        state.log_kernel(self.root, journalctl.xid_message(nvidia_smi.bus_id(gpu), code, message), when)
+        state.log_kernel(self.root, pci.xid_message(pci.bus_id(gpu), code, message), when)
 
     def gpu_resets(self) -> list[int]:
         """The GPU indexes `nvidia-smi -r` reset so far, in order (one entry per GPU per reset)."""

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from fleet.sim import state
+from fleet.sim.pci import bus_id
 
 DRIVER_NOT_LOADED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -55,7 +56,6 @@ FAILURES = {
 }
 SMI_MODES = ("ok", "hang", *FAILURES)
 # PCI addresses of the eight GPUs of a real HGX H100 board (GPUD capture, driver 550.90.07).
-BUS_IDS = ("19", "3B", "4C", "5D", "9B", "BB", "CB", "DB")
 RESERVED_MIB = 479
 CUDA_VERSION = "12.4"
 
@@ -212,11 +212,6 @@ def gpu_uuid(node: str, index: int) -> str:
 def gpu_serial(node: str, index: int) -> str:
     digest = hashlib.sha256(f"{node}/serial{index}".encode()).hexdigest()
     return f"16{int(digest[:16], 16) % 10**11:011d}"
-
-
-def bus_id(index: int) -> str:
-    bus = BUS_IDS[index] if index < len(BUS_IDS) else f"{0xE0 + index:02X}"
-    return f"00000000:{bus}:00.0"
 
 
 def timestamp() -> str:

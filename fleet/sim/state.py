@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from fleet.inventory.validate import UNIT_SUFFIXES  # systemd's unit types, declared once (stdlib only)
+from fleet.sim.pci import bus_id, xid_message
 
 
 class UnitConfig(TypedDict):
@@ -315,11 +316,9 @@ def mark_died(root: Path, pid: int, start: int, when: float) -> None:
         reg["died_at"] = when
         write_json(path, reg)
     if reg["mib"] > 0 and load_config(root).get("xid_on_kill"):
-        from fleet.sim import journalctl, nvidia_smi  # they import this module: imported only when needed
-
         for gpu in reg["gpus"]:
             text = f"pid={pid}, name={reg['name'][:15]}, Ch 00000001"  # comm: the kernel keeps 15 characters
-            log_kernel(root, journalctl.xid_message(nvidia_smi.bus_id(gpu), 45, text), when)
+            log_kernel(root, xid_message(bus_id(gpu), 45, text), when)
 
 
 def _forget(root: Path, reg: Registration) -> None:
