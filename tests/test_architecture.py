@@ -1,4 +1,4 @@
-"""The shape of the package, checked: no import cycle, no private helper imported across modules,
+"""The shape of the package, checked: its rooms in layers, no import cycle, no private helper imported across modules,
 one package that imports asyncssh (fleet.transport.ssh), the simulator reached only through a host variable, and
 no module over 400 lines but a named few."""
 
@@ -20,11 +20,9 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def top_level_imports(path: Path) -> Iterator[ast.ImportFrom | ast.Import]:
-    """Imports that run when the module is imported: not inside functions or `if TYPE_CHECKING:`."""
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
+def every_import(path: Path) -> Iterator[ast.ImportFrom | ast.Import]:
+    """Every import in a module, function bodies and `if TYPE_CHECKING:` included."""
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
 
@@ -39,11 +37,12 @@ def imported_modules(node: ast.ImportFrom | ast.Import, known: dict[str, Path]) 
 
 
 def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports anywhere (function bodies and `if TYPE_CHECKING:` included)."""
     known = modules()
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
         deps: set[str] = set()
-        for node in top_level_imports(path):
+        for node in every_import(path):
             deps |= imported_modules(node, known)
         # importing a.b.c runs a/__init__ and a/b/__init__ first
         graph[name] = {parent for dep in deps for parent in _with_parents(dep)} - {name}
@@ -56,6 +55,8 @@ def _with_parents(name: str) -> list[str]:
 
 
 def test_no_import_cycle() -> None:
+    """None anywhere in fleet/, the simulator included, counting imports in function bodies and for type checking
+    (a cycle hidden there is still two modules that cannot be read, or moved, apart)."""
     graph = import_graph()
     state: dict[str, str] = {}
     cycles: list[list[str]] = []
@@ -132,13 +133,6 @@ def test_the_importable_api_is_stated_and_every_name_resolves() -> None:
     assert fleet.RunOptions is importlib.import_module("fleet.engine.graph").RunOptions
 
 
-def every_import(path: Path) -> Iterator[ast.ImportFrom | ast.Import]:
-    """Every import in a module, function bodies and `if TYPE_CHECKING:` included."""
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-
-
 def test_the_lowest_layers_never_import_the_report_layer() -> None:
     """errors, transport and node speak of outcomes through the leaf `fleet.model.outcomes`, never `fleet.report`
     (not even for type checking), and the leaf imports nothing of fleet."""
@@ -180,9 +174,51 @@ def test_no_module_is_over_400_lines_but_the_named_ones() -> None:
 
 def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read() -> None:
     """The health gate's checks are declared once, in `fleet.model.health_checks`: the inventory (which names them)
-    and the policy both import it, and it imports nothing of fleet but the leaf `fleet.model.outcomes` (its
-    `GpuHealth` is for type checking only), so neither reaches the other, nor the report layer, through it."""
+    and the policy both import it, and it imports nothing of fleet but the leaf `fleet.model.outcomes` (it reads a
+    GPU's facts through its own `GpuFacts`), so neither reaches the other, nor the report layer, through it."""
     graph = import_graph()
-    assert graph["fleet.model.health_checks"] == {"fleet", "fleet.model.outcomes"}
+    assert graph["fleet.model.health_checks"] == {"fleet", "fleet.model", "fleet.model.outcomes"}
     assert {"fleet.inventory.host", "fleet.reset.health_gate"} <= {n for n, deps in graph.items()
                                                               if "fleet.model.health_checks" in deps}
+
+
+# The rooms, lowest first: a module imports only modules of its own room or of a lower one (every import counted).
+# The Slurm plug sits above the engine: it implements the engine's `Scheduler` (and its `--via srun` controller runs
+# the engine), and the engine reaches it only by name, through `fleet.engine.schedulers.REGISTRY`.
+LAYERS = (
+    ("fleet.model", "fleet.terminal"),  # the words every layer shares; the terminal's one writer
+    ("fleet.inventory",),
+    ("fleet.transport",),
+    ("fleet.node",),
+    ("fleet.reset",),  # the steps of a reset
+    ("fleet.report",),  # presents a run: text, JSON, HTML, metrics, JSONL lines, progress
+    ("fleet.engine", "fleet.history"),  # runs the hosts; records the runs (and reads their run folders)
+    ("fleet.slurm",),  # scheduler plugs
+    ("fleet.cli", "fleet.__main__"),
+    ("fleet.sim",),  # the simulator knows the product; the product never knows it (but the demo, above)
+)
+# Imports of a higher room, each with why; the list can only shrink (an entry no longer true fails the test).
+UPWARD = {
+    ("fleet.inventory.load", "fleet.engine.schedulers"): "a `scheduler:` is checked against the plugs' registry",
+    ("fleet.report.html_report", "fleet.history"): "an unfinished run's page is built from its history record",
+    ("fleet.cli.demo", "fleet.sim.fleetsim"): "`fleet demo` runs a simulated fleet",
+    ("fleet.cli.demo", "fleet.sim.node"): "`fleet demo` runs a simulated fleet",
+    ("fleet.cli.demo", "fleet.sim.slurmcluster"): "`fleet demo` runs a simulated fleet",
+}
+
+
+def layer(name: str) -> int:
+    found = [i for i, rooms in enumerate(LAYERS) for room in rooms if name == room or name.startswith(room + ".")]
+    assert found, f"{name} is in no room of LAYERS"
+    return found[0]
+
+
+def test_the_rooms_are_layers_model_transport_node_reset_report_engine_plugs_cli() -> None:
+    """model <- inventory <- transport <- node <- reset <- report <- engine, history <- scheduler plugs <- cli: a
+    module of a lower room never imports one of a higher room, but the few named in UPWARD."""
+    graph = import_graph()
+    upward = {(name, dep) for name, deps in graph.items() if name != "fleet"
+              for dep in deps if dep != "fleet" and layer(dep) > layer(name)
+              and not any(d.startswith(dep + ".") for d in deps)}  # a parent, imported for its submodule
+    assert sorted(upward - UPWARD.keys()) == []
+    assert sorted(UPWARD.keys() - upward) == []
