@@ -25,10 +25,10 @@ from fleet.engine.graph import RunOptions
 from fleet.engine.run import run_and_report
 from fleet.history import History, history_path
 from fleet.inventory.host import Host
+from fleet.inventory.nodesets import fold
 from fleet.model.errors import ConnectError
 from fleet.model.report import HostReport, HostStatus, Reason
 from fleet.report.html_report import BAR_UNITS, REPORT_HTML, kept_from_detail, outcome_groups, page
-from fleet.report.render import fold
 
 CELL = re.compile(r"^gpu (\d+): (?:(\S+) → )?(\S+) MiB")
 SIZE_BOUND = 2_000_000  # bytes: the page of a 512-host run, to attach to a mail or a chat

@@ -40,12 +40,11 @@ from fleet.history import (
 )
 from fleet.history.archive import listing, prune, reading, shown, shown_html
 from fleet.history.rerun import rerun_of
-from fleet.history.view import (
-    STATUS_ORDER,
-)
+from fleet.history.view import STATUS_ORDER
 from fleet.inventory.files import check_files
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
+from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
 from fleet.report import render as reporting
 from fleet.terminal import say as _err
@@ -78,7 +77,7 @@ def _root(
 def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
     if yes or dry_run or len(targets) <= 1:
         return
-    names = reporting.fold([h.name for h in targets])
+    names = fold([h.name for h in targets])
     if not sys.stdin.isatty():
         raise UsageError(f"refusing to reset {len(targets)} hosts ({names}) without -y: stdin is not a terminal")
     groups = sorted({g for h in targets for g in h.groups})
@@ -153,7 +152,7 @@ def reset(
     """Drain -> kill -> settle -> verify on every target."""
     if via not in ("ssh", "srun"):
         raise UsageError(f"--via takes ssh or srun, not {via!r}")
-    rerun = _rerunchoose_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
+    rerun = _rerun_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
                       slurm=slurm or via == "srun", rerun=rerun)
     options = RunOptions(
@@ -182,7 +181,7 @@ def reset(
     raise typer.Exit(code)
 
 
-def _rerunchoose_targets(given: str, log_dir: Path | None, hosts: list[str] | None, group: list[str] | None,
+def _rerun_targets(given: str, log_dir: Path | None, hosts: list[str] | None, group: list[str] | None,
                    nodes: str | None, partition: str | None) -> list[str]:
     """The hosts of a past reset (`last`: the newest not a dry run; or a run id) that did not end clean; exit 0
     when every one did, exit 2 for a dry run or a check (`fleet.history.rerun`)."""

@@ -34,12 +34,12 @@ from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import HostRun, Mode, walk_host
 from fleet.engine.waves import Amount, FailureBudget, plan_waves, tolerated
 from fleet.inventory.host import Connection, Host
+from fleet.inventory.nodesets import fold
 from fleet.model.errors import TransportError
 from fleet.model.hostlog import HostLog, NoLog
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
 from fleet.node.node import Node
 from fleet.report import progress
-from fleet.report.render import fold
 from fleet.transport import Transport, connect
 from fleet.transport.base import notes_of
 

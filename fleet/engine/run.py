@@ -24,6 +24,7 @@ from fleet.engine.walk import Mode
 from fleet.engine.waves import Amount
 from fleet.history import Recorder, history_path, now_stamp
 from fleet.inventory.host import Host
+from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
 from fleet.model.report import RunReport
 from fleet.report import render as reporting
@@ -162,7 +163,7 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
         abandoned = [h.scheduler.node for h in run_report.hosts.values() if h.scheduler and h.scheduler.abandoned]
         if abandoned:
             say(f"fleet: left drained at the third interrupt (reason 'fleet: run {logs.run_id}'):"
-                f" {reporting.fold(abandoned)}")
+                f" {fold(abandoned)}")
     elif state.deadline.hit:
         say(f"fleet: {state.cut_short()}; in-flight commands were ended, the report above is complete")
     elif state.stopped:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from fleet.history import History, RunKind, RunRecord, not_clean, run_kind
 from fleet.history.view import counts_text
+from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
-from fleet.report.render import fold
 
 NOT_RECORDED = "not recorded"  # a target with no outcome on record: its run died (or is still going)
 _WHAT = {RunKind.DRY_RUN: "a dry run (fleet reset --dry-run)", RunKind.CHECK: "a check (fleet check)",

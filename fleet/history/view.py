@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fleet.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, parse_stamp
+from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
 from fleet.model.report import (
     HostPlan,
@@ -24,7 +25,7 @@ from fleet.model.report import (
     RunReport,
     SchedulerRecord,
 )
-from fleet.report.render import fold, host_from_document, human_lines
+from fleet.report.render import host_from_document, human_lines
 
 _SINCE = re.compile(r"^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # Keys every log line has, shown in their own columns (or not at all).

@@ -42,3 +42,9 @@ def node_set(pattern: str) -> NodeSet:
 def node_order(names: Iterable[str]) -> list[str]:
     """The names in node-set order: `n2` before `n10`."""
     return list(NodeSet.fromlist(sorted(names), resolver=RESOLVER_NOGROUP))
+
+
+def fold(names: Iterable[str]) -> str:
+    """The one fold of host names into a node set, for every line that names hosts: gpu-b01 .. gpu-b15 ->
+    gpu-b[01-15] (no group lookups)."""
+    return str(NodeSet.fromlist(list(names), resolver=RESOLVER_NOGROUP))

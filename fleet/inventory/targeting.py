@@ -15,12 +15,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
-
 from fleet.inventory import validate
 from fleet.inventory.host import Host
 from fleet.inventory.load import ALL, Inventory, suggest, unlisted_host
-from fleet.inventory.nodesets import node_order, node_set
+from fleet.inventory.nodesets import fold, node_order, node_set
 from fleet.model.errors import UsageError
 
 
@@ -145,7 +143,3 @@ def select_with(
     universe = replace(base, hosts={name: hosts[name] for name in node_order(hosts)})
     chosen = [*patterns, *([fold(list(extra))] if extra else [])]
     return select(universe, patterns=chosen, groups=groups, limit=limit, exclude=exclude)
-
-
-def fold(names: list[str]) -> str:
-    return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))

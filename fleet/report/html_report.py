@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.history import RunRecord
+from fleet.inventory.nodesets import fold
 from fleet.report.html_style import CSS
-from fleet.report.render import error_shape, fold, fold_errors
+from fleet.report.render import error_shape, fold_errors
 
 REPORT_HTML = "report.html"
 STATUS_ORDER = ("clean", "failed", "unreachable", "skipped", "planned")

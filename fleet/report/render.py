@@ -8,9 +8,8 @@ from collections import defaultdict
 from dataclasses import asdict
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet
-
 from fleet import __version__
+from fleet.inventory.nodesets import fold
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -126,11 +125,6 @@ def exit_code(report: RunReport, *, interrupted: bool = False, hung_up: bool = F
         return HUNG_UP if hung_up else INTERRUPTED
     ok = all(h.status in (HostStatus.CLEAN, HostStatus.PLANNED) for h in report.hosts.values())
     return 0 if ok else 1
-
-
-def fold(names: list[str]) -> str:
-    """gpu-b01 .. gpu-b15 -> gpu-b[01-15]."""
-    return str(NodeSet.fromlist(names))
 
 
 # A number in an error (a clock time as one): where hosts' errors differ only in these, they fold into one line.
