@@ -127,9 +127,9 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
     try:
         chosen = schedulers.plug(options.scheduler.name) if options.scheduler is not None else None
         if chosen is not None and options.scheduler is not None and options.scheduler.fan_out:
-            if chosen.fan_out is None:
+            if chosen.run_via is None:
                 raise UsageError(f"scheduler {options.scheduler.name} cannot run the reset itself (--via)")
-            run_report, state = await chosen.fan_out(targets, options, logs, on_host_end=history.host_ended,
+            run_report, state = await chosen.run_via(targets, options, logs, on_host_end=history.host_ended,
                                                      interrupts=interrupts)
         else:
             extra: dict[str, Any] = {"connector": connector} if connector else {}

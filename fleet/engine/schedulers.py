@@ -1,7 +1,7 @@
 """Workload managers, by the name the inventory's `scheduler:` (or a command line's `--slurm`) gives them.
 
 A scheduler is a plug: a module that provides `PLUG`, a `Plug` whose `lifecycle` builds the
-`fleet.engine.graph.Scheduler` a run walks its hosts through, and whose `fan_out`, when it has one, runs the whole
+`fleet.engine.graph.Scheduler` a run walks its hosts through, and whose `run_via`, when it has one, runs the whole
 reset through the scheduler instead of SSH fan-out (Slurm's `--via srun`). The registry names modules, not objects:
 a scheduler's code is only imported when a run asks for it, and `fleet.inventory` can check a `scheduler:` value
 without importing any. Adding one (Kubernetes, say) is a row here and a module that implements
@@ -27,16 +27,16 @@ REGISTRY: dict[str, str] = {
 }
 
 Lifecycle = Callable[["RunOptions", "RunLogs", "Interrupts | None"], "Scheduler"]
-FanOut = Callable[..., Awaitable[tuple["RunReport", "RunState"]]]
+RunVia = Callable[..., Awaitable[tuple["RunReport", "RunState"]]]
 
 
 @dataclass(frozen=True)
 class Plug:
-    """What a scheduler module provides. `fan_out(hosts, options, logs, on_host_end=, interrupts=)`: the run
+    """What a scheduler module provides. `run_via(hosts, options, logs, on_host_end=, interrupts=)`: the run
     through the scheduler itself, when it can run the reset on its nodes."""
 
     lifecycle: Lifecycle
-    fan_out: FanOut | None = None
+    run_via: RunVia | None = None  # taken when `SchedulerOptions.fan_out` asks the scheduler to fan out
 
 
 def names() -> tuple[str, ...]:

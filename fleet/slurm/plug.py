@@ -24,4 +24,4 @@ def lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None)
                           run_over=run_over, interrupts=interrupts)
 
 
-PLUG = Plug(lifecycle=lifecycle, fan_out=run_via_srun)
+PLUG = Plug(lifecycle=lifecycle, run_via=run_via_srun)
