@@ -105,9 +105,9 @@ async def test_memory_held_only_by_a_jobs_processes_fails_at_once_naming_the_job
     n = node(f"alice\t/proc/{JOB}/fd/3\t/dev/nvidia0\n", lambda: [30000],
              apps=f"GPU-0, {JOB}, python3, 30000\n", settle_timeout=30.0)
     killed = await kill.kill(n)
-    assert killed.jobs == {JOB} and killed.kept == frozenset() and killed.killed == ()
+    assert killed.job_pids == {JOB} and killed.kept == frozenset() and killed.killed == ()
     started = time.monotonic()
-    outcome = await settle.settle(n, killed.kept, killed.jobs)
+    outcome = await settle.settle(n, killed.kept, killed.job_pids)
     assert time.monotonic() - started < 5
     result = outcome.result
     assert (result.status, result.reason) == (StepStatus.FAILED, Reason.MEMORY_HELD_BY_JOB)
@@ -120,7 +120,7 @@ async def test_a_job_on_another_gpu_does_not_end_the_wait_for_memory_no_process_
     """The job holds gpu 1 (free); gpu 0's memory is nobody's: settle waits its window and says it leaked."""
     n = node(f"alice\t/proc/{JOB}/fd/3\t/dev/nvidia1\n", lambda: [2048, 0], minors=(0, 1))
     killed = await kill.kill(n)
-    outcome = await settle.settle(n, killed.kept, killed.jobs)
+    outcome = await settle.settle(n, killed.kept, killed.job_pids)
     assert (outcome.result.status, outcome.result.reason) == (StepStatus.TIMEOUT, Reason.MEMORY_LEAKED)
     assert outcome.result.error == (
         "gpu 0 holds 2048 MiB with no process holding it after 2 s: a leaked context; --gpu-reset can reset it")
@@ -141,7 +141,7 @@ async def test_memory_another_process_holds_is_named() -> None:
     """A process fleet keeps only because kill_users spares its user is someone's work: `memory_held`, named."""
     n = node("bob\t/proc/55/fd/3\t/dev/nvidia0\n", lambda: [900], kill_users=("alice",))
     killed = await kill.kill(n)
-    outcome = await settle.settle(n, killed.kept, killed.jobs)
+    outcome = await settle.settle(n, killed.kept, killed.job_pids)
     assert outcome.result.reason is Reason.MEMORY_HELD
     assert outcome.result.error == ("gpu 0 holds 900 MiB after 2 s (threshold 16 MiB), held by pid 55 python3"
                                     " (user root not in kill_users)")
@@ -160,7 +160,7 @@ async def test_gpu_reset_takes_the_gpu_by_index_where_minor_numbers_differ() -> 
              extra=[(("nvidia-smi", "-r"), reset)], gpu_reset_timeout=4.0)
     killed = await kill.kill(n)
     assert killed.kept == {77}
-    outcome = await settle.settle(n, killed.kept, killed.jobs, gpu_reset=True)
+    outcome = await settle.settle(n, killed.kept, killed.job_pids, gpu_reset=True)
     assert outcome.result.status is StepStatus.OK, outcome.result.error
     assert outcome.result.detail.startswith("reset gpu 0 with nvidia-smi -r; 2 GPUs at or under 16 MiB after it")
     assert ran(n, "nvidia-smi", "-r") == [("nvidia-smi", "-r", "-i", "0")]
@@ -174,7 +174,7 @@ async def test_gpu_reset_is_refused_for_the_gpu_whose_device_file_is_held_and_sa
     n = node("root\t/proc/77/fd/3\t/dev/nvidia1\n", lambda: [2048, 0], minors=(1, 0),
              extra=[(("nvidia-smi", "-r"), Reply("", exit_status=255))])
     killed = await kill.kill(n)
-    outcome = await settle.settle(n, killed.kept, killed.jobs, gpu_reset=True)
+    outcome = await settle.settle(n, killed.kept, killed.job_pids, gpu_reset=True)
     assert (outcome.result.status, outcome.result.reason) == (StepStatus.TIMEOUT, Reason.MEMORY_LEAKED)
     error = outcome.result.error or ""
     assert error.startswith("gpu 0 holds 2048 MiB with only the machine's own processes holding it after 2 s: a"

@@ -132,7 +132,7 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
         run.killed = killed.killed
         if killed.result.status is StepStatus.OK:
             settled = await _run_step(node, run, StepName.SETTLE,
-                                      lambda: settle.settle(node, killed.kept, killed.jobs, gpu_reset=gpu_reset))
+                                      lambda: settle.settle(node, killed.kept, killed.job_pids, gpu_reset=gpu_reset))
             settle_s = dict(settled.settle_s)
     verified = await _run_step(node, run, StepName.VERIFY,
                                lambda: verify.verify(node, settle_s, baseline, run.killed))

@@ -81,7 +81,7 @@ class StepOutcome:
     settle_s: Mapping[int, float] = field(default_factory=dict)  # GPU index -> seconds until it settled
     kept: frozenset[int] = frozenset()  # pids of GPU holders left alive on purpose (protected)
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU (the host's)
-    jobs: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
+    job_pids: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
 
 
 @dataclass(frozen=True)

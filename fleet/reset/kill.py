@@ -168,9 +168,9 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
     reason, error = (Reason.DRAIN_FAILED, stopped.error) if stopped and stopped.error else (last.reason, last.error)
     status = StepStatus.FAILED if error else StepStatus.OK
     kept = frozenset(h.pid for h in last.kept if h.part_of_the_machine)
-    jobs = frozenset(h.pid for h in last.kept if job_of(h) is not None)
+    job_pids = frozenset(h.pid for h in last.kept if job_of(h) is not None)
     return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error, reason), killed=killed,
-                       kept=kept, jobs=jobs)
+                       kept=kept, job_pids=job_pids)
 
 
 # --- what the kill decides and says (pure) -----------------------------------

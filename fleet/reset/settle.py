@@ -79,20 +79,20 @@ def kept_usage(apps: Iterable[smi.ComputeApp]) -> dict[str, int]:
     return dict(used)
 
 
-async def settle(node: Node, kept: Collection[int] = (), jobs: Collection[int] = (), *,
+async def settle(node: Node, kept: Collection[int] = (), job_pids: Collection[int] = (), *,
                  gpu_reset: bool = False) -> StepOutcome:
     """Poll GPU memory with backoff until every GPU is under its allowance; no fixed sleep.
 
     `kept`: pids of GPU holders the kill left alive as part of the machine; what they use does not count.
-    `jobs`: pids of holders it left alive as a Slurm job's processes: when memory is held after the first poll,
+    `job_pids`: pids of holders it left alive as a Slurm job's processes: when memory is held after the first poll,
     one look says whether only they hold it, and the step fails at once if so.
     `gpu_reset` (`--gpu-reset`): when the window passes with memory no process holds, reset those GPUs
     (`fleet.reset.remedy`) and wait once more; memory that survives a reset needs a reboot.
     """
     started, host = time.monotonic(), node.host
     budget = Budget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI))
-    waited = await _wait_free(node, kept, budget, polls=1 if jobs else None)
-    if jobs and waited.rows and not waited.free:
+    waited = await _wait_free(node, kept, budget, polls=1 if job_pids else None)
+    if job_pids and waited.rows and not waited.free:
         seen = await _look(node, kept)
         held = job_verdict(seen.unsettled, seen.found.titles)
         if held is not None:
