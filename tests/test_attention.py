@@ -8,7 +8,7 @@ import time
 import anyio
 import pytest
 
-from fleet.node.budget import Budget, BudgetSpent
+from fleet.node.budget import BudgetSpent, TimeBudget
 from fleet.transport import attention
 from fleet.transport.attention import MonotonicClock, loop_clock
 
@@ -87,14 +87,14 @@ async def test_a_timer_fires_once_the_clock_reads_its_time() -> None:
 
 async def test_a_step_window_that_ended_during_a_hold_is_still_open() -> None:
     """A 1 s window, the loop held 2 s: the step still has its window, and its next command still starts."""
-    budget = Budget(1.0, slack=1.0)
+    budget = TimeBudget(1.0, slack=1.0)
     block_the_loop(2.0)
     assert budget.window_left > 0
     assert budget.command_timeout(5.0) > 0
 
 
 async def test_a_budget_spent_on_attention_is_spent() -> None:
-    budget = Budget(0.0, slack=0.2)
+    budget = TimeBudget(0.0, slack=0.2)
     await anyio.sleep(0.3)
     with pytest.raises(BudgetSpent, match=r"^step budget of 0\.2 s spent$"):
         budget.command_timeout(5.0)
@@ -102,5 +102,5 @@ async def test_a_budget_spent_on_attention_is_spent() -> None:
 
 def test_outside_an_event_loop_the_clock_is_monotonic() -> None:
     assert isinstance(attention.clock(), MonotonicClock)
-    budget = Budget(10.0)
+    budget = TimeBudget(10.0)
     assert 0 <= budget.elapsed < budget.window

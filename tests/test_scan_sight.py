@@ -26,7 +26,7 @@ from fleet.inventory.host import Host
 from fleet.model.errors import StepFailed
 from fleet.model.hostlog import NoLog
 from fleet.model.report import Reason, StepName
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.probes.procs import HolderRow, HolderScan, PsRow, holders_scan_argv, parse_ps, parse_scan, ps_argv
 from fleet.reset.holders import Scan, blind_error, ps_blindness, scan, scan_blindness
@@ -236,7 +236,7 @@ def node(find: Reply, ps: Reply | None = None, *, become: bool = False) -> Node:
 
 
 async def look(n: Node) -> Scan:
-    return await scan(n, StepName.VERIFY, Budget(0.0, slack=5.0))
+    return await scan(n, StepName.VERIFY, TimeBudget(0.0, slack=5.0))
 
 
 async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:

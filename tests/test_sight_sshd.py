@@ -27,7 +27,7 @@ from sshd import SSHD, Sshd, start_sshd
 from fleet.inventory.host import Host
 from fleet.model.errors import StepFailed
 from fleet.model.report import StepName
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.reset import holders
 from fleet.transport.ssh import open_ssh
@@ -122,7 +122,7 @@ def host(server: Sshd, key: ClientKey, user: str, world: Path, *, become: bool) 
 
 async def scan(target: Host) -> holders.Scan:
     async with await open_ssh(target) as ssh:
-        return await holders.scan(Node(target, ssh, Events()), StepName.VERIFY, Budget(0.0, slack=60))
+        return await holders.scan(Node(target, ssh, Events()), StepName.VERIFY, TimeBudget(0.0, slack=60))
 
 
 async def test_without_become_a_non_root_login_cannot_see_roots_holder_and_says_so(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleet.inventory.host import Host
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 
 # nvidia-smi's bound over command_timeout: 3 x 10 s covers an 8-GPU node without persistence mode (8 x 1-3 s,
 # 30 s measured) at the default command_timeout.
@@ -49,7 +49,7 @@ def of(host: Host, driver: bool) -> Bound:
     return smi_bound(host) if driver else command_bound(host)
 
 
-def within(bound: Bound, budget: Budget | None, step: object = None) -> Bound:
+def within(bound: Bound, budget: TimeBudget | None, step: object = None) -> Bound:
     """The bound, or what is left of the step's budget when that is less (BudgetSpent when nothing is)."""
     if budget is None:
         return bound

@@ -17,7 +17,7 @@ class BudgetSpent(Exception):
 
 
 @dataclass
-class Budget:
+class TimeBudget:
     """A step's time on the attention clock.
 
     `window` is how long the step waits for the node to change (a unit to stop,

@@ -24,7 +24,7 @@ from fleet.model.hostlog import HostLog
 from fleet.model.outcomes import Reason, StepName, StepStatus
 from fleet.node import bounds
 from fleet.node.bounds import Bound
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.probe import Probe
 from fleet.transport import batch as framing
 from fleet.transport.base import RELEASE_TIMEOUT_S, TIMEOUT_EXIT_STATUSES, CommandResult, OpenCommand, Transport, clip
@@ -50,12 +50,12 @@ class Node:
         self.commands = 0
         self.batches = 0
 
-    async def ask(self, probe: Probe[T], *, step: StepName | None = None, budget: Budget | None = None) -> T:
+    async def ask(self, probe: Probe[T], *, step: StepName | None = None, budget: TimeBudget | None = None) -> T:
         """Run the probe (see `run`) and parse its stdout; unreadable output fails the step."""
         return probe.read(await self.run(probe, step=step, budget=budget))
 
     async def run(self, probe: Probe[Any], *, step: StepName | None = None,
-                  budget: Budget | None = None) -> CommandResult:
+                  budget: TimeBudget | None = None) -> CommandResult:
         """Run one probe within its bound and the step's budget; log it either way.
 
         An exit status the probe does not call an answer fails the step; so does a hang of a probe
@@ -78,7 +78,7 @@ class Node:
         return result
 
     async def batch(self, probes: Sequence[Probe[Any] | tuple[Probe[Any], Bound]], *, step: StepName | None = None,
-                    budget: Budget | None = None) -> Answers:
+                    budget: TimeBudget | None = None) -> Answers:
         """Run the probes in one remote command a privilege (on a `become` host, those that need root in one
         through sudo, the rest in another); read each with `Answers.read`. A probe given as (probe, bound)
         gets that bound instead of its own (`fleet.node.bounds.of`). A batch costs one command; its sections are
@@ -93,7 +93,7 @@ class Node:
         return Answers(answers)
 
     async def _batch(self, asked: Sequence[tuple[Probe[Any], Bound]], step: StepName | None,
-                     budget: Budget | None) -> dict[int, CommandResult | CommandTimeout | StepFailed]:
+                     budget: TimeBudget | None) -> dict[int, CommandResult | CommandTimeout | StepFailed]:
         limits = [bounds.within(limit, budget, step) for _, limit in asked]
         tag, self.commands, self.batches = framing.new_tag(), self.commands + 1, self.batches + 1
         argv = framing.batch_argv(tag, [(b.seconds, p.argv) for (p, _), b in zip(asked, limits, strict=True)])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import anyio
 
 from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.probes import units
 from fleet.reset.poll import POLL_MARGIN_S, backoff
@@ -49,7 +49,7 @@ async def drain(node: Node) -> StepOutcome:
 async def stop_units(node: Node, names: Sequence[str], window: float,
                      step: StepName = StepName.DRAIN) -> UnitsStopped:
     """Stop units gracefully, polling up to `window` s; SIGKILL only those whose stop hangs."""
-    budget = Budget(window, slack=node.host.command_timeout)
+    budget = TimeBudget(window, slack=node.host.command_timeout)
     stops = [units.unit_stop(unit) for unit in names]
     shows = [units.unit_state(unit) for unit in names]
     answers = await node.batch([*stops, *shows], step=step, budget=budget)
@@ -64,7 +64,7 @@ async def stop_units(node: Node, names: Sequence[str], window: float,
     return await _escalate(node, hung, states, window, step)
 
 
-async def unit_states(node: Node, names: Sequence[str], budget: Budget,
+async def unit_states(node: Node, names: Sequence[str], budget: TimeBudget,
                       step: StepName = StepName.DRAIN) -> dict[str, units.UnitState]:
     """Each unit's ActiveState, SubState and MainPID, in one command (the dry run reads them too)."""
     shows = {unit: units.unit_state(unit) for unit in names}
@@ -72,7 +72,7 @@ async def unit_states(node: Node, names: Sequence[str], budget: Budget,
     return {unit: answers.read(probe) for unit, probe in shows.items()}
 
 
-async def _wait_down(node: Node, names: Sequence[str], budget: Budget, step: StepName,
+async def _wait_down(node: Node, names: Sequence[str], budget: TimeBudget, step: StepName,
                      states: dict[str, units.UnitState] | None = None) -> dict[str, units.UnitState]:
     """Poll until every unit is inactive or failed, or the budget is spent; return the last states
     (`states`: a first look already taken)."""
@@ -89,7 +89,7 @@ async def _wait_down(node: Node, names: Sequence[str], budget: Budget, step: Ste
 async def _escalate(node: Node, hung: Sequence[str], states: dict[str, units.UnitState], window: float,
                     step: StepName) -> UnitsStopped:
     """`systemctl kill --signal=SIGKILL` the hung units, then poll them for ESCALATION_WINDOW_S."""
-    escalation = Budget(ESCALATION_WINDOW_S, slack=node.host.command_timeout)
+    escalation = TimeBudget(ESCALATION_WINDOW_S, slack=node.host.command_timeout)
     kills = [units.unit_kill(unit) for unit in hung]
     answers = await node.batch(kills, step=step, budget=escalation)
     for probe in kills:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from fleet.inventory.host import Host
 from fleet.model.errors import StepFailed
 from fleet.model.report import Reason, StepName
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.probe import first_line
 from fleet.node.probes import jobs, lineage, procs, units
@@ -45,7 +45,7 @@ class Scan:
         return tuple(h for h in self.holders if h.protected_by is not None)
 
 
-async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool = False,
+async def scan(node: Node, step: StepName, budget: TimeBudget, *, with_units: bool = False,
                known: Scan | None = None, looked: CommandResult | None = None) -> Scan:
     """Every process holding a device file, described (user, name, exe, lineage; with `with_units`,
     its systemd unit) and judged protected or not.
@@ -79,7 +79,7 @@ async def scan(node: Node, step: StepName, budget: Budget, *, with_units: bool =
     return Scan(holders, frozenset(unit_of[p] for p in walk.own if p in unit_of))
 
 
-async def _still_unreadable(node: Node, seen: procs.HolderScan, step: StepName, budget: Budget) -> procs.HolderScan:
+async def _still_unreadable(node: Node, seen: procs.HolderScan, step: StepName, budget: TimeBudget) -> procs.HolderScan:
     """Keep only the unreadable fd tables of processes that still exist: find's `-readable` is also false
     for a process that exited between listing /proc and looking at it, which hides nothing."""
     if not seen.unreadable:
@@ -88,13 +88,13 @@ async def _still_unreadable(node: Node, seen: procs.HolderScan, step: StepName, 
     return replace(seen, unreadable=tuple(pid for pid in seen.unreadable if pid in alive))
 
 
-async def scan_holders(node: Node, step: StepName, budget: Budget,
+async def scan_holders(node: Node, step: StepName, budget: TimeBudget,
                        looked: CommandResult | None = None) -> tuple[Holder, ...]:
     """The holders of one `scan`, without their units."""
     return (await scan(node, step, budget, looked=looked)).holders
 
 
-async def _units(node: Node, pids: Sequence[int], step: StepName, budget: Budget) -> dict[int, str]:
+async def _units(node: Node, pids: Sequence[int], step: StepName, budget: TimeBudget) -> dict[int, str]:
     return await node.ask(units.units_of(pids, simulated=node.host.simulated), step=step, budget=budget)
 
 

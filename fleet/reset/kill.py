@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import anyio
 
 from fleet.model.report import KilledProcess, Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict, line_of
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.probes import procs, units
 from fleet.reset.drain import UnitsStopped, stop_units
@@ -71,7 +71,7 @@ async def kill(node: Node, *, stop_respawning: bool = False) -> StepOutcome:
 async def _kill_round(node: Node) -> KillRound:
     """Scan, SIGTERM, SIGKILL what is left, and watch for holders coming back."""
     host = node.host
-    budget = Budget(host.kill_grace + SIGKILL_WAIT_S, slack=8 * host.command_timeout)
+    budget = TimeBudget(host.kill_grace + SIGKILL_WAIT_S, slack=8 * host.command_timeout)
     found = await scan(node, StepName.KILL, budget, with_units=True)
     targets, kept = found.targets, found.kept
     for holder in kept:
@@ -93,7 +93,7 @@ async def _kill_round(node: Node) -> KillRound:
 
 
 async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], wait_s: float,
-                           budget: Budget) -> Signalled:
+                           budget: TimeBudget) -> Signalled:
     """Send `signal` to each target that is still the process judged, then poll until they are gone or
     wait_s passes. Every look and every signal checks the process's identity on the node first."""
     known = [t for t in targets if t.identity() is not None]
@@ -111,7 +111,7 @@ async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], w
     return Signalled(frozenset({t.pid for t in alive} | unknown), denied)
 
 
-async def _alive(node: Node, targets: Sequence[Holder], budget: Budget) -> list[Holder]:
+async def _alive(node: Node, targets: Sequence[Holder], budget: TimeBudget) -> list[Holder]:
     """The targets still alive and still the processes judged (a zombie or a reused pid is gone)."""
     verdicts = await node.ask(procs.signal(procs.ALIVE, _identities(targets)), step=StepName.KILL, budget=budget)
     return [t for t in targets if verdicts.get(t.pid) == "alive"]
@@ -121,7 +121,7 @@ def _identities(targets: Sequence[Holder]) -> list[procs.Identity]:
     return [i for i in (t.identity() for t in targets) if i is not None]
 
 
-async def _watch_for_respawn(node: Node, budget: Budget, before: Scan) -> list[Holder]:
+async def _watch_for_respawn(node: Node, budget: TimeBudget, before: Scan) -> list[Holder]:
     """Scan again a few times over RESPAWN_SCANS_S: a Restart=always unit brings its process straight back.
 
     Holders judged before the kill (the protected ones) are not described again.
@@ -135,7 +135,7 @@ async def _watch_for_respawn(node: Node, budget: Budget, before: Scan) -> list[H
     return back
 
 
-async def _restart_settings(node: Node, names: Iterable[str], budget: Budget) -> dict[str, str]:
+async def _restart_settings(node: Node, names: Iterable[str], budget: TimeBudget) -> dict[str, str]:
     """unit -> its Restart= setting, for the units whose processes came back (unreadable: left out)."""
     settings = {}
     for unit in sorted(names):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from fleet.model.errors import StepFailed
 from fleet.model.report import StepName, StepStatus
 from fleet.node.bounds import commands_s
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.probe import Probe
 from fleet.node.probes import health, procs, smi
@@ -106,7 +106,7 @@ async def look(node: Node, step: StepName = StepName.SETTLE) -> Look:
     slurmstepd titles of job processes whose cgroup does not name their job. A `-q` that does not answer
     readably is no board (the GPUs' device files then cannot be told apart); one that hangs fails the step."""
     host = node.host
-    budget = Budget(0.0, slack=commands_s(host, smi=LOOK_SMI, other=LOOK_COMMANDS))
+    budget = TimeBudget(0.0, slack=commands_s(host, smi=LOOK_SMI, other=LOOK_COMMANDS))
     gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
     board_probe, scan_probe = board(host.nvidia_smi), procs.holder_scan(host.devices)
     answers = await node.batch([gpu_probe, apps_probe, board_probe, scan_probe], step=step, budget=budget)
@@ -122,7 +122,7 @@ async def look(node: Node, step: StepName = StepName.SETTLE) -> Look:
     return Look(rows, apps, holders, read, await _titles(node, holders, step, budget))
 
 
-async def _titles(node: Node, holders: Iterable[Holder], step: StepName, budget: Budget) -> dict[int, str]:
+async def _titles(node: Node, holders: Iterable[Holder], step: StepName, budget: TimeBudget) -> dict[int, str]:
     """The command lines of the slurmstepds named by job processes whose job is not known yet."""
     wanted = sorted({ref.stepd for ref in (job_of(h) for h in holders)
                      if ref is not None and ref.job is None and ref.stepd is not None})

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from fleet.model.report import HostPlan, PlannedProcess, StepName, StepResult, StepStatus
 from fleet.node.bounds import commands_s
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.probes import smi, units
 from fleet.reset.drain import unit_states
@@ -25,7 +25,7 @@ from fleet.reset.verify import VERIFY_COMMANDS
 async def survey(node: Node) -> HostPlan:
     """A dry run's look at the node: read-only commands only, nothing signalled, stopped or written."""
     host = node.host
-    budget = Budget(0.0, slack=commands_s(host, smi=2, other=len(host.services) + VERIFY_COMMANDS))
+    budget = TimeBudget(0.0, slack=commands_s(host, smi=2, other=len(host.services) + VERIFY_COMMANDS))
     states = await unit_states(node, host.services, budget) if host.services else {}
     holders = await scan_holders(node, StepName.KILL, budget)
     rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)

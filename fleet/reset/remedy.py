@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from fleet.model.errors import StepFailed
 from fleet.model.report import StepName
 from fleet.node.bounds import Bound
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.probe import ANY_EXIT, Probe
 from fleet.node.probes import smi
@@ -86,7 +86,7 @@ async def reset_gpus(node: Node, plan: ResetPlan) -> ResetOutcome:
         node.log.warning("gpu_reset_refused", step="settle", reason=plan.blocked)
         return ResetOutcome(False, f"gpu reset refused: {plan.blocked}")
     node.log.warning("gpu_reset", step="settle", gpus=list(plan.gpus), together=plan.together)
-    budget = Budget(0.0, slack=host.gpu_reset_timeout + host.command_timeout)
+    budget = TimeBudget(0.0, slack=host.gpu_reset_timeout + host.command_timeout)
     for gpu in [None] if plan.together else list(plan.gpus):
         probe = reset_probe(host.nvidia_smi, gpu)
         answers = await node.batch([(probe, Bound(host.gpu_reset_timeout, "gpu_reset_timeout"))], step=StepName.SETTLE,

@@ -26,7 +26,7 @@ import anyio
 from fleet.inventory.host import Host
 from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict
 from fleet.node.bounds import commands_s
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.probes import smi
 from fleet.reset import leaks, remedy
@@ -90,7 +90,7 @@ async def settle(node: Node, kept: Collection[int] = (), job_pids: Collection[in
     (`fleet.reset.remedy`) and wait once more; memory that survives a reset needs a reboot.
     """
     started, host = time.monotonic(), node.host
-    budget = Budget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI))
+    budget = TimeBudget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI))
     waited = await _wait_free(node, kept, budget, polls=1 if job_pids else None)
     if job_pids and waited.rows and not waited.free:
         seen = await _look(node, kept)
@@ -105,7 +105,7 @@ async def settle(node: Node, kept: Collection[int] = (), job_pids: Collection[in
     return await _whose(node, kept, waited, started, budget, gpu_reset=gpu_reset)
 
 
-async def _whose(node: Node, kept: Collection[int], waited: Waited, started: float, budget: Budget, *,
+async def _whose(node: Node, kept: Collection[int], waited: Waited, started: float, budget: TimeBudget, *,
                  gpu_reset: bool) -> StepOutcome:
     """The window passed with memory held: look once, and say whose it is (or reset it, with `gpu_reset`)."""
     host = node.host
@@ -134,7 +134,7 @@ async def _after_reset(node: Node, kept: Collection[int], before: Waited, plan: 
     reset = await remedy.reset_gpus(node, plan)
     if not reset.ran:
         return _failed(started, before, (Reason.MEMORY_LEAKED, f"{context}; {reset.line}"))
-    after = await _wait_free(node, kept, Budget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI)))
+    after = await _wait_free(node, kept, TimeBudget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI)))
     if after.free:
         detail = f"{reset.line}; {len(after.rows)} GPUs at or under {host.memory_threshold_mib} MiB after it"
         return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=before.settled)
@@ -185,7 +185,7 @@ class Waited:
         return bool(self.rows) and len(self.settled) == len(self.rows)
 
 
-async def _wait_free(node: Node, kept: Collection[int], budget: Budget, *, polls: int | None = None,
+async def _wait_free(node: Node, kept: Collection[int], budget: TimeBudget, *, polls: int | None = None,
                      settled: Mapping[int, float] | None = None) -> Waited:
     """Poll (backoff) until every GPU is under its allowance, the budget's window passes, or `polls` polls
     were made; `settled`: when each GPU went under in polls before these (the same budget)."""

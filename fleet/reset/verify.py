@@ -40,7 +40,7 @@ from fleet.model.report import (
     line_of,
 )
 from fleet.node.bounds import commands_s
-from fleet.node.budget import Budget
+from fleet.node.budget import TimeBudget
 from fleet.node.node import Answers, Node
 from fleet.node.probe import Probe
 from fleet.node.probes import health, kernel_log, procs, smi
@@ -78,7 +78,7 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     processes that held a GPU as it began and hold none now).
     """
     started, host = time.monotonic(), node.host
-    budget = Budget(0.0, slack=commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
+    budget = TimeBudget(0.0, slack=commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
     gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
     scan_probe, reads = procs.holder_scan(host.devices), HealthReads.of(host, baseline)
     answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe, *reads.last], step=StepName.VERIFY,
@@ -229,7 +229,7 @@ class HealthReads:
         read."""
         return [] if self.kernel is None else [self.kernel]
 
-    async def findings(self, node: Node, answers: Answers, budget: Budget, baseline: Baseline | None,
+    async def findings(self, node: Node, answers: Answers, budget: TimeBudget, baseline: Baseline | None,
                        ended: Ended) -> Judgement:
         """What they found, judged by the host's policy."""
         policy = HealthPolicy.of(node.host)
@@ -251,7 +251,7 @@ class HealthReads:
         return KernelReads(before=baseline.log.xids, during=log.xids if log else (),
                            unread=None if why is None else f"at verify: {why}")
 
-    async def _gpus(self, node: Node, answers: Answers, budget: Budget) -> tuple[health.GpuHealth, ...]:
+    async def _gpus(self, node: Node, answers: Answers, budget: TimeBudget) -> tuple[health.GpuHealth, ...]:
         """Each GPU's health facts: the fields and the row remapper joined; the whole `-q` (one more command) on a
         driver whose `--query-gpu` lacks a field or whose `-q -d` refused ROW_REMAPPER. A hang, unreadable
         output or two reads that list other GPUs fail verify; they never fall back to "no facts"."""
