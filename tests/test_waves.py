@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.engine.waves import Amount, FailureBudget, parse_amount, parse_duration, plan_waves, tolerated, wave_size
+from fleet.engine.waves import Amount, FailureBudget, parse_amount, parse_duration, split_waves, tolerated, wave_size
 from fleet.model.errors import UsageError
 
 HOSTS = [f"h{i:02d}" for i in range(10)]
@@ -42,20 +42,20 @@ def test_batch_zero_is_refused_but_max_fail_zero_is_fine() -> None:
     ],
 )
 def test_waves(batch: Amount | None, sizes: list[int]) -> None:
-    waves = plan_waves(HOSTS, batch)
+    waves = split_waves(HOSTS, batch)
     assert [len(w) for w in waves] == sizes
     assert [h for w in waves for h in w] == HOSTS
 
 
 def test_canary_goes_first_then_batches_of_the_rest() -> None:
-    assert [len(w) for w in plan_waves(HOSTS, Amount(4), canary=1)] == [1, 4, 4, 1]
-    assert [len(w) for w in plan_waves(HOSTS, None, canary=2)] == [2, 8]
-    assert [len(w) for w in plan_waves(HOSTS, None, canary=20)] == [10]
+    assert [len(w) for w in split_waves(HOSTS, Amount(4), canary=1)] == [1, 4, 4, 1]
+    assert [len(w) for w in split_waves(HOSTS, None, canary=2)] == [2, 8]
+    assert [len(w) for w in split_waves(HOSTS, None, canary=20)] == [10]
 
 
 def test_wave_size_of_an_empty_fleet() -> None:
     assert wave_size(None, 0) == 1
-    assert plan_waves([], Amount(3)) == []
+    assert split_waves([], Amount(3)) == []
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from fleet.node.probes.smi import ComputeApp, GpuRow
 from fleet.reset import leaks
 from fleet.reset.leaks import Board, Look, Unsettled
 from fleet.reset.protection import JOB_PROCESS, Holder, JobRef, job_of
-from fleet.reset.remedy import ResetPlan, plan_reset
+from fleet.reset.remedy import GpuReset, choose_gpu_reset
 from fleet.reset.settle import Allowance, held_verdict, job_verdict, leaked_line, reset_advice
 
 BUS = ("00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0")
@@ -112,10 +112,10 @@ def test_job_of_reads_back_every_reason_a_job_is_kept_for() -> None:
 
 def test_the_leaked_line_says_whether_gpu_reset_would_help() -> None:
     alone = Unsettled(3, "gpu 3 holds 4096 MiB")
-    assert f"{leaked_line([alone], 60)}; {reset_advice(ResetPlan((3,)))}" == (
+    assert f"{leaked_line([alone], 60)}; {reset_advice(GpuReset((3,)))}" == (
         "gpu 3 holds 4096 MiB with no process holding it after 60 s: a leaked context; --gpu-reset can reset it")
     held_open = Unsettled(3, "gpu 3 holds 4096 MiB", machine=(PERSISTENCED,))
-    blocked = ResetPlan(blocked="pid 12 nvidia-persistenced (protected name nvidia-persistenced) still hold gpu 3")
+    blocked = GpuReset(blocked="pid 12 nvidia-persistenced (protected name nvidia-persistenced) still hold gpu 3")
     assert f"{leaked_line([held_open, alone], 60)}; {reset_advice(blocked)}" == (
         "gpu 3 holds 4096 MiB with only the machine's own processes holding it (+1 more) after 60 s: a leaked"
         " context; --gpu-reset would be refused: pid 12 nvidia-persistenced (protected name nvidia-persistenced)"
@@ -125,11 +125,11 @@ def test_the_leaked_line_says_whether_gpu_reset_would_help() -> None:
 def test_a_reset_is_planned_by_nvidia_smi_index_and_refused_for_any_holder_of_a_gpu_it_takes() -> None:
     mps = holder(77, "/dev/nvidia1", why="protected name nvidia-cuda-mps-server")  # minor 1: gpu 3
     held = look(mps).holders_by_gpu()
-    assert plan_reset([1], held, False, range(4)) == ResetPlan((1,))  # /dev/nvidia1 is not gpu 1
-    assert plan_reset([3], held, False, range(4)).blocked == (
+    assert choose_gpu_reset([1], held, False, range(4)) == GpuReset((1,))  # /dev/nvidia1 is not gpu 1
+    assert choose_gpu_reset([3], held, False, range(4)).blocked == (
         "pid 77 python3 (protected name nvidia-cuda-mps-server) still hold gpu 3")
-    assert plan_reset([1], held, True, range(4)).blocked == (
+    assert choose_gpu_reset([1], held, True, range(4)).blocked == (
         "pid 77 python3 (protected name nvidia-cuda-mps-server) still hold the baseboard's GPUs")
-    assert plan_reset([1], look().holders_by_gpu(), True, range(4)) == ResetPlan((0, 1, 2, 3), together=True)
-    unread = plan_reset([1], held, None, range(4)).blocked
+    assert choose_gpu_reset([1], look().holders_by_gpu(), True, range(4)) == GpuReset((0, 1, 2, 3), together=True)
+    unread = choose_gpu_reset([1], held, None, range(4)).blocked
     assert unread is not None and unread.startswith("nvidia-smi -q could not be read")

@@ -32,7 +32,7 @@ import anyio.lowlevel
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import HostRun, Mode, walk_host
-from fleet.engine.waves import Amount, FailureBudget, plan_waves, tolerated
+from fleet.engine.waves import Amount, FailureBudget, split_waves, tolerated
 from fleet.inventory.host import Connection, Host
 from fleet.inventory.nodesets import fold
 from fleet.model.errors import TransportError
@@ -318,7 +318,7 @@ async def _run_waves(runs: list[HostRun], options: RunOptions, logs: RunLogs, co
                      state: RunState, scheduler: Scheduler | None, on_host_end: HostEnded | None = None) -> None:
     limiter = anyio.CapacityLimiter(max(1, options.concurrency or len(runs) or 1))
     gate = Gate(limiter, FailureBudget(tolerated(options.max_fail, len(runs))), state)
-    waves = plan_waves(runs, options.batch, options.canary)
+    waves = split_waves(runs, options.batch, options.canary)
     async with anyio.create_task_group() as group:
         if scheduler is not None:
             group.start_soon(scheduler.serve)

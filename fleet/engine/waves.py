@@ -66,7 +66,7 @@ def wave_size(batch: Amount | None, total: int) -> int:
     return max(1, min(batch.of(total), total))
 
 
-def plan_waves(items: Sequence[T], batch: Amount | None, canary: int = 0) -> list[list[T]]:
+def split_waves(items: Sequence[T], batch: Amount | None, canary: int = 0) -> list[list[T]]:
     """The canary wave (if any), then waves of `batch` over the rest; the last wave may be partial."""
     items = list(items)
     waves: list[list[T]] = []

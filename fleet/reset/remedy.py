@@ -35,7 +35,7 @@ RESET_HANG = "nvidia-smi -r did not end within {s} s ({bound})"
 
 
 @dataclass(frozen=True)
-class ResetPlan:
+class GpuReset:
     """What to reset: `gpus` (nvidia-smi indexes), all of them at once on an NVSwitch baseboard; or, in
     `blocked`, why not (`pid 77 nvidia-cuda-mps-server (...) still hold gpu 3`)."""
 
@@ -54,20 +54,20 @@ def reset_probe(nvidia_smi: str, gpu: int | None) -> Probe[str]:
     return Probe(tuple(reset_argv(nvidia_smi, gpu)), what, str, needs_root=True, ok_exits=ANY_EXIT, hang=RESET_HANG)
 
 
-def plan_reset(leaked: Collection[int], held: Mapping[int, Sequence[Holder]], nvswitch: bool | None,
-               all_gpus: Collection[int]) -> ResetPlan:
+def choose_gpu_reset(leaked: Collection[int], held: Mapping[int, Sequence[Holder]], nvswitch: bool | None,
+               all_gpus: Collection[int]) -> GpuReset:
     """Which GPUs to reset for the `leaked` ones, or why a reset must not be tried (pure). `held`: GPU index ->
     the processes with its device file open; `nvswitch` None: `nvidia-smi -q` could not be read."""
     if nvswitch is None:
-        return ResetPlan(blocked="nvidia-smi -q could not be read: which GPUs a reset takes with it is unknown")
+        return GpuReset(blocked="nvidia-smi -q could not be read: which GPUs a reset takes with it is unknown")
     targets = set(all_gpus) if nvswitch else set(leaked)
     blocking = list(dict.fromkeys(h for gpu in sorted(targets) for h in held.get(gpu, ())))
     if blocking:
         names = ", ".join(f"{h.label()}{f' ({h.protected_by})' if h.protected_by else ''}" for h in blocking[:3])
         more = f" and {len(blocking) - 3} more" if len(blocking) > 3 else ""
         scope = "the baseboard's GPUs" if nvswitch else "gpu " + ",".join(map(str, sorted(targets)))
-        return ResetPlan(blocked=f"{names}{more} still hold {scope}")
-    return ResetPlan(tuple(sorted(targets)), together=nvswitch)
+        return GpuReset(blocked=f"{names}{more} still hold {scope}")
+    return GpuReset(tuple(sorted(targets)), together=nvswitch)
 
 
 @dataclass(frozen=True)
@@ -78,16 +78,16 @@ class ResetOutcome:
     line: str
 
 
-async def reset_gpus(node: Node, plan: ResetPlan) -> ResetOutcome:
-    """Run the plan's resets, all within `gpu_reset_timeout` (and one command's room): each `nvidia-smi -r` is
+async def reset_gpus(node: Node, chosen: GpuReset) -> ResetOutcome:
+    """Run the chosen resets, all within `gpu_reset_timeout` (and one command's room): each `nvidia-smi -r` is
     bounded by what is left of it, not by `command_timeout`."""
     host = node.host
-    if plan.blocked is not None:
-        node.log.warning("gpu_reset_refused", step="settle", reason=plan.blocked)
-        return ResetOutcome(False, f"gpu reset refused: {plan.blocked}")
-    node.log.warning("gpu_reset", step="settle", gpus=list(plan.gpus), together=plan.together)
+    if chosen.blocked is not None:
+        node.log.warning("gpu_reset_refused", step="settle", reason=chosen.blocked)
+        return ResetOutcome(False, f"gpu reset refused: {chosen.blocked}")
+    node.log.warning("gpu_reset", step="settle", gpus=list(chosen.gpus), together=chosen.together)
     budget = TimeBudget(0.0, slack=host.gpu_reset_timeout + host.command_timeout)
-    for gpu in [None] if plan.together else list(plan.gpus):
+    for gpu in [None] if chosen.together else list(chosen.gpus):
         probe = reset_probe(host.nvidia_smi, gpu)
         answers = await node.batch([(probe, Bound(host.gpu_reset_timeout, "gpu_reset_timeout"))], step=StepName.SETTLE,
                                    budget=budget)
@@ -98,5 +98,5 @@ async def reset_gpus(node: Node, plan: ResetPlan) -> ResetOutcome:
         if res.exit_status != 0:
             why = smi.classify_smi_failure(res.exit_status, res.stdout, res.stderr)
             return ResetOutcome(False, f"gpu reset failed: {why}")
-    scope = "all GPUs (NVSwitch baseboard)" if plan.together else "gpu " + ",".join(map(str, plan.gpus))
+    scope = "all GPUs (NVSwitch baseboard)" if chosen.together else "gpu " + ",".join(map(str, chosen.gpus))
     return ResetOutcome(True, f"reset {scope} with nvidia-smi -r")

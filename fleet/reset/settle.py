@@ -118,20 +118,20 @@ async def _whose(node: Node, kept: Collection[int], waited: Waited, started: flo
         return _failed(started, waited, verdict, StepStatus.FAILED)
     if not all(u.leaked for u in seen.unsettled):
         return _failed(started, waited, held_verdict(seen.unsettled, seen.allowance, host.settle_timeout))
-    plan = remedy.plan_reset([u.index for u in seen.unsettled], seen.found.holders_by_gpu(),
+    chosen = remedy.choose_gpu_reset([u.index for u in seen.unsettled], seen.found.holders_by_gpu(),
                              seen.found.board.nvswitch if seen.found.board else None,
                              [r.index for r in seen.found.rows])
     context = leaked_line(seen.unsettled, host.settle_timeout)
     if not gpu_reset:
-        return _failed(started, waited, (Reason.MEMORY_LEAKED, f"{context}; {reset_advice(plan)}"))
-    return await _after_reset(node, kept, waited, plan, context, started)
+        return _failed(started, waited, (Reason.MEMORY_LEAKED, f"{context}; {reset_advice(chosen)}"))
+    return await _after_reset(node, kept, waited, chosen, context, started)
 
 
-async def _after_reset(node: Node, kept: Collection[int], before: Waited, plan: remedy.ResetPlan, context: str,
+async def _after_reset(node: Node, kept: Collection[int], before: Waited, chosen: remedy.GpuReset, context: str,
                        started: float) -> StepOutcome:
     """Reset the GPUs whose context leaked, then wait once more: a reboot is the next remedy, not fleet's."""
     host = node.host
-    reset = await remedy.reset_gpus(node, plan)
+    reset = await remedy.reset_gpus(node, chosen)
     if not reset.ran:
         return _failed(started, before, (Reason.MEMORY_LEAKED, f"{context}; {reset.line}"))
     after = await _wait_free(node, kept, TimeBudget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI)))
@@ -262,6 +262,6 @@ def leaked_line(unsettled: Sequence[leaks.Unsettled], timeout: float) -> str:
     return f"{first_of(phrases)} after {timeout:g} s: a leaked context"
 
 
-def reset_advice(plan: remedy.ResetPlan) -> str:
+def reset_advice(chosen: remedy.GpuReset) -> str:
     """What `--gpu-reset` would do: `--gpu-reset can reset it`, or why it would be refused."""
-    return "--gpu-reset can reset it" if plan.blocked is None else f"--gpu-reset would be refused: {plan.blocked}"
+    return "--gpu-reset can reset it" if chosen.blocked is None else f"--gpu-reset would be refused: {chosen.blocked}"
