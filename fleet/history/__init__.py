@@ -7,6 +7,9 @@
     store.py      `History`: the writes a run makes, the queries `fleet runs`/`fleet show`/`--rerun-failed` make
     recorder.py   `Recorder`: a run's writes from a thread of its own, never the run's failure
     retention.py  `--keep-days`: old records and run folders removed, only when asked
+    archive.py    the runs on disk: what `fleet runs` and `fleet show` print, a past run's page
+    rerun.py      `--rerun-failed`: the hosts a past run left failed
+    view.py       the lines `fleet runs` and `fleet show` print from the records (pure)
 
 The names other modules use are importable from here.
 """
