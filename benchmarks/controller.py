@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from fleet.engine.graph import RunOptions
+from fleet.engine.options import RunOptions
 from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host

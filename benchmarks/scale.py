@@ -22,7 +22,8 @@ from pathlib import Path
 
 import anyio
 
-from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.graph import run_hosts
+from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs, new_run_id
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select

@@ -23,8 +23,8 @@ _API = {
     "load_inventory": "fleet.inventory.load",
     "select": "fleet.inventory.targeting",
     "Mode": "fleet.engine.walk",
-    "RunOptions": "fleet.engine.graph",
-    "SchedulerOptions": "fleet.engine.graph",
+    "RunOptions": "fleet.engine.options",
+    "SchedulerOptions": "fleet.engine.options",
     "run_and_report": "fleet.engine.run",
     "RunReport": "fleet.model.report",
     "HostReport": "fleet.model.report",
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from fleet.engine.graph import RunOptions, SchedulerOptions
+    from fleet.engine.options import RunOptions, SchedulerOptions
     from fleet.engine.run import run_and_report
     from fleet.engine.walk import Mode
     from fleet.inventory.host import Host

@@ -130,7 +130,7 @@ def test_the_importable_api_is_stated_and_every_name_resolves() -> None:
     assert set(fleet.__all__) == {"__version__", *vars(fleet)["_API"]}
     for name in fleet.__all__:
         assert getattr(fleet, name) is not None, name
-    assert fleet.RunOptions is importlib.import_module("fleet.engine.graph").RunOptions
+    assert fleet.RunOptions is importlib.import_module("fleet.engine.options").RunOptions
 
 
 def test_the_lowest_layers_never_import_the_report_layer() -> None:

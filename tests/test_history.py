@@ -22,7 +22,7 @@ from anyio.abc import Process
 from slurm import StartCluster
 
 from fleet.cli.commands import main
-from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
 from fleet.engine.run_folder import RunLiveness, RunLogs, new_run_id
 from fleet.history import (

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from test_runner_logic import make_host, node_script
 
-from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.graph import run_hosts
+from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs
 from fleet.inventory.host import Host
 from fleet.model.errors import ConnectionLost, SessionSilent

@@ -8,8 +8,8 @@ import signal
 
 import anyio
 
-from fleet.engine.graph import RunState
 from fleet.engine.interrupts import HANGUP_LINE, HungUp, Interrupts, handled, hangups_unwind
+from fleet.engine.options import RunState
 from fleet.model.report import RunReport
 from fleet.report import render as reporting
 

@@ -18,7 +18,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.graph import run_hosts
+from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host

@@ -17,7 +17,8 @@ import anyio
 import pytest
 from test_reset_sim import busy, fast_vars
 
-from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.graph import run_hosts
+from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select

@@ -21,7 +21,8 @@ import yaml
 from job_cgroup import job_cgroup
 from test_reset_sim import FAST, busy, step
 
-from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.graph import run_hosts
+from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select

@@ -21,7 +21,7 @@ import pytest
 from report_page import DEMO_0_1, Page, demo_document, png_pixels, synthetic_document
 
 from fleet.cli.commands import main
-from fleet.engine.graph import RunOptions
+from fleet.engine.options import RunOptions
 from fleet.engine.run import run_and_report
 from fleet.history import History, history_path
 from fleet.inventory.host import Host

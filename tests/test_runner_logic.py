@@ -12,7 +12,8 @@ import anyio
 import pytest
 import scripted_node
 
-from fleet.engine.graph import RunOptions, RunState, run_hosts
+from fleet.engine.graph import run_hosts
+from fleet.engine.options import RunOptions, RunState
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.engine.waves import Amount

@@ -11,8 +11,9 @@ import pytest
 from test_runner_logic import make_host, node_script
 
 from fleet.engine import schedulers
-from fleet.engine.graph import Ready, RunOptions, SchedulerOptions
+from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
+from fleet.engine.schedulers import Ready
 from fleet.engine.walk import HostRun
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord

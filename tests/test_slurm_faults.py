@@ -20,7 +20,7 @@ import pytest
 import test_slurm_sim
 from test_slurm_sim import ALL, events, reset, slurm_of, state
 
-from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
 from fleet.engine.run_folder import RUNNING_LOCK, SUMMARY
 from fleet.inventory.load import load_inventory

@@ -24,7 +24,7 @@ import pytest
 from deep_chain import CHAIN, lineage_of
 from slurm import StartCluster, live
 
-from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.load import load_inventory

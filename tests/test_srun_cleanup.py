@@ -15,7 +15,7 @@ import pytest
 import structlog
 from scripted_slurm import ScriptedSlurm
 
-from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import HostRun
 from fleet.inventory.host import Host

@@ -26,7 +26,7 @@ from conftest import ClientKey
 from sshd import Sshd
 from test_transport import eventually, line_within
 
-from fleet.engine.graph import RunOptions
+from fleet.engine.options import RunOptions
 from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host

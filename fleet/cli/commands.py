@@ -28,8 +28,8 @@ from fleet.cli.options import (
     PartitionOpt,
     SlurmOpt,
 )
-from fleet.engine.graph import RunOptions, SchedulerOptions
 from fleet.engine.interrupts import HANGUP_LINE, HungUp, hangups_unwind
+from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import execute
 from fleet.engine.run_folder import default_log_dir
 from fleet.engine.walk import Mode

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import anyio
 
-from fleet.engine.graph import RunOptions, SchedulerOptions
+from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
 from fleet.history import DEMO
 from fleet.inventory.load import load_inventory

@@ -18,26 +18,26 @@ host may start); the graph records it on the host.
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 import anyio
 import anyio.lowlevel
 
 from fleet.engine.interrupts import Interrupts
+from fleet.engine.options import Deadline, RunOptions, RunState
 from fleet.engine.run_folder import RunLogs
-from fleet.engine.walk import HostRun, Mode, walk_host
-from fleet.engine.waves import Amount, FailureBudget, split_waves, tolerated
+from fleet.engine.schedulers import Scheduler
+from fleet.engine.walk import HostRun, walk_host
+from fleet.engine.waves import FailureBudget, split_waves, tolerated
 from fleet.inventory.host import Connection, Host
 from fleet.inventory.nodesets import fold
 from fleet.model.errors import TransportError
 from fleet.model.hostlog import HostLog, NoLog
-from fleet.model.report import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
+from fleet.model.report import HostReport, HostStatus, Reason, RunReport
 from fleet.node.node import Node
 from fleet.report import progress
 from fleet.transport import Transport, connect
@@ -46,100 +46,6 @@ from fleet.transport.base import notes_of
 Connector = Callable[[Host], Awaitable[Transport]]
 HostEnded = Callable[[HostReport], None]  # told each host's final report as it finishes (the run's history)
 CLOSE_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class Ready:
-    """A scheduler's answer for one host: its record as it stands, and None when the host may be reset now, else
-    the outcome it ends with, untouched (status, one-line error, reason)."""
-
-    record: SchedulerRecord | None
-    outcome: tuple[HostStatus, str, Reason] | None = None
-
-
-class Scheduler(Protocol):
-    """A workload manager around each host's walk (see the module docstring). It returns what it decided; the
-    graph records it on the host (`HostRun.scheduler`)."""
-
-    async def serve(self) -> None:
-        """Background work for the whole run (polling); cancelled when the run ends."""
-
-    async def admit(self, runs: Sequence[HostRun]) -> Mapping[str, SchedulerRecord]:
-        """Before a wave starts: read and take its nodes out of service; each host's record, by host name."""
-
-    async def ready(self, run: HostRun, log: HostLog) -> Ready:
-        """Wait until the host may be touched; else the outcome it ends with, untouched."""
-
-    async def release(self, run: HostRun, report: HostReport, log: HostLog) -> SchedulerRecord | None:
-        """After the host's outcome: give its node back, or keep it out of service (shielded, bounded); the
-        host's record as it left it."""
-
-
-@dataclass(frozen=True)
-class SchedulerOptions:
-    """`--slurm` (or the inventory's `scheduler:`): which workload manager (`fleet.engine.schedulers`), how long
-    a node's jobs may take to end (`--drain-wait`), and whether the scheduler itself runs the reset on its nodes
-    (`fan_out`: Slurm's `--via srun`) instead of SSH fan-out."""
-
-    drain_wait_s: float = 600.0
-    fan_out: bool = False
-    name: str = "slurm"
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How a run goes: what it does to each host, and the bounds the CLI's run options set."""
-
-    mode: Mode = Mode.RESET
-    concurrency: int | None = None
-    handle_signals: bool = False
-    batch: Amount | None = None
-    max_fail: Amount | None = None
-    canary: int = 0
-    deadline_s: float | None = None
-    stop_units: bool = False  # stop the unit of a holder that respawns (not in services, not protected)
-    gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
-    scheduler: SchedulerOptions | None = None  # None: no workload manager is asked
-    progress: bool = False  # show the run as it goes on stderr (`fleet.report.progress`)
-
-
-@dataclass
-class Deadline:
-    """The run's `--deadline`: when it passes (anyio clock, set at start) and whether it cut the run short."""
-
-    seconds: float | None = None
-    at: float | None = None
-    hit: bool = False
-
-    def start(self) -> float:
-        """Start counting; the seconds the run may take (infinite without a deadline)."""
-        if self.seconds is None:
-            return math.inf
-        self.at = anyio.current_time() + self.seconds
-        return self.seconds
-
-    @property
-    def passed(self) -> bool:
-        return self.hit or (self.at is not None and anyio.current_time() >= self.at)
-
-    def __str__(self) -> str:
-        return f"run deadline of {self.seconds:g} s reached"
-
-
-@dataclass
-class RunState:
-    deadline: Deadline = field(default_factory=Deadline)
-    interrupted: bool = False
-    stopped: str | None = None  # why no new host starts: the failure budget or the canary
-
-    def cut_short(self) -> str:
-        """What ends unfinished hosts: the run deadline once it has passed, else an interrupt."""
-        if self.deadline.passed and not self.interrupted:
-            return str(self.deadline)
-        return "interrupted"
-
-    def cut_reason(self) -> Reason:
-        return Reason.DEADLINE if self.cut_short() != "interrupted" else Reason.INTERRUPTED
 
 
 async def _close(transport: Transport, log: HostLog) -> None:

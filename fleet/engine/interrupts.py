@@ -74,7 +74,7 @@ def handled() -> tuple[signal.Signals, ...]:
 
 
 class Cut(Protocol):
-    """What the first signal marks (`fleet.engine.graph.RunState`)."""
+    """What the first signal marks (`fleet.engine.options.RunState`)."""
 
     interrupted: bool
 

@@ -17,8 +17,9 @@ import anyio
 
 from fleet import __version__
 from fleet.engine import schedulers
-from fleet.engine.graph import Connector, RunOptions, run_hosts
+from fleet.engine.graph import Connector, run_hosts
 from fleet.engine.interrupts import Interrupts
+from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs, default_log_dir, new_run_id
 from fleet.engine.walk import Mode
 from fleet.engine.waves import Amount

@@ -1,25 +1,54 @@
 """Workload managers, by the name the inventory's `scheduler:` (or a command line's `--slurm`) gives them.
 
-A scheduler is a plug: a module that provides `PLUG`, a `Plug` whose `lifecycle` builds the
-`fleet.engine.graph.Scheduler` a run walks its hosts through, and whose `run_via`, when it has one, runs the whole
-reset through the scheduler instead of SSH fan-out (Slurm's `--via srun`). The registry names modules, not objects:
+A scheduler is a plug: a module that provides `PLUG`, a `Plug` whose `lifecycle` builds the `Scheduler` (below)
+a run walks its hosts through, and whose `run_via`, when it has one, runs the whole reset through the scheduler
+instead of SSH fan-out (Slurm's `--via srun`). The registry names modules, not objects:
 a scheduler's code is only imported when a run asks for it, and `fleet.inventory` can check a `scheduler:` value
-without importing any. Adding one (Kubernetes, say) is a row here and a module that implements
-`fleet.engine.graph.Scheduler`.
+without importing any. Adding one (Kubernetes, say) is a row here and a module that implements `Scheduler`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from fleet.engine.graph import RunOptions, RunState, Scheduler
     from fleet.engine.interrupts import Interrupts
+    from fleet.engine.options import RunOptions, RunState
     from fleet.engine.run_folder import RunLogs
-    from fleet.model.report import RunReport
+    from fleet.engine.walk import HostRun
+    from fleet.model.hostlog import HostLog
+    from fleet.model.report import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A scheduler's answer for one host: its record as it stands, and None when the host may be reset now, else
+    the outcome it ends with, untouched (status, one-line error, reason)."""
+
+    record: SchedulerRecord | None
+    outcome: tuple[HostStatus, str, Reason] | None = None
+
+
+class Scheduler(Protocol):
+    """A workload manager around each host's walk (see the module docstring). It returns what it decided; the
+    graph records it on the host (`HostRun.scheduler`)."""
+
+    async def serve(self) -> None:
+        """Background work for the whole run (polling); cancelled when the run ends."""
+
+    async def admit(self, runs: Sequence[HostRun]) -> Mapping[str, SchedulerRecord]:
+        """Before a wave starts: read and take its nodes out of service; each host's record, by host name."""
+
+    async def ready(self, run: HostRun, log: HostLog) -> Ready:
+        """Wait until the host may be touched; else the outcome it ends with, untouched."""
+
+    async def release(self, run: HostRun, report: HostReport, log: HostLog) -> SchedulerRecord | None:
+        """After the host's outcome: give its node back, or keep it out of service (shielded, bounded); the
+        host's record as it left it."""
+
 
 # name -> the module that provides its PLUG
 REGISTRY: dict[str, str] = {

@@ -1,4 +1,4 @@
-"""Slurm around each host's walk: the scheduler seam of the task graph (`fleet.engine.graph.Scheduler`).
+"""Slurm around each host's walk: the scheduler seam of the task graph (`fleet.engine.schedulers.Scheduler`).
 
     admit(wave)   one `scontrol show node` and one `squeue` for the wave's nodes, then one
                   `scontrol update ... State=DRAIN Reason="fleet: run <id>"` for those in service
@@ -26,8 +26,8 @@ from typing import Any
 
 import anyio
 
-from fleet.engine.graph import Ready
 from fleet.engine.interrupts import Interrupts
+from fleet.engine.schedulers import Ready
 from fleet.engine.walk import HostRun, Mode
 from fleet.model.hostlog import HostLog
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
@@ -56,7 +56,7 @@ class _Node:
     jobs: tuple[str, ...] = ()
     error: str | None = None  # why the host may not be reset (Slurm unreadable, unknown node, drain refused)
     waiting_since: float = 0.0
-    record: SchedulerRecord | None = None  # what the report says of it (`fleet.engine.graph.Scheduler` returns it)
+    record: SchedulerRecord | None = None  # what the report says of it (`fleet.engine.schedulers.Scheduler` returns it)
     released: bool = False  # its release began
     given_back: bool = False  # its release is over (done, failed or abandoned)
 

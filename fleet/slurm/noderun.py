@@ -27,7 +27,8 @@ from typing import IO, Any
 import structlog
 
 from fleet import __version__
-from fleet.engine.graph import RunOptions, run_hosts
+from fleet.engine.graph import run_hosts
+from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Connection, Host

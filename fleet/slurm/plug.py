@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from fleet.engine.graph import RunOptions, Scheduler
 from fleet.engine.interrupts import Interrupts
+from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLiveness, RunLogs, run_liveness
-from fleet.engine.schedulers import Plug
+from fleet.engine.schedulers import Plug, Scheduler
 from fleet.slurm.control import Slurm
 from fleet.slurm.lifecycle import SlurmLifecycle
 from fleet.slurm.srun import run_via_srun

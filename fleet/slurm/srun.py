@@ -42,8 +42,9 @@ from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from fleet import __version__
-from fleet.engine.graph import HostEnded, RunOptions, RunState, run_bounded
+from fleet.engine.graph import HostEnded, run_bounded
 from fleet.engine.interrupts import Interrupts
+from fleet.engine.options import RunOptions, RunState
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import HostRun, Mode
 from fleet.inventory.host import Host

@@ -1,0 +1,80 @@
+"""A run's options and its state as it goes: `RunOptions` (what the CLI's run options set), `SchedulerOptions`,
+the run's `Deadline` and `RunState` (why it was cut short, why no new host starts)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import anyio
+
+from fleet.engine.walk import Mode
+from fleet.engine.waves import Amount
+from fleet.model.report import Reason
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """`--slurm` (or the inventory's `scheduler:`): which workload manager (`fleet.engine.schedulers`), how long
+    a node's jobs may take to end (`--drain-wait`), and whether the scheduler itself runs the reset on its nodes
+    (`fan_out`: Slurm's `--via srun`) instead of SSH fan-out."""
+
+    drain_wait_s: float = 600.0
+    fan_out: bool = False
+    name: str = "slurm"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run goes: what it does to each host, and the bounds the CLI's run options set."""
+
+    mode: Mode = Mode.RESET
+    concurrency: int | None = None
+    handle_signals: bool = False
+    batch: Amount | None = None
+    max_fail: Amount | None = None
+    canary: int = 0
+    deadline_s: float | None = None
+    stop_units: bool = False  # stop the unit of a holder that respawns (not in services, not protected)
+    gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
+    scheduler: SchedulerOptions | None = None  # None: no workload manager is asked
+    progress: bool = False  # show the run as it goes on stderr (`fleet.report.progress`)
+
+
+@dataclass
+class Deadline:
+    """The run's `--deadline`: when it passes (anyio clock, set at start) and whether it cut the run short."""
+
+    seconds: float | None = None
+    at: float | None = None
+    hit: bool = False
+
+    def start(self) -> float:
+        """Start counting; the seconds the run may take (infinite without a deadline)."""
+        if self.seconds is None:
+            return math.inf
+        self.at = anyio.current_time() + self.seconds
+        return self.seconds
+
+    @property
+    def passed(self) -> bool:
+        return self.hit or (self.at is not None and anyio.current_time() >= self.at)
+
+    def __str__(self) -> str:
+        return f"run deadline of {self.seconds:g} s reached"
+
+
+@dataclass
+class RunState:
+    deadline: Deadline = field(default_factory=Deadline)
+    interrupted: bool = False
+    stopped: str | None = None  # why no new host starts: the failure budget or the canary
+
+    def cut_short(self) -> str:
+        """What ends unfinished hosts: the run deadline once it has passed, else an interrupt."""
+        if self.deadline.passed and not self.interrupted:
+            return str(self.deadline)
+        return "interrupted"
+
+    def cut_reason(self) -> Reason:
+        return Reason.DEADLINE if self.cut_short() != "interrupted" else Reason.INTERRUPTED
