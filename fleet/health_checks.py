@@ -4,7 +4,7 @@ A `Check` is a check's name (a finding's `check`, and what the host variables `h
 name), its default level and why (from NVIDIA's documents, below), what it reads, how a failing finding of it
 ranks among a host's, and, for a fact of one GPU, how that fact reads as a finding. From the table come the
 names the inventory accepts (`fleet.inventory.host`), the policy (`fleet.reset.health_gate`: defaults, levels,
-ranking) and README's table of the health gate (a test compares them row for row).
+ranking) and the health gate's table in docs/operating.md (a test compares them row for row).
 
 Adding a check: a row here (with, for a GPU fact, the function that reads it into a finding's detail); the
 parser that reads the fact into `GpuHealth` (`fleet.node.probes.health`, from `--query-gpu` and `-q` both); and
@@ -30,12 +30,12 @@ __all__ = ["BY_NAME", "NAMES", "TABLE", "Check"]
 
 @dataclass(frozen=True)
 class Check:
-    """One health check: a row of README's table of the health gate."""
+    """One health check: a row of docs/operating.md's table of the health gate."""
 
     name: str
     default: Level  # what a finding weighs unless the host's `health_warn` / `health_ignore` says otherwise
-    why: str  # README's "why": what a finding means, and the document it rests on
-    reads: str  # README's "read from": the nvidia-smi fields (or the log) the fact comes from
+    why: str  # the table's "why": what a finding means, and the document it rests on
+    reads: str  # the table's "read from": the nvidia-smi fields (or the log) the fact comes from
     rank: int  # how a failing finding ranks among a host's (1: the most telling; `fleet.reset.health_gate.fails`)
     # A GPU fact's detail (None: nothing to report) from the GPU's health facts; None for a check the policy
     # reads elsewhere (`xid`: the kernel log, `fleet.reset.health_gate`).
@@ -88,7 +88,7 @@ def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
 
-# The checks in README's order, each with its default level and why (NVIDIA's documents):
+# The checks in the table's order (docs/operating.md), each with its default level and why (NVIDIA's documents):
 # ECC/pages: https://docs.nvidia.com/deploy/dynamic-page-retirement/ ; rows: https://docs.nvidia.com/deploy/
 # a100-gpu-mem-error-mgmt/ ; fabric: https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/ ;
 # persistence: https://docs.nvidia.com/deploy/driver-persistence/ ; Xids: https://docs.nvidia.com/deploy/

@@ -120,7 +120,8 @@ def test_a_broken_or_escaping_link_is_named(tmp_path: Path, target: str, why: st
 
 def test_links_that_resolve_pass_and_code_is_not_a_link(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "b.md").write_text("# B\n\n## `--gpu-reset`: memory that never comes back\n\n## Notes\n\n## Notes\n")
+    page = "# B\n\n## `--gpu-reset`: memory that never comes back\n\n## Notes\n\n## Notes\n"
+    (tmp_path / "docs" / "b.md").write_text(page)
     (tmp_path / "README.md").write_text(
         "# A: the top\n\n[1](docs/b.md#--gpu-reset-memory-that-never-comes-back) [2](docs/b.md#notes-1) "
         "![3](docs/b.md) [4](#a-the-top) [5](https://example.com/x#y)\n\n"

@@ -436,8 +436,8 @@ def readme_table(readme: str, header: str) -> list[str]:
 
 
 def test_the_readme_states_the_default_policy_as_declared() -> None:
-    """README's health table is the table of checks in fleet/health_checks.py, row for row and nothing else."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """docs/operating.md's health table is the table of checks in fleet/health_checks.py, row for row, nothing else."""
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "operating.md").read_text()
     assert readme_table(readme, "| check | default | read from | why |")[2:] == [
         f"| `{c.name}` | {c.default.value} | {c.reads} | {c.why} |" for c in TABLE]
     assert ", ".join(map(str, sorted(XID_ACTION))) in " ".join(readme.split())

@@ -1,5 +1,5 @@
-"""Every way a host fails has its stable reason code: the decisions that set them (pure), the README's table,
-and the paths the other suites do not reach."""
+"""Every way a host fails has its stable reason code: the decisions that set them (pure), the table in
+docs/report-and-history.md, and the paths the other suites do not reach."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fleet.reset.settle import Allowance
 from fleet.reset.verify import verify_verdict
 from fleet.reset.walk import host_outcome
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "report-and-history.md"  # its reasons table
 KILLED = [Holder(4000, "root", "python3", "/usr/bin/python3.11", (), unit="sglang.service", start=9000)]
 
 

@@ -355,7 +355,7 @@ def asked(events: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_an_already_clean_host_costs_six_remote_commands(make_fleet: Any, tmp_path: Path) -> None:
-    """The count README states (and the benchmark reports): it must not grow without a reason.
+    """The count docs/operating.md states (and the benchmark reports): it must not grow without a reason.
     (No nvidia-persistenced here: a kept holder costs the commands that describe it.) Six: the lock, the
     baselines as drain begins (the GPU memory, the compute apps, the kernel log read whole: one batch), drain's
     stop and first look (one batch), kill's holder scan, settle's one query, and verify's one batch (two
@@ -388,7 +388,7 @@ async def test_a_busy_host_costs_at_most_ten_remote_commands(make_fleet: Any, tm
 
 async def test_a_clean_become_host_costs_nine_remote_commands_four_of_them_through_sudo(make_fleet: Any,
                                                                                        tmp_path: Path) -> None:
-    """The count README states for `become: true`. Only the probes that need root go through sudo (least
+    """The count docs/operating.md states for `become: true`. Only the probes that need root go through sudo (least
     privilege), so a batch that mixes them is two remote commands: the baselines (the kernel log through sudo,
     nvidia-smi not), drain (the stop through sudo, the unit's state not) and verify (the holder scan and the
     kernel log through sudo, four nvidia-smi queries not) are two each; the lock, kill's holder scan and settle

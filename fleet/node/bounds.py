@@ -3,7 +3,7 @@
 A command gets `command_timeout`; one that asks the GPU driver (nvidia-smi: `Probe.driver`) gets
 `SMI_FACTOR` times it, because nvidia-smi is the one tool whose latency on a healthy 8-GPU node can pass 10 s:
 with persistence mode it answers in well under 2 s, without it every call initialises each GPU again (1-3 s
-a GPU, NVIDIA's "Driver Persistence"; 30 s measured on 8-GPU VMs, Azure/aks-gpu#105; the README's "What a
+a GPU, NVIDIA's "Driver Persistence"; 30 s measured on 8-GPU VMs, Azure/aks-gpu#105; docs/operating.md's "What a
 reset does on each node" has the figures and sources). A step's budget can end a command sooner (what was
 left of it); the bound that ended a command is named in its error and in its log event (`Bound.name`).
 
