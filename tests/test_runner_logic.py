@@ -175,13 +175,14 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
         return Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")
 
     class Counting(ScriptedTransport):
-        async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+        async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
             nonlocal in_flight, peak
             if not getattr(self, "counted", False):  # its first command: the host is in flight until closed
                 self.counted = True
                 in_flight += 1
                 peak = max(peak, in_flight)
-            result = await super().run(argv, timeout=timeout, privileged=privileged)
+            result = await super().run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
             await anyio.sleep(0.01)
             return result
 
