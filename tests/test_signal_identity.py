@@ -51,7 +51,7 @@ def owner(pid: int) -> str:
 
 def identity_of(pid: int) -> Identity:
     """Who a live process is, as the node would record it: start time, executable, owner of its fd table."""
-    return Identity(pid, start_time(pid), os.readlink(f"/proc/{pid}/exe"), owner(pid))
+    return Identity(pid, start_time(pid), os.fsencode(os.readlink(f"/proc/{pid}/exe")), owner(pid))
 
 
 def term_pending(pid: int) -> bool:
@@ -167,7 +167,7 @@ def test_a_reused_pid_is_changed_and_not_signalled(children: Children) -> None:
 def test_another_executable_is_changed_and_not_signalled(children: Children) -> None:
     child = children.blocking_term()
     judged = identity_of(child.pid)
-    assert run_signal("TERM", [Identity(child.pid, judged.start, "/usr/bin/not-this-one", judged.user)]) == {
+    assert run_signal("TERM", [Identity(child.pid, judged.start, b"/usr/bin/not-this-one", judged.user)]) == {
         child.pid: "changed"}
     assert not term_pending(child.pid)
 
@@ -209,7 +209,7 @@ def test_a_deleted_executable_is_still_the_same_process(children: Children, tmp_
 
 def test_a_dead_pid_is_gone() -> None:
     pid = dead_pid()
-    assert run_signal("TERM", [Identity(pid, 12345, "/usr/bin/true", "root")]) == {pid: "gone"}
+    assert run_signal("TERM", [Identity(pid, 12345, b"/usr/bin/true", "root")]) == {pid: "gone"}
     assert run_signal(ALIVE, [Identity(pid, 12345, None, "root")]) == {pid: "gone"}
 
 
@@ -302,5 +302,5 @@ def test_a_process_of_a_user_without_a_name_is_still_the_one_judged(children: Ch
                                            text=True, check=False).stdout)
     (row,) = scan.rows
     assert (row.pid, row.user) == (child.pid, str(uid))  # how the scan, and so fleet, records the owner
-    judged = Identity(child.pid, start_time(child.pid), os.readlink(f"/proc/{child.pid}/exe"), row.user)
+    judged = Identity(child.pid, start_time(child.pid), os.fsencode(os.readlink(f"/proc/{child.pid}/exe")), row.user)
     assert run_signal("TERM", [judged]) == {child.pid: "sent"}
