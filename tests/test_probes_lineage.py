@@ -148,6 +148,30 @@ def test_lineage_round_trip_walks_from_itself_and_from_each_pid(named_child: Cal
     assert "simulated" not in done.stdout.splitlines()
 
 
+def test_a_comm_that_forges_a_record_comes_back_whole_and_forges_nothing() -> None:
+    """A comm (its owner's choice) holding a newline, tabs and a lineage record for another pid (init's child
+    pid 1 as its own parent: the top), and bytes not UTF-8: the real awk escapes it, so it is one record."""
+    comm = b"\n1\t0\t5\tx\xff\\ ("
+    code = "import sys, time; open('/proc/self/comm', 'wb').write(sys.argv[1].encode('latin-1')); print(flush=True); " \
+           "time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code, comm.decode("latin-1")], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        child.stdout.readline()
+        done = _run(lineage_argv([child.pid]), {**os.environ, "LANG": "C.UTF-8"})
+        assert done.returncode == 0, done.stderr
+        lineage = parse_lineage(done.stdout)
+        assert lineage.procs[child.pid] == ProcStat(child.pid, os.getpid(), comm.decode(errors="replace"),
+                                                    start_time(child.pid))
+        assert lineage.procs[1].start == start_time(1)  # pid 1's record is its own, not the forged one
+        assert len(done.stdout.splitlines()) == len(lineage.procs) + 1  # one line a process, and `self`
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
 def test_lineage_never_says_simulated_whatever_the_environment() -> None:
     """fleet no longer tells a simulated node by an environment variable (the host variable `simulated` does)."""
     env = {**os.environ, OLD_SIM_NODE_VAR: "/tmp/node", SIM_UNIT_VAR: "trainer.service"}

@@ -38,11 +38,11 @@ NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 
 def start_time(pid: int) -> int:
     """Field 22 of /proc/PID/stat (clock ticks since boot), read after the comm's last ") "."""
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+    return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[19])  # comm: any bytes
 
 
 def state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[0].decode()
 
 
 def owner(pid: int) -> str:
@@ -170,6 +170,30 @@ def test_another_executable_is_changed_and_not_signalled(children: Children) -> 
     assert run_signal("TERM", [Identity(child.pid, judged.start, b"/usr/bin/not-this-one", judged.user)]) == {
         child.pid: "changed"}
     assert not term_pending(child.pid)
+
+
+@pytest.mark.parametrize("name", [b"caf\xe9", b"a\nb\tc d", b"\\0101%s$(x)\xff\n"],
+                         ids=["latin1", "newline", "escapes"])
+def test_an_executable_path_of_any_bytes_is_itself_and_only_itself(children: Children, tmp_path: Path,
+                                                                    name: bytes) -> None:
+    """Compared as bytes on the node: a path that is not UTF-8 (or holds newlines, backslashes) is signalled
+    when it is the one judged; another path that reads the same once decoded (both not UTF-8) is not."""
+    folder = os.path.join(bytes(tmp_path), name)
+    os.mkdir(folder)
+    exe = os.path.join(folder, b"sleep" + name)
+    shutil.copy("/bin/sleep", exe)
+    child = children.plain([os.fsdecode(exe), "120"])
+    deadline = time.monotonic() + 10
+    while os.readlink(f"/proc/{child.pid}/exe".encode()) != exe:
+        assert time.monotonic() < deadline, "the child did not exec"
+        time.sleep(0.01)
+    judged = identity_of(child.pid)
+    assert judged.exe == exe
+    lookalike = exe.replace(b"\xe9", b"\xe8").replace(b"\xff", b"\xfe").replace(b"\t", b" ")
+    assert run_signal("KILL", [Identity(child.pid, judged.start, lookalike, judged.user)]) == {child.pid: "changed"}
+    assert child.poll() is None
+    assert run_signal("KILL", [judged]) == {child.pid: "sent"}
+    assert child.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_another_owner_is_changed_and_not_signalled(children: Children) -> None:
