@@ -181,7 +181,7 @@ def test_an_executable_path_of_any_bytes_is_itself_and_only_itself(children: Chi
     folder = os.path.join(bytes(tmp_path), name)
     os.mkdir(folder)
     exe = os.path.join(folder, b"sleep" + name)
-    shutil.copy("/bin/sleep", exe)
+    shutil.copy(b"/bin/sleep", exe)
     child = children.plain([os.fsdecode(exe), "120"])
     deadline = time.monotonic() + 10
     while os.readlink(f"/proc/{child.pid}/exe".encode()) != exe:

@@ -134,7 +134,7 @@ def hostile_process(started: Started, device: Path, victim: int, *, forged: bool
     os.makedirs(os.path.join(bytes(started.folder), folder), 0o755)  # its slashes: folders in folders
     name = (b"\n%d\t0\t5\tx" % victim + b"\xff")[:15]
     path = os.path.join(bytes(started.folder), folder, name + b"\xc3(")
-    shutil.copy("/bin/sleep", path)
+    shutil.copy(b"/bin/sleep", path)
     argv = [b"sleep\n%d 1 root sshd\n%d\t0\t5\tsshd" % (victim, victim), b"1000"]
     with device.open("rb") as held:
         proc = subprocess.Popen(argv, executable=path, pass_fds=[held.fileno()], user=NOBODY, group=NOBODY,
@@ -174,8 +174,8 @@ async def test_a_hostile_process_is_judged_and_killed_and_the_job_it_forges_for_
     reset = await run(host, tmp_path, Mode.RESET)
     assert [(k.pid, k.user) for k in reset.killed] == [(hostile.pid, "nobody")], reset.error
     assert hostile.wait(timeout=30) is not None
-    assert all(p.poll() is None for p in started.procs if p is not hostile)
-    assert os.path.exists(f"/proc/{job}") and os.path.exists(f"/proc/{stepd}")
+    assert [p.poll() for p in started.procs if p is not hostile] == [None]  # slurmstepd, and its child:
+    assert children(stepd) == [job]
 
 
 async def test_no_other_user_reads_a_batch_tag_while_the_batch_runs(host: Host) -> None:
