@@ -127,8 +127,17 @@ def test_a_section_that_prints_the_tag_itself_is_no_answer() -> None:
     assert batch.sections(tag, 3, done.stdout, done.stderr) == [None, None, None]
 
 
+def test_what_came_before_the_batch_ran_is_not_its_output() -> None:
+    """sshd says "Could not chdir to home directory" on stderr before the command runs; a login shell's rc
+    file may print too: lines before the first frame belong to no section."""
+    tag = batch.new_tag()
+    out, err = batch.frame(tag, [(0, "a", "e")])
+    found = batch.sections(tag, 1, "motd\n" + out, "Could not chdir to home directory /nonexistent\n" + err)
+    assert found == [batch.Section(0, "a", "e")]
+
+
 @pytest.mark.parametrize("mangle", [
-    pytest.param(lambda out, tag: "junk\n" + out, id="text-before-the-first-frame"),
+    pytest.param(lambda out, tag: f"junk {tag}\n" + out, id="the-tag-before-the-first-frame"),
     pytest.param(lambda out, tag: out.replace(f"\n{tag} 0 0\n", f"\n{tag} 0 0\nx\n"), id="text-between"),
     pytest.param(lambda out, tag: out + "trailing\n", id="text-after-the-last"),
     pytest.param(lambda out, tag: out.replace(f"{tag} 1\n", f"{tag} 1\n{tag} 1\n", 1), id="doubled-head"),
@@ -136,6 +145,8 @@ def test_a_section_that_prints_the_tag_itself_is_no_answer() -> None:
     pytest.param(lambda out, tag: out.replace(f"\n{tag} 1 0\n", f"\n{tag} 1 0"), id="cut-close"),
 ])
 def test_anything_but_whole_frames_in_order_is_no_answer(mangle: Any) -> None:
+    """Only what stands before the first frame (written before the batch ran: sshd, a login shell) is not
+    the batch's; the tag may not stand there either."""
     tag = batch.new_tag()
     out, err = batch.frame(tag, [(0, "a", ""), (0, "b", "")])
     found = batch.sections(tag, 2, mangle(out, tag), err)

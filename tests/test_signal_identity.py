@@ -196,6 +196,14 @@ def test_an_executable_path_of_any_bytes_is_itself_and_only_itself(children: Chi
     assert child.wait(timeout=10) == -signal.SIGKILL
 
 
+def test_printf_b_gives_every_byte_back_through_the_nodes_sh() -> None:
+    """How signal.sh reads the exe it is given (`printf '%bx'`, the x keeping final newlines), on /bin/sh."""
+    raw = bytes(range(1, 256)) + b"\\0101\\c%s\n\n"
+    done = subprocess.run(["sh", "-c", "want=$(printf '%bx' \"$1\"); printf '%s' \"${want%x}\"", "sh",
+                           procs.printf_b(raw)], capture_output=True, check=False, timeout=30)
+    assert done.returncode == 0 and done.stdout == raw
+
+
 def test_another_owner_is_changed_and_not_signalled(children: Children) -> None:
     child = children.blocking_term()
     judged = identity_of(child.pid)

@@ -84,13 +84,16 @@ def sections(tag: str, count: int, stdout: str, stderr: str) -> list[Section | N
 def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tuple[str, int] | None]:
     """(text, status) of sections 0..count-1 in one stream, in order; None from the first one not framed whole.
 
-    Section I opens with "TAG I\n" exactly where the stream (or the previous section's close) ends, and closes
-    with "\nTAG I STATUS\n" on stdout, "\nTAG I\n" on stderr. Nothing may stand between two frames or after the
-    last, and a section's text that holds the tag anywhere (a doubled or forged frame) is no answer: from there
-    on, None. A stream where the tag stands more often than the frames read account for (a head without its
-    close at most) had a frame forged somewhere: none of its sections is an answer."""
+    Section 0 opens with "TAG 0\n" at the stream's start or a line's (what came before it was written before
+    the batch ran: sshd's "Could not chdir to home directory", a login shell's rc file); section I > 0 opens
+    exactly where the previous section's close ends. Each closes with "\nTAG I STATUS\n" on stdout, "\nTAG I\n"
+    on stderr. Nothing may stand between two frames or after the last, and a section's text that holds the tag
+    anywhere (a doubled or forged frame) is no answer: from there on, None. A stream where the tag stands more
+    often than the frames read account for (and the head of a section cut short) had a frame forged somewhere:
+    none of its sections is an answer."""
     found: list[tuple[str, int] | None] = []
-    at = 0
+    first = f"{tag} 0\n"
+    at = 0 if stream.startswith(first) else stream.find("\n" + first) + 1  # 0 when there is none: no frame
     for index in range(count):
         head = f"{tag} {index}\n"
         if not stream.startswith(head, at):
@@ -111,8 +114,9 @@ def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tup
         at = after
     if found and at < len(stream) and not stream.startswith(f"{tag} {len(found)}\n", at):
         found.pop()  # what follows the last close is no frame: that close may have been one, forged
-    if stream.count(tag) > 2 * len(found) + 1:
-        return [None] * count  # the tag stands where no frame of ours does: one section forged a frame
+    cut = stream.startswith(f"{tag} {len(found)}\n", at)  # the head of a section that never closed
+    if stream.count(tag) != 2 * len(found) + cut:
+        return [None] * count  # the tag stands where no frame of ours does: a frame was forged
     return found + [None] * (count - len(found))
 
 
