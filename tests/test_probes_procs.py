@@ -265,33 +265,6 @@ def test_parse_exe_malformed(line: str) -> None:
         parse_exe(line)
 
 
-def test_stat_quotes_every_byte_and_parse_exe_reads_each_back(tmp_path: Path) -> None:
-    """GNU stat's C quoting (exe_argv's) of a link to every byte but NUL, read back exactly."""
-    target = bytes(range(1, 256))
-    link = tmp_path / "link"
-    os.symlink(target, link)
-    done = subprocess.run([*exe_argv([1])[:-1], str(link)], capture_output=True, text=True, check=False,
-                          env={**os.environ, "LANG": "C.UTF-8"})
-    assert done.returncode == 0, done.stderr
-    line = done.stdout.replace(str(link), "/proc/7/exe")
-    assert line.isascii() and line.count("\n") == 1
-    assert parse_exe(line) == {7: target}
-
-
-def test_scan_records_end_in_nul_so_a_target_with_newlines_is_one_record() -> None:
-    text = "alice\t/proc/7/fd/3\t/dev/nvidia0\nroot\t/proc/1/fd/3\t/dev/nvidia1\0init\0"
-    assert parse_scan(text).rows == (HolderRow(7, "alice", ("/dev/nvidia0\nroot\t/proc/1/fd/3\t/dev/nvidia1",)),)
-    with pytest.raises(ProbeParseError, match="line 2: a record not ended by NUL"):
-        parse_scan("init\0alice\t/proc/7/fd/3\t/dev/nvid")  # cut: unreadable, never "nothing there"
-
-
-@pytest.mark.parametrize(("quoted", "reason"), [("a\\", "expected"), ("\\400", "no byte"), ("\\q", "unknown"),
-                                               ("caf\u00e9", "non-ASCII")])
-def test_parse_exe_refuses_escapes_it_cannot_read(quoted: str, reason: str) -> None:
-    with pytest.raises(ProbeParseError, match=reason):
-        parse_exe(f'"/proc/7/exe" -> "{quoted}"')
-
-
 def test_parse_verdicts() -> None:
     text = "sent 4242\ngone 77\n\nchanged 78\ndenied 79\nalive 80"
     assert parse_verdicts(text) == {4242: "sent", 77: "gone", 78: "changed", 79: "denied", 80: "alive"}
