@@ -77,13 +77,13 @@ class Recorder:
         self.inner = inner
         self.answers: list[tuple[list[str], dict[str, Any]]] = []
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
-        result = await self.inner.run(argv, timeout=timeout, privileged=privileged)
-        batched = batch.unbatch(argv)
-        if batched is None:
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
+        result = await self.inner.run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
+        parts, tag = batch.unbatch(argv), batch.tag_of(stdin)
+        if parts is None or tag is None:
             self._keep(list(argv), result.exit_status, result.stdout, result.stderr)
             return result
-        tag, parts = batched
         for (_, part), section in zip(parts, batch.sections(tag, len(parts), result.stdout, result.stderr),
                                       strict=True):
             if section is not None:

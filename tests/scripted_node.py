@@ -20,8 +20,17 @@ START = 4242  # every scripted process's start time (clock ticks since boot)
 
 
 def scan(holders: str = "") -> str:
-    """A holder scan's output that saw every process: the holder lines, and /proc/1."""
-    return holders + "init\n"
+    """A holder scan's output that saw every process: the holder lines, and /proc/1, each record ended by NUL."""
+    return "".join(f"{line}\0" for line in holders.splitlines()) + "init\0"
+
+
+def exe_reply(exes: dict[int, str]) -> Reply:
+    """The exe lookup's answer (GNU stat's %N, C-quoted) for pid -> executable path (plain ASCII)."""
+    return Reply("".join(f'"/proc/{pid}/exe" -> "{path}"\n' for pid, path in exes.items()))
+
+
+EXE = ("env", "LC_ALL=C", "QUOTING_STYLE=c", "stat")  # the exe lookup's argv, as a script's prefix
+LINEAGE = ("env", "LC_ALL=C", "awk")  # the lineage walk's
 
 
 def ps(rows: str) -> str:

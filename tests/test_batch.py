@@ -32,7 +32,8 @@ HOSTILE = ["it's", '"quoted"', "$(touch /tmp/pwned)", "`id`", "a\nb", "*", "; ex
 def run_batch(parts: list[tuple[float, list[str]]],
               tag: str | None = None) -> tuple[str, subprocess.CompletedProcess[str]]:
     tag = tag or batch.new_tag()
-    done = subprocess.run(batch.batch_argv(tag, parts), capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(batch.batch_argv(parts), input=batch.batch_input(tag), capture_output=True, text=True,
+                          timeout=30, check=False)
     return tag, done
 
 
@@ -87,15 +88,70 @@ def test_the_fakes_frame_what_batch_sh_prints_byte_for_byte() -> None:
 
 def test_unbatch_reads_back_what_batch_argv_built() -> None:
     tag = batch.new_tag()
-    argv = batch.batch_argv(tag, [(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])])
-    assert batch.unbatch(argv) == (tag, [(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])])
+    argv = batch.batch_argv([(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])])
+    assert batch.unbatch(argv) == [(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])]
+    assert batch.tag_of(batch.batch_input(tag)) == tag and batch.tag_of(None) is None
     assert batch.unbatch(["sh", "-c", "true"]) is None
 
 
 def test_a_batch_is_bounded_by_its_sections_one_after_the_other() -> None:
     assert batch.batch_timeout([10.0, 5.0]) == 10 + 1 + 5 + 1 + batch.BATCH_MARGIN_S
     with pytest.raises(ValueError, match="bad batch tag"):
-        batch.batch_argv("x; rm -rf /", [(1.0, ["true"])])
+        batch.batch_input("x; rm -rf /")
+
+
+# --- frames nobody else can write --------------------------------------------------------------------------
+
+
+def test_the_tag_is_never_in_the_argv_and_no_tag_on_stdin_runs_nothing(tmp_path: Path) -> None:
+    """Any user on the node reads /proc/PID/cmdline: the tag is on stdin only. A batch given no tag runs none
+    of its sections and frames nothing: each is no answer."""
+    tag = batch.new_tag()
+    marker = tmp_path / "ran"
+    argv = batch.batch_argv([(5.0, ["touch", str(marker)])])
+    assert not any(tag in word for word in argv)
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and done.stdout == "" and not marker.exists()
+    assert batch.sections(tag, 1, done.stdout, done.stderr) == [None]
+
+
+def test_a_section_that_prints_the_tag_itself_is_no_answer() -> None:
+    """A stolen tag (were it readable) printed as a whole forged close and the next section's frames: which
+    section forged them cannot be told, so no section of that batch is an answer; nor when the tag is met
+    anywhere inside a section."""
+    tag = batch.new_tag()
+    forged = f"x\n{tag} 0 0\n{tag} 1\nforged\n{tag} 1 0\n"
+    _, done = run_batch([(5.0, ["printf", forged]), (5.0, ["echo", "real"])], tag)
+    assert batch.sections(tag, 2, done.stdout, done.stderr) == [None, None]
+    _, done = run_batch([(5.0, ["echo", "first"]), (5.0, ["printf", f"a {tag} b"]), (5.0, ["echo", "z"])], tag)
+    assert batch.sections(tag, 3, done.stdout, done.stderr) == [None, None, None]
+
+
+def test_what_came_before_the_batch_ran_is_not_its_output() -> None:
+    """sshd says "Could not chdir to home directory" on stderr before the command runs; a login shell's rc
+    file may print too: lines before the first frame belong to no section."""
+    tag = batch.new_tag()
+    out, err = batch.frame(tag, [(0, "a", "e")])
+    found = batch.sections(tag, 1, "motd\n" + out, "Could not chdir to home directory /nonexistent\n" + err)
+    assert found == [batch.Section(0, "a", "e")]
+
+
+@pytest.mark.parametrize("mangle", [
+    pytest.param(lambda out, tag: f"junk {tag}\n" + out, id="the-tag-before-the-first-frame"),
+    pytest.param(lambda out, tag: out.replace(f"\n{tag} 0 0\n", f"\n{tag} 0 0\nx\n"), id="text-between"),
+    pytest.param(lambda out, tag: out + "trailing\n", id="text-after-the-last"),
+    pytest.param(lambda out, tag: out.replace(f"{tag} 1\n", f"{tag} 1\n{tag} 1\n", 1), id="doubled-head"),
+    pytest.param(lambda out, tag: out.replace(f"\n{tag} 1 0\n", f"\n{tag} 1 0\n{tag} 1 0\n"), id="doubled-close"),
+    pytest.param(lambda out, tag: out.replace(f"\n{tag} 1 0\n", f"\n{tag} 1 0"), id="cut-close"),
+])
+def test_anything_but_whole_frames_in_order_is_no_answer(mangle: Any) -> None:
+    """Only what stands before the first frame (written before the batch ran: sshd, a login shell) is not
+    the batch's; the tag may not stand there either."""
+    tag = batch.new_tag()
+    out, err = batch.frame(tag, [(0, "a", ""), (0, "b", "")])
+    found = batch.sections(tag, 2, mangle(out, tag), err)
+    assert found != [batch.Section(0, "a", ""), batch.Section(0, "b", "")]
+    assert all(s is None or s in (batch.Section(0, "a", ""), batch.Section(0, "b", "")) for s in found)
 
 
 # --- Node.batch over the scripted transport -------------------------------------------------------
@@ -172,8 +228,9 @@ async def test_a_section_cut_at_the_output_bound_is_unreadable_not_a_timeout_nor
     answer (unreadable, the step fails), and not called a hang: nothing timed out."""
 
     class Clipped(ScriptedTransport):
-        async def run(self, argv: Any, *, timeout: float, privileged: bool = False) -> Any:
-            result = await super().run(argv, timeout=timeout, privileged=privileged)
+        async def run(self, argv: Any, *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> Any:
+            result = await super().run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
             cut = result.stdout.index("\nhuge") + 5  # inside the second section's output
             return dataclasses.replace(result, stdout=result.stdout[:cut] + "... [99 characters cut]")
 

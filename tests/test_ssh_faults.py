@@ -211,7 +211,7 @@ async def test_known_hosts_without_a_usable_line_is_unreachable_and_the_others_r
 def runs(argv: Sequence[str], *prefix: str) -> bool:
     """Whether a command on the wire is (or, a batch, holds) one that starts with prefix."""
     batched = batch.unbatch(argv)
-    parts = [part for _, part in batched[1]] if batched else [list(argv)]
+    parts = [part for _, part in batched] if batched else [list(argv)]
     return any(tuple(part[:len(prefix)]) == prefix for part in parts)
 
 
@@ -235,9 +235,10 @@ class FreezeBefore:
             self.freeze()
         (self.after if frozen else self.before).append(tuple(argv))
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
         self._note(argv)
-        return await self.inner.run(argv, timeout=timeout, privileged=privileged)
+        return await self.inner.run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
 
     async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
         self._note(argv)

@@ -62,23 +62,28 @@ def wire_lines(events: list[dict[str, Any]], owner: str | None = None) -> tuple[
         if e["argv"] and e["argv"][0] == "flock":
             hold = command_line(bounded_argv(lock_argv(e["argv"], owner), e["timeout_s"]))
         else:
-            cmds.append(command_line(bounded_argv(e["argv"], e["timeout_s"], mark=reap.marker(secrets.token_hex(8)))))
+            line = command_line(bounded_argv(e["argv"], e["timeout_s"], mark=reap.marker(secrets.token_hex(8))))
+            cmds.append(tagged(e["argv"], line, secrets.token_hex(8)))
     return hold, cmds
+
+
+def tagged(argv: list[str], line: str, tag: str) -> str:
+    """A batch's wire line fed its frame tag on stdin, as fleet's transport does (a batch reads it there)."""
+    from fleet.transport import batch
+    return f"printf '%s\\n' {tag} | {line}" if batch.unbatch(argv) is not None else line
 
 
 def generic_line(events: list[dict[str, Any]], index: int, root: str, owner: str | None = None) -> str:
     """One host's command `index` with its node folder written as "$FLEET_SIM_NODE" (expanded by the node's
     login shell to the same path) and a token (and, for a batch, a frame tag) shared by every host: the same line
     for every host, for pdsh."""
-    from fleet.transport import batch, reap
+    from fleet.transport import reap
     from fleet.transport.base import bounded_argv
     e = events[index]
     is_hold = e["argv"][0] == "flock"
     mark = None if is_hold else reap.marker(f"{index + 1:016x}")
     words = []
     argv = lock_argv(e["argv"], owner) if is_hold else list(e["argv"])
-    if batch.unbatch(argv) is not None:
-        argv[4] = f"{index + 1:016x}"
     for arg in bounded_argv(argv, e["timeout_s"], mark=mark):
         pieces = arg.split(root)
         if len(pieces) == 1:
@@ -86,7 +91,7 @@ def generic_line(events: list[dict[str, Any]], index: int, root: str, owner: str
         else:
             words.append(f'"${SIM_NODE_VAR}"'.join(shlex.quote(p) if p else "" for p in pieces))
     line = " ".join(words)
-    return f"{line} </dev/null" if is_hold else line
+    return f"{line} </dev/null" if is_hold else tagged(argv, line, f"{index + 1:016x}")
 
 
 def ordered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

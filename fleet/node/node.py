@@ -96,12 +96,13 @@ class Node:
                      budget: Budget | None) -> dict[int, CommandResult | CommandTimeout | StepFailed]:
         limits = [bounds.within(limit, budget, step) for _, limit in asked]
         tag, self.commands, self.batches = framing.new_tag(), self.commands + 1, self.batches + 1
-        argv = framing.batch_argv(tag, [(b.seconds, p.argv) for (p, _), b in zip(asked, limits, strict=True)])
+        argv = framing.batch_argv([(b.seconds, p.argv) for (p, _), b in zip(asked, limits, strict=True)])
         whole = framing.batch_timeout([b.seconds for b in limits])
         timeout = budget.command_timeout(whole) if budget else whole  # never past the step's end either
         privileged = any(p.needs_root for p, _ in asked)
         try:
-            result = await self.transport.run(argv, timeout=timeout, privileged=privileged)
+            result = await self.transport.run(argv, timeout=timeout, privileged=privileged,
+                                              stdin=framing.batch_input(tag))
             timed_out = False
         except CommandTimeout as exc:
             result, timed_out = exc.result, True

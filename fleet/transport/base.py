@@ -12,6 +12,9 @@ command printed its first line. The command ends when `OpenCommand.release()` cl
 its stdin (EOF), when its session ends (the client died: the channel closes,
 stdin ends too), or at its own remote bound at the latest.
 
+`Transport.run` may give a command its whole stdin (`stdin`): a batch's frame tag goes there, never in the
+argv, which any user on the node may read (/proc/PID/cmdline).
+
 `privileged` says whether a command needs root; only those go through
 `sudo -n` on a `become` host (see `Probe.needs_root` in `fleet.node.probe`),
 and sudo itself runs inside the remote `timeout` too (see `bounded_argv`).
@@ -99,8 +102,10 @@ class OpenCommand:
 class Transport(Protocol):
     """One session to one host, reused for all of its commands."""
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
-        """Run argv bounded by `timeout` seconds; raise CommandTimeout past it."""
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
+        """Run argv bounded by `timeout` seconds; raise CommandTimeout past it. `stdin`: what the command reads
+        on its stdin, then EOF (none: an empty stdin); what only the command may know goes there, never in argv."""
         ...
 
     async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
