@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fleet.health_checks import BY_NAME, NAMES, TABLE
+from fleet.health_checks import BY_NAME, NAMES, TABLE, unread
 from fleet.node.probes.health import GpuHealth
 from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
 from fleet.node.probes.parse import LINE_CLIP
@@ -73,6 +73,8 @@ XID_APPLICATION = frozenset({13, 31, 43, 45})
 # neither pending nor failed, or, without one, no page retirement pending, they only warn, naming both facts. The
 # others (uncorrectable ECC, NVLink, the bus, the GSP, recovery actions) leave nothing nvidia-smi shows resolved.
 XID_RESOLVABLE = frozenset({63, 64})
+# What a GPU check whose fact nvidia-smi did not give weighs (`health_warn` lowers it, `health_ignore` skips it).
+UNREAD = Level.FAIL
 
 @dataclass(frozen=True)
 class HealthPolicy:
@@ -192,11 +194,13 @@ def _weigh(facts: Iterator[Fact], policy: HealthPolicy) -> tuple[Finding, ...]:
 
 
 def _gpu_facts(gpu: GpuHealth) -> Iterator[Fact]:
-    """Each GPU check's finding on these facts, in the table's order."""
+    """Each GPU check's finding on these facts, in the table's order; a check whose fact was not observed (an
+    NVML error note in its field) fails, whatever its default: unread is never "fine"."""
     for check in TABLE:
-        detail = None if check.finding is None else check.finding(gpu)
+        missing = unread(check, gpu)
+        detail = missing if missing is not None or check.finding is None else check.finding(gpu)
         if detail is not None:
-            yield check.name, check.default, detail
+            yield check.name, UNREAD if missing is not None else check.default, detail
 
 
 @dataclass(frozen=True)
