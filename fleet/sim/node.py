@@ -87,7 +87,9 @@ class NodeSpec:
     corrected ECC errors (volatile and aggregate); `remap_pending_gpus` have a row remapping pending (a
     reset applies it), `remap_failed_gpus` a remapping failure; `fabric` is every GPU's NVSwitch fabric
     "STATE/STATUS" ("In Progress/N/A"; "N/A" for a node without NVSwitch); `narrow_pcie_gpus` run their
-    PCIe link at x8 of x16; `leaked_mib` ((gpu, MiB), ...) stays in memory.used with no process until
+    PCIe link at x8 of x16; `unread_fields` ((gpu, field), ...) print `[Unknown Error]` for that --query-gpu
+    health field of that GPU (`nvidia_smi.UNREAD_KEYS`; `Unknown Error` at its key in -q); `leaked_mib`
+    ((gpu, MiB), ...) stays in memory.used with no process until
     `nvidia-smi -r`; `xids` ((gpu, code, text), ...) are in the kernel log from the node's start, `text`
     what follows the code (see `journalctl.xid_message`). The kernel log also holds a few boot messages, as
     every real boot's does. `journal` is what journalctl can read (`journalctl.JOURNAL_MODES`: "ok", or a
@@ -122,6 +124,7 @@ class NodeSpec:
     remap_failed_gpus: tuple[int, ...] = ()
     fabric: str = "Completed/Success"
     narrow_pcie_gpus: tuple[int, ...] = ()
+    unread_fields: tuple[tuple[int, str], ...] = ()
     leaked_mib: tuple[tuple[int, int], ...] = ()
     xids: tuple[tuple[int, int, str], ...] = ()
     minor_numbers: tuple[int, ...] = ()
@@ -134,6 +137,9 @@ class NodeSpec:
         if self.journal not in journalctl.JOURNAL_MODES:
             modes = ", ".join(journalctl.JOURNAL_MODES)
             raise SimError(f"{self.name}: unknown journal {self.journal!r}; expected one of {modes}")
+        unknown = sorted({field for _, field in self.unread_fields} - nvidia_smi.UNREAD_KEYS.keys())
+        if unknown:
+            raise SimError(f"{self.name}: unread_fields names no health field: {', '.join(unknown)}")
         minors = self.minor_numbers
         if minors and (len(minors) != self.gpus or len(set(minors)) != len(minors) or min(minors) < 0):
             raise SimError(f"{self.name}: minor_numbers must give each of the {self.gpus} GPUs its own number")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
-from fleet.node.probes.smi import SMI_HANG, classify_smi_failure, field_value
+from fleet.node.probes.smi import SMI_HANG, classify_smi_failure
 from fleet.transport.base import CommandResult
 
 # What nvidia-smi prints for a value that does not apply to this GPU (bare in -q, `[N/A]` / `[Not Supported]` in
@@ -283,8 +283,12 @@ def _width(value: _Value | None) -> int | None:
 
 
 def _total(values: Mapping[Path, _Value], keys: tuple[Path, ...]) -> int | None:
-    """The sum of the volatile ECC counters `keys` this driver prints; None when it prints none."""
-    counts = [_number(values.get((*_ECC_VOLATILE, *key)), "ECC error count") for key in keys]
+    """The sum of the volatile ECC counters `keys` this driver prints; None when it prints none, or when one of
+    them was not read (its note is in `unread`)."""
+    printed = [values.get((*_ECC_VOLATILE, *key)) for key in keys]
+    if any(v is not None and v.note is not None for v in printed):
+        return None
+    counts = [_number(v, "ECC error count") for v in printed]
     present = [n for n in counts if n is not None]
     return sum(present) if present else None
 
@@ -327,7 +331,8 @@ def _fact_row(lineno: int, line: str) -> GpuHealth:
     cells = [part.strip() for part in line.split(",")]
     if len(cells) != len(HEALTH_FIELDS):
         raise ProbeParseError(lineno, line, f"{len(cells)} values, {len(HEALTH_FIELDS)} fields asked (output cut?)")
-    values = [_Value(lineno, line, *_reading(cell), label=name) for cell, name in zip(cells, HEALTH_FIELDS, strict=True)]
+    values = [_Value(lineno, line, *_reading(cell), label=name)
+              for cell, name in zip(cells, HEALTH_FIELDS, strict=True)]
     bus, persistence, corrected, uncorrected, retired, state, status, gen, gen_max, width, width_max = values
     if bus.text is None or not _BUS_ID.fullmatch(bus.text):
         raise ProbeParseError(lineno, line, "no PCI bus id")
