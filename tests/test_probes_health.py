@@ -61,7 +61,7 @@ def clean(bus_id: str, **facts: object) -> GpuHealth:
 
 def unknown(bus_id: str, **facts: object) -> GpuHealth:
     """A GPU section that says nothing about health, with `facts` set."""
-    nothing = GpuHealth(bus_id, *([None] * 12))
+    nothing = GpuHealth(bus_id, None, None, None, None, None, None, None, None, None, None, None, None)
     return dataclasses.replace(nothing, **facts)  # type: ignore[arg-type]  # facts: GpuHealth fields, any type
 
 
