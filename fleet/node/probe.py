@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 from fleet.errors import StepFailed
 from fleet.node.probes.parse import ProbeParseError
-from fleet.transport.base import KILLED, CommandResult
+from fleet.transport.base import CommandResult, killed
 
 T = TypeVar("T")
 
@@ -60,13 +60,13 @@ class Probe(Generic[T]):
     def answered(self, result: CommandResult) -> bool:
         """Whether the exit status is an answer; a command killed by SIGKILL before its bound (137, the OOM killer)
         never is: what it printed may stop anywhere."""
-        if result.exit_status == KILLED:
+        if killed(result):
             return False
         return self.ok_exits is None or result.exit_status in self.ok_exits
 
     def failure(self, result: CommandResult) -> str:
         """The one line a step fails with when this probe's exit status is not an answer."""
-        if result.exit_status == KILLED:  # only ever one its bound did not end (that is a timeout, not a result)
+        if killed(result):  # only ever one its bound did not end (that is a timeout, not a result)
             return (f"{self.what} was killed by signal 9 after {result.duration_s:g} s, before its bound (out of "
                     "memory?)")
         if self.explain is not None:

@@ -171,11 +171,17 @@ def make_result(
     )
 
 
+def killed(result: CommandResult) -> bool:
+    """Whether SIGKILL ended the command: exit 137 (through a shell), or the signal itself (`timeout` passes its
+    command's death on, and kills itself after `-k`)."""
+    return result.exit_status == KILLED or result.signal == "SIGKILL"
+
+
 def bound_reached(result: CommandResult, timeout: float) -> bool:
-    """Whether the node's `timeout` ended the command: 124, or 137 after `timeout` seconds (measured here, so never
-    shorter than on the node). A 137 sooner is a SIGKILL from elsewhere (the OOM killer): an answer the probe
+    """Whether the node's `timeout` ended the command: 124, or SIGKILL after `timeout` seconds (measured here, so
+    never shorter than on the node). A SIGKILL sooner is one from elsewhere (the OOM killer): an answer the probe
     reads as "killed by signal 9", never a hang."""
-    if result.exit_status == KILLED:
+    if killed(result):
         return result.duration_s >= timeout
     return result.exit_status in TIMEOUT_EXIT_STATUSES
 

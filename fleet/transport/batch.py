@@ -17,7 +17,7 @@ import re
 import secrets
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
@@ -41,7 +41,7 @@ class Section:
     exit_status: int
     stdout: str
     stderr: str
-    ran_s: float | None = None
+    ran_s: float | None = field(default=None, compare=False)  # a measurement: not part of what it answered
 
 
 def bound_word(bound: float) -> str:
@@ -151,7 +151,8 @@ def _split(line: str) -> tuple[str, ...]:
 
 
 def frame(tag: str, answers: Sequence[tuple[int, str, str]]) -> tuple[str, str]:
-    """What batch.sh prints for sections that answered (exit status, stdout, stderr), in order."""
+    """What batch.sh prints for sections that answered (exit status, stdout, stderr), in order; without the run
+    time (a node that cannot say it: a 137 then counts as its bound's)."""
     out = "".join(f"{tag} {i}\n{stdout}\n{tag} {i} {status}\n" for i, (status, stdout, _) in enumerate(answers))
     err = "".join(f"{tag} {i}\n{stderr}\n{tag} {i}\n" for i, (_, _, stderr) in enumerate(answers))
     return out, err
