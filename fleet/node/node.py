@@ -158,7 +158,7 @@ class Node:
              step: StepName | None) -> StepFailed:
         """A section the step's budget ended before its own bound could (it was running), or kept from running:
         said so, never as a hang of its bound."""
-        why = f"cut after {batch.duration_s:g} s: {spent}" if running else f"not run: {spent}"
+        why = f"cut: {spent}" if running else f"not run: {spent}"
         self._log_result(CommandResult(probe.argv, None, "", "", batch.duration_s, batch.signal), step,
                          bound.seconds, timed_out=running, batch=self.batches, note=why)
         return StepFailed(f"{probe.what} {why}", StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
