@@ -40,9 +40,7 @@ from fleet.report.history import (
     UNFINISHED,
     history_path,
 )
-from fleet.report.history_view import (
-    STATUS_ORDER,
-)
+from fleet.report.history_view import STATUS_ORDER
 from fleet.report.logs import default_log_dir
 from fleet.report.rerun import rerun_of
 from fleet.reset.walk import Mode
