@@ -243,8 +243,7 @@ async def test_a_probe_killed_by_signal_9_says_so_and_the_next_read_still_answer
     smi = probe(*OOM, hang="nvidia-smi did not answer within {s} s ({bound}): driver may be wedged")
     after = probe("echo", "after")
     answers = await node.batch([smi, after], step=StepName.VERIFY)
-    with pytest.raises(StepFailed, match=r"^sh was killed by signal 9 after [\d.]+ s, before its bound "
-                                         r"\(out of memory\?\)$") as caught:
+    with pytest.raises(StepFailed, match=r"^sh was killed by signal 9 before its bound \(out of memory\?\)$") as caught:
         answers.read(smi)
     assert caught.value.status is StepStatus.FAILED  # not a timeout
     assert answers.read(after) == "after"
@@ -254,7 +253,7 @@ async def test_a_probe_killed_by_signal_9_says_so_and_the_next_read_still_answer
 
 async def test_a_probe_killed_by_signal_9_alone_is_no_timeout_either() -> None:
     node = local_node([])
-    with pytest.raises(StepFailed, match=r"^sh was killed by signal 9 after [\d.]+ s, before its bound"):
+    with pytest.raises(StepFailed, match=r"^sh was killed by signal 9 before its bound \(out of memory\?\)$"):
         await node.ask(probe(*OOM, hang="{s} {bound}: driver may be wedged"), step=StepName.VERIFY)
 
 

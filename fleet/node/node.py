@@ -128,8 +128,7 @@ class Node:
                         step: StepName | None) -> CommandResult | CommandTimeout:
         """One section as its own command's result; a CommandTimeout (naming its bound) when its own `timeout`
         ended it."""
-        ran = batch.duration_s if section.ran_s is None else section.ran_s
-        result = CommandResult(probe.argv, section.exit_status, section.stdout, section.stderr, ran)
+        result = CommandResult(probe.argv, section.exit_status, section.stdout, section.stderr, batch.duration_s)
         timed_out = framing.bound_fired(section.exit_status, section.ran_s, bound.seconds)
         self._log_result(result, step, bound.seconds, timed_out=timed_out, batch=self.batches,
                          bound=bound.name if timed_out else None)

@@ -67,8 +67,7 @@ class Probe(Generic[T]):
     def failure(self, result: CommandResult) -> str:
         """The one line a step fails with when this probe's exit status is not an answer."""
         if killed(result):  # only ever one its bound did not end (that is a timeout, not a result)
-            return (f"{self.what} was killed by signal 9 after {result.duration_s:g} s, before its bound (out of "
-                    "memory?)")
+            return f"{self.what} was killed by signal 9 before its bound (out of memory?)"
         if self.explain is not None:
             return self.explain(result)
         return f"{self.what} exited {result.exit_status}: {first_line(result.stderr)}"
