@@ -41,7 +41,7 @@ from fleet.transport.base import CommandResult
 NOT_APPLICABLE = frozenset({"", "N/A", "Not Supported"})
 # NVML's error strings (nvmlErrorString, as the NVML headers and bindings spell them), which nvidia-smi prints in
 # place of a value it asked for and did not get: bare in -q, bracketed in --query-gpu (any bracketed note counts
-# too). The fact was not observed: never read as "fine".
+# too), and `Not Available`, which older -q output prints. The fact was not observed: never read as "fine".
 NVML_ERRORS = frozenset({
     "Unknown Error", "GPU is lost", "Insufficient Permissions", "Not Available", "Timeout", "GPU requires reset",
     "GPU requires restart", "Corrupted infoROM", "Corrupted InfoROM", "Driver Not Loaded", "Uninitialized",
