@@ -82,6 +82,7 @@ class StepOutcome:
     kept: frozenset[int] = frozenset()  # pids of GPU holders left alive on purpose (protected)
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU (the host's)
     jobs: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
+    spared: frozenset[int] = frozenset()  # pids of every GPU holder the kill left alive on purpose (any protection)
 
 
 @dataclass(frozen=True)

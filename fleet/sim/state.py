@@ -67,6 +67,7 @@ class NodeConfig(TypedDict):
     remap_failed_gpus: list[int]
     fabric: str
     narrow_pcie_gpus: list[int]
+    unread_fields: list[tuple[int, str]]
     leaked_mib: list[tuple[int, int]]
     xids: list[tuple[int, int, str]]
     journal: str

@@ -20,11 +20,11 @@ import re
 import secrets
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
-from fleet.transport.base import REMOTE_KILL_AFTER_S
+from fleet.transport.base import KILLED, REMOTE_KILL_AFTER_S
 
 # The program, its comment lines dropped (they cost bytes on every batch).
 PROGRAM = "\n".join(
@@ -38,11 +38,27 @@ _TAG = re.compile(r"^[0-9a-f]{16}$")
 
 @dataclass(frozen=True)
 class Section:
-    """What one section of a batch did: as a command of its own would have."""
+    """What one section of a batch did: as a command of its own would have; `ran_s`, how long it ran on the node
+    (None where the node could not say)."""
 
     exit_status: int
     stdout: str
     stderr: str
+    ran_s: float | None = field(default=None, compare=False)  # a measurement: not part of what it answered
+
+
+def bound_word(bound: float) -> str:
+    """A section's bound as batch.sh is given it (`timeout`'s seconds, one decimal)."""
+    return f"{max(bound, 0.1):.1f}"
+
+
+def bound_fired(exit_status: int, ran_s: float | None, bound: float) -> bool:
+    """Whether a section's own `timeout` ended it, as batch.sh decides it too: 124, or 137 once it ran its bound
+    (SIGTERM ignored, SIGKILL a second later). A 137 before the bound is a SIGKILL from elsewhere (the kernel's
+    OOM killer), not a hang; one whose run time is unknown counts as the bound's."""
+    if exit_status == 124:
+        return True
+    return exit_status == KILLED and (ran_s is None or ran_s >= float(bound_word(bound)))
 
 
 def new_tag() -> str:
@@ -56,7 +72,7 @@ def batch_argv(parts: Sequence[tuple[float, Sequence[str]]]) -> tuple[str, ...]:
     for bound, argv in parts:
         if not argv:
             raise ValueError("empty argv in a batch")
-        words += [f"{max(bound, 0.1):.1f}", shlex.join(argv)]
+        words += [bound_word(bound), shlex.join(argv)]
     return ("sh", "-c", PROGRAM, "fleet-batch", *words)
 
 
@@ -77,21 +93,36 @@ def sections(tag: str, count: int, stdout: str, stderr: str) -> list[Section | N
 
     One pass over each stream with plain string search (no pattern a batch: this runs for every command)."""
     outs, errs = _frames(stdout, tag, count, with_status=True), _frames(stderr, tag, count, with_status=False)
-    return [Section(out[1], out[0], err[0]) if out is not None and err is not None else None
+    return [Section(out[1], out[0], err[0], out[2]) if out is not None and err is not None else None
             for out, err in zip(outs, errs, strict=True)]
 
 
-def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tuple[str, int] | None]:
-    """(text, status) of sections 0..count-1 in one stream, in order; None from the first one not framed whole.
+def opened(tag: str, index: int, stdout: str) -> bool:
+    """Whether section `index` began (its head is on stdout), closed or not: one a batch cut mid-way was running."""
+    head = f"{tag} {index}\n"
+    return stdout.startswith(head) or f"\n{head}" in stdout
+
+
+def _status(text: str) -> tuple[int, float | None] | None:
+    """"STATUS RAN" (RAN in centiseconds, or empty) or "STATUS" as a close carries it; None for anything else."""
+    status, _, ran = text.partition(" ")
+    if not status.isdigit() or not (ran == "" or ran.isdigit()):
+        return None
+    return int(status), (int(ran) / 100 if ran else None)
+
+
+def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tuple[str, int, float | None] | None]:
+    """(text, status, seconds run) of sections 0..count-1 in one stream, in order; None from the first one not
+    framed whole.
 
     Section 0 opens with "TAG 0\n" at the stream's start or a line's (what came before it was written before
     the batch ran: sshd's "Could not chdir to home directory", a login shell's rc file); section I > 0 opens
-    exactly where the previous section's close ends. Each closes with "\nTAG I STATUS\n" on stdout, "\nTAG I\n"
-    on stderr. Nothing may stand between two frames or after the last, and a section's text that holds the tag
-    anywhere (a doubled or forged frame) is no answer: from there on, None. A stream where the tag stands more
-    often than the frames read account for (and the head of a section cut short) had a frame forged somewhere:
-    none of its sections is an answer."""
-    found: list[tuple[str, int] | None] = []
+    exactly where the previous section's close ends. Each closes with "\nTAG I STATUS RAN\n" on stdout (RAN:
+    centiseconds, or empty), "\nTAG I\n" on stderr. Nothing may stand between two frames or after the last, and
+    a section's text that holds the tag anywhere (a doubled or forged frame) is no answer: from there on, None.
+    A stream where the tag stands more often than the frames read account for (and the head of a section cut
+    short) had a frame forged somewhere: none of its sections is an answer."""
+    found: list[tuple[str, int, float | None] | None] = []
     first = f"{tag} 0\n"
     at = 0 if stream.startswith(first) else stream.find("\n" + first) + 1  # 0 when there is none: no frame
     for index in range(count):
@@ -104,13 +135,14 @@ def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tup
         if closed < 0 or tag in stream[start:closed]:
             break
         after = closed + len(close)
-        status = 0
+        status, ran = 0, None
         if with_status:
             end = stream.find("\n", after)
-            if end < 0 or not stream[after:end].isdigit():
+            closing = _status(stream[after:end]) if end >= 0 else None
+            if closing is None:
                 break
-            status, after = int(stream[after:end]), end + 1
-        found.append((stream[start:closed], status))
+            (status, ran), after = closing, end + 1
+        found.append((stream[start:closed], status, ran))
         at = after
     if found and at < len(stream) and not stream.startswith(f"{tag} {len(found)}\n", at):
         found.pop()  # what follows the last close is no frame: that close may have been one, forged
@@ -144,7 +176,8 @@ def _split(line: str) -> tuple[str, ...]:
 
 
 def frame(tag: str, answers: Sequence[tuple[int, str, str]]) -> tuple[str, str]:
-    """What batch.sh prints for sections that answered (exit status, stdout, stderr), in order."""
+    """What batch.sh prints for sections that answered (exit status, stdout, stderr), in order; without the run
+    time (a node that cannot say it: a 137 then counts as its bound's)."""
     out = "".join(f"{tag} {i}\n{stdout}\n{tag} {i} {status}\n" for i, (status, stdout, _) in enumerate(answers))
     err = "".join(f"{tag} {i}\n{stderr}\n{tag} {i}\n" for i, (_, _, stderr) in enumerate(answers))
     return out, err
