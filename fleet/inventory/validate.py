@@ -177,12 +177,16 @@ def executable(s: str) -> str:
 _LOCK_DIRECTORIES = frozenset({"run", "lock", "tmp"})
 # Never under these, whatever the rest of the path: devices, kernel files, system configuration (/etc/nologin).
 _NO_LOCK_UNDER = frozenset({"dev", "proc", "sys", "etc"})
+# Folders every user may write to: a lock there could be planted, linked or held by anyone, and fleet's lock
+# refuses a folder that is not its own with mode 0700 (fleet/reset/lock.sh).
+_SHARED_FOLDERS = frozenset({"/tmp", "/var/tmp", "/run/lock", "/var/lock", "/var/run/lock", "/dev/shm", "/run/shm"})
 
 
 def lock_file(s: str) -> str:
-    """The absolute path of a lock file on the node, in a lock, run or tmp directory: `/run/lock/fleet-reset.lock`.
+    """The absolute path of a lock file on the node, in a lock, run or tmp directory: `/run/fleet/reset.lock`.
 
-    fleet creates it (and `<lock_file>.owner`) on the node, as root with `become`.
+    fleet creates it (and `<lock_file>.owner`) on the node, as root with `become`, in a folder of its own: never
+    directly in a folder every user may write to (/tmp, /run/lock, ...).
     """
     value = _require_str(s)
     if not value.startswith("/"):
@@ -191,7 +195,10 @@ def lock_file(s: str) -> str:
     if folders and folders[0] in _NO_LOCK_UNDER:
         raise ValueError(f"lock file {value!r} must not be under /{folders[0]}: fleet creates and writes it")
     if not _LOCK_DIRECTORIES.intersection(folders):
-        raise ValueError(f"lock file {value!r} must be in a lock, run or tmp directory (/run/lock, /var/lock, /tmp)")
+        raise ValueError(f"lock file {value!r} must be in a lock, run or tmp directory (/run/fleet, /var/lock/fleet)")
+    if value.rsplit("/", 1)[0] in _SHARED_FOLDERS:
+        raise ValueError(f"lock file {value!r} must be in a folder of fleet's own (/run/fleet/reset.lock): every user"
+                         f" may write to {value.rsplit('/', 1)[0]}")
     return value
 
 
