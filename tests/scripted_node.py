@@ -115,7 +115,7 @@ def kernel_log_reply(*lines: str, cursor: str = CURSOR, status: int = 0, stderr:
     each its own group: a whole read ending at `cursor`; `status` and `stderr` are journalctl's."""
     groups = "".join(f"first 1 - {line}\n" for line in lines)
     end = f"-- cursor: {cursor}\n" if cursor and status == 0 else ""
-    return Reply(f"{groups}{end}end {status} {len(lines)} 0\n", stderr, status)
+    return Reply(f"{groups}{end}end {status} {len(lines)} 0 0\n", stderr, status)
 
 
 # The health gate's reads on a healthy one-GPU node: its health fields and row remapper, and a kernel log read
