@@ -8,6 +8,7 @@ with journalctl's own words.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -33,6 +34,10 @@ from fleet.node.probes.kernel_log import (
 from fleet.transport.base import OUTPUT_LIMIT, CommandResult
 
 CAPTURES = Path(__file__).resolve().parent / "fixtures" / "journalctl"
+_SPEC = importlib.util.spec_from_file_location("journal_capture", CAPTURES / "capture.py")
+assert _SPEC is not None and _SPEC.loader is not None
+CAPTURE_SCRIPT = importlib.util.module_from_spec(_SPEC)  # its journal writer and messages
+_SPEC.loader.exec_module(CAPTURE_SCRIPT)
 MIB = 1024 * 1024
 # A real Xid 13 line with no pid (tests/fixtures/kernel-log/gpud-readme_dmesg-ctime_xid-13-31-109.log).
 XID_13 = ("NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
@@ -204,7 +209,7 @@ def test_an_xid_line_fleet_cannot_read_is_no_answer(tmp_path: Path) -> None:
 # --- bytes: what journald keeps is what the kernel wrote -------------------------------------------------
 
 # The Xid 13 of the `bytes` capture names a thread whose name the kernel cut at 15 bytes, mid-character.
-CUT_NAME = "py日本語テスト".encode()[:15]
+CUT_NAME: bytes = CAPTURE_SCRIPT.CUT_NAME
 
 
 def test_an_xid_naming_a_thread_cut_mid_utf8_is_seen_with_the_name_as_the_kernel_wrote_it(tmp_path: Path) -> None:
@@ -217,6 +222,27 @@ def test_an_xid_naming_a_thread_cut_mid_utf8_is_seen_with_the_name_as_the_kernel
     assert log.xids[0].process == "py\\xe6\\x97\\xa5\\xe6\\x9c\\xac\\xe8\\xaa\\x9e\\xe3\\x83\\x86\\xe3"
     assert log.xids[2].detail == "pid=4245, name=a\\x0ab, MMU Fault" and log.lines == 3
     assert CUT_NAME.decode("utf-8", "replace").endswith("\ufffd")  # not UTF-8: what `[N blob data]` hid
+
+
+def test_a_real_journal_holding_an_xid_whose_thread_name_is_cut_mid_utf8(tmp_path: Path) -> None:
+    """The read itself (kernel_log.sh, xids.awk) over the real journalctl reading a journal that the real
+    systemd-journal-remote wrote (capture.py's BYTES, as journald keeps them): the Xid 13 is seen, its name exact."""
+    if shutil.which("journalctl") is None or not Path(CAPTURE_SCRIPT.REMOTE).exists():
+        pytest.skip("needs journalctl and systemd-journal-remote (apt-get install systemd-journal-remote)")
+    journal = tmp_path / "system.journal"
+    CAPTURE_SCRIPT.write_journal(journal, [(1_700_000_000_000_000 + i, m) for i, m in enumerate(CAPTURE_SCRIPT.BYTES)],
+                                 1_600_000_000_000_000)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "journalctl"
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("journalctl")} --file={shlex.quote(str(journal))} "$@"\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(read_argv(), capture_output=True, text=True, env=env, timeout=30, check=False)
+    log = reading(CommandResult(tuple(read_argv()), done.returncode, done.stdout, done.stderr, 0.1))
+    assert [(x.code, x.pid, x.process_name) for x in log.xids] == [
+        (13, 4242, CUT_NAME), (43, 4243, b"caf\xe9"), (31, 4245, b"a\nb"),
+    ]
 
 
 def test_a_journalctl_that_prints_blob_data_is_no_answer(tmp_path: Path) -> None:
