@@ -7,20 +7,20 @@
 # owner and the holding pids. The holders: when /proc/locks has a lock on the file's inode, the pid it names if
 # that process still has the file open, else every process with the file open (flock(1) on an fd exits, its
 # shell holds on). A folder or file fleet must not use: exit 76.
-# Then: flock on fd 9 (exit 75 when another holder keeps it past WAIT s), the owner file removed and written
+# Then: flock on fd 9, at once when no one holds it (no scan); else the holders are looked for once (another
+# user's: exit 77), then flock waits WAIT s (exit 75, the holders on stderr). The owner file is removed and written
 # anew with O_EXCL (set -C), "locked" printed, and the lock held until EOF on stdin.
 # Comment lines are dropped before the program is sent.
 lock=$1 wait=$2 run=$3 owner=$4 dir=${1%/*}
 me=$(id -u) || exit 76
 refuse() { printf '%s\n' "$2" >&2; exit "$1"; }
 holders() {
-  ino=$(stat -c %i -- "$lock" 2>/dev/null) || return 0
-  named=$(awk -v i=":$ino" '$2 != "->" && substr($6, length($6) - length(i) + 1) == i { print $5 }' /proc/locks)
-  [ -n "$named" ] || return 0
-  find -L /proc/[0-9]*/fd -maxdepth 1 -samefile "$lock" 2>/dev/null | awk -F/ -v self=$$ -v named=" $(echo $named) " '
+  pids=$(awk -v i=":$ino" '$2 != "->" && substr($6, length($6) - length(i) + 1) == i { print $5 }' /proc/locks)
+  [ -n "$pids" ] || return 0
+  pids=$(find -L /proc/[0-9]*/fd -maxdepth 1 -samefile "$lock" 2>/dev/null | awk -F/ -v self=$$ -v named=" $(echo $pids) " '
     $3 != self && !seen[$3]++ { all[++n] = $3; if (index(named, " " $3 " ")) own[++m] = $3 }
-    END { for (k = 1; k <= (m ? m : n); k++) print (m ? own[k] : all[k]) }' |
-  while read -r pid; do who=$(stat -c '%u %U' /proc/"$pid" 2>/dev/null) && echo "$pid $who"; done
+    END { for (k = 1; k <= (m ? m : n); k++) printf "/proc/%s ", (m ? own[k] : all[k]) }')
+  [ -z "$pids" ] || stat -c '%n %u %U' $pids 2>/dev/null
 }
 [ -L "$dir" ] && refuse 76 "reset lock folder $dir is a symbolic link: fleet uses only a folder of its own"
 [ -e "$dir" ] || mkdir -m 0700 -- "$dir" 2>/dev/null || [ -d "$dir" ] || refuse 76 "cannot create the reset lock folder $dir"
@@ -31,16 +31,18 @@ if [ -L "$lock" ] || { [ -e "$lock" ] && [ ! -f "$lock" ]; }; then
   refuse 76 "reset lock $lock is not a regular file: $(stat -c %F -- "$lock")"
 fi
 [ -e "$lock" ] || (set -C; : > "$lock") 2>/dev/null || [ -f "$lock" ] || refuse 76 "cannot create the reset lock $lock"
-set -- $(stat -c '%u %U' -- "$lock")
-held=$(holders)
-named() { echo "$1" | awk 'NF { n++; printf " pid %s (%s)", $1, $3 } END { if (!n) printf " no process" }'; }
-named=$(named "$held")
-[ "$1" = "$me" ] || refuse 77 "reset lock $lock is owned by $2 (uid $1), not uid $me; held by:$named"
+set -- $(stat -c '%u %U %i' -- "$lock")
+ino=$3
+named() { echo "$1" | awk 'NF { n++; printf " pid %s (%s)", substr($1, 7), $3 } END { if (!n) printf " no process" }'; }
+[ "$1" = "$me" ] || refuse 77 "reset lock $lock is owned by $2 (uid $1), not uid $me; held by:$(named "$(holders)")"
 exec 9< "$lock" || refuse 76 "cannot open the reset lock $lock"
 [ /dev/fd/9 -ef "$lock" ] || refuse 76 "reset lock $lock changed while it was opened"
-echo "$held" | awk -v me="$me" 'NF && $2 != me { f = 1 } END { exit !f }' &&
-  refuse 77 "reset lock $lock (owner $2) is held by another user's process:$named"
-flock -w "$wait" -E 75 9 || { status=$?; exec 9<&-; [ "$status" = 75 ] && echo "held by:$(named "$(holders)")" >&2; exit "$status"; }
+if ! flock -n 9; then
+  held=$(holders 9<&-)
+  echo "$held" | awk -v me="$me" 'NF && $2 != me { f = 1 } END { exit !f }' &&
+    refuse 77 "reset lock $lock (owner $2) is held by another user's process:$(named "$held")"
+  flock -w "$wait" -E 75 9 || { status=$?; [ "$status" = 75 ] && echo "held by:$(named "$held")" >&2; exit "$status"; }
+fi
 rm -f -- "$owner" && (set -C; printf '%s\n' "$run" > "$owner") || refuse 76 "cannot write the lock's owner file $owner"
 echo locked
 exec cat >/dev/null
