@@ -39,7 +39,7 @@ def through_sudo(wire: Sequence[str]) -> bool:
         pytest.param(units.unit_kill("sglang.service"), True, id="unit_kill"),
         pytest.param(procs.holder_scan(["/dev/nvidia*"]), True, id="holder_scan"),
         pytest.param(procs.exe([100, 101]), True, id="exe"),
-        pytest.param(lock.lock_probe("/run/lock/fleet-reset.lock", "run-1", 10), True, id="lock in /run"),
+        pytest.param(lock.lock_probe("/run/fleet/reset.lock", "run-1", 10), True, id="lock in /run"),
         pytest.param(lock.lock_probe("/var/lock/fleet-reset.lock", "run-1", 10), True, id="lock in /var/lock"),
         pytest.param(units.unit_state("sglang.service"), False, id="unit_state"),
         pytest.param(units.unit_restart("sglang.service"), False, id="unit_restart"),

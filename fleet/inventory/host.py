@@ -208,7 +208,7 @@ class Host:
         str,
         Var(
             "the node's reset lock: an absolute path in a lock, run or tmp folder (never under /dev, /proc, /sys"
-            " or /etc, never directly in /tmp or /run/lock), whose folder fleet keeps as root's own, mode 0700;"
+            " or /etc, never directly in /run, /tmp or /run/lock), whose folder fleet keeps as root's own, mode 0700;"
             " the holder's run id goes to `<lock_file>.owner`",
             check=validate.lock_file,
         ),

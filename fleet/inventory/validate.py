@@ -177,9 +177,10 @@ def executable(s: str) -> str:
 _LOCK_DIRECTORIES = frozenset({"run", "lock", "tmp"})
 # Never under these, whatever the rest of the path: devices, kernel files, system configuration (/etc/nologin).
 _NO_LOCK_UNDER = frozenset({"dev", "proc", "sys", "etc"})
-# Folders every user may write to: a lock there could be planted, linked or held by anyone, and fleet's lock
-# refuses a folder that is not its own with mode 0700 (fleet/reset/lock.sh).
-_SHARED_FOLDERS = frozenset({"/tmp", "/var/tmp", "/run/lock", "/var/lock", "/var/run/lock", "/dev/shm", "/run/shm"})
+# Folders that are not fleet's own: every user may write to most (a lock there could be planted, linked or held
+# by anyone), the system keeps the others; fleet's lock refuses a folder that is not root's 0700 (lock.sh).
+_SHARED_FOLDERS = frozenset({"/tmp", "/var/tmp", "/run/lock", "/var/lock", "/var/run/lock", "/dev/shm", "/run/shm",
+                             "/run", "/var/run"})
 
 
 def lock_file(s: str) -> str:
@@ -197,8 +198,8 @@ def lock_file(s: str) -> str:
     if not _LOCK_DIRECTORIES.intersection(folders):
         raise ValueError(f"lock file {value!r} must be in a lock, run or tmp directory (/run/fleet, /var/lock/fleet)")
     if value.rsplit("/", 1)[0] in _SHARED_FOLDERS:
-        raise ValueError(f"lock file {value!r} must be in a folder of fleet's own (/run/fleet/reset.lock): every user"
-                         f" may write to {value.rsplit('/', 1)[0]}")
+        raise ValueError(f"lock file {value!r} must be in a folder of fleet's own (/run/fleet/reset.lock), not right"
+                         f" in {value.rsplit('/', 1)[0]}: fleet keeps the lock's folder root's only, mode 0700")
     return value
 
 
