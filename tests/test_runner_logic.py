@@ -19,6 +19,7 @@ from fleet.node.probes import smi
 from fleet.outcomes import CommandResult
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostStatus, Reason, RunReport, StepName, StepStatus
+from fleet.reset import lock
 from fleet.reset.walk import Mode
 from fleet.transport.scripted import Answer, Reply, ScriptedTransport
 from fleet.waves import Amount
@@ -32,7 +33,7 @@ def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0, Disabled\n"
 # The host's reset lock, taken at once.
-LOCK = (("flock",), Reply("locked\n"))
+LOCK = (("sh", "-c", lock.LOCK_SH), Reply("locked\n"))
 
 
 def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
@@ -53,7 +54,7 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
                                                                             delay_s=smi_delay)),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
         *scripted_node.HEALTH,
-        LOCK,
+        LOCK,  # for a script without the ("sh", "-c") entry above, which answers it too
         (scripted_node.LINEAGE, scripted_node.lineage),
         (("grep",), Reply("")),  # cgroups: no process in a unit
     ]

@@ -8,8 +8,8 @@
 Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for the device nodes), bin/nvidia-smi,
 bin/systemctl, bin/journalctl and bin/sudo (wrappers around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl`,
 `fleet.sim.journalctl` and `fleet.sim.sudo`), config.json (the spec), state/ (see `fleet.sim.state`), log/
-(log/kern.log: the kernel log of this boot) and run/ (fleet's reset lock: `lock_file`, as /run/lock is not writable
-for every user). Everything else a command on the node uses (find over /proc, ps, kill, timeout, flock) is the real
+(log/kern.log: the kernel log of this boot) and run/ (fleet's reset lock: `lock_file`; mode 0700, as fleet
+requires). Everything else a command on the node uses (find over /proc, ps, kill, timeout, flock) is the real
 tool.
 
 GPU health is part of the spec (a healthy node by default): Xids in the kernel log (`xids`, and `log_xid` for one
@@ -217,7 +217,7 @@ class SimNode:
         """Create the directories, device files, wrappers and config.json (idempotent); boot the GPUs:
         their health as the spec says (no reset yet) and a kernel log holding the spec's Xids."""
         for sub in ("bin", "dev", "log", "run", "state/procs", "state/units"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+            (self.root / sub).mkdir(mode=0o700 if sub == "run" else 0o777, parents=True, exist_ok=True)
         config = json.loads(self.spec.to_json())
         devices = [state.device_file(config, i) for i in range(self.spec.gpus)] + ["nvidiactl", "nvidia-uvm"]
         for device in devices:
