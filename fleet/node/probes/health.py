@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
@@ -50,17 +51,21 @@ _WIDTH = re.compile(r"(\d+)x")
 # Where each fact is in a GPU section: paths of lowercased section names and key.
 _PERSISTENCE = ("persistence mode",)
 _ECC_VOLATILE = ("ecc errors", "volatile")
-_CORRECTED = (("sram correctable",), ("dram correctable",), ("single bit", "total"))
-_UNCORRECTED = (("sram uncorrectable",), ("sram uncorrectable parity",), ("sram uncorrectable sec-ded",),
-                ("dram uncorrectable",), ("double bit", "total"))
+_CORRECTED = tuple((*_ECC_VOLATILE, *key) for key in (("sram correctable",), ("dram correctable",),
+                                                         ("single bit", "total")))
+_UNCORRECTED = tuple((*_ECC_VOLATILE, *key) for key in (("sram uncorrectable",), ("sram uncorrectable parity",),
+                                                           ("sram uncorrectable sec-ded",), ("dram uncorrectable",),
+                                                           ("double bit", "total")))
 _RETIRED = ("retired pages",)
 _REMAP_PENDING = ("remapped rows", "pending")
 _REMAP_FAILED = ("remapped rows", "remapping failure occurred")
 _FABRIC_STATE = ("fabric", "state")
 _FABRIC_STATUS = ("fabric", "status")
 _LINK = ("pci", "gpu link info")
-_GEN = (*_LINK, "pcie generation")
-_WIDTH_PATH = (*_LINK, "link width")
+_GEN = (*_LINK, "pcie generation", "current")
+_GEN_MAX = (*_LINK, "pcie generation", "max")
+_WIDTH_PATH = (*_LINK, "link width", "current")
+_WIDTH_MAX = (*_LINK, "link width", "max")
 
 Path = tuple[str, ...]
 
@@ -84,11 +89,18 @@ class GpuHealth:
     pcie_width_max: int | None
 
 
-@dataclass(frozen=True)
-class _Value:
+class _Value(NamedTuple):
+    """One value as printed, with its line for an error message. A tuple, and read (`text`) only when asked
+    for: a GPU's section prints about a dozen, and a few are asked."""
+
     lineno: int
     line: str
-    text: str | None  # None: N/A or a note
+    raw: str
+
+    @property
+    def text(self) -> str | None:
+        """The value; None for N/A or a note."""
+        return _present(self.raw)
 
 
 # --- nvidia-smi -q ------------------------------------------------------------
@@ -158,10 +170,13 @@ def _section_line(lineno: int, line: str, stack: list[str], values: dict[Path, _
     if rest or depth == 0 or depth > len(stack) + 1:
         raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
     del stack[depth - 1:]
-    pair = _KEY_VALUE.fullmatch(line.strip())
-    name = (line.strip() if pair is None else pair.group(1)).lower()
-    if pair is not None:
-        values[(*stack, name)] = _Value(lineno, line, _present(pair.group(2)))
+    text = line.strip()
+    colon = text.find(":", 1)  # `_KEY_VALUE`: the key is what precedes the first colon after the first character
+    if colon < 0:
+        stack.append(text.lower())
+        return
+    name = text[:colon].rstrip().lower()
+    values[(*stack, name)] = _Value(lineno, line, text[colon + 1:])
     stack.append(name)  # a key may have lines under it too (`Process ID : 25384` > `Type : C`)
 
 
@@ -181,10 +196,10 @@ def _gpu_health(bus_id: str, values: Mapping[Path, _Value]) -> GpuHealth:
         remap_failed=_switch(values.get(_REMAP_FAILED), on="Yes", off="No"),
         fabric_state=_text(values.get(_FABRIC_STATE)),
         fabric_status=_text(values.get(_FABRIC_STATUS)),
-        pcie_gen=_number(values.get((*_GEN, "current")), "PCIe generation"),
-        pcie_gen_max=_number(values.get((*_GEN, "max")), "PCIe generation"),
-        pcie_width=_width(values.get((*_WIDTH_PATH, "current"))),
-        pcie_width_max=_width(values.get((*_WIDTH_PATH, "max"))),
+        pcie_gen=_number(values.get(_GEN), "PCIe generation"),
+        pcie_gen_max=_number(values.get(_GEN_MAX), "PCIe generation"),
+        pcie_width=_width(values.get(_WIDTH_PATH)),
+        pcie_width_max=_width(values.get(_WIDTH_MAX)),
     )
 
 
@@ -193,23 +208,26 @@ def _text(value: _Value | None) -> str | None:
 
 
 def _switch(value: _Value | None, *, on: str, off: str) -> bool | None:
-    if value is None or value.text is None:
+    text = None if value is None else value.text
+    if value is None or text is None:
         return None
-    if value.text not in (on, off):
+    if text not in (on, off):
         raise ProbeParseError(value.lineno, value.line, f"expected {on!r} or {off!r}")
-    return value.text == on
+    return text == on
 
 
 def _number(value: _Value | None, what: str) -> int | None:
-    if value is None or value.text is None:
+    text = None if value is None else value.text
+    if value is None or text is None:
         return None
-    return parse_int(value.text, value.lineno, value.line, what)
+    return parse_int(text, value.lineno, value.line, what)
 
 
 def _width(value: _Value | None) -> int | None:
-    if value is None or value.text is None:
+    text = None if value is None else value.text
+    if value is None or text is None:
         return None
-    match = _WIDTH.fullmatch(value.text)
+    match = _WIDTH.fullmatch(text)
     if match is None:
         raise ProbeParseError(value.lineno, value.line, "PCIe link width is not like '16x'")
     return int(match.group(1))
@@ -217,7 +235,7 @@ def _width(value: _Value | None) -> int | None:
 
 def _total(values: Mapping[Path, _Value], keys: tuple[Path, ...]) -> int | None:
     """The sum of the volatile ECC counters `keys` this driver prints; None when it prints none."""
-    counts = [_number(values.get((*_ECC_VOLATILE, *key)), "ECC error count") for key in keys]
+    counts = [_number(values.get(key), "ECC error count") for key in keys]
     present = [n for n in counts if n is not None]
     return sum(present) if present else None
 
@@ -225,7 +243,7 @@ def _total(values: Mapping[Path, _Value], keys: tuple[Path, ...]) -> int | None:
 def _retired_pending(values: Mapping[Path, _Value]) -> _Value | None:
     """`Pending Page Blacklist` (most drivers) or `Pending Page Retirement` (newer ones) under Retired Pages."""
     return next((v for path, v in values.items()
-                 if path[:-1] == _RETIRED and path[-1].startswith("pending")), None)
+                 if len(path) == 2 and path[0] == _RETIRED[0] and path[1].startswith("pending")), None)
 
 
 # --- --query-gpu's health fields and -q -d ROW_REMAPPER ------------------------------------------------------
@@ -260,7 +278,7 @@ def _fact_row(lineno: int, line: str) -> GpuHealth:
     cells = [part.strip() for part in line.split(",")]
     if len(cells) != len(HEALTH_FIELDS):
         raise ProbeParseError(lineno, line, f"{len(cells)} values, {len(HEALTH_FIELDS)} fields asked (output cut?)")
-    values = [_Value(lineno, line, _present(cell)) for cell in cells]
+    values = [_Value(lineno, line, cell) for cell in cells]
     bus, persistence, corrected, uncorrected, retired, state, status, gen, gen_max, width, width_max = values
     if bus.text is None or not _BUS_ID.fullmatch(bus.text):
         raise ProbeParseError(lineno, line, "no PCI bus id")
