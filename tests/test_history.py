@@ -297,7 +297,8 @@ def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp
         original(self, run_id, report, ended_at)
 
     monkeypatch.setattr(History, "record_host", spy)
-    recorder = Recorder(tmp_path / HISTORY_FILE, "run-1", [].append)
+    warnings: list[str] = []
+    recorder = Recorder(tmp_path / HISTORY_FILE, "run-1", warnings.append)
     recorder.start_run("reset", ["gpu-b01", "gpu-b02", "gpu-b03"], {}, stamp(NOW), "0.1.0", tmp_path)
     recorder.host_ended(host("gpu-b01"))
     recorder.host_ended(host("gpu-b02"))
@@ -305,6 +306,7 @@ def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp
     never = host("gpu-b03", HostStatus.SKIPPED, "stopped", Reason.STOPPED)
     recorder.finish_run([host("gpu-b01"), released, never], 1)  # an equal report, not the same object
     recorder.close()
+    assert warnings == []
     assert written == [("gpu-b01", "clean"), ("gpu-b02", "clean"), ("gpu-b02", "failed"), ("gpu-b03", "skipped")]
     with History.open(tmp_path / HISTORY_FILE) as history:
         record = history.get("run-1")
