@@ -40,14 +40,13 @@ from fleet.report.history import (
     UNFINISHED,
     history_path,
 )
-from fleet.report.history_view import (
-    STATUS_ORDER,
-)
+from fleet.report.history_view import STATUS_ORDER
 from fleet.report.logs import default_log_dir
 from fleet.report.rerun import rerun_of
 from fleet.reset.walk import Mode
 from fleet.run import execute
 from fleet.terminal import say as _err
+from fleet.terminal import write
 from fleet.waves import parse_amount, parse_duration
 
 app = typer.Typer(
@@ -238,7 +237,7 @@ def inventory_cmd(
     assert inv is not None
     if as_json:
         document: dict[str, Any] = {"inventory": str(inv.path), "hosts": {h.name: host_vars(h) for h in targets}}
-        sys.stdout.write(reporting.render(document))
+        write(sys.stdout, reporting.render(document))
         return
     from fleet.report.tables import inventory_table
 
@@ -279,9 +278,9 @@ def runs(
     document, lines = listing(log_dir or default_log_dir(), host=host, group_hosts=group_hosts, status=status,
                               since=since, limit=limit, keep_days=keep_days)
     if as_json:
-        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+        write(sys.stdout, json.dumps(document, indent=1) + "\n")
     else:
-        print("\n".join(lines))
+        write(sys.stdout, "\n".join(lines) + "\n")
 
 
 @app.command()
@@ -305,9 +304,9 @@ def show(
     if as_html:
         if host is not None or as_json:
             raise UsageError("--html prints the path of the run's report.html: not with --host or --json")
-        sys.stdout.write(shown_html(log_dir or default_log_dir(), run_id))
+        write(sys.stdout, shown_html(log_dir or default_log_dir(), run_id))
         return
-    sys.stdout.write(shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json))
+    write(sys.stdout, shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json))
 
 
 @app.command()

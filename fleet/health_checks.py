@@ -25,7 +25,7 @@ from fleet.outcomes import Level
 if TYPE_CHECKING:
     from fleet.node.probes.health import GpuHealth
 
-__all__ = ["BY_NAME", "NAMES", "TABLE", "Check"]
+__all__ = ["BY_NAME", "NAMES", "TABLE", "Check", "unread"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,15 @@ def _pcie_width(gpu: GpuHealth) -> str | None:
     if width is None or widest is None or width >= widest:
         return None
     return f"PCIe link x{width}, capable of x{widest}"
+
+
+def unread(check: Check, gpu: GpuHealth) -> str | None:
+    """The finding of a check whose fact nvidia-smi did not give (`GpuHealth.unread`): the field and what was
+    printed instead, and how to skip the check; None when every field it reads was read."""
+    notes = [f"{u.field} not observed (nvidia-smi printed {u.note})" for u in gpu.unread if u.check == check.name]
+    if not notes:
+        return None
+    return f"{'; '.join(notes)}: set health_ignore: [{check.name}] to skip the check"
 
 
 def _s(n: int) -> str:

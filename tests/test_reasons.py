@@ -33,7 +33,7 @@ def test_every_reason_is_in_the_readmes_table_and_nothing_else_is() -> None:
         (frozenset({4000}), [], frozenset(), Reason.KILL_FAILED),  # survived SIGKILL
         (frozenset(), [Holder(4100, "root", "python3", None, ("/dev/nvidia0",), unit="sglang.service")],
          frozenset(), Reason.RESPAWNED),
-        (frozenset(), [Holder(4200, "bob", "perl", "/usr/bin/perl", ("/dev/nvidia0",), unit="x.service")],
+        (frozenset(), [Holder(4200, "bob", "perl", b"/usr/bin/perl", ("/dev/nvidia0",), unit="x.service")],
          frozenset(), Reason.HOLDERS_LEFT),  # someone else's new process
     ],
 )

@@ -22,6 +22,7 @@ from fleet.inventory.targeting import select
 from fleet.node.node import is_remote_command
 from fleet.report.logs import RunLogs
 from fleet.report.models import HostReport, HostStatus, Reason, RunReport, StepName, StepStatus
+from fleet.reset import lock
 from fleet.reset.walk import Mode
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
@@ -233,7 +234,7 @@ async def test_cli_group_and_limit_leave_other_hosts_untouched(make_fleet: Any, 
     commands = [e for e in events if e["event"] == "command"]
     assert commands and all({"timestamp", "level", "host", "argv", "exit_status", "duration_s"} <= set(e)
                             for e in commands)
-    assert all("step" in e for e in commands if e["argv"][0] != "flock")  # the lock is held around the steps
+    assert all("step" in e for e in commands if not lock.is_lock_argv(e["argv"]))  # the lock is held around the steps
     assert [e["step"] for e in events if e["event"] == "step_end"] == ["drain", "kill", "settle", "verify"]
     assert events[-1]["event"] == "host_end" and events[-1]["status"] == "clean"
     assert "gpu-b02 clean" in err
@@ -368,7 +369,7 @@ async def test_an_already_clean_host_costs_six_remote_commands(make_fleet: Any, 
     assert second.hosts["gpu-c01"].status is HostStatus.CLEAN, second.hosts["gpu-c01"].error
     events = last_log(tmp_path, "gpu-c01")
     assert sorted(asked(events)) == sorted([
-        "lock:flock", "drain:nvidia-smi", "drain:nvidia-smi", "drain:sh", "drain:systemctl", "drain:systemctl",
+        "lock:sh", "drain:nvidia-smi", "drain:nvidia-smi", "drain:sh", "drain:systemctl", "drain:systemctl",
         "kill:find", "settle:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi",
         "verify:nvidia-smi", "verify:find", "verify:sh",
     ])

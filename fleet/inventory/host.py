@@ -19,7 +19,7 @@ from fleet.inventory import validate
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
-DEFAULT_LOCK_FILE = "/run/lock/fleet-reset.lock"
+DEFAULT_LOCK_FILE = "/run/fleet/reset.lock"
 # Where host keys are read from when `known_hosts` is not set, as OpenSSH reads them: the user's files and the
 # system's, every one that exists (fleet.transport.ssh; fleet.inventory.files refuses a run when none does).
 USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
@@ -208,7 +208,8 @@ class Host:
         str,
         Var(
             "the node's reset lock: an absolute path in a lock, run or tmp folder (never under /dev, /proc, /sys"
-            " or /etc); the holder's run id goes to `<lock_file>.owner`",
+            " or /etc, never directly in /run, /tmp or /run/lock), whose folder fleet keeps as root's own, mode 0700;"
+            " the holder's run id goes to `<lock_file>.owner`",
             check=validate.lock_file,
         ),
     ] = DEFAULT_LOCK_FILE

@@ -22,6 +22,7 @@ from fleet.node.budget import Budget
 SMI_FACTOR = 3
 COMMAND = "command_timeout"
 SMI = f"nvidia-smi's bound: {SMI_FACTOR} x command_timeout"
+LEFT = "what was left of"  # a bound the step's budget set (`within`)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,13 @@ def within(bound: Bound, budget: Budget | None, step: object = None) -> Bound:
     if left >= bound.seconds:
         return bound
     whose = f"{step}'s" if step is not None else "the step's"
-    return Bound(left, f"what was left of {whose} {budget.seconds:g} s budget")
+    return Bound(left, f"{LEFT} {whose} {budget.seconds:g} s budget")
+
+
+def is_budget(name: str | None) -> bool:
+    """Whether a bound's name (`Bound.name`, `CommandTimeout.bound`) is what was left of a step's budget rather
+    than the command's own bound: a command it ended was cut by the step's end, not found hung."""
+    return name is not None and name.startswith(LEFT)
 
 
 def commands_s(host: Host, *, smi: int = 0, other: int = 0) -> float:

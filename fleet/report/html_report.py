@@ -28,6 +28,7 @@ from typing import Any
 from fleet.report.history import RunRecord
 from fleet.report.html_style import CSS
 from fleet.report.render import error_shape, fold, fold_errors
+from fleet.text import printable
 
 REPORT_HTML = "report.html"
 STATUS_ORDER = ("clean", "failed", "unreachable", "skipped", "planned")
@@ -71,7 +72,7 @@ def write_page(folder: Path, document: Doc) -> Path:
     """Write `folder/report.html` (a temporary file renamed over it: a reader never sees half a page)."""
     path = folder / REPORT_HTML
     temporary = folder / f".{REPORT_HTML}.tmp"
-    temporary.write_text(page(document, log_folder=str(folder)), encoding="utf-8")
+    temporary.write_text(page(document, log_folder=printable(folder)), encoding="utf-8")
     os.replace(temporary, path)
     return path
 
