@@ -28,9 +28,11 @@ dist: install
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 
+# docs/cli.md is generated from the typer app: check fails when it differs (regenerate: see the script's docstring).
 check: install
-	$(BIN)/ruff check fleet tests benchmarks
+	$(BIN)/ruff check fleet tests benchmarks tools
 	$(BIN)/mypy
+	$(BIN)/python tools/cli_reference.py --check docs/cli.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info dist build

@@ -48,6 +48,7 @@ from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.errors import ConnectError
 from fleet.model.report import HostStatus, Reason, RunReport
+from fleet.reset import lock
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.transport import batch, connect
@@ -77,13 +78,13 @@ class Recorder:
         self.inner = inner
         self.answers: list[tuple[list[str], dict[str, Any]]] = []
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
-        result = await self.inner.run(argv, timeout=timeout, privileged=privileged)
-        batched = batch.unbatch(argv)
-        if batched is None:
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
+        result = await self.inner.run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
+        parts, tag = batch.unbatch(argv), batch.tag_of(stdin)
+        if parts is None or tag is None:
             self._keep(list(argv), result.exit_status, result.stdout, result.stderr)
             return result
-        tag, parts = batched
         for (_, part), section in zip(parts, batch.sections(tag, len(parts), result.stdout, result.stderr),
                                       strict=True):
             if section is not None:
@@ -137,7 +138,7 @@ async def record(tmp: Path) -> Recording:
 
 def key(argv: Sequence[str]) -> tuple[str, ...]:
     """What identifies a command across hosts and runs: the lock's carries the run id, so only its program."""
-    return ("flock",) if argv and argv[0] == "flock" else tuple(argv)
+    return ("fleet-lock",) if lock.is_lock_argv(argv) else tuple(argv)
 
 
 def replayer(answers: list[tuple[list[str], dict[str, Any]]]) -> ScriptedTransport:

@@ -15,6 +15,8 @@ import sys
 from contextlib import suppress
 from typing import IO
 
+from fleet.text import printable
+
 OUTPUTS = (1, 2)  # stdout, stderr
 GONE = select.POLLERR | select.POLLHUP  # a hung-up terminal reports both, a pipe with no reader POLLERR
 
@@ -51,9 +53,10 @@ def lost(stream: IO[str]) -> None:
 
 
 def write(stream: IO[str], text: str) -> None:
-    """Write and flush; a stream that is gone (EIO, EPIPE) is silenced and the text lost, never raised."""
+    """Write and flush; a stream that is gone (EIO, EPIPE) is silenced and the text lost, never raised. Bytes that
+    are not UTF-8 (a folder's name) are written as `\\xNN` (`fleet.text.printable`), never a UnicodeEncodeError."""
     try:
-        stream.write(text)
+        stream.write(printable(text))
         stream.flush()
     except OSError:
         lost(stream)

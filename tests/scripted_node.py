@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.node.probes import health, kernel_log
+from fleet.reset import lock
 from fleet.sim.nvidia_smi import displayed
 from fleet.transport.scripted import Reply
 
@@ -20,8 +21,17 @@ START = 4242  # every scripted process's start time (clock ticks since boot)
 
 
 def scan(holders: str = "") -> str:
-    """A holder scan's output that saw every process: the holder lines, and /proc/1."""
-    return holders + "init\n"
+    """A holder scan's output that saw every process: the holder lines, and /proc/1, each record ended by NUL."""
+    return "".join(f"{line}\0" for line in holders.splitlines()) + "init\0"
+
+
+def exe_reply(exes: dict[int, str]) -> Reply:
+    """The exe lookup's answer (GNU stat's %N, C-quoted) for pid -> executable path (plain ASCII)."""
+    return Reply("".join(f'"/proc/{pid}/exe" -> "{path}"\n' for pid, path in exes.items()))
+
+
+EXE = ("env", "LC_ALL=C", "QUOTING_STYLE=c", "stat")  # the exe lookup's argv, as a script's prefix
+LINEAGE = ("env", "LC_ALL=C", "awk")  # the lineage walk's
 
 
 def ps(rows: str) -> str:
@@ -50,13 +60,16 @@ def signal(alive_after: Callable[[str, int], bool] = lambda sig, pid: False,
            verdict: Callable[[str, int], str] | None = None) -> Callable[[Sequence[str]], Reply]:
     """signal.sh's answers: `sent` to TERM and KILL; to a look (`-`), `alive` while `alive_after(last signal,
     pid)` says so, else `gone`. `verdict`, when given, decides a signal's verdict instead of `sent`. The other sh
-    program fleet sends, the kernel-log read, gets a healthy node's answer (KERNEL_LOG): a script's `("sh", "-c")`
-    entry answers both; put a kernel-log entry of its own before it to answer that otherwise."""
+    programs fleet sends: the kernel-log read gets a healthy node's answer (KERNEL_LOG): a script's `("sh", "-c")`
+    entry answers them all; put a kernel-log entry of its own before it to answer that otherwise. The lock
+    command (sh too) is taken at once (`locked`); put a lock entry of its own before it for a busy one."""
     last: dict[int, str] = {}
 
     def answer(argv: Sequence[str]) -> Reply:
         if kernel_log.XIDS_AWK in argv:
             return kernel_log_reply()
+        if lock.is_lock_argv(argv):
+            return Reply(f"{lock.LOCKED_LINE}\n")
         sig, pids = targets(argv)
         lines = []
         for pid in pids:
@@ -111,7 +124,7 @@ def kernel_log_reply(*lines: str, cursor: str = CURSOR, status: int = 0, stderr:
     each its own group: a whole read ending at `cursor`; `status` and `stderr` are journalctl's."""
     groups = "".join(f"first 1 - {line}\n" for line in lines)
     end = f"-- cursor: {cursor}\n" if cursor and status == 0 else ""
-    return Reply(f"{groups}{end}end {status} {len(lines)} 0\n", stderr, status)
+    return Reply(f"{groups}{end}end {status} {len(lines)} 0 0\n", stderr, status)
 
 
 # The health gate's reads on a healthy one-GPU node: its health fields and row remapper, and a kernel log read

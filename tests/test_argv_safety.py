@@ -8,6 +8,7 @@ sends parses back, under a POSIX shell's rules, to exactly the argv fleet meant.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 
@@ -97,7 +98,7 @@ IDENTITIES = st.builds(
     procs.Identity,
     pid=st.integers(min_value=2, max_value=4_194_304),
     start=st.integers(min_value=0, max_value=2**63),
-    exe=st.one_of(st.none(), HOSTILE),
+    exe=st.one_of(st.none(), HOSTILE.map(os.fsencode), st.binary(min_size=1).filter(lambda b: b"\0" not in b)),
     user=st.one_of(HOSTILE, st.from_regex(r"[a-z_][a-z0-9_-]{0,31}", fullmatch=True)),
 )
 
@@ -106,12 +107,15 @@ IDENTITIES = st.builds(
 @given(st.lists(IDENTITIES, min_size=1, max_size=20))
 def test_pid_lists_are_numbers_only(targets: list[procs.Identity]) -> None:
     """pids (and start times) reach ps and signal.sh as numbers; an exe or user read off the node, whatever
-    it holds, is one argument of signal.sh, never shell code (the program itself is one `sh -c` word)."""
+    it holds, is one argument of signal.sh, never shell code (the program itself is one `sh -c` word); an exe,
+    any bytes, goes as ASCII `printf %b` escapes that give those bytes back."""
     pids = [t.pid for t in targets]
     for name in ("SIGKILL", "TERM", procs.ALIVE):
         argv = procs.signal_argv(name, targets)
         assert argv[:4] == ["sh", "-c", procs.SIGNAL_SH, "fleet-signal"]
-        assert argv[5:] == [w for t in targets for w in (str(t.pid), str(t.start), t.exe or "", t.user)]
+        assert argv[5:] == [w for t in targets for w in (str(t.pid), str(t.start), procs.printf_b(t.exe or b""),
+                                                         t.user)]
+        assert all(argv[7 + 4 * i].isascii() for i in range(len(targets)))
         assert_round_trip(argv, become=True)
     assert_round_trip(procs.ps_argv(pids), become=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,15 @@ import pytest
 import structlog
 from structlog.typing import EventDict
 
-from fleet.inventory.host import Host
+from fleet.inventory.host import Connection, Host
 from fleet.model.errors import CommandTimeout, StepFailed
 from fleet.model.report import StepName, StepStatus
 from fleet.node.bounds import Bound
-from fleet.node.node import Node, is_remote_command
+from fleet.node.budget import TimeBudget
+from fleet.node.node import Node, hang_line, is_remote_command
 from fleet.node.probe import ZERO, Probe
 from fleet.transport import batch
+from fleet.transport.base import CommandResult
 from fleet.transport.scripted import Reply, ScriptedTransport
 
 HOSTILE = ["it's", '"quoted"', "$(touch /tmp/pwned)", "`id`", "a\nb", "*", "; exit 7", "", "tab\there"]
@@ -32,7 +35,8 @@ HOSTILE = ["it's", '"quoted"', "$(touch /tmp/pwned)", "`id`", "a\nb", "*", "; ex
 def run_batch(parts: list[tuple[float, list[str]]],
               tag: str | None = None) -> tuple[str, subprocess.CompletedProcess[str]]:
     tag = tag or batch.new_tag()
-    done = subprocess.run(batch.batch_argv(tag, parts), capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(batch.batch_argv(parts), input=batch.batch_input(tag), capture_output=True, text=True,
+                          timeout=30, check=False)
     return tag, done
 
 
@@ -82,20 +86,77 @@ def test_no_output_can_forge_a_frame() -> None:
 def test_the_fakes_frame_what_batch_sh_prints_byte_for_byte() -> None:
     parts = [(5.0, ["sh", "-c", "printf 'a\\nb'; printf 'e' >&2; exit 2"]), (5.0, ["echo", "x"])]
     tag, done = run_batch(parts)
-    assert batch.frame(tag, [(2, "a\nb", "e"), (0, "x\n", "")]) == (done.stdout, done.stderr)
+    timeless = re.sub(rf"^({tag} \d+ \d+) \d+$", r"\1", done.stdout, flags=re.MULTILINE)  # the run time varies
+    assert timeless != done.stdout  # batch.sh said how long each section ran
+    assert batch.frame(tag, [(2, "a\nb", "e"), (0, "x\n", "")]) == (timeless, done.stderr)
 
 
 def test_unbatch_reads_back_what_batch_argv_built() -> None:
     tag = batch.new_tag()
-    argv = batch.batch_argv(tag, [(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])])
-    assert batch.unbatch(argv) == (tag, [(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])])
+    argv = batch.batch_argv([(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])])
+    assert batch.unbatch(argv) == [(2.5, ["nvidia-smi", "-q"]), (10.0, ["echo", *HOSTILE])]
+    assert batch.tag_of(batch.batch_input(tag)) == tag and batch.tag_of(None) is None
     assert batch.unbatch(["sh", "-c", "true"]) is None
 
 
 def test_a_batch_is_bounded_by_its_sections_one_after_the_other() -> None:
     assert batch.batch_timeout([10.0, 5.0]) == 10 + 1 + 5 + 1 + batch.BATCH_MARGIN_S
     with pytest.raises(ValueError, match="bad batch tag"):
-        batch.batch_argv("x; rm -rf /", [(1.0, ["true"])])
+        batch.batch_input("x; rm -rf /")
+
+
+# --- frames nobody else can write --------------------------------------------------------------------------
+
+
+def test_the_tag_is_never_in_the_argv_and_no_tag_on_stdin_runs_nothing(tmp_path: Path) -> None:
+    """Any user on the node reads /proc/PID/cmdline: the tag is on stdin only. A batch given no tag runs none
+    of its sections and frames nothing: each is no answer."""
+    tag = batch.new_tag()
+    marker = tmp_path / "ran"
+    argv = batch.batch_argv([(5.0, ["touch", str(marker)])])
+    assert not any(tag in word for word in argv)
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and done.stdout == "" and not marker.exists()
+    assert batch.sections(tag, 1, done.stdout, done.stderr) == [None]
+
+
+def test_a_section_that_prints_the_tag_itself_is_no_answer() -> None:
+    """A stolen tag (were it readable) printed as a whole forged close and the next section's frames: which
+    section forged them cannot be told, so no section of that batch is an answer; nor when the tag is met
+    anywhere inside a section."""
+    tag = batch.new_tag()
+    forged = f"x\n{tag} 0 0\n{tag} 1\nforged\n{tag} 1 0\n"
+    _, done = run_batch([(5.0, ["printf", forged]), (5.0, ["echo", "real"])], tag)
+    assert batch.sections(tag, 2, done.stdout, done.stderr) == [None, None]
+    _, done = run_batch([(5.0, ["echo", "first"]), (5.0, ["printf", f"a {tag} b"]), (5.0, ["echo", "z"])], tag)
+    assert batch.sections(tag, 3, done.stdout, done.stderr) == [None, None, None]
+
+
+def test_what_came_before_the_batch_ran_is_not_its_output() -> None:
+    """sshd says "Could not chdir to home directory" on stderr before the command runs; a login shell's rc
+    file may print too: lines before the first frame belong to no section."""
+    tag = batch.new_tag()
+    out, err = batch.frame(tag, [(0, "a", "e")])
+    found = batch.sections(tag, 1, "motd\n" + out, "Could not chdir to home directory /nonexistent\n" + err)
+    assert found == [batch.Section(0, "a", "e")]
+
+
+@pytest.mark.parametrize("mangle", [
+    pytest.param(lambda out, tag: f"junk {tag}\n" + out, id="the-tag-before-the-first-frame"),
+    pytest.param(lambda out, tag: out.replace(f"\n{tag} 0 0\n", f"\n{tag} 0 0\nx\n"), id="text-between"),
+    pytest.param(lambda out, tag: out + "trailing\n", id="text-after-the-last"),
+    pytest.param(lambda out, tag: out.replace(f"{tag} 1\n", f"{tag} 1\n{tag} 1\n", 1), id="doubled-head"),
+    pytest.param(lambda out, tag: out.replace(f"\n{tag} 1 0\n", f"\n{tag} 1 0\n{tag} 1 0\n"), id="doubled-close"),
+    pytest.param(lambda out, tag: out.replace(f"\n{tag} 1 0\n", f"\n{tag} 1 0"), id="cut-close"),
+])
+def test_anything_but_whole_frames_in_order_is_no_answer(mangle: Any) -> None:
+    """Only what stands before the first frame (written before the batch ran: sshd, a login shell) is not
+    the batch's; the tag may not stand there either."""
+    tag = batch.new_tag()
+    out, err = batch.frame(tag, [(0, "a", ""), (0, "b", "")])
+    found = batch.sections(tag, 2, mangle(out, tag), err)
+    assert found != [batch.Section(0, "a", ""), batch.Section(0, "b", "")]
+    assert all(s is None or s in (batch.Section(0, "a", ""), batch.Section(0, "b", "")) for s in found)
 
 
 # --- Node.batch over the scripted transport -------------------------------------------------------
@@ -172,8 +233,9 @@ async def test_a_section_cut_at_the_output_bound_is_unreadable_not_a_timeout_nor
     answer (unreadable, the step fails), and not called a hang: nothing timed out."""
 
     class Clipped(ScriptedTransport):
-        async def run(self, argv: Any, *, timeout: float, privileged: bool = False) -> Any:
-            result = await super().run(argv, timeout=timeout, privileged=privileged)
+        async def run(self, argv: Any, *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> Any:
+            result = await super().run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
             cut = result.stdout.index("\nhuge") + 5  # inside the second section's output
             return dataclasses.replace(result, stdout=result.stdout[:cut] + "... [99 characters cut]")
 
@@ -184,3 +246,94 @@ async def test_a_section_cut_at_the_output_bound_is_unreadable_not_a_timeout_nor
     with pytest.raises(StepFailed, match=r"^unreadable big: no complete answer: .*output was cut") as caught:
         answers.read(big)
     assert caught.value.status is StepStatus.FAILED
+
+
+# --- what happened, said as it happened (issue 26, item 6) ------------------------------------------------------
+
+# A command the kernel's OOM killer ends: SIGKILL from outside, long before its bound.
+OOM = ["sh", "-c", "echo partial; kill -KILL $$"]
+
+
+def test_a_section_killed_before_its_bound_is_no_hang_and_the_next_one_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    tag, done = run_batch([(30.0, OOM), (5.0, ["touch", str(marker)])])
+    killed, after = batch.sections(tag, 2, done.stdout, done.stderr)
+    assert killed is not None and killed.exit_status == 137 and killed.stdout == "partial\n"
+    assert killed.ran_s is not None and killed.ran_s < 30
+    assert not batch.bound_fired(killed.exit_status, killed.ran_s, 30.0)
+    assert after == batch.Section(0, "", "") and marker.exists()
+
+
+def test_a_section_that_ignores_sigterm_past_its_bound_is_a_hang_that_ends_the_batch(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    tag, done = run_batch([(0.3, ["sh", "-c", "trap '' TERM; sleep 30"]), (5.0, ["touch", str(marker)])])
+    hung, after = batch.sections(tag, 2, done.stdout, done.stderr)
+    assert hung is not None and hung.exit_status == 137  # SIGTERM ignored: timeout's SIGKILL a second later
+    assert hung.ran_s is not None and hung.ran_s >= 0.3 and batch.bound_fired(137, hung.ran_s, 0.3)
+    assert after is None and not marker.exists()
+
+
+@pytest.mark.parametrize(("status", "ran_s", "fired"), [
+    (124, 0.1, True), (124, None, True), (137, 29.9, False), (137, 30.0, True), (137, 31.2, True),
+    (137, None, True),  # a node that cannot say how long: the bound's, as before
+    (0, 99.0, False), (9, None, False),
+])
+def test_whose_the_end_of_a_section_was(status: int, ran_s: float | None, fired: bool) -> None:
+    assert batch.bound_fired(status, ran_s, 30.0) is fired
+
+
+def local_node(events: list[dict[str, Any]]) -> Node:
+    """A Node over the local transport: the real batch.sh, the real `timeout`, real processes."""
+    from fleet.transport.local import LocalTransport
+
+    def keep(_: Any, name: str, event: EventDict) -> EventDict:
+        events.append({**event, "event": event.get("event", name)})
+        raise structlog.DropEvent
+
+    host = Host(name="self", address="localhost", connection=Connection.LOCAL, command_timeout=5.0)
+    return Node(host, LocalTransport(host), structlog.wrap_logger(None, processors=[keep]))
+
+
+async def test_a_probe_killed_by_signal_9_says_so_and_the_next_read_still_answers() -> None:
+    events: list[dict[str, Any]] = []
+    node = local_node(events)
+    smi = probe(*OOM, hang="nvidia-smi did not answer within {s} s ({bound}): driver may be wedged")
+    after = probe("echo", "after")
+    answers = await node.batch([smi, after], step=StepName.VERIFY)
+    with pytest.raises(StepFailed, match=r"^sh was killed by signal 9 before its bound \(out of memory\?\)$") as caught:
+        answers.read(smi)
+    assert caught.value.status is StepStatus.FAILED  # not a timeout
+    assert answers.read(after) == "after"
+    section = next(e for e in events if e["event"] == "command" and e["argv"] == OOM)
+    assert section["exit_status"] == 137 and section["timed_out"] is False
+
+
+async def test_a_probe_killed_by_signal_9_alone_is_no_timeout_either() -> None:
+    node = local_node([])
+    with pytest.raises(StepFailed, match=r"^sh was killed by signal 9 before its bound \(out of memory\?\)$"):
+        await node.ask(probe(*OOM, hang="{s} {bound}: driver may be wedged"), step=StepName.VERIFY)
+
+
+async def test_sections_the_steps_budget_cut_say_so_never_that_they_hung_for_their_bound() -> None:
+    events: list[dict[str, Any]] = []
+    node = local_node(events)
+    slow, never = probe("sleep", "20", hang="{s} {bound}: driver may be wedged"), probe("echo", "never")
+    answers = await node.batch([slow, never], step=StepName.VERIFY, budget=TimeBudget(0.0, slack=1.5))
+    with pytest.raises(StepFailed, match=r"^sleep cut: verify's time ran out \(what was left of its "
+                                         r"1\.5 s budget: [\d.]+ s\)$") as cut:
+        answers.read(slow)
+    with pytest.raises(StepFailed, match=r"^echo not run: verify's time ran out \(what was left of its 1\.5 s "
+                                         r"budget: [\d.]+ s\)$") as not_run:
+        answers.read(never)
+    assert cut.value.status is not_run.value.status is StepStatus.TIMEOUT
+    assert "wedged" not in str(cut.value)
+
+
+def test_a_bound_the_budget_set_is_no_hang_of_the_commands_own() -> None:
+    smi = probe("nvidia-smi", hang="nvidia-smi did not answer within {s} s ({bound}): driver may be wedged")
+    own = CommandTimeout(CommandResult(("nvidia-smi",), 124, "", "", 30.0), 30.0, "nvidia-smi's bound")
+    left = CommandTimeout(CommandResult(("nvidia-smi",), 124, "", "", 4.0), 4.0,
+                          "what was left of verify's 240 s budget")
+    assert hang_line(smi, own) == "nvidia-smi did not answer within 30 s (nvidia-smi's bound): driver may be wedged"
+    assert hang_line(smi, left) == ("nvidia-smi did not answer within 4 s (what was left of verify's 240 s budget): "
+                                    "the step's time ran out")

@@ -351,6 +351,23 @@ def test_the_processes_the_reset_ended_are_placed_on_gpus_by_the_apps_read_as_th
                                    "reset: pid 501 sglang, which the reset stopped"),)
 
 
+def test_a_kept_jobs_process_whose_step_ended_on_its_own_downgrades_nothing() -> None:
+    """The kill kept pid 6001 (a Slurm job's step, `spared`); it was a compute app as the reset began and ended on
+    its own before verify: the reset did not end it, so its application Xid during the reset still fails, by pid and
+    on its GPU alike (issue 26, item 6)."""
+    rows = [GpuRow(0, 0, "GPU-aaaa", "00000000:83:00.0")]
+    before = [ComputeApp("GPU-aaaa", 6001, "python3", 30000)]
+    ended = Ended.of([], before, rows, after=[], spared=frozenset({6001}))
+    assert ended == Ended({}, {})
+    by_pid = Xid(T0, PCI, 43, "pid=6001, name=python3, Ch 00000008")
+    unnamed = Xid(T0, PCI, 13, "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception")
+    for xid in (by_pid, unnamed):
+        (finding,) = only(judged([gpu()], during=[xid], ended=ended))
+        assert finding.level is Level.FAIL and finding.detail.endswith("during the reset"), finding
+    drained = Ended.of([], before, rows, after=[])  # the same process, not kept: drain stopped its unit
+    assert only(judged([gpu()], during=[by_pid], ended=drained))[0].level is Level.WARN
+
+
 # --- a kernel log that could not be read ----------------------------------------------------
 
 
@@ -436,8 +453,8 @@ def readme_table(readme: str, header: str) -> list[str]:
 
 
 def test_the_readme_states_the_default_policy_as_declared() -> None:
-    """README's health table is the table of checks in fleet/model/health_checks.py, row for row and nothing else."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """docs/operating.md's health table is the table of checks in fleet/model/health_checks.py, row for row."""
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "operating.md").read_text()
     assert readme_table(readme, "| check | default | read from | why |")[2:] == [
         f"| `{c.name}` | {c.default.value} | {c.reads} | {c.why} |" for c in TABLE]
     assert ", ".join(map(str, sorted(XID_ACTION))) in " ".join(readme.split())

@@ -50,6 +50,37 @@ async def test_each_failing_finding_fails_its_host_with_a_clear_error(
     assert findings(healthy) == {}
 
 
+@pytest.mark.parametrize(
+    ("field", "check"),
+    [
+        ("ecc.errors.uncorrected.volatile.total", "ecc_uncorrected"),
+        ("ecc.errors.corrected.volatile.total", "ecc_corrected"),  # a warn check: unread still fails
+        ("retired_pages.pending", "retired_pending"),
+        ("remapped_rows.pending", "remap_pending"),  # read from -q -d ROW_REMAPPER
+        ("fabric.status", "fabric"),
+    ],
+)
+async def test_a_health_field_nvidia_smi_could_not_read_fails_its_host_naming_gpu_and_field(
+    make_fleet: Any, tmp_path: Path, field: str, check: str
+) -> None:
+    """Unread is not absent: `[Unknown Error]` in a health field is a fact never observed, never a clean GPU."""
+    names = ["gpu-u01", "gpu-u02"]
+    sim = await make_fleet([busy("gpu-u01", unread_fields=((3, field),)), busy("gpu-u02", unread_fields=((3, field),))],
+                           {"gpu-u01": fast_vars(names)["gpu-u01"],
+                            "gpu-u02": {**fast_vars(names)["gpu-u02"], "health_ignore": [check]}})
+    report = await reset(sim, tmp_path)
+    sick, ignored = report.hosts["gpu-u01"], report.hosts["gpu-u02"]
+    assert sick.status is HostStatus.FAILED
+    assert sick.reason is Reason.HEALTH
+    printed = "Unknown Error" if check == "remap_pending" else "[Unknown Error]"  # -q prints it bare
+    named = "Remapped Rows / Pending" if check == "remap_pending" else field
+    assert sick.error == (f"gpu 3: {named} not observed (nvidia-smi printed {printed}): set health_ignore: "
+                          f"[{check}] to skip the check")
+    assert findings(sick) == {3: [(check, "fail")]}
+    assert ignored.status is HostStatus.CLEAN, ignored.error  # health_ignore skips the check
+    assert findings(ignored) == {}
+
+
 async def test_warnings_are_reported_and_do_not_fail_the_host(make_fleet: Any, tmp_path: Path) -> None:
     sim = await make_fleet([busy("gpu-w01", ecc_corrected_gpus=(1,), protected_daemon=False,
                                  xids=((0, 13, "Graphics SM Warp Exception on (GPC 0, TPC 1)"),))],

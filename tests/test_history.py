@@ -287,6 +287,34 @@ def test_the_recorder_writes_a_run_from_its_own_thread_and_warns_once_when_it_ca
     assert warnings[0].startswith("run history not recorded:") and "cannot open" in warnings[0]
 
 
+def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    written: list[tuple[str, str]] = []
+    original = History.record_host
+
+    def spy(self: History, run_id: str, report: HostReport, ended_at: str | None = None) -> None:
+        written.append((report.name, report.status))
+        original(self, run_id, report, ended_at)
+
+    monkeypatch.setattr(History, "record_host", spy)
+    warnings: list[str] = []
+    recorder = Recorder(tmp_path / HISTORY_FILE, "run-1", warnings.append)
+    recorder.start_run("reset", ["gpu-b01", "gpu-b02", "gpu-b03"], {}, stamp(NOW), "0.1.0", tmp_path)
+    recorder.host_ended(host("gpu-b01"))
+    recorder.host_ended(host("gpu-b02"))
+    released = host("gpu-b02", HostStatus.FAILED, "release failed", Reason.SLURM)  # changed after it ended
+    never = host("gpu-b03", HostStatus.SKIPPED, "stopped", Reason.STOPPED)
+    recorder.finish_run([host("gpu-b01"), released, never], 1)  # an equal report, not the same object
+    recorder.close()
+    assert warnings == []
+    assert written == [("gpu-b01", "clean"), ("gpu-b02", "clean"), ("gpu-b02", "failed"), ("gpu-b03", "skipped")]
+    with History.open(tmp_path / HISTORY_FILE) as history:
+        record = history.get("run-1")
+    assert record is not None
+    assert [(h.host, h.status) for h in record.hosts] == [("gpu-b01", "clean"), ("gpu-b02", "failed"),
+                                                          ("gpu-b03", "skipped")]
+
+
 # --- two writers at once --------------------------------------------------------------------------------------
 
 WRITER = """

@@ -15,7 +15,7 @@ def test_protected_daemon_with_a_cut_comm_is_kept_and_python_is_not() -> None:
     found = (HolderRow(10, "root", ("/dev/nvidiactl",)), HolderRow(39865, "alice", ("/dev/nvidia0",)))
     ps = {10: PsRow(10, 1, "root", "/usr/bin/nvidia-persistenced --verbose"),
           39865: PsRow(39865, 1, "alice", "python3 train.py")}
-    exe = {10: "/usr/bin/nvidia-persistenced", 39865: "/usr/bin/python3.11"}
+    exe = {10: b"/usr/bin/nvidia-persistenced", 39865: b"/usr/bin/python3.11"}
     lineage = Lineage({10: ProcStat(10, 1, "nvidia-persiste"), 39865: ProcStat(39865, 1, "python3"),
                        1: ProcStat(1, 0, "systemd")})
     facts = ProcessFacts(ps, exe, lineage)
@@ -35,7 +35,7 @@ def test_describe_holders_joins_and_judges() -> None:
     found = [HolderRow(pid, "root", ("/dev/nvidia0",)) for pid in (12, 13, 4242, 6000)]
     ps = {12: PsRow(12, 1, "root", "/usr/bin/nvidia-persistenced"), 13: PsRow(13, 12, "root", "helper -d"),
           4242: PsRow(4242, 720, "alice", "python3 train.py")}  # 6000 exited before ps
-    facts = ProcessFacts(ps, {4242: "/usr/bin/python3.11"}, LINEAGE, {4242: "train.service"})
+    facts = ProcessFacts(ps, {4242: b"/usr/bin/python3.11"}, LINEAGE, {4242: "train.service"})
     holders = describe_holders(found, facts, Rules.of(Host("h", "h", kill_users=("root",))))
     assert [(h.pid, h.name, h.unit, h.protected_by) for h in holders] == [
         (12, "nvidia-persistenced", None, "protected name nvidia-persistenced"),
@@ -50,9 +50,9 @@ def test_each_holder_carries_who_it_is_for_the_signal() -> None:
     found = (HolderRow(4242, "alice", ("/dev/nvidia0",)), HolderRow(77, "bob", ("/dev/nvidia1",)))
     ps = {4242: PsRow(4242, 1, "alice", "python3 train.py"), 77: PsRow(77, 1, "bob", "trainer")}
     lineage = Lineage({4242: ProcStat(4242, 1, "python3", 9001), 1: ProcStat(1, 0, "systemd", 2)})
-    facts = ProcessFacts(ps, {4242: "/usr/bin/python3.11"}, lineage)
+    facts = ProcessFacts(ps, {4242: b"/usr/bin/python3.11"}, lineage)
     python, trainer = describe_holders(found, facts, Rules(BUILTIN_PROTECTED))
     assert (python.start, python.owner) == (9001, "alice")
-    assert python.identity() == Identity(4242, 9001, "/usr/bin/python3.11", "alice")
+    assert python.identity() == Identity(4242, 9001, b"/usr/bin/python3.11", "alice")
     assert (trainer.start, trainer.owner) == (None, "bob")  # not in the walk: its start time is unknown
     assert trainer.identity() is None  # and it is never signalled

@@ -91,7 +91,7 @@ def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
         defaults: {connect_timeout: 300, command_timeout: 3600, drain_timeout: 3600, kill_grace: 300,
                    settle_timeout: 3600, memory_threshold_mib: 1048576, gpus: 1024}
         hosts: {n1: {services: ['vllm@8000.service', sglang.service],
-                     devices: [/dev/nvidia*, /dev/nvidiactl, /dev/nvidia-caps/*], lock_file: /var/lock/x.lock}}
+                     devices: [/dev/nvidia*, /dev/nvidiactl, /dev/nvidia-caps/*], lock_file: /var/lock/fleet/x.lock}}
     """
     host = load_inventory(write(tmp_path, text)).hosts["n1"]
     assert (host.command_timeout, host.gpus, host.memory_threshold_mib) == (3600.0, 1024, 1048576)

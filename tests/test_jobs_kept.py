@@ -64,8 +64,8 @@ def script(walk: str, cgroups: Mapping[int, str], scans: Sequence[str]) -> Scrip
     return ScriptedTransport([
         (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(found, "")))),
         (("ps", "-ww"), Reply(scripted_node.ps(f" {HOLDER}   720 alice    python3 train.py\n"))),
-        (("find",), Reply(f"/proc/{HOLDER}\t/usr/bin/python3.11\n")),
-        (("awk",), Reply(f"self\t900\n{stat(900, 1, 'awk')}{walk}")),
+        (scripted_node.EXE, scripted_node.exe_reply({HOLDER: "/usr/bin/python3.11"})),
+        (scripted_node.LINEAGE, Reply(f"self\t900\n{stat(900, 1, 'awk')}{walk}")),
         (("grep",), cgroup),
         (("sh", "-c"), scripted_node.signal()),
         *scripted_node.healthy("00000000:01:00.0"),

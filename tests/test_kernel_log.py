@@ -8,6 +8,7 @@ with journalctl's own words.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -33,6 +34,10 @@ from fleet.node.probes.kernel_log import (
 from fleet.transport.base import OUTPUT_LIMIT, CommandResult
 
 CAPTURES = Path(__file__).resolve().parent / "fixtures" / "journalctl"
+_SPEC = importlib.util.spec_from_file_location("journal_capture", CAPTURES / "capture.py")
+assert _SPEC is not None and _SPEC.loader is not None
+CAPTURE_SCRIPT = importlib.util.module_from_spec(_SPEC)  # its journal writer and messages
+_SPEC.loader.exec_module(CAPTURE_SCRIPT)
 MIB = 1024 * 1024
 # A real Xid 13 line with no pid (tests/fixtures/kernel-log/gpud-readme_dmesg-ctime_xid-13-31-109.log).
 XID_13 = ("NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
@@ -59,7 +64,7 @@ def run_read(tmp_path: Path, stdout: str, stderr: str = "", status: int = 0, cur
     """The probe's argv, run here with a journalctl on PATH that prints `stdout` and `stderr` and exits `status`."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (tmp_path / "out").write_text(stdout)
+    (tmp_path / "out").write_bytes(stdout.encode("utf-8", "surrogateescape"))  # a capture's bytes, as printed
     (tmp_path / "err").write_text(stderr)
     fake = bin_dir / "journalctl"
     fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {shlex.quote(str(tmp_path / "argv"))}\n'
@@ -111,7 +116,7 @@ def test_the_programs_are_posix() -> None:
     argv = read_argv()
     assert subprocess.run(["sh", "-n", "-c", argv[2]], check=False).returncode == 0
     check = subprocess.run(["awk", argv[4]], input="", capture_output=True, text=True, check=False)
-    assert check.returncode == 125 and check.stdout == "end - 0 0\n"  # no journalctl status came: no answer
+    assert check.returncode == 125 and check.stdout == "end - 0 0 0\n"  # no journalctl status came: no answer
 
 
 # --- what the real journalctl printed ---------------------------------------------------
@@ -199,6 +204,68 @@ def test_an_xid_line_fleet_cannot_read_is_no_answer(tmp_path: Path) -> None:
     text = short_unix(1.0, "NVRM: Xid (PCI:0000:cb:00): garbled") + f"-- cursor: {CURSOR}\n"
     with pytest.raises(KernelLogUnread, match="an Xid line fleet cannot read"):
         reading(run_read(tmp_path, text).result)
+
+
+# --- bytes: what journald keeps is what the kernel wrote -------------------------------------------------
+
+# The Xid 13 of the `bytes` capture names a thread whose name the kernel cut at 15 bytes, mid-character.
+CUT_NAME: bytes = CAPTURE_SCRIPT.CUT_NAME
+
+
+def test_an_xid_naming_a_thread_cut_mid_utf8_is_seen_with_the_name_as_the_kernel_wrote_it(tmp_path: Path) -> None:
+    """The real journalctl's -a output (tests/fixtures/journalctl/bytes.json): every Xid is read, whatever its bytes;
+    a name comes back escaped in the text and exact as bytes; a message of two lines is one Xid, its name whole."""
+    log = reading(replay(tmp_path, "bytes").result)
+    assert [(x.code, x.pid, x.process_name) for x in log.xids] == [
+        (13, 4242, CUT_NAME), (43, 4243, b"caf\xe9"), (31, 4245, b"a\nb"),
+    ]
+    assert log.xids[0].process == "py\\xe6\\x97\\xa5\\xe6\\x9c\\xac\\xe8\\xaa\\x9e\\xe3\\x83\\x86\\xe3"
+    assert log.xids[2].detail == "pid=4245, name=a\\x0ab, MMU Fault" and log.lines == 3
+    assert CUT_NAME.decode("utf-8", "replace").endswith("\ufffd")  # not UTF-8: what `[N blob data]` hid
+
+
+def test_a_real_journal_holding_an_xid_whose_thread_name_is_cut_mid_utf8(tmp_path: Path) -> None:
+    """The read itself (kernel_log.sh, xids.awk) over the real journalctl reading a journal that the real
+    systemd-journal-remote wrote (capture.py's BYTES, as journald keeps them): the Xid 13 is seen, its name exact."""
+    if shutil.which("journalctl") is None or not Path(CAPTURE_SCRIPT.REMOTE).exists():
+        pytest.skip("needs journalctl and systemd-journal-remote (apt-get install systemd-journal-remote)")
+    journal = tmp_path / "system.journal"
+    CAPTURE_SCRIPT.write_journal(journal, [(1_700_000_000_000_000 + i, m) for i, m in enumerate(CAPTURE_SCRIPT.BYTES)],
+                                 1_600_000_000_000_000)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "journalctl"
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("journalctl")} --file={shlex.quote(str(journal))} "$@"\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(read_argv(), capture_output=True, text=True, env=env, timeout=30, check=False)
+    log = reading(CommandResult(tuple(read_argv()), done.returncode, done.stdout, done.stderr, 0.1))
+    assert [(x.code, x.pid, x.process_name) for x in log.xids] == [
+        (13, 4242, CUT_NAME), (43, 4243, b"caf\xe9"), (31, 4245, b"a\nb"),
+    ]
+
+
+def test_a_journalctl_that_prints_blob_data_is_no_answer(tmp_path: Path) -> None:
+    """Without -a (bytes-without-a.json) the Xid 13 and 43 are `[N blob data]`: the read says so, never "no Xid"."""
+    with pytest.raises(KernelLogUnread, match=r"^3 kernel messages journalctl did not print as their bytes"):
+        reading(replay(tmp_path, "bytes-without-a").result)
+
+
+def test_a_further_line_with_no_message_before_it_is_no_answer(tmp_path: Path) -> None:
+    text = "                                  b, MMU Fault\n" + f"-- cursor: {CURSOR}\n"
+    with pytest.raises(KernelLogUnread, match="did not print as their bytes"):
+        reading(run_read(tmp_path, text).result)
+
+
+def test_a_name_inside_another_message_makes_no_xid(tmp_path: Path) -> None:
+    """A process may name itself `NVRM: Xid (` (15 bytes): the kernel prints it inside its own messages, whose
+    text starts elsewhere; a thread name holding a newline cannot start a message's first line either."""
+    text = (short_unix(1.0, "traps: NVRM: Xid ([7] general protection fault ip:0 sp:0 error:0")
+            + short_unix(2.0, "NVRM: Xid (PCI:0000:cb:00): 13, pid=9, name=x")
+            + " " * (len(short_unix(2.0, "")) - 1) + "NVRM: Xid (PCI:0, y\n"
+            + f"-- cursor: {CURSOR}\n")
+    log = reading(run_read(tmp_path, text).result)
+    assert [(x.code, x.pid, x.detail) for x in log.xids] == [(13, 9, "pid=9, name=x\\x0aNVRM: Xid (PCI:0, y")]
 
 
 # --- storms ----------------------------------------------------------------------

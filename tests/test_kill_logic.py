@@ -37,8 +37,8 @@ def node(scans: Iterator[str], cgroup: dict[int, str]) -> ScriptedTransport:
         (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
         (("ps", "-ww"), lambda argv: Reply(scripted_node.ps("".join(
             f"{p} 1 root python3 -m trainer\n" for p in pids_of(argv))))),
-        (("find",), lambda argv: Reply("".join(f"/proc/{p}\t/usr/bin/python3.11\n" for p in pids_of(argv)))),
-        (("awk",), scripted_node.lineage),
+        (scripted_node.EXE, lambda argv: scripted_node.exe_reply(dict.fromkeys(pids_of(argv), "/usr/bin/python3.11"))),
+        (scripted_node.LINEAGE, scripted_node.lineage),
         (("grep",), lambda argv: Reply("".join(
             f"/proc/{p}/cgroup:{cgroup[p]}\n" for p in pids_of(argv) if p in cgroup))),
         (("sh", "-c"), scripted_node.signal()),

@@ -53,12 +53,12 @@ def test_describe_kill_names_every_holder_left_alive_with_why() -> None:
 
 # --- respawn -------------------------------------------------------
 
-KILLED = [Holder(4000, "root", "python3", "/usr/bin/python3.11", (), unit="sglang.service", start=9000),
-          Holder(4001, "root", "trainer", "/opt/trainer", (), start=9001)]
+KILLED = [Holder(4000, "root", "python3", b"/usr/bin/python3.11", (), unit="sglang.service", start=9000),
+          Holder(4001, "root", "trainer", b"/opt/trainer", (), start=9001)]
 
 
 def back(pid: int, exe: str | None = None, unit: str | None = None, name: str = "python3") -> Holder:
-    return Holder(pid, "root", name, exe, ("/dev/nvidia0",), unit=unit)
+    return Holder(pid, "root", name, None if exe is None else exe.encode(), ("/dev/nvidia0",), unit=unit)
 
 
 def test_respawn_by_unit_names_the_unit_and_its_restart_setting() -> None:

@@ -106,12 +106,13 @@ class HoldBeforePoll:
     def __init__(self, inner: Transport, name: str) -> None:
         self.inner, self.name = inner, name
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
         words = " ".join(argv).replace("'", "")
         if not self.held and "systemctl show" in words and "systemctl stop" not in words:
             self.held.append(self.name)
             hold_the_loop()
-        return await self.inner.run(argv, timeout=timeout, privileged=privileged)
+        return await self.inner.run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
 
     async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
         return await self.inner.open_command(argv, timeout=timeout, privileged=privileged)

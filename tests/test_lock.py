@@ -27,7 +27,7 @@ from fleet.inventory import validate
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.model.errors import CommandTimeout, InventoryError
-from fleet.model.report import HostStatus, StepStatus
+from fleet.model.report import HostStatus, Reason, StepStatus
 from fleet.node.node import Node
 from fleet.node.probe import action
 from fleet.reset import lock
@@ -38,6 +38,7 @@ from fleet.transport.scripted import Reply, ScriptedTransport
 from fleet.transport.ssh import open_ssh
 
 BUSY_OWNER = (("cat", "--"), Reply("run-a\n"))
+LOCK_CMD = ("sh", "-c", lock.LOCK_SH)
 OpenTransport = Callable[[Host], Awaitable[Transport]]
 
 
@@ -66,9 +67,11 @@ def lock_held(path: str) -> bool:
 
 
 def test_lock_argv_and_owner_parsing() -> None:
-    argv = lock.lock_argv("/run/lock/fleet-reset.lock", "20261202T110501Z-3f9c2a", 10)
-    assert argv[:6] == ["flock", "-w", "10", "-E", "75", "/run/lock/fleet-reset.lock"]
-    assert argv[-2:] == ["20261202T110501Z-3f9c2a", "/run/lock/fleet-reset.lock.owner"]
+    argv = lock.lock_argv("/run/fleet/reset.lock", "20261202T110501Z-3f9c2a", 10)
+    assert argv == ["sh", "-c", lock.LOCK_SH, "fleet-lock", "/run/fleet/reset.lock", "10", "20261202T110501Z-3f9c2a",
+                    "/run/fleet/reset.lock.owner"]
+    assert lock.is_lock_argv(argv) and not lock.is_lock_argv(["sh", "-c", "x", "fleet-signal"])
+    assert "#" not in lock.LOCK_SH  # comments stay home
     assert lock.parse_owner("run-a\n") == "run-a"
     assert lock.parse_owner("") is None
     assert lock.parse_owner("$(reboot)\n") is None
@@ -76,19 +79,27 @@ def test_lock_argv_and_owner_parsing() -> None:
         lock.lock_argv("/run/lock/x.lock", "a b; reboot", 10)
 
 
-@pytest.mark.parametrize("bad", ["run/fleet.lock", "/run/lock/../x.lock", "/run/lock/a b.lock", "/run/lock/",
+@pytest.mark.parametrize("bad", ["run/fleet.lock", "/run/fleet/../x.lock", "/run/fleet/a b.lock", "/run/fleet/",
                                  "/run/$(reboot).lock", ""])
 def test_lock_file_must_be_a_plain_absolute_path(bad: str) -> None:
     with pytest.raises(ValueError, match=r"lock file|must not be empty"):
         validate.lock_file(bad)
 
 
+@pytest.mark.parametrize("shared", ["/tmp/fleet.lock", "/run/lock/fleet-reset.lock", "/var/lock/x.lock",
+                                    "/var/tmp/x.lock", "/run/fleet.lock"])
+def test_a_lock_file_right_in_a_shared_folder_is_refused(shared: str) -> None:
+    with pytest.raises(ValueError, match=r"must be in a folder of fleet's own .*, not right in /.*: fleet keeps"):
+        validate.lock_file(shared)
+    assert validate.lock_file(shared.rsplit("/", 1)[0] + "/fleet/reset.lock")  # a folder of its own in there
+
+
 def test_lock_file_is_a_host_variable(tmp_path: Path) -> None:
     path = tmp_path / "site.yaml"
-    path.write_text("hosts:\n  gpu-01: {}\n  gpu-02: {lock_file: /var/lock/gpu.lock}\n")
+    path.write_text("hosts:\n  gpu-01: {}\n  gpu-02: {lock_file: /var/lock/fleet/gpu.lock}\n")
     hosts = load_inventory(path).hosts
-    assert hosts["gpu-01"].lock_file == "/run/lock/fleet-reset.lock"
-    assert hosts["gpu-02"].lock_file == "/var/lock/gpu.lock"
+    assert hosts["gpu-01"].lock_file == "/run/fleet/reset.lock"
+    assert hosts["gpu-02"].lock_file == "/var/lock/fleet/gpu.lock"
     path.write_text("hosts:\n  gpu-01: {lock_file: fleet.lock}\n")
     with pytest.raises(InventoryError, match="lock_file"):
         load_inventory(path)
@@ -232,11 +243,12 @@ async def test_the_lock_is_released_when_the_block_raises(open_transport: OpenTr
 @both
 async def test_a_lock_file_that_cannot_be_opened_is_a_lock_error(open_transport: OpenTransport,
                                                                  tmp_path: Path) -> None:
-    host = make_host(lock_file=str(tmp_path / "missing" / "fleet-reset.lock"))
+    host = make_host(lock_file=str(tmp_path / "missing" / "run" / "fleet-reset.lock"))
     async with remote_for(open_transport, host) as (remote, _):
-        with pytest.raises(LockError, match=r"cannot take the reset lock .*missing/fleet-reset.lock: flock: "):
+        with pytest.raises(LockError, match=r"^cannot create the reset lock folder .*missing/run$") as caught:
             async with host_lock(remote, "run-a", wait_s=1):
                 pytest.fail("locked a file in a missing directory")
+    assert caught.value.reason is Reason.PROBE_FAILED
 
 
 async def test_sudo_that_asks_for_the_lock_is_one_line(make_node: MakeNode, tmp_path: Path) -> None:
@@ -248,7 +260,7 @@ async def test_sudo_that_asks_for_the_lock_is_one_line(make_node: MakeNode, tmp_
             async with host_lock(Node(node.host, ssh, events), "run-a", wait_s=1):
                 pytest.fail("sudo refused, yet locked")
     assert str(caught.value) == (
-        f"cannot take the reset lock: sudo -n on {node.host.name} needs a password for flock: "
+        f"cannot take the reset lock: sudo -n on {node.host.name} needs a password for sh: "
         "allow it in sudoers (NOPASSWD) or run as root"
     )
     assert node.server.commands[0].startswith("timeout -k 1 ") and " sudo -n timeout " in node.server.commands[0]
@@ -258,44 +270,55 @@ async def test_sudo_that_asks_for_the_lock_is_one_line(make_node: MakeNode, tmp_
 
 
 async def test_a_host_locked_by_another_run_fails_and_nothing_runs(tmp_path: Path) -> None:
-    t = ScriptedTransport([(("flock",), Reply(stderr="", exit_status=75)), BUSY_OWNER, *node_script()])
+    t = ScriptedTransport([(LOCK_CMD, Reply(stderr="held by: pid 4321 (root)\n", exit_status=75)), BUSY_OWNER,
+                           *node_script()])
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.FAILED
     assert host.error == "locked by run run-a"
     assert all(s.status is StepStatus.SKIPPED for s in host.steps)
-    assert [argv[0] for argv in t.ran] == ["flock", "cat"]
+    assert [argv[3] if lock.is_lock_argv(argv) else argv[0] for argv in t.ran] == ["fleet-lock", "cat"]
     assert t.closed
 
 
 async def test_an_unusable_lock_fails_the_host_with_the_reason(tmp_path: Path) -> None:
-    denied = "flock: cannot open lock file /run/lock/fleet-reset.lock: Permission denied\n"
-    t = ScriptedTransport([(("flock",), Reply(stderr=denied, exit_status=1)), *node_script()])
+    denied = "flock: 9: Bad file descriptor\n"
+    t = ScriptedTransport([(LOCK_CMD, Reply(stderr=denied, exit_status=1)), *node_script()])
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
-    assert report.hosts["gpu-01"].error == (
-        "cannot take the reset lock /run/lock/fleet-reset.lock: "
-        "flock: cannot open lock file /run/lock/fleet-reset.lock: Permission denied"
-    )
-    assert [argv[0] for argv in t.ran] == ["flock"]
+    assert report.hosts["gpu-01"].error == ("cannot take the reset lock /run/fleet/reset.lock: "
+                                            "flock: 9: Bad file descriptor")
+    assert report.hosts["gpu-01"].reason is Reason.PROBE_FAILED
+    assert [lock.is_lock_argv(argv) for argv in t.ran] == [True]
+
+
+@pytest.mark.parametrize(("status", "reason"), [(lock.REFUSED_EXIT, Reason.PROBE_FAILED),
+                                                (lock.FOREIGN_EXIT, Reason.LOCKED)])
+async def test_a_lock_the_node_refuses_fails_the_host_with_its_one_line(tmp_path: Path, status: int,
+                                                                       reason: Reason) -> None:
+    said = "reset lock /run/fleet/reset.lock is owned by nobody (uid 65534), not uid 0; held by: pid 77 (nobody)"
+    t = ScriptedTransport([(LOCK_CMD, Reply(stderr=said + "\n", exit_status=status)), *node_script()])
+    report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
+    assert (report.hosts["gpu-01"].error, report.hosts["gpu-01"].reason) == (said, reason)
+    assert len(t.ran) == 1
 
 
 async def test_reset_holds_the_lock_and_releases_it_even_after_an_internal_error(tmp_path: Path) -> None:
     clean = ScriptedTransport(node_script())
     # the signal unscripted (a bug); the kernel-log read, the other sh program, still answered
     broken = ScriptedTransport([(scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
-                                *[s for s in node_script() if s[0][0] != "sh"]])
+                                *[s for s in node_script() if s[0] != ("sh", "-c")]])
     report, _ = await run([make_host("gpu-01"), make_host("gpu-02")], {"gpu-01": clean, "gpu-02": broken}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     assert "internal error during kill" in (report.hosts["gpu-02"].error or "")
     for t in (clean, broken):
-        assert t.ran[0][0] == "flock"
+        assert lock.is_lock_argv(t.ran[0])
         assert t.open_commands == 0
 
 
 async def test_check_takes_no_lock(tmp_path: Path) -> None:
     t = ScriptedTransport(node_script())
     await run([make_host()], {"gpu-01": t}, tmp_path, mode=Mode.CHECK)
-    assert t.ran and all(argv[0] != "flock" for argv in t.ran)
+    assert t.ran and not any(lock.is_lock_argv(argv) for argv in t.ran)
 
 
 def test_held_that_ended_is_not_running() -> None:

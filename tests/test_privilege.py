@@ -20,7 +20,7 @@ from fleet.reset import lock
 from fleet.transport.base import CommandResult, OpenCommand, bounded_argv, finish
 from fleet.transport.scripted import ScriptedTransport
 
-ID_100 = procs.Identity(100, 4242, "/usr/bin/python3.11", "root")
+ID_100 = procs.Identity(100, 4242, b"/usr/bin/python3.11", "root")
 ID_101 = procs.Identity(101, 4243, None, "alice")
 
 
@@ -39,7 +39,7 @@ def through_sudo(wire: Sequence[str]) -> bool:
         pytest.param(units.unit_kill("sglang.service"), True, id="unit_kill"),
         pytest.param(procs.holder_scan(["/dev/nvidia*"]), True, id="holder_scan"),
         pytest.param(procs.exe([100, 101]), True, id="exe"),
-        pytest.param(lock.lock_probe("/run/lock/fleet-reset.lock", "run-1", 10), True, id="lock in /run"),
+        pytest.param(lock.lock_probe("/run/fleet/reset.lock", "run-1", 10), True, id="lock in /run"),
         pytest.param(lock.lock_probe("/var/lock/fleet-reset.lock", "run-1", 10), True, id="lock in /var/lock"),
         pytest.param(units.unit_state("sglang.service"), False, id="unit_state"),
         pytest.param(units.unit_restart("sglang.service"), False, id="unit_restart"),
@@ -104,9 +104,11 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
     without = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if not through_sudo(wire)}
     # sudo: the lock, systemctl stop, and everything that reads other users' /proc entries (the holder
     # scan, ps, exe, lineage, cgroups: under hidepid, all of them) or signals (sh: the identity-checked signal),
-    # and the kernel log (sh too: journalctl piped through the Xid summary)
-    assert with_sudo == {"flock", "systemctl", "find", "sh", "ps", "awk", "grep"}
+    # and the kernel log (sh too: journalctl piped through the Xid summary), and the lock (sh: lock.sh); env: the
+    # exe lookup and the lineage walk, run in the C locale (`env LC_ALL=C ...`: they escape bytes, not characters)
+    assert with_sudo == {"systemctl", "find", "sh", "ps", "env", "grep"}
     assert any("fleet-kernel-log" in argv and through_sudo(wire) for argv, wire in zip(t.ran, t.sent, strict=True))
+    assert any(lock.is_lock_argv(argv) and through_sudo(wire) for argv, wire in zip(t.ran, t.sent, strict=True))
     assert without == {"systemctl", "nvidia-smi"}
     by_argv = {probe.argv: probe for probe in asked}
     assert sorted(by_argv) == sorted(set(t.ran))  # every command is a probe that declared its privilege

@@ -18,7 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleet.model.errors import StepFailed
-from fleet.node.probes.health import GpuHealth, health, health_argv, parse_health
+from fleet.node.probes.health import (
+    HEALTH_FIELDS,
+    GpuHealth,
+    Unread,
+    health,
+    health_argv,
+    parse_facts,
+    parse_health,
+)
 from fleet.node.probes.kernel_log import Xid, parse_xids, pci_of_bus_id
 from fleet.node.probes.parse import ProbeParseError
 from fleet.node.probes.smi import SMI_HANG, classify_smi_failure
@@ -53,7 +61,7 @@ def clean(bus_id: str, **facts: object) -> GpuHealth:
 
 def unknown(bus_id: str, **facts: object) -> GpuHealth:
     """A GPU section that says nothing about health, with `facts` set."""
-    nothing = GpuHealth(bus_id, *([None] * 12))
+    nothing = GpuHealth(bus_id, None, None, None, None, None, None, None, None, None, None, None, None)
     return dataclasses.replace(nothing, **facts)  # type: ignore[arg-type]  # facts: GpuHealth fields, any type
 
 
@@ -165,6 +173,84 @@ def line_of(key: str, value: str, indent: int) -> str:
 def test_values_nvidia_smi_leaves_out_read_as_none(value: str) -> None:
     old = line_of("Persistence Mode", "Enabled", 4)
     assert h200_with(old, line_of("Persistence Mode", value, 4)) == (clean("00000000:83:00.0", persistence=None),)
+
+
+# Each health fact's line in the real H200 capture, its check, and the key path the finding names (issue 26, item 5).
+H200_FACTS = [
+    (line_of("DRAM Uncorrectable", "0", 12) + " " * 8 + "Aggregate\n", "ecc_uncorrected",
+     "ECC Errors / Volatile / DRAM Uncorrectable"),
+    (line_of("SRAM Correctable", "0", 12) + line_of("SRAM Uncorrectable Parity", "0", 12)
+     + line_of("SRAM Uncorrectable SEC-DED", "0", 12) + line_of("DRAM Correctable", "0", 12)
+     + line_of("DRAM Uncorrectable", "0", 12) + " " * 8 + "Aggregate\n", "ecc_corrected",
+     "ECC Errors / Volatile / SRAM Correctable"),
+    (line_of("Pending Page Blacklist", "N/A", 8), "retired_pending", "Retired Pages / Pending Page Blacklist"),
+    (line_of("Pending", "No", 8) + line_of("Remapping Failure Occurred", "No", 8), "remap_pending",
+     "Remapped Rows / Pending"),
+    (line_of("Remapping Failure Occurred", "No", 8), "remap_failed", "Remapped Rows / Remapping Failure Occurred"),
+    (line_of("State", "Completed", 8), "fabric", "Fabric / State"),
+    (line_of("Status", "Success", 8), "fabric", "Fabric / Status"),
+]
+# NVML's error strings as nvidia-smi prints them instead of a value (bare in -q; bracketed in --query-gpu), and the
+# notes that mean "does not apply to this GPU".
+NOT_OBSERVED = ["Unknown Error", "GPU is lost", "Insufficient Permissions", "GPU requires reset", "Timeout",
+                "[Unknown Error]", "[GPU is lost]", "[Requested functionality has been deprecated]"]
+NOT_APPLICABLE = ["N/A", "[N/A]", "Not Supported", "[Not Supported]"]
+
+
+def with_value(line: str, old_line: str, value: str) -> str:
+    """`line` (one or several -q lines) with the value of its line `old_line` changed to `value`."""
+    key = old_line.partition(":")[0]
+    return line.replace(old_line, key + ": " + value + "\n")
+
+
+@pytest.mark.parametrize("note", NOT_OBSERVED)
+@pytest.mark.parametrize(("lines", "check", "field"), H200_FACTS, ids=[f[2] for f in H200_FACTS])
+def test_an_error_note_in_a_health_field_is_a_fact_not_observed(lines: str, check: str, field: str,
+                                                                  note: str) -> None:
+    first = next(line + "\n" for line in lines.splitlines() if field.endswith(line.partition(":")[0].strip()))
+    (gpu,) = h200_with(lines, with_value(lines, first, note))
+    assert gpu.unread == (Unread(check, field, note),)
+    fact = {"ecc_uncorrected": gpu.ecc_uncorrected, "ecc_corrected": gpu.ecc_corrected,
+            "retired_pending": gpu.retired_pending, "remap_pending": gpu.remap_pending,
+            "remap_failed": gpu.remap_failed, "fabric": gpu.fabric_state if "State" in field else gpu.fabric_status}
+    assert fact[check] is None  # never a value: neither healthy nor sick, but unread
+
+
+@pytest.mark.parametrize("note", NOT_APPLICABLE)
+@pytest.mark.parametrize(("lines", "check", "field"), H200_FACTS, ids=[f[2] for f in H200_FACTS])
+def test_not_applicable_is_absent_not_unread(lines: str, check: str, field: str, note: str) -> None:
+    first = next(line + "\n" for line in lines.splitlines() if field.endswith(line.partition(":")[0].strip()))
+    (gpu,) = h200_with(lines, with_value(lines, first, note))
+    assert gpu.unread == ()
+
+
+def test_a_section_printed_as_one_error_line_leaves_every_fact_under_it_unread() -> None:
+    text = fixture(SMI / H200)
+    start, end = text.index("    Remapped Rows\n"), text.index("    Temperature\n")
+    (gpu,) = parse_health(text[:start] + line_of("Remapped Rows", "Unknown Error", 4) + text[end:])
+    assert gpu.unread == (Unread("remap_failed", "Remapped Rows", "Unknown Error"),
+                          Unread("remap_pending", "Remapped Rows", "Unknown Error"))
+
+
+def h100_health_row() -> tuple[str, list[str]]:
+    """The health fields' values in the real 590.48.01 H100 all-fields capture (idle), as one --query-gpu row."""
+    header, values = fixture(SMI / "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_idle.csv").splitlines()[:2]
+    by_name = {name.split(" [")[0]: value for name, value in zip(header.split(", "), values.split(", "), strict=True)}
+    return ", ".join(by_name[f] for f in HEALTH_FIELDS), [by_name[f] for f in HEALTH_FIELDS]
+
+
+@pytest.mark.parametrize("note", [n for n in NOT_OBSERVED if n.startswith("[")])
+@pytest.mark.parametrize(("field", "check"), [
+    ("ecc.errors.corrected.volatile.total", "ecc_corrected"), ("ecc.errors.uncorrected.volatile.total",
+                                                               "ecc_uncorrected"),
+    ("retired_pages.pending", "retired_pending"), ("fabric.state", "fabric"), ("fabric.status", "fabric")])
+def test_an_error_note_in_a_query_gpu_health_field_is_not_observed(field: str, check: str, note: str) -> None:
+    row, values = h100_health_row()
+    (healthy,) = parse_facts(row + "\n") or ()
+    assert healthy.unread == ()  # the capture as printed: `[N/A]` retired pages on an H100 is not applicable
+    values[HEALTH_FIELDS.index(field)] = note
+    (gpu,) = parse_facts(", ".join(values) + "\n") or ()
+    assert gpu.unread == (Unread(check, field, note),)
 
 
 def test_remapped_rows_on_one_line_as_gpus_without_a_row_remapper_print_it() -> None:

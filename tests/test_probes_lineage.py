@@ -59,7 +59,7 @@ def named_child() -> Iterator[Callable[[str], int]]:
 
 
 def test_lineage_argv_shape() -> None:
-    assert lineage_argv([12, 4242]) == ["awk", "-v", "depth=64", LINEAGE_AWK, "self", "12", "4242"]
+    assert lineage_argv([12, 4242]) == ["env", "LC_ALL=C", "awk", "-v", "depth=64", LINEAGE_AWK, "self", "12", "4242"]
     assert LINEAGE_DEPTH == 64
     probe = lineage_probes.lineage([12, 4242])
     assert (probe.argv, probe.needs_root) == (tuple(lineage_argv([12, 4242])), True)  # /proc/PID/stat under hidepid
@@ -88,12 +88,12 @@ def test_parse_lineage_golden() -> None:
         "1\t0\t2\tsystemd\n"
         "4242\t12\t9001\tpython3\n"
         "12\t1\t350\tnvidia-persiste\n"
-        "77\t1\t400\ta) S 1 (b\tc\n"
+        "77\t1\t400\ta)\\040S\\0401\\040(b\\011c\\012\\377\\134\n"
     )
     lineage = parse_lineage(text)
     assert lineage.own == (900, 899, 880, 1)
     assert set(lineage.procs) == {900, 899, 880, 1, 4242, 12, 77}
-    assert lineage.procs[77] == ProcStat(77, 1, "a) S 1 (b\tc", 400)
+    assert lineage.procs[77] == ProcStat(77, 1, "a) S 1 (b\tc\n\ufffd\\", 400)  # shown: not UTF-8 replaced
     assert lineage.procs[4242].start == 9001
     assert lineage.ancestors(4242) == [ProcStat(12, 1, "nvidia-persiste", 350), ProcStat(1, 0, "systemd", 2)]
     assert lineage.ancestors(4242, depth=1) == [ProcStat(12, 1, "nvidia-persiste", 350)]
@@ -121,6 +121,9 @@ def test_lineage_chain_stops_at_a_loop() -> None:
         ("12\ty\t5\tsh", "ppid is not"),
         ("12\t1\tsh\t5", "starttime is not"),
         ("12\t1\t\tsh", "starttime is not"),
+        ("12\t1\t5\ta b", "expected pid<TAB>ppid<TAB>starttime<TAB>comm \\(escaped\\)"),  # a raw comm: never
+        ("12\t1\t5\ta\tb", "expected pid<TAB>ppid<TAB>starttime<TAB>comm"),
+        ("12\t1\t5\tb\\x", "unknown escape"),
         ("self\tme", "self pid is not"),
     ],
 )
@@ -143,6 +146,30 @@ def test_lineage_round_trip_walks_from_itself_and_from_each_pid(named_child: Cal
     assert lineage.procs[1].start == start_time(1)
     assert [p.pid for p in lineage.ancestors(odd)] == list(lineage.own[1:])
     assert "simulated" not in done.stdout.splitlines()
+
+
+def test_a_comm_that_forges_a_record_comes_back_whole_and_forges_nothing() -> None:
+    """A comm (its owner's choice) holding a newline, tabs and a lineage record for another pid (init's child
+    pid 1 as its own parent: the top), and bytes not UTF-8: the real awk escapes it, so it is one record."""
+    comm = b"\n1\t0\t5\tx\xff\\ ("
+    code = "import sys, time; open('/proc/self/comm', 'wb').write(sys.argv[1].encode('latin-1')); print(flush=True); " \
+           "time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code, comm.decode("latin-1")], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        child.stdout.readline()
+        done = _run(lineage_argv([child.pid]), {**os.environ, "LANG": "C.UTF-8"})
+        assert done.returncode == 0, done.stderr
+        lineage = parse_lineage(done.stdout)
+        assert lineage.procs[child.pid] == ProcStat(child.pid, os.getpid(), comm.decode(errors="replace"),
+                                                    start_time(child.pid))
+        assert lineage.procs[1].start == start_time(1)  # pid 1's record is its own, not the forged one
+        assert len(done.stdout.splitlines()) == len(lineage.procs) + 1  # one line a process, and `self`
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
 
 
 def test_lineage_never_says_simulated_whatever_the_environment() -> None:

@@ -79,10 +79,10 @@ def test_holders_scan_argv_shape() -> None:
         "find", "/proc", "-mindepth", "1", "-maxdepth", "3",
         "(", "-regex", "/proc/[0-9]+/fd/[0-9]+",
         "(", "-lname", "/dev/nvidia*", "-o", "-lname", "/dev/dri/*", ")",
-        "-printf", "%u\\t%p\\t%l\\n", ")",
+        "-printf", "%u\\t%p\\t%l\\0", ")",
         "-o", "(", "-regex", "/proc/[0-9]+/fd", "-not", "-readable",
-        "-printf", "unreadable\\t%u\\t%h\\n", "-prune", ")",
-        "-o", "(", "-path", "/proc/1", "-printf", "init\\n", ")",
+        "-printf", "unreadable\\t%u\\t%h\\0", "-prune", ")",
+        "-o", "(", "-path", "/proc/1", "-printf", "init\\0", ")",
         "-o", "(", "-not", "-regex", "/proc/[0-9]+\\(/fd\\)?", "-prune", ")",
     ]  # fmt: skip
 
@@ -105,12 +105,11 @@ def holders_of(text: str) -> tuple[HolderRow, ...]:
 
 def test_parse_holders_groups_sorts_and_dedups() -> None:
     text = (
-        "alice\t/proc/4242/fd/7\t/dev/nvidia0\n"
-        "bob\t/proc/17/fd/3\t/dev/nvidiactl\n"
-        "alice\t/proc/4242/fd/9\t/dev/nvidiactl\n"
-        "alice\t/proc/4242/fd/8\t/dev/nvidia0\n"
-        "\n"
-        "1000\t/proc/99/fd/4\t/dev/nvidia-uvm"
+        "alice\t/proc/4242/fd/7\t/dev/nvidia0\0"
+        "bob\t/proc/17/fd/3\t/dev/nvidiactl\0"
+        "alice\t/proc/4242/fd/9\t/dev/nvidiactl\0"
+        "alice\t/proc/4242/fd/8\t/dev/nvidia0\0"
+        "1000\t/proc/99/fd/4\t/dev/nvidia-uvm\0"
     )
     assert holders_of(text) == (
         HolderRow(17, "bob", ("/dev/nvidiactl",)),
@@ -127,24 +126,24 @@ def test_parse_holders_empty() -> None:
 def test_parse_scan_tells_what_the_scan_could_not_see() -> None:
     """`init` (it saw /proc/1) and `unreadable` (an fd table it may not read) lines beside the holders."""
     text = (
-        "alice\t/proc/4242/fd/7\t/dev/nvidia0\n"
-        "init\n"
-        "unreadable\tbob\t/proc/77\n"
-        "unreadable\troot\t/proc/12\n"
-        "unreadable\tbob\t/proc/77\n"
-        "unreadable\tuser with spaces\t/proc/5\n"
+        "alice\t/proc/4242/fd/7\t/dev/nvidia0\0"
+        "init\0"
+        "unreadable\tbob\t/proc/77\0"
+        "unreadable\troot\t/proc/12\0"
+        "unreadable\tbob\t/proc/77\0"
+        "unreadable\tuser with spaces\t/proc/5\0"
     )
     assert parse_scan(text) == HolderScan(
         rows=(HolderRow(4242, "alice", ("/dev/nvidia0",)),), init_seen=True, unreadable=(5, 12, 77)
     )
     assert holders_of(text) == (HolderRow(4242, "alice", ("/dev/nvidia0",)),)
-    assert parse_scan("alice\t/proc/4242/fd/7\t/dev/nvidia0\n").init_seen is False
+    assert parse_scan("alice\t/proc/4242/fd/7\t/dev/nvidia0\0").init_seen is False
 
 
 @pytest.mark.parametrize("line", ["unreadable\tbob\t/proc/self", "unreadable\tbob\t/proc/77/fd", "unreadable\tbob"])
 def test_parse_scan_malformed_unreadable_line(line: str) -> None:
     with pytest.raises(ProbeParseError, match="line 2: expected unreadable<TAB>user<TAB>/proc/PID"):
-        parse_scan("init\n" + line)
+        parse_scan("init\0" + line + "\0")
 
 
 @pytest.mark.parametrize(
@@ -159,7 +158,7 @@ def test_parse_scan_malformed_unreadable_line(line: str) -> None:
 )
 def test_parse_holders_malformed(line: str, reason: str) -> None:
     with pytest.raises(ProbeParseError, match=f"line 2: {reason}"):
-        holders_of("alice\t/proc/1/fd/1\t/dev/nvidia0\n" + line)
+        holders_of("alice\t/proc/1/fd/1\t/dev/nvidia0\0" + line + "\0")
 
 
 def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
@@ -183,14 +182,7 @@ def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
 def test_process_argv_shapes() -> None:
     assert ps_argv([1, 2, 3]) == ["ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "1,2,3"]
     assert exe_argv([1, 20]) == [
-        "find",
-        "/proc/1/exe",
-        "/proc/20/exe",
-        "-maxdepth",
-        "0",
-        "-printf",
-        "%h\\t%l\\n",
-    ]
+        "env", "LC_ALL=C", "QUOTING_STYLE=c", "stat", "-c", "%N", "--", "/proc/1/exe", "/proc/20/exe"]
     assert signal_argv(ALIVE, [Identity(2, 77, None, "root")]) == [
         "sh", "-c", SIGNAL_SH, "fleet-signal", "-", "2", "77", "", "root"]
 
@@ -255,18 +247,21 @@ def test_parse_ps_malformed(line: str, reason: str) -> None:
 
 def test_parse_exe() -> None:
     text = (
-        "/proc/1\t\n"  # permission denied: find prints an empty target
-        "/proc/4242\t/usr/bin/python3.11\n"
-        "/proc/77\t/opt/my app/train (deleted)\n"
+        '"/proc/1/exe"\n'  # permission denied: stat names the link, and no target
+        '"/proc/4242/exe" -> "/usr/bin/python3.11"\n'
+        '"/proc/77/exe" -> "/opt/my app/train (deleted)"\n'
+        '"/proc/78/exe" -> "/tmp/a\\nb\\t\\"\\\\\\377\\303\\251"\n'
     )
-    assert parse_exe(text) == {4242: "/usr/bin/python3.11", 77: "/opt/my app/train"}
+    assert parse_exe(text) == {4242: b"/usr/bin/python3.11", 77: b"/opt/my app/train",
+                               78: b'/tmp/a\nb\t"\\\xff\xc3\xa9'}
 
 
 @pytest.mark.parametrize(
-    "line", ["/proc/4242 /usr/bin/python3", "/proc/self\t/usr/bin/x", "4242\t/usr/bin/x"]
+    "line", ["/proc/4242/exe -> /usr/bin/python3", '"/proc/self/exe" -> "/usr/bin/x"',
+             '"/proc/4242/exe" -> "/usr/bin/x', '"/proc/4242/exe" -> "a"b"', "/proc/4242\t/usr/bin/x"]
 )
 def test_parse_exe_malformed(line: str) -> None:
-    with pytest.raises(ProbeParseError, match="line 1: expected /proc/PID<TAB>target"):
+    with pytest.raises(ProbeParseError, match='line 1: expected "/proc/PID/exe" -> "TARGET"'):
         parse_exe(line)
 
 
@@ -321,7 +316,7 @@ def test_exe_round_trip_on_this_process() -> None:
     pid, dead = os.getpid(), _dead_pid()
     done = _run(exe_argv([pid, dead]))
     assert done.returncode == 1  # the dead pid's link is missing
-    assert parse_exe(done.stdout) == {pid: os.readlink(f"/proc/{pid}/exe")}
+    assert parse_exe(done.stdout) == {pid: os.fsencode(os.readlink(f"/proc/{pid}/exe"))}
 
 
 def test_alive_round_trip(children: Children) -> None:
@@ -336,7 +331,7 @@ def test_alive_round_trip(children: Children) -> None:
 
 # --- signals -------------------------------------------------------
 
-TARGETS = [Identity(4242, 9001, "/usr/bin/python3.11", "alice"), Identity(77, 12, None, "root")]
+TARGETS = [Identity(4242, 9001, b"/usr/bin/python3.11", "alice"), Identity(77, 12, None, "root")]
 
 
 @pytest.mark.parametrize(
@@ -371,7 +366,7 @@ def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
     scan = procs.holder_scan(["/dev/nvidia*"])
     assert (scan.argv, scan.ok_exits, scan.needs_root) == (
         tuple(holders_scan_argv(["/dev/nvidia*"])), frozenset({0, 1}), True)
-    assert scan.parse("alice\t/proc/7/fd/3\t/dev/nvidia0\ninit\n") == HolderScan(
+    assert scan.parse("alice\t/proc/7/fd/3\t/dev/nvidia0\0init\0") == HolderScan(
         (HolderRow(7, "alice", ("/dev/nvidia0",)),), init_seen=True)
     assert (procs.ps([1, 2]).argv, procs.ps([1, 2]).ok_exits) == (tuple(ps_argv([1, 2])), ANY_EXIT)
     assert (procs.exe([1]).argv, procs.exe([1]).ok_exits) == (tuple(exe_argv([1])), ANY_EXIT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -47,13 +48,18 @@ STATS = {
 LINEAGE = Lineage(STATS, own=(990, 980, 970, 960, 711, 700, 1))
 
 
+def as_bytes(exe: str | None) -> bytes | None:
+    """An executable path as the exe lookup gives it: bytes."""
+    return None if exe is None else os.fsencode(exe)
+
+
 def judge(pid: int, user: str = "root", name: str | None = None, exe: str | None = None, rules: Rules = RULES,
           args: str = "", lineage: Lineage = LINEAGE, jobs: Mapping[int, JobCgroup] | None = None) -> str | None:
     """Why pid is kept; a pid the lineage does not know is a child of init, read whole."""
     comm = lineage.procs[pid].comm if pid in lineage.procs else (name or "python3")
     if pid not in lineage.procs:
         lineage = Lineage({**lineage.procs, pid: ProcStat(pid, 1, comm)}, lineage.own)
-    holder = Holder(pid, user, name or comm, exe, ("/dev/nvidia0",), comm=comm)
+    holder = Holder(pid, user, name or comm, as_bytes(exe), ("/dev/nvidia0",), comm=comm)
     facts = ProcessFacts({pid: PsRow(pid, 1, user, args)}, {}, lineage, jobs=jobs or {})
     return protection.protected_by(holder, facts, rules)
 
@@ -215,7 +221,7 @@ def test_a_process_adopted_into_a_job_is_the_jobs_whatever_its_parent(path: str)
 
 
 def back(pid: int, exe: str | None = None, unit: str | None = None, name: str = "python3") -> Holder:
-    return Holder(pid, "root", name, exe, ("/dev/nvidia0",), unit=unit)
+    return Holder(pid, "root", name, as_bytes(exe), ("/dev/nvidia0",), unit=unit)
 
 
 @pytest.mark.parametrize(
@@ -268,8 +274,8 @@ def test_nvidia_imex_is_protected_by_default() -> None:
 
 
 def test_a_holders_identity_is_its_pid_start_exe_and_the_owner_of_its_fd_table() -> None:
-    holder = Holder(4242, "alice", "python3", "/usr/bin/python3.11", (), start=9001, owner="alice")
-    assert holder.identity() == Identity(4242, 9001, "/usr/bin/python3.11", "alice")
+    holder = Holder(4242, "alice", "python3", b"/usr/bin/python3.11", (), start=9001, owner="alice")
+    assert holder.identity() == Identity(4242, 9001, b"/usr/bin/python3.11", "alice")
     assert Holder(4242, "alice", "python3", None, (), start=9001).identity() == Identity(4242, 9001, None, "alice")
     assert Holder(4242, "alice", "python3", None, (), start=9001, owner="1000").identity() == Identity(
         4242, 9001, None, "1000")  # the scan's owner (find prints a number for a user with no name) is what is checked
@@ -303,7 +309,7 @@ def test_builtin_names_match_full_and_kernel_cut_comm(name: str) -> None:
     ],
 )
 def test_is_protected(comm: str, exe: str | None, names: tuple[str, ...], expected: str | None) -> None:
-    assert is_protected(comm, exe, names) == expected
+    assert is_protected(comm, as_bytes(exe), names) == expected
 
 
 @pytest.mark.parametrize(
@@ -319,7 +325,7 @@ def test_is_protected(comm: str, exe: str | None, names: tuple[str, ...], expect
     ],
 )
 def test_full_name_uncuts_comm_from_argv0_or_exe(comm: str, argv0: str | None, exe: str | None, name: str) -> None:
-    assert full_name(comm, argv0, exe) == name
+    assert full_name(comm, argv0, as_bytes(exe)) == name
 
 
 @pytest.mark.parametrize(
@@ -335,7 +341,7 @@ def test_full_name_uncuts_comm_from_argv0_or_exe(comm: str, argv0: str | None, e
 def test_is_protected_by_full_name(
     comm: str, exe: str | None, name: str, names: tuple[str, ...], expected: str | None
 ) -> None:
-    assert is_protected(comm, exe, names, name) == expected
+    assert is_protected(comm, as_bytes(exe), names, name) == expected
 
 
 @pytest.mark.parametrize(
@@ -350,4 +356,4 @@ def test_is_protected_by_full_name(
     ],
 )
 def test_is_sshd_knows_every_name_of_openssh(comm: str, exe: str | None, name: str | None, expected: bool) -> None:
-    assert is_sshd(comm, exe, name) is expected
+    assert is_sshd(comm, as_bytes(exe), name) is expected

@@ -1,5 +1,5 @@
-"""Every way a host fails has its stable reason code: the decisions that set them (pure), the README's table,
-and the paths the other suites do not reach."""
+"""Every way a host fails has its stable reason code: the decisions that set them (pure), the table in
+docs/report-and-history.md, and the paths the other suites do not reach."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance
 from fleet.reset.verify import verify_verdict
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-KILLED = [Holder(4000, "root", "python3", "/usr/bin/python3.11", (), unit="sglang.service", start=9000)]
+README = Path(__file__).resolve().parents[1] / "docs" / "report-and-history.md"  # its reasons table
+KILLED = [Holder(4000, "root", "python3", b"/usr/bin/python3.11", (), unit="sglang.service", start=9000)]
 
 
 def test_every_reason_is_in_the_readmes_table_and_nothing_else_is() -> None:
@@ -33,7 +33,7 @@ def test_every_reason_is_in_the_readmes_table_and_nothing_else_is() -> None:
         (frozenset({4000}), [], frozenset(), Reason.KILL_FAILED),  # survived SIGKILL
         (frozenset(), [Holder(4100, "root", "python3", None, ("/dev/nvidia0",), unit="sglang.service")],
          frozenset(), Reason.RESPAWNED),
-        (frozenset(), [Holder(4200, "bob", "perl", "/usr/bin/perl", ("/dev/nvidia0",), unit="x.service")],
+        (frozenset(), [Holder(4200, "bob", "perl", b"/usr/bin/perl", ("/dev/nvidia0",), unit="x.service")],
          frozenset(), Reason.HOLDERS_LEFT),  # someone else's new process
     ],
 )

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import fleet
 from fleet.history.view import report_from_document
 from fleet.model.report import (
+    Finding,
+    GpuReport,
     HostFinding,
     HostReport,
     HostStatus,
+    KilledProcess,
     Level,
     Reason,
     RunReport,
@@ -57,6 +61,21 @@ def test_findings_on_no_listed_gpu_are_the_hosts_health_with_their_pci_address()
                                                     "files were found.)", "pci": None},
     ]
     assert reporting.host_from_document("gpu-b02", document).health == found
+
+
+def test_a_hosts_records_are_written_as_asdict_writes_them() -> None:
+    """`flat` (the report's and the history's cheap asdict) gives what asdict gives, nested findings included."""
+    gpus = (GpuReport(0, 0, "GPU-0", "H100", 81559, 0.4, (Finding("ecc", Level.FAIL, "1 uncorrectable"),
+                                                          Finding("pcie", Level.WARN, "gen 4 of 5"))),
+            GpuReport(1, None))
+    host = HostReport("gpu-b01", HostStatus.FAILED, 1.0, "gpu 0: 1 uncorrectable", reason=Reason.HEALTH, gpus=gpus,
+                      killed=(KilledProcess(7713, "python3", "root", "SIGKILL"),),
+                      health=(HostFinding("xid", Level.FAIL, "Xid 79", "0000:05:00"),))
+    document = reporting.host_document(host)
+    assert document["gpus"] == [asdict(g) for g in gpus]
+    assert [list(g) for g in document["gpus"]] == [list(asdict(g)) for g in gpus]  # the keys in the same order
+    assert document["killed"] == [asdict(k) for k in host.killed]
+    assert document["health"] == [asdict(f) for f in host.health]
 
 
 def test_a_hosts_start_in_the_run_comes_back_from_the_document() -> None:

@@ -423,5 +423,5 @@ def test_chromium_renders_the_page_with_no_console_message(which: str, tmp_path:
     width, height, colours = png_pixels(shot.read_bytes())
     assert (width, height) == WINDOW
     assert colours[CLEAN_BADGE] > 100 and colours[FAILED_BADGE] > 100 and colours[BUSY_BEFORE] > 100
-    if which == "demo" and os.environ.get("FLEET_REPORT_SCREENSHOT"):  # refresh the README's picture
+    if which == "demo" and os.environ.get("FLEET_REPORT_SCREENSHOT"):  # refresh docs/report.png
         shutil.copyfile(shot, os.environ["FLEET_REPORT_SCREENSHOT"])

@@ -24,6 +24,7 @@ from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.node.node import is_remote_command
+from fleet.reset import lock
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 
@@ -234,7 +235,7 @@ async def test_cli_group_and_limit_leave_other_hosts_untouched(make_fleet: Any, 
     commands = [e for e in events if e["event"] == "command"]
     assert commands and all({"timestamp", "level", "host", "argv", "exit_status", "duration_s"} <= set(e)
                             for e in commands)
-    assert all("step" in e for e in commands if e["argv"][0] != "flock")  # the lock is held around the steps
+    assert all("step" in e for e in commands if not lock.is_lock_argv(e["argv"]))  # the lock is held around the steps
     assert [e["step"] for e in events if e["event"] == "step_end"] == ["drain", "kill", "settle", "verify"]
     assert events[-1]["event"] == "host_end" and events[-1]["status"] == "clean"
     assert "gpu-b02 clean" in err
@@ -356,7 +357,7 @@ def asked(events: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_an_already_clean_host_costs_six_remote_commands(make_fleet: Any, tmp_path: Path) -> None:
-    """The count README states (and the benchmark reports): it must not grow without a reason.
+    """The count docs/operating.md states (and the benchmark reports): it must not grow without a reason.
     (No nvidia-persistenced here: a kept holder costs the commands that describe it.) Six: the lock, the
     baselines as drain begins (the GPU memory, the compute apps, the kernel log read whole: one batch), drain's
     stop and first look (one batch), kill's holder scan, settle's one query, and verify's one batch (two
@@ -369,7 +370,7 @@ async def test_an_already_clean_host_costs_six_remote_commands(make_fleet: Any, 
     assert second.hosts["gpu-c01"].status is HostStatus.CLEAN, second.hosts["gpu-c01"].error
     events = last_log(tmp_path, "gpu-c01")
     assert sorted(asked(events)) == sorted([
-        "lock:flock", "drain:nvidia-smi", "drain:nvidia-smi", "drain:sh", "drain:systemctl", "drain:systemctl",
+        "lock:sh", "drain:nvidia-smi", "drain:nvidia-smi", "drain:sh", "drain:systemctl", "drain:systemctl",
         "kill:find", "settle:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi",
         "verify:nvidia-smi", "verify:find", "verify:sh",
     ])
@@ -389,7 +390,7 @@ async def test_a_busy_host_costs_at_most_ten_remote_commands(make_fleet: Any, tm
 
 async def test_a_clean_become_host_costs_nine_remote_commands_four_of_them_through_sudo(make_fleet: Any,
                                                                                        tmp_path: Path) -> None:
-    """The count README states for `become: true`. Only the probes that need root go through sudo (least
+    """The count docs/operating.md states for `become: true`. Only the probes that need root go through sudo (least
     privilege), so a batch that mixes them is two remote commands: the baselines (the kernel log through sudo,
     nvidia-smi not), drain (the stop through sudo, the unit's state not) and verify (the holder scan and the
     kernel log through sudo, four nvidia-smi queries not) are two each; the lock, kill's holder scan and settle

@@ -22,6 +22,7 @@ from fleet.model.errors import ConnectError
 from fleet.model.outcomes import CommandResult
 from fleet.model.report import HostStatus, Reason, RunReport, StepName, StepStatus
 from fleet.node.probes import smi
+from fleet.reset import lock
 from fleet.transport.scripted import Answer, Reply, ScriptedTransport
 
 
@@ -33,7 +34,7 @@ def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0, Disabled\n"
 # The host's reset lock, taken at once.
-LOCK = (("flock",), Reply("locked\n"))
+LOCK = (("sh", "-c", lock.LOCK_SH), Reply("locked\n"))
 
 
 def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
@@ -45,7 +46,8 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
         (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
         (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
         (("ps", "-ww"), Reply(scripted_node.ps("  100     1 root     python3\n"))),
-        (("find", "/proc/100/exe"), Reply("/proc/100\t/usr/bin/python3.11\n")),
+        ((*scripted_node.EXE, "-c", "%N", "--", "/proc/100/exe"),
+         scripted_node.exe_reply({100: "/usr/bin/python3.11"})),
         (("sh", "-c"), scripted_node.signal()),
         (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"),
          Reply(f"0, GPU-aaaa, {settle_mib}, Disabled\n", delay_s=smi_delay)),
@@ -53,8 +55,8 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
                                                                             delay_s=smi_delay)),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
         *scripted_node.HEALTH,
-        LOCK,
-        (("awk",), scripted_node.lineage),
+        LOCK,  # for a script without the ("sh", "-c") entry above, which answers it too
+        (scripted_node.LINEAGE, scripted_node.lineage),
         (("grep",), Reply("")),  # cgroups: no process in a unit
     ]
 
@@ -136,7 +138,8 @@ async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) 
     script = t.script
     script.insert(2, (("ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "1,101"),
                       Reply(scripted_node.ps("  101     1 root     python3\n"))))
-    script.insert(3, (("find", "/proc/101/exe"), Reply("/proc/101\t/usr/bin/python3.11\n")))
+    script.insert(3, ((*scripted_node.EXE, "-c", "%N", "--", "/proc/101/exe"),
+                      scripted_node.exe_reply({101: "/usr/bin/python3.11"})))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     kill = next(s for s in host.steps if s.name is StepName.KILL)
@@ -176,13 +179,14 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
         return Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")
 
     class Counting(ScriptedTransport):
-        async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+        async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
             nonlocal in_flight, peak
             if not getattr(self, "counted", False):  # its first command: the host is in flight until closed
                 self.counted = True
                 in_flight += 1
                 peak = max(peak, in_flight)
-            result = await super().run(argv, timeout=timeout, privileged=privileged)
+            result = await super().run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
             await anyio.sleep(0.01)
             return result
 

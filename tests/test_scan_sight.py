@@ -230,7 +230,8 @@ def test_blind_error_without_a_user() -> None:
 def node(find: Reply, ps: Reply | None = None, *, become: bool = False) -> Node:
     script: list[tuple[tuple[str, ...], Answer]] = [(("find", "/proc", "-mindepth"), find)]
     if ps is not None:  # the holders' description is one batch: ps, their exe links, lineage and cgroups
-        script += [(("ps", "-ww"), ps), (("find",), Reply("")), (("awk",), Reply("")), (("grep",), Reply(""))]
+        script += [(("ps", "-ww"), ps), (scripted_node.EXE, Reply("")), (scripted_node.LINEAGE, Reply("")),
+                   (("grep",), Reply(""))]
     host = Host("gpu-b02", "10.0.0.2", user="fleetops", become=become, command_timeout=1.0)
     return Node(host, ScriptedTransport(script, become=become), NoLog())
 
@@ -241,7 +242,7 @@ async def look(n: Node) -> Scan:
 
 async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
     """Nothing found among what could be read is not "no holders": the step fails, saying why and what to do."""
-    n = node(Reply("init\nunreadable\tbob\t/proc/77\nunreadable\talice\t/proc/78\n", exit_status=0),
+    n = node(Reply("init\0unreadable\tbob\t/proc/77\0unreadable\talice\t/proc/78\0", exit_status=0),
              Reply(scripted_node.ps("   77     1 bob      python3\n   78     1 alice    python3\n")))
     with pytest.raises(StepFailed) as info:
         await look(n)
@@ -253,11 +254,11 @@ async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
 async def test_an_fd_table_unreadable_because_its_process_exited_mid_scan_hides_nothing() -> None:
     """find's -readable is false for a /proc/PID/fd whose process exited between the listing and the look
     (seen as root, mid-kill): a process that is gone is no blind spot; one still there is."""
-    n = node(Reply("init\nunreadable\troot\t/proc/77\nunreadable\talice\t/proc/78\n", exit_status=1),
+    n = node(Reply("init\0unreadable\troot\t/proc/77\0unreadable\talice\t/proc/78\0", exit_status=1),
              Reply(scripted_node.ps("   78     1 alice    python3\n")))
     with pytest.raises(StepFailed, match=r"permission denied on /proc/\*/fd of 1 process\)"):
         await look(n)
-    gone = node(Reply("init\nunreadable\troot\t/proc/77\n", exit_status=1), Reply(scripted_node.ps("")))
+    gone = node(Reply("init\0unreadable\troot\t/proc/77\0", exit_status=1), Reply(scripted_node.ps("")))
     assert await look(gone) == Scan()
 
 
@@ -281,4 +282,4 @@ async def test_a_scan_that_saw_everything_and_found_nothing_is_clean() -> None:
     """It saw /proc/1 and read every fd table: no holder is no holder (find's exit 1 for a pid that vanished
     mid-scan changes nothing)."""
     assert await look(node(Reply(scripted_node.scan("")))) == Scan()
-    assert await look(node(Reply("init\n", "find: '/proc/99/fd': No such file or directory\n", 1))) == Scan()
+    assert await look(node(Reply("init\0", "find: '/proc/99/fd': No such file or directory\n", 1))) == Scan()

@@ -81,9 +81,9 @@ def node(holders: str, memory: Callable[[], Sequence[int]], apps: str = "", mino
         *extra,
         (("find", "/proc", "-mindepth"), Reply(scripted_node.scan(holders))),
         (("ps", "-ww"), ps),
-        (("find",), lambda argv: Reply("".join(f"/proc/{p}\t/usr/bin/python3.11\n" for p in (JOB, 77, 55)
-                                               if f"/proc/{p}/exe" in argv))),
-        (("awk",), lineage),
+        (scripted_node.EXE, lambda argv: scripted_node.exe_reply(
+            {p: "/usr/bin/python3.11" for p in (JOB, 77, 55) if f"/proc/{p}/exe" in argv})),
+        (scripted_node.LINEAGE, lineage),
         (("grep",), Reply("")),  # cgroups: none a job's (the job is told by its slurmstepd)
         (("nvidia-smi", "--query-gpu=" + ",".join(SETTLE_FIELDS)), rows(SETTLE_FIELDS)),
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)), rows(VERIFY_FIELDS)),

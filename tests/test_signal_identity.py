@@ -38,11 +38,11 @@ NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 
 def start_time(pid: int) -> int:
     """Field 22 of /proc/PID/stat (clock ticks since boot), read after the comm's last ") "."""
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+    return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[19])  # comm: any bytes
 
 
 def state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[0].decode()
 
 
 def owner(pid: int) -> str:
@@ -51,7 +51,7 @@ def owner(pid: int) -> str:
 
 def identity_of(pid: int) -> Identity:
     """Who a live process is, as the node would record it: start time, executable, owner of its fd table."""
-    return Identity(pid, start_time(pid), os.readlink(f"/proc/{pid}/exe"), owner(pid))
+    return Identity(pid, start_time(pid), os.fsencode(os.readlink(f"/proc/{pid}/exe")), owner(pid))
 
 
 def term_pending(pid: int) -> bool:
@@ -167,9 +167,41 @@ def test_a_reused_pid_is_changed_and_not_signalled(children: Children) -> None:
 def test_another_executable_is_changed_and_not_signalled(children: Children) -> None:
     child = children.blocking_term()
     judged = identity_of(child.pid)
-    assert run_signal("TERM", [Identity(child.pid, judged.start, "/usr/bin/not-this-one", judged.user)]) == {
+    assert run_signal("TERM", [Identity(child.pid, judged.start, b"/usr/bin/not-this-one", judged.user)]) == {
         child.pid: "changed"}
     assert not term_pending(child.pid)
+
+
+@pytest.mark.parametrize("name", [b"caf\xe9", b"a\nb\tc d", b"\\0101%s$(x)\xff\n"],
+                         ids=["latin1", "newline", "escapes"])
+def test_an_executable_path_of_any_bytes_is_itself_and_only_itself(children: Children, tmp_path: Path,
+                                                                    name: bytes) -> None:
+    """Compared as bytes on the node: a path that is not UTF-8 (or holds newlines, backslashes) is signalled
+    when it is the one judged; another path that reads the same once decoded (both not UTF-8) is not."""
+    folder = os.path.join(bytes(tmp_path), name)
+    os.mkdir(folder)
+    exe = os.path.join(folder, b"sleep" + name)
+    shutil.copy(b"/bin/sleep", exe)
+    child = children.plain([os.fsdecode(exe), "120"])
+    deadline = time.monotonic() + 10
+    while os.readlink(f"/proc/{child.pid}/exe".encode()) != exe:
+        assert time.monotonic() < deadline, "the child did not exec"
+        time.sleep(0.01)
+    judged = identity_of(child.pid)
+    assert judged.exe == exe
+    lookalike = exe.replace(b"\xe9", b"\xe8").replace(b"\xff", b"\xfe").replace(b"\t", b" ")
+    assert run_signal("KILL", [Identity(child.pid, judged.start, lookalike, judged.user)]) == {child.pid: "changed"}
+    assert child.poll() is None
+    assert run_signal("KILL", [judged]) == {child.pid: "sent"}
+    assert child.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_printf_b_gives_every_byte_back_through_the_nodes_sh() -> None:
+    """How signal.sh reads the exe it is given (`printf '%bx'`, the x keeping final newlines), on /bin/sh."""
+    raw = bytes(range(1, 256)) + b"\\0101\\c%s\n\n"
+    done = subprocess.run(["sh", "-c", "want=$(printf '%bx' \"$1\"); printf '%s' \"${want%x}\"", "sh",
+                           procs.printf_b(raw)], capture_output=True, check=False, timeout=30)
+    assert done.returncode == 0 and done.stdout == raw
 
 
 def test_another_owner_is_changed_and_not_signalled(children: Children) -> None:
@@ -209,7 +241,7 @@ def test_a_deleted_executable_is_still_the_same_process(children: Children, tmp_
 
 def test_a_dead_pid_is_gone() -> None:
     pid = dead_pid()
-    assert run_signal("TERM", [Identity(pid, 12345, "/usr/bin/true", "root")]) == {pid: "gone"}
+    assert run_signal("TERM", [Identity(pid, 12345, b"/usr/bin/true", "root")]) == {pid: "gone"}
     assert run_signal(ALIVE, [Identity(pid, 12345, None, "root")]) == {pid: "gone"}
 
 
@@ -302,5 +334,5 @@ def test_a_process_of_a_user_without_a_name_is_still_the_one_judged(children: Ch
                                            text=True, check=False).stdout)
     (row,) = scan.rows
     assert (row.pid, row.user) == (child.pid, str(uid))  # how the scan, and so fleet, records the owner
-    judged = Identity(child.pid, start_time(child.pid), os.readlink(f"/proc/{child.pid}/exe"), row.user)
+    judged = Identity(child.pid, start_time(child.pid), os.fsencode(os.readlink(f"/proc/{child.pid}/exe")), row.user)
     assert run_signal("TERM", [judged]) == {child.pid: "sent"}

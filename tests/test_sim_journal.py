@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,34 @@ def test_a_whole_boot_read_as_journalctl_252_prints_it(tmp_path: Path) -> None:
     out, err, status = ask(node, real["fleet_argv"])
     same_but_cursor(out, real["stdout"])
     assert (err, status) == (real["stderr"], real["exit_status"]) == ("", 0)
+
+
+def messages(stdout: str) -> list[state.KernelRecord]:
+    """The kernel messages of a capture's -a output, each as its bytes (surrogate-escaped), further lines joined."""
+    found: list[state.KernelRecord] = []
+    indent = 0
+    for line in stdout.splitlines():
+        match = LINE.fullmatch(line)
+        if match:
+            found.append({"usec": int(match[1]) * 1_000_000 + int(match[2]), "message": match[4]})
+            indent = match.start(4)
+        elif line.startswith(" ") and found:
+            found[-1]["message"] += "\n" + line[indent:]
+    return found
+
+
+@pytest.mark.parametrize("name", ["bytes", "bytes-without-a"])
+def test_messages_that_are_not_printable_utf8_as_journalctl_252_prints_them(tmp_path: Path, name: str) -> None:
+    """The same bytes, printed as they are under -a, else `[N blob data]`, tabs spread and colours dropped."""
+    node = SimNode(tmp_path / "gpu-a01", NodeSpec("gpu-a01"))
+    node.setup()
+    write(node, messages(capture("bytes")["stdout"]))
+    real = capture(name)
+    done = subprocess.run(["/bin/sh", "-c", shlex.join(real["fleet_argv"])], env=node.env(), cwd=node.root,
+                          capture_output=True, timeout=30, check=False)
+    same_but_cursor(done.stdout.decode("utf-8", "surrogateescape"), real["stdout"])
+    assert (done.stderr, done.returncode) == (b"", real["exit_status"]) == (b"", 0)
+    assert ("blob data" in real["stdout"]) is (name == "bytes-without-a")
 
 
 def test_after_its_cursor_nothing_new_then_two_new_messages(tmp_path: Path) -> None:

@@ -197,7 +197,7 @@ async def test_the_record_names_the_run_whose_drain_was_taken_over(before: str |
     assert run.scheduler is not None and run.scheduler.taken_over == taken_over
 
 
-# --- every row of the README's lifecycle table, over the scripted Slurm --------------------------------------
+# --- every row of docs/slurm.md's lifecycle table, over the scripted Slurm --------------------------------------
 
 EARLIER_FAILED = f"fleet: run {EARLIER}: gpu 0 holds 1523 MiB"
 IN_SERVICE, ADOPTED, ADMINS = "IDLE", ("IDLE+DRAIN", EARLIER_FAILED), ("IDLE+DRAIN", "bad DIMM")

@@ -32,6 +32,7 @@ from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.errors import SessionSilent
 from fleet.node.node import is_remote_command
+from fleet.reset import lock
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec
 from fleet.transport import batch, liveness
 from fleet.transport.base import CommandResult, Note, OpenCommand
@@ -211,7 +212,7 @@ async def test_known_hosts_without_a_usable_line_is_unreachable_and_the_others_r
 def runs(argv: Sequence[str], *prefix: str) -> bool:
     """Whether a command on the wire is (or, a batch, holds) one that starts with prefix."""
     batched = batch.unbatch(argv)
-    parts = [part for _, part in batched[1]] if batched else [list(argv)]
+    parts = [part for _, part in batched] if batched else [list(argv)]
     return any(tuple(part[:len(prefix)]) == prefix for part in parts)
 
 
@@ -235,9 +236,10 @@ class FreezeBefore:
             self.freeze()
         (self.after if frozen else self.before).append(tuple(argv))
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
         self._note(argv)
-        return await self.inner.run(argv, timeout=timeout, privileged=privileged)
+        return await self.inner.run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
 
     async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
         self._note(argv)
@@ -276,7 +278,7 @@ async def test_session_silent_mid_reset_fails_the_host_and_tries_nothing_more(
     (proxy,) = transports
     assert proxy.inner.silent and len(proxy.after) == 1, proxy.after
     logged = [tuple(e["argv"]) for e in run.events("gpu-s01") if is_remote_command(e)]
-    assert logged == [argv for argv in proxy.before if argv[0] != "flock"]  # the lock is logged on its release
+    assert logged == [argv for argv in proxy.before if not lock.is_lock_argv(argv)]  # the lock is logged on its release
     assert [e["event"] for e in run.events("gpu-s01")][-3:] == ["lock_released", "transport_error", "host_end"]
 
 

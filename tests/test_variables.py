@@ -1,4 +1,4 @@
-"""Every host variable is declared once (the fields of `Host`); HostVars and the README's table come from it."""
+"""Every host variable is declared once (the fields of `Host`); HostVars and docs/operating.md's table come from it."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from fleet.inventory.variables import HOST_VARIABLES, markdown_table
 from fleet.model.errors import InventoryError
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+README = REPO / "docs" / "operating.md"  # the operator's reference, where the table lives
 PACKAGE = REPO / "fleet" / "inventory"
 
 
 def readme_table() -> str:
-    """The table under README.md's "## Host variables": its consecutive lines starting with '|'."""
+    """The table under docs/operating.md's "## Host variables": its consecutive lines starting with '|'."""
     lines = README.read_text().splitlines()
     start = lines.index("## Host variables")
     first = next(i for i in range(start, len(lines)) if lines[i].startswith("| variable |"))

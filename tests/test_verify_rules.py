@@ -55,7 +55,7 @@ def test_threshold_is_inclusive() -> None:
 
 def test_an_unprotected_holder_without_memory_is_not_clean() -> None:
     """A respawned process that opened the devices but has not allocated yet still fails verify."""
-    holder = Holder(4242, "root", "python3", "/usr/bin/python3", ("/dev/nvidia2",))
+    holder = Holder(4242, "root", "python3", b"/usr/bin/python3", ("/dev/nvidia2",))
     assert verify_error(ROWS_CLEAN, (), 2, Allowance(16), [holder]) == "pid 4242 python3 still holds /dev/nvidia2"
 
 
@@ -109,8 +109,8 @@ def mps_node(used_mib: int) -> Node:
         (("nvidia-smi", "--query-compute-apps="), Reply("GPU-a, 77, nvidia-cuda-mps-server, 300\n")),
         (("find", "/proc", "-mindepth"), Reply(scripted_node.scan("root\t/proc/77/fd/3\t/dev/nvidia0\n"))),
         (("ps", "-ww"), Reply(scripted_node.ps("   77     1 root     nvidia-cuda-mps-server -d\n"))),
-        (("find",), Reply("/proc/77\t/usr/bin/nvidia-cuda-mps-server\n")),
-        (("awk",), lambda argv: scripted_node.lineage(argv, comm="nvidia-cuda-mps")),
+        (scripted_node.EXE, scripted_node.exe_reply({77: "/usr/bin/nvidia-cuda-mps-server"})),
+        (scripted_node.LINEAGE, lambda argv: scripted_node.lineage(argv, comm="nvidia-cuda-mps")),
         (("grep",), Reply("/proc/77/cgroup:0::/system.slice/nvidia-mps.service\n")),  # in no job
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
     ])

@@ -17,7 +17,7 @@ BUS = ("00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:
 MINORS = {2: BUS[0], 3: BUS[1], 0: BUS[2], 1: BUS[3]}
 BOARD = Board(MINORS, nvswitch=False)
 ROWS = tuple(GpuRow(i, 0, f"GPU-{i}", BUS[i]) for i in range(4))
-PERSISTENCED = Holder(12, "root", "nvidia-persistenced", "/usr/bin/nvidia-persistenced",
+PERSISTENCED = Holder(12, "root", "nvidia-persistenced", b"/usr/bin/nvidia-persistenced",
                       (*(f"/dev/nvidia{m}" for m in range(4)), "/dev/nvidiactl"),
                       protected_by="protected name nvidia-persistenced")
 STEPD_JOB = f"{JOB_PROCESS} (slurmstepd pid 20)"
@@ -25,7 +25,7 @@ CGROUP_JOB = f"{JOB_PROCESS} (job 4712, cgroup /system.slice/slurmstepd.scope/jo
 
 
 def holder(pid: int, *devices: str, why: str | None = None, user: str = "alice") -> Holder:
-    return Holder(pid, user, "python3", "/usr/bin/python3.11", devices, protected_by=why)
+    return Holder(pid, user, "python3", b"/usr/bin/python3.11", devices, protected_by=why)
 
 
 def look(*holders: Holder, rows: tuple[GpuRow, ...] = ROWS, apps: tuple[ComputeApp, ...] = (),
@@ -68,7 +68,7 @@ def test_memory_a_process_holds_is_no_leak_and_the_process_is_named() -> None:
 
 def test_memory_held_only_by_a_jobs_processes_names_the_job() -> None:
     job = holder(33, "/dev/nvidia2", why=STEPD_JOB)  # minor 2: gpu 0
-    stepd = Holder(20, "root", "slurmstepd", "/usr/sbin/slurmstepd", ("/dev/nvidiactl",),
+    stepd = Holder(20, "root", "slurmstepd", b"/usr/sbin/slurmstepd", ("/dev/nvidiactl",),
                    protected_by=f"{JOB_PROCESS} (slurmstepd)")
     found = look(job, stepd, PERSISTENCED, apps=(ComputeApp("GPU-0", 33, "python3", 30000),),
                  titles={20: "slurmstepd: [4711.0]"})

@@ -9,6 +9,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from fleet.reset.lock import is_lock_argv
+
 from .common import SIM_NODE_VAR, median
 
 
@@ -32,8 +34,8 @@ def fleet_commands(log_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]
         for e in events:  # the host's last `lock_acquired` event, if any
             if e.get("event") == "lock_acquired":
                 acquired[path.stem] = e
-    bounds = [e["timeout_s"] for evs in out.values() for e in evs if e["argv"][0] == "flock"]
-    missing = [h for h, evs in out.items() if h in acquired and not any(e["argv"][0] == "flock" for e in evs)]
+    bounds = [e["timeout_s"] for evs in out.values() for e in evs if is_lock_argv(e["argv"])]
+    missing = [h for h, evs in out.items() if h in acquired and not any(is_lock_argv(e["argv"]) for e in evs)]
     for host in missing:
         event = acquired[host]
         out[host].append({"event": "command", "argv": lock_argv(event["lock_file"], event["run_id"], LOCK_WAIT_S),
@@ -49,7 +51,7 @@ def lock_argv(argv: list[str], owner: str | None) -> list[str]:
 
 def replay_owner(events: list[dict[str, Any]], tool: str, rep: int) -> str:
     """A run id of fleet's shape for a replay: `<fleet's timestamp>-<tool><rep>`."""
-    fleet_run = next((e["argv"][-2] for e in events if e["argv"][0] == "flock"), "run-")
+    fleet_run = next((e["argv"][-2] for e in events if is_lock_argv(e["argv"])), "run-")
     return f"{fleet_run.split('-', 1)[0]}-{tool}{rep}"
 
 
@@ -59,26 +61,31 @@ def wire_lines(events: list[dict[str, Any]], owner: str | None = None) -> tuple[
     from fleet.transport.base import bounded_argv, command_line
     hold, cmds = None, []
     for e in events:
-        if e["argv"] and e["argv"][0] == "flock":
+        if is_lock_argv(e["argv"]):
             hold = command_line(bounded_argv(lock_argv(e["argv"], owner), e["timeout_s"]))
         else:
-            cmds.append(command_line(bounded_argv(e["argv"], e["timeout_s"], mark=reap.marker(secrets.token_hex(8)))))
+            line = command_line(bounded_argv(e["argv"], e["timeout_s"], mark=reap.marker(secrets.token_hex(8))))
+            cmds.append(tagged(e["argv"], line, secrets.token_hex(8)))
     return hold, cmds
+
+
+def tagged(argv: list[str], line: str, tag: str) -> str:
+    """A batch's wire line fed its frame tag on stdin, as fleet's transport does (a batch reads it there)."""
+    from fleet.transport import batch
+    return f"printf '%s\\n' {tag} | {line}" if batch.unbatch(argv) is not None else line
 
 
 def generic_line(events: list[dict[str, Any]], index: int, root: str, owner: str | None = None) -> str:
     """One host's command `index` with its node folder written as "$FLEET_SIM_NODE" (expanded by the node's
     login shell to the same path) and a token (and, for a batch, a frame tag) shared by every host: the same line
     for every host, for pdsh."""
-    from fleet.transport import batch, reap
+    from fleet.transport import reap
     from fleet.transport.base import bounded_argv
     e = events[index]
-    is_hold = e["argv"][0] == "flock"
+    is_hold = is_lock_argv(e["argv"])
     mark = None if is_hold else reap.marker(f"{index + 1:016x}")
     words = []
     argv = lock_argv(e["argv"], owner) if is_hold else list(e["argv"])
-    if batch.unbatch(argv) is not None:
-        argv[4] = f"{index + 1:016x}"
     for arg in bounded_argv(argv, e["timeout_s"], mark=mark):
         pieces = arg.split(root)
         if len(pieces) == 1:
@@ -86,9 +93,9 @@ def generic_line(events: list[dict[str, Any]], index: int, root: str, owner: str
         else:
             words.append(f'"${SIM_NODE_VAR}"'.join(shlex.quote(p) if p else "" for p in pieces))
     line = " ".join(words)
-    return f"{line} </dev/null" if is_hold else line
+    return f"{line} </dev/null" if is_hold else tagged(argv, line, f"{index + 1:016x}")
 
 
 def ordered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The lock holder first (it is taken before anything else), then the rest in order."""
-    return sorted(events, key=lambda e: e["argv"][0] != "flock")
+    return sorted(events, key=lambda e: not is_lock_argv(e["argv"]))

@@ -48,6 +48,7 @@ from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
 from fleet.report import render as reporting
 from fleet.terminal import say as _err
+from fleet.terminal import write
 
 app = typer.Typer(
     name="fleet",
@@ -237,7 +238,7 @@ def inventory_cmd(
     assert inv is not None
     if as_json:
         document: dict[str, Any] = {"inventory": str(inv.path), "hosts": {h.name: host_vars(h) for h in targets}}
-        sys.stdout.write(reporting.render(document))
+        write(sys.stdout, reporting.render(document))
         return
     from fleet.report.tables import inventory_table
 
@@ -278,9 +279,9 @@ def runs(
     document, lines = listing(log_dir or default_log_dir(), host=host, group_hosts=group_hosts, status=status,
                               since=since, limit=limit, keep_days=keep_days)
     if as_json:
-        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+        write(sys.stdout, json.dumps(document, indent=1) + "\n")
     else:
-        print("\n".join(lines))
+        write(sys.stdout, "\n".join(lines) + "\n")
 
 
 @app.command()
@@ -304,9 +305,9 @@ def show(
     if as_html:
         if host is not None or as_json:
             raise UsageError("--html prints the path of the run's report.html: not with --host or --json")
-        sys.stdout.write(shown_html(log_dir or default_log_dir(), run_id))
+        write(sys.stdout, shown_html(log_dir or default_log_dir(), run_id))
         return
-    sys.stdout.write(shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json))
+    write(sys.stdout, shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json))
 
 
 @app.command()

@@ -123,19 +123,19 @@ async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_u
 
 async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False) -> None:
     settle_s: dict[int, float] = {}
-    baseline = None
+    baseline, spared = None, frozenset[int]()
     if mode is Mode.RESET:
         run.current = StepName.DRAIN  # the baselines are read as drain begins (and logged in it)
         baseline, run.memory_before = await _baselines(node)
         await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
-        run.killed = killed.killed
+        run.killed, spared = killed.killed, killed.spared
         if killed.result.status is StepStatus.OK:
             settled = await _run_step(node, run, StepName.SETTLE,
                                       lambda: settle.settle(node, killed.kept, killed.job_pids, gpu_reset=gpu_reset))
             settle_s = dict(settled.settle_s)
     verified = await _run_step(node, run, StepName.VERIFY,
-                               lambda: verify.verify(node, settle_s, baseline, run.killed))
+                               lambda: verify.verify(node, settle_s, baseline, run.killed, spared))
     run.gpus, run.health = verified.gpus, verified.health
     run.current = None
     run.finish(*host_outcome(run.steps))

@@ -31,6 +31,7 @@ class Recorder:
         self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
         self._warned = False
         self._closed = False
+        self._ended: dict[str, HostReport] = {}  # each host's report as `host_ended` queued it
         self._thread = threading.Thread(target=self._serve, name="fleet-history", daemon=True)
         self._thread.start()
 
@@ -41,14 +42,18 @@ class Recorder:
     def host_ended(self, report: HostReport) -> None:
         """The hook a run calls as each host finishes (from the event loop: it only queues)."""
         ended_at = now_stamp()
+        self._ended[report.name] = report
         self._put(lambda h: h.record_host(self.run_id, report, ended_at))
 
     def finish_run(self, reports: Sequence[HostReport], exit_code: int) -> None:
-        """Every host's final report (those that never started included), and the run's end."""
+        """Every host's final report (those that never started included), and the run's end. A host whose
+        report is the one `host_ended` queued is not written again: the same values, and its first `ended_at`
+        is kept either way (reports are frozen, all the way down)."""
         ended_at = now_stamp()
+        changed = [report for report in reports if self._ended.get(report.name) != report]
 
         def finish(history: History) -> None:
-            for report in reports:
+            for report in changed:
                 history.record_host(self.run_id, report, ended_at)
             history.finish_run(self.run_id, ended_at, exit_code)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from fleet.engine.run_folder import RunLiveness
 from fleet.history.schema import json_text, parse_stamp
-from fleet.model.report import HostReport, HostStatus
+from fleet.model.report import HostReport, HostStatus, flat
 
 
 @dataclass(frozen=True)
@@ -142,12 +142,12 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "steps": json_text([{"name": s.name.value, "status": s.status.value, "duration_s": s.duration_s}
                             for s in report.steps]),
         "killed_count": len(report.killed),
-        "killed": json_text([asdict(k) for k in report.killed]),
+        "killed": json_text([flat(k) for k in report.killed]),
         "memory_before_mib": _memory_before(report),
         "memory_after_mib": json_text([g.memory_used_mib for g in gpus]) if gpus else None,
         "settle_s": json_text([g.settle_s for g in gpus]) if gpus else None,
-        "health": json_text([{"gpu": g.index, **asdict(f)} for g in gpus for f in g.health]
-                            + [{"gpu": None, **asdict(f)} for f in report.health]),
+        "health": json_text([{"gpu": g.index, **flat(f)} for g in gpus for f in g.health]
+                            + [{"gpu": None, **flat(f)} for f in report.health]),
         "slurm": json_text(asdict(report.scheduler)) if report.scheduler is not None else None,
     }
 

@@ -25,6 +25,7 @@ from fleet.history.schema import (
     transaction,
 )
 from fleet.model.report import HostReport, HostStatus
+from fleet.text import printable
 
 # The host statuses `last_failed` returns by default: the hosts a rerun should try again.
 RERUN_STATUSES = (HostStatus.FAILED, HostStatus.UNREACHABLE)
@@ -81,7 +82,7 @@ class History:
             self.conn.execute(
                 f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
                 (run_id, command, json_text(list(hosts)), json_text(dict(options)), started_at, fleet_version,
-                 str(log_dir)),
+                 printable(log_dir)),
             )
 
     def record_host(self, run_id: str, report: HostReport, ended_at: str | None = None) -> None:

@@ -2,7 +2,7 @@
 
 Every host variable is declared once, as a field of `Host`: its Python type, its
 default, and in its `Var` the check, bounds and one line of help. The inventory's
-`HostVars` (`fleet.inventory.load`) and the README's table of variables
+`HostVars` (`fleet.inventory.load`) and the table of variables in docs/operating.md
 (`fleet.inventory.variables`) are both made from these fields.
 """
 
@@ -19,7 +19,7 @@ from fleet.model import health_checks
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
-DEFAULT_LOCK_FILE = "/run/lock/fleet-reset.lock"
+DEFAULT_LOCK_FILE = "/run/fleet/reset.lock"
 # Where host keys are read from when `known_hosts` is not set, as OpenSSH reads them: the user's files and the
 # system's, every one that exists (fleet.transport.ssh; fleet.inventory.files refuses a run when none does).
 USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
@@ -69,14 +69,14 @@ class Connection(StrEnum):
 class Var:
     """How one host variable is checked and documented: the metadata of its `Host` field."""
 
-    help: str  # one line: the README's "meaning"
+    help: str  # one line: the table's "meaning"
     check: Callable[[str], str] | None = None  # a `validate` function for the string, or each string of a list
     ge: int | None = None  # bounds of a number
     gt: int | None = None
     le: int | None = None
     one_or_more: bool = False  # a list that may be written as one string, and never empty
     fallback: Callable[[str], str | None] | None = None  # the value, from the host's name, when no level sets it
-    shown: str = ""  # the default as the README says it, where the value itself would not
+    shown: str = ""  # the default as the table says it, where the value itself would not
 
 
 def _health_check(name: str) -> str:
@@ -208,7 +208,8 @@ class Host:
         str,
         Var(
             "the node's reset lock: an absolute path in a lock, run or tmp folder (never under /dev, /proc, /sys"
-            " or /etc); the holder's run id goes to `<lock_file>.owner`",
+            " or /etc, never directly in /run, /tmp or /run/lock), whose folder fleet keeps as root's own, mode 0700;"
+            " the holder's run id goes to `<lock_file>.owner`",
             check=validate.lock_file,
         ),
     ] = DEFAULT_LOCK_FILE

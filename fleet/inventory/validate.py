@@ -177,12 +177,17 @@ def executable(s: str) -> str:
 _LOCK_DIRECTORIES = frozenset({"run", "lock", "tmp"})
 # Never under these, whatever the rest of the path: devices, kernel files, system configuration (/etc/nologin).
 _NO_LOCK_UNDER = frozenset({"dev", "proc", "sys", "etc"})
+# Folders that are not fleet's own: every user may write to most (a lock there could be planted, linked or held
+# by anyone), the system keeps the others; fleet's lock refuses a folder that is not root's 0700 (lock.sh).
+_SHARED_FOLDERS = frozenset({"/tmp", "/var/tmp", "/run/lock", "/var/lock", "/var/run/lock", "/dev/shm", "/run/shm",
+                             "/run", "/var/run"})
 
 
 def lock_file(s: str) -> str:
-    """The absolute path of a lock file on the node, in a lock, run or tmp directory: `/run/lock/fleet-reset.lock`.
+    """The absolute path of a lock file on the node, in a lock, run or tmp directory: `/run/fleet/reset.lock`.
 
-    fleet creates it (and `<lock_file>.owner`) on the node, as root with `become`.
+    fleet creates it (and `<lock_file>.owner`) on the node, as root with `become`, in a folder of its own: never
+    directly in a folder every user may write to (/tmp, /run/lock, ...).
     """
     value = _require_str(s)
     if not value.startswith("/"):
@@ -191,7 +196,10 @@ def lock_file(s: str) -> str:
     if folders and folders[0] in _NO_LOCK_UNDER:
         raise ValueError(f"lock file {value!r} must not be under /{folders[0]}: fleet creates and writes it")
     if not _LOCK_DIRECTORIES.intersection(folders):
-        raise ValueError(f"lock file {value!r} must be in a lock, run or tmp directory (/run/lock, /var/lock, /tmp)")
+        raise ValueError(f"lock file {value!r} must be in a lock, run or tmp directory (/run/fleet, /var/lock/fleet)")
+    if value.rsplit("/", 1)[0] in _SHARED_FOLDERS:
+        raise ValueError(f"lock file {value!r} must be in a folder of fleet's own (/run/fleet/reset.lock), not right"
+                         f" in {value.rsplit('/', 1)[0]}: fleet keeps the lock's folder root's only, mode 0700")
     return value
 
 

@@ -1,7 +1,7 @@
-"""Every host variable, read from its one declaration (the annotated fields of `Host`), and the README's table.
+"""Every host variable, read from its one declaration (the annotated fields of `Host`), and docs/operating.md's table.
 
 `python -m fleet.inventory.variables` prints the table; tests/test_variables.py
-fails when README.md's "Host variables" table differs from it.
+fails when docs/operating.md's "Host variables" table differs from it.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _declared() -> tuple[Variable, ...]:
 
 HOST_VARIABLES = _declared()
 
-# ---------------------------------------------------------------- the README's table
+# ---------------------------------------------------------------- the table in docs/operating.md
 
 _WORDS = {str: "string", int: "integer", float: "number", bool: "true or false"}
 
@@ -99,7 +99,7 @@ def _default_text(v: Variable) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of host variables, one row per variable, in declaration order."""
+    """The table of host variables in docs/operating.md, one row per variable, in declaration order."""
     rows = ["| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
     rows += [f"| `{v.name}` | {_type_text(v)} | {_default_text(v)} | {v.var.help} |" for v in HOST_VARIABLES]
     return "\n".join(rows)

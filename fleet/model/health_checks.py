@@ -4,7 +4,7 @@ A `Check` is a check's name (a finding's `check`, and what the host variables `h
 name), its default level and why (from NVIDIA's documents, below), what it reads, how a failing finding of it
 ranks among a host's, and, for a fact of one GPU, how that fact reads as a finding. From the table come the
 names the inventory accepts (`fleet.inventory.host`), the policy (`fleet.reset.health_gate`: defaults, levels,
-ranking) and README's table of the health gate (a test compares them row for row).
+ranking) and the health gate's table in docs/operating.md (a test compares them row for row).
 
 Adding a check: a row here (with, for a GPU fact, the function that reads it into a finding's detail); the
 parser that reads the fact into `GpuHealth` (`fleet.node.probes.health`, from `--query-gpu` and `-q` both); and
@@ -16,13 +16,24 @@ A leaf of the model: it imports only `fleet.model.outcomes`, and reads a GPU's f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from fleet.model.outcomes import Level
 
-__all__ = ["BY_NAME", "NAMES", "TABLE", "Check", "GpuFacts"]
+__all__ = ["BY_NAME", "NAMES", "TABLE", "Check", "GpuFacts", "UnreadFact", "unread"]
+
+
+class UnreadFact(Protocol):
+    """A fact nvidia-smi printed an error note for instead of a value (`fleet.node.probes.health.Unread`)."""
+
+    @property
+    def check(self) -> str: ...
+    @property
+    def field(self) -> str: ...
+    @property
+    def note(self) -> str: ...
 
 
 class GpuFacts(Protocol):
@@ -48,16 +59,18 @@ class GpuFacts(Protocol):
     def pcie_width(self) -> int | None: ...
     @property
     def pcie_width_max(self) -> int | None: ...
+    @property
+    def unread(self) -> Sequence[UnreadFact]: ...
 
 
 @dataclass(frozen=True)
 class Check:
-    """One health check: a row of README's table of the health gate."""
+    """One health check: a row of docs/operating.md's table of the health gate."""
 
     name: str
     default: Level  # what a finding weighs unless the host's `health_warn` / `health_ignore` says otherwise
-    why: str  # README's "why": what a finding means, and the document it rests on
-    reads: str  # README's "read from": the nvidia-smi fields (or the log) the fact comes from
+    why: str  # the table's "why": what a finding means, and the document it rests on
+    reads: str  # the table's "read from": the nvidia-smi fields (or the log) the fact comes from
     rank: int  # how a failing finding ranks among a host's (1: the most telling; `fleet.reset.health_gate.fails`)
     # A GPU fact's detail (None: nothing to report) from the GPU's health facts; None for a check the policy
     # reads elsewhere (`xid`: the kernel log, `fleet.reset.health_gate`).
@@ -106,11 +119,20 @@ def _pcie_width(gpu: GpuFacts) -> str | None:
     return f"PCIe link x{width}, capable of x{widest}"
 
 
+def unread(check: Check, gpu: GpuFacts) -> str | None:
+    """The finding of a check whose fact nvidia-smi did not give (`GpuFacts.unread`): the field and what was
+    printed instead, and how to skip the check; None when every field it reads was read."""
+    notes = [f"{u.field} not observed (nvidia-smi printed {u.note})" for u in gpu.unread if u.check == check.name]
+    if not notes:
+        return None
+    return f"{'; '.join(notes)}: set health_ignore: [{check.name}] to skip the check"
+
+
 def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
 
-# The checks in README's order, each with its default level and why (NVIDIA's documents):
+# The checks in the table's order (docs/operating.md), each with its default level and why (NVIDIA's documents):
 # ECC/pages: https://docs.nvidia.com/deploy/dynamic-page-retirement/ ; rows: https://docs.nvidia.com/deploy/
 # a100-gpu-mem-error-mgmt/ ; fabric: https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/ ;
 # persistence: https://docs.nvidia.com/deploy/driver-persistence/ ; Xids: https://docs.nvidia.com/deploy/

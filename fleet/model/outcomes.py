@@ -35,7 +35,7 @@ class StepStatus(StrEnum):
 
 
 class Reason(StrEnum):
-    """Why a host did not end clean: a stable code for scripts, dashboards and history (the README lists them)."""
+    """Why a host did not end clean: a stable code for scripts, dashboards and history (docs/report-and-history.md)."""
 
     MEMORY_HELD = "memory_held"  # GPU memory still used after settle (or at verify)
     MEMORY_LEAKED = "memory_leaked"  # GPU memory no process holds after settle (a complete scan): a leaked context

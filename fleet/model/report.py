@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from fleet.model.outcomes import HostStatus as HostStatus
 from fleet.model.outcomes import Level as Level
@@ -82,6 +83,7 @@ class StepOutcome:
     kept: frozenset[int] = frozenset()  # pids of GPU holders left alive on purpose (protected)
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU (the host's)
     job_pids: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
+    spared: frozenset[int] = frozenset()  # pids of every GPU holder the kill left alive on purpose (any protection)
 
 
 @dataclass(frozen=True)
@@ -156,3 +158,11 @@ class RunReport:
 
     def count(self, status: HostStatus) -> int:
         return sum(1 for h in self.hosts.values() if h.status is status)
+
+
+def flat(record: Any) -> dict[str, Any]:
+    """`dataclasses.asdict` of a record whose fields are plain values (no dataclass, list or dict inside: a
+    `KilledProcess`, a `Finding`), for a fraction of its cost: the report and the history take one of each
+    a host, 10,000 hosts at once."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+

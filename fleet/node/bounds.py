@@ -3,7 +3,7 @@
 A command gets `command_timeout`; one that asks the GPU driver (nvidia-smi: `Probe.driver`) gets
 `SMI_FACTOR` times it, because nvidia-smi is the one tool whose latency on a healthy 8-GPU node can pass 10 s:
 with persistence mode it answers in well under 2 s, without it every call initialises each GPU again (1-3 s
-a GPU, NVIDIA's "Driver Persistence"; 30 s measured on 8-GPU VMs, Azure/aks-gpu#105; the README's "What a
+a GPU, NVIDIA's "Driver Persistence"; 30 s measured on 8-GPU VMs, Azure/aks-gpu#105; docs/operating.md's "What a
 reset does on each node" has the figures and sources). A step's budget can end a command sooner (what was
 left of it); the bound that ended a command is named in its error and in its log event (`Bound.name`).
 
@@ -22,6 +22,7 @@ from fleet.node.budget import TimeBudget
 SMI_FACTOR = 3
 COMMAND = "command_timeout"
 SMI = f"nvidia-smi's bound: {SMI_FACTOR} x command_timeout"
+LEFT = "what was left of"  # a bound the step's budget set (`within`)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,13 @@ def within(bound: Bound, budget: TimeBudget | None, step: object = None) -> Boun
     if left >= bound.seconds:
         return bound
     whose = f"{step}'s" if step is not None else "the step's"
-    return Bound(left, f"what was left of {whose} {budget.seconds:g} s budget")
+    return Bound(left, f"{LEFT} {whose} {budget.seconds:g} s budget")
+
+
+def is_budget(name: str | None) -> bool:
+    """Whether a bound's name (`Bound.name`, `CommandTimeout.bound`) is what was left of a step's budget rather
+    than the command's own bound: a command it ended was cut by the step's end, not found hung."""
+    return name is not None and name.startswith(LEFT)
 
 
 def commands_s(host: Host, *, smi: int = 0, other: int = 0) -> float:

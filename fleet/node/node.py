@@ -27,7 +27,7 @@ from fleet.node.bounds import Bound
 from fleet.node.budget import TimeBudget
 from fleet.node.probe import Probe
 from fleet.transport import batch as framing
-from fleet.transport.base import RELEASE_TIMEOUT_S, TIMEOUT_EXIT_STATUSES, CommandResult, OpenCommand, Transport, clip
+from fleet.transport.base import RELEASE_TIMEOUT_S, CommandResult, OpenCommand, Transport, clip
 
 T = TypeVar("T")
 # Output kept per stream in the per-node log.
@@ -96,12 +96,13 @@ class Node:
                      budget: TimeBudget | None) -> dict[int, CommandResult | CommandTimeout | StepFailed]:
         limits = [bounds.within(limit, budget, step) for _, limit in asked]
         tag, self.commands, self.batches = framing.new_tag(), self.commands + 1, self.batches + 1
-        argv = framing.batch_argv(tag, [(b.seconds, p.argv) for (p, _), b in zip(asked, limits, strict=True)])
+        argv = framing.batch_argv([(b.seconds, p.argv) for (p, _), b in zip(asked, limits, strict=True)])
         whole = framing.batch_timeout([b.seconds for b in limits])
         timeout = budget.command_timeout(whole) if budget else whole  # never past the step's end either
         privileged = any(p.needs_root for p, _ in asked)
         try:
-            result = await self.transport.run(argv, timeout=timeout, privileged=privileged)
+            result = await self.transport.run(argv, timeout=timeout, privileged=privileged,
+                                              stdin=framing.batch_input(tag))
             timed_out = False
         except CommandTimeout as exc:
             result, timed_out = exc.result, True
@@ -109,7 +110,12 @@ class Node:
         found = framing.sections(tag, len(asked), result.stdout, result.stderr)
         answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
         hung: str | None = None  # the section that timed out, and its bound: the ones after it never ran
-        for ((probe, _), bound, section) in zip(asked, limits, found, strict=True):
+        spent = _spent(budget, step, timeout) if timed_out and timeout < whole else None
+        for index, ((probe, _), bound, section) in enumerate(zip(asked, limits, found, strict=True)):
+            if section is None and spent is not None:  # the step's time ran out, not the section's own bound
+                answers[id(probe)] = self._cut(probe, bound, result, spent, framing.opened(tag, index, result.stdout),
+                                               step)
+                continue
             if section is None:
                 answers[id(probe)] = self._no_section(probe, bound, result, timed_out, hung, step)
                 continue
@@ -124,7 +130,7 @@ class Node:
         """One section as its own command's result; a CommandTimeout (naming its bound) when its own `timeout`
         ended it."""
         result = CommandResult(probe.argv, section.exit_status, section.stdout, section.stderr, batch.duration_s)
-        timed_out = section.exit_status in TIMEOUT_EXIT_STATUSES
+        timed_out = framing.bound_fired(section.exit_status, section.ran_s, bound.seconds)
         self._log_result(result, step, bound.seconds, timed_out=timed_out, batch=self.batches,
                          bound=bound.name if timed_out else None)
         return CommandTimeout(result, bound.seconds, bound.name) if timed_out else result
@@ -147,6 +153,15 @@ class Node:
             failure = StepFailed(probe.unreadable(note))
         self._log_result(cut, step, bound.seconds, timed_out=False, batch=self.batches, note=note)
         return failure
+
+    def _cut(self, probe: Probe[Any], bound: Bound, batch: CommandResult, spent: str, running: bool,
+             step: StepName | None) -> StepFailed:
+        """A section the step's budget ended before its own bound could (it was running), or kept from running:
+        said so, never as a hang of its bound."""
+        why = f"cut: {spent}" if running else f"not run: {spent}"
+        self._log_result(CommandResult(probe.argv, None, "", "", batch.duration_s, batch.signal), step,
+                         bound.seconds, timed_out=running, batch=self.batches, note=why)
+        return StepFailed(f"{probe.what} {why}", StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
 
     async def open_command(self, probe: Probe[Any], *, timeout: float) -> OpenCommand:
         """Start a long-lived command (see `Transport.open_command`); it is logged when it ends."""
@@ -232,5 +247,15 @@ class Answers:
 
 
 def hang_line(probe: Probe[Any], timeout: CommandTimeout) -> str:
-    """The probe's `hang` line for this timeout: its seconds and the bound that set them."""
+    """The probe's `hang` line for this timeout: its seconds and the bound that set them. A bound that was what
+    was left of the step's budget did not fire on a hang of the command's own: the step's time ran out."""
+    if bounds.is_budget(timeout.bound):
+        return f"{probe.what} did not answer within {timeout.deadline_s:g} s ({timeout.bound}): the step's time ran out"
     return (probe.hang or "").format(s=f"{timeout.deadline_s:g}", bound=timeout.bound or bounds.COMMAND)
+
+
+def _spent(budget: TimeBudget | None, step: StepName | None, timeout: float) -> str:
+    """Why a batch the step's budget bounded was ended: the step's time ran out (its budget, and what was left)."""
+    whose = f"{step}'s" if step is not None else "the step's"
+    total = f" {budget.seconds:g} s" if budget is not None else ""
+    return f"{whose} time ran out (what was left of its{total} budget: {timeout:g} s)"

@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 from fleet.model.errors import StepFailed
 from fleet.node.probes.parse import ProbeParseError
-from fleet.transport.base import CommandResult
+from fleet.transport.base import CommandResult, killed
 
 T = TypeVar("T")
 
@@ -58,10 +58,16 @@ class Probe(Generic[T]):
     driver: bool = False
 
     def answered(self, result: CommandResult) -> bool:
+        """Whether the exit status is an answer; a command killed by SIGKILL before its bound (137, the OOM killer)
+        never is: what it printed may stop anywhere."""
+        if killed(result):
+            return False
         return self.ok_exits is None or result.exit_status in self.ok_exits
 
     def failure(self, result: CommandResult) -> str:
         """The one line a step fails with when this probe's exit status is not an answer."""
+        if killed(result):  # only ever one its bound did not end (that is a timeout, not a result)
+            return f"{self.what} was killed by signal 9 before its bound (out of memory?)"
         if self.explain is not None:
             return self.explain(result)
         return f"{self.what} exited {result.exit_status}: {first_line(result.stderr)}"

@@ -29,6 +29,7 @@ from fleet.history import RunRecord
 from fleet.inventory.nodesets import fold
 from fleet.report.html_style import CSS
 from fleet.report.render import error_shape, fold_errors
+from fleet.text import printable
 
 REPORT_HTML = "report.html"
 STATUS_ORDER = ("clean", "failed", "unreachable", "skipped", "planned")
@@ -72,7 +73,7 @@ def write_page(folder: Path, document: Doc) -> Path:
     """Write `folder/report.html` (a temporary file renamed over it: a reader never sees half a page)."""
     path = folder / REPORT_HTML
     temporary = folder / f".{REPORT_HTML}.tmp"
-    temporary.write_text(page(document, log_folder=str(folder)), encoding="utf-8")
+    temporary.write_text(page(document, log_folder=printable(folder)), encoding="utf-8")
     os.replace(temporary, path)
     return path
 

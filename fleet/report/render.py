@@ -23,6 +23,7 @@ from fleet.model.report import (
     StepName,
     StepResult,
     StepStatus,
+    flat,
 )
 
 INTERRUPTED = 130  # SIGINT or SIGTERM cut the run
@@ -65,9 +66,9 @@ def host_document(host: HostReport) -> dict[str, Any]:
             {"name": s.name.value, "status": s.status.value, "duration_s": s.duration_s, "detail": s.detail}
             for s in host.steps
         ],
-        "killed": [asdict(k) for k in host.killed],
-        "gpus": [asdict(g) for g in host.gpus],
-        "health": [asdict(f) for f in host.health],
+        "killed": [flat(k) for k in host.killed],
+        "gpus": [{**flat(g), "health": tuple(flat(f) for f in g.health)} for g in host.gpus],  # as asdict
+        "health": [flat(f) for f in host.health],
     }
     if host.memory_before_mib is not None:
         document["memory_before_mib"] = list(host.memory_before_mib)

@@ -9,7 +9,8 @@ documents, how a GPU's fact reads as a finding, how findings rank) and the host'
 Xids: one logged before the reset (for `check`: since boot) fails only if NVIDIA answers it with a reset, a reboot
 or an RMA (XID_ACTION), unless the same verify's nvidia-smi read shows its condition resolved (XID_RESOLVABLE).
 One logged during the reset fails, unless it is an application Xid (XID_APPLICATION) of a process this reset
-ended (fleet killed it, or drain stopped it: it held a GPU as the reset began and holds none at verify), by the
+ended (fleet killed it, or drain stopped it: it held a GPU as the reset began, holds none at verify and is not one
+the kill kept: a kept job's process whose step ended on its own was not ended by the reset), by the
 pid the line names, or, naming none, on a GPU such a process held: ending a process that holds a GPU makes the
 driver log them. A kernel log that could not be read is never "no Xids": it fails (or
 warns, with `health_warn: [xid]`) as a host finding.
@@ -25,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fleet.model.health_checks import BY_NAME, NAMES, TABLE
+from fleet.model.health_checks import BY_NAME, NAMES, TABLE, unread
 from fleet.model.report import Finding, HostFinding, KilledProcess, Level
 from fleet.node.probes.health import GpuHealth
 from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
@@ -73,6 +74,8 @@ XID_APPLICATION = frozenset({13, 31, 43, 45})
 # neither pending nor failed, or, without one, no page retirement pending, they only warn, naming both facts. The
 # others (uncorrectable ECC, NVLink, the bus, the GSP, recovery actions) leave nothing nvidia-smi shows resolved.
 XID_RESOLVABLE = frozenset({63, 64})
+# What a GPU check whose fact nvidia-smi did not give weighs (`health_warn` lowers it, `health_ignore` skips it).
+UNREAD = Level.FAIL
 
 @dataclass(frozen=True)
 class HealthPolicy:
@@ -123,10 +126,11 @@ class Ended:
 
     @classmethod
     def of(cls, killed: Sequence[KilledProcess], before: Sequence[ComputeApp] = (), rows: Sequence[GpuRow] = (),
-           after: Sequence[ComputeApp] = ()) -> Ended:
-        """`killed` (the kill step's), and `before`'s apps gone from `after` (verify's), placed on GPUs by `before`
-        (pid -> GPU uuid) and `rows` (uuid -> bus id)."""
-        still = {a.pid for a in after}
+           after: Sequence[ComputeApp] = (), spared: frozenset[int] = frozenset()) -> Ended:
+        """`killed` (the kill step's), and `before`'s apps gone from `after` (verify's) but those the kill left alive
+        on purpose (`spared`: a kept Slurm job's process whose step then ended on its own was not ended by this
+        reset), placed on GPUs by `before` (pid -> GPU uuid) and `rows` (uuid -> bus id)."""
+        still = {a.pid for a in after} | spared
         names = {a.pid: f"pid {a.pid} {_base(a.process_name)}, which the reset stopped" for a in before
                  if a.pid not in still}
         names |= {k.pid: f"pid {k.pid} {k.name}, which fleet killed" for k in killed}
@@ -192,11 +196,13 @@ def _weigh(facts: Iterator[Fact], policy: HealthPolicy) -> tuple[Finding, ...]:
 
 
 def _gpu_facts(gpu: GpuHealth) -> Iterator[Fact]:
-    """Each GPU check's finding on these facts, in the table's order."""
+    """Each GPU check's finding on these facts, in the table's order; a check whose fact was not observed (an
+    NVML error note in its field) fails, whatever its default: unread is never "fine"."""
     for check in TABLE:
-        detail = None if check.finding is None else check.finding(gpu)
+        missing = unread(check, gpu)
+        detail = missing if missing is not None or check.finding is None else check.finding(gpu)
         if detail is not None:
-            yield check.name, check.default, detail
+            yield check.name, UNREAD if missing is not None else check.default, detail
 
 
 @dataclass(frozen=True)

@@ -169,8 +169,9 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
     status = StepStatus.FAILED if error else StepStatus.OK
     kept = frozenset(h.pid for h in last.kept if h.part_of_the_machine)
     job_pids = frozenset(h.pid for h in last.kept if job_of(h) is not None)
+    spared = frozenset(h.pid for r in rounds for h in r.kept)
     return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error, reason), killed=killed,
-                       kept=kept, job_pids=job_pids)
+                       kept=kept, job_pids=job_pids, spared=spared)
 
 
 # --- what the kill decides and says (pure) -----------------------------------

@@ -3,26 +3,30 @@
     async with host_lock(node, run_id):
         ...  # drain, kill, settle, verify
 
-The lock is `flock` on `host.lock_file` (default /run/lock/fleet-reset.lock),
-held by a remote command that started with its stdin open (`Transport.open_command`):
+The lock is `flock` on `host.lock_file` (default /run/fleet/reset.lock), held by a remote command that started
+with its stdin open (`Transport.open_command`):
 
-    timeout -k 1 T flock -w WAIT -E 75 LOCK sh -c '...; echo locked; exec cat >/dev/null' fleet-lock RUN_ID OWNER
+    timeout -k 1 T sh -c LOCK_SH fleet-lock LOCK WAIT RUN_ID OWNER
 
-Once it has the lock it writes the run id to the owner file next to the lock
-file, prints `locked` and waits for EOF on its stdin. Releasing closes stdin.
-If fleet dies, its SSH session ends, sshd closes the command's pipes, `cat`
-sees EOF and the lock goes with it; coreutils' `timeout` (T: twice the longest
-reset the host's variables allow) is the last bound. A second run reaching a
-locked host waits up to LOCK_WAIT_S, then fails that host with `locked by run
-<id>` (`LockBusy`): two runs never interleave kills on one node.
+`lock.sh` (beside this file) first makes sure no other user can touch the lock: its folder must be a real folder
+of the user that takes it (root, with `become`), mode 0700, created so when missing (exit 76 otherwise, with why);
+the lock file a regular file of that user, never opened through a link; one owned by another user, or held by
+another user's process, fails the host at once naming the file, its owner and the holding pids (exit 77). Then
+it flocks the file, writes the run id to the owner file next to it (removed first, then created with O_EXCL),
+prints `locked` and waits for EOF on its stdin. Releasing closes stdin. If fleet dies, its SSH session ends,
+sshd closes the command's pipes, `cat` sees EOF and the lock goes with it; coreutils' `timeout` (T: twice the
+longest reset the host's variables allow) is the last bound. A second run reaching a locked host waits up to
+LOCK_WAIT_S, then fails that host with `locked by run <id>` (`LockBusy`): two runs never interleave kills on
+one node.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from importlib import resources
 
 import anyio
 
@@ -40,6 +44,10 @@ from fleet.transport.base import RELEASE_TIMEOUT_S, OpenCommand
 LOCK_WAIT_S = 10.0
 # flock's exit status when the lock was not obtained within the wait.
 BUSY_EXIT = 75
+# lock.sh's exit status for a lock folder or file fleet must not use (a link, another user's, the wrong mode).
+REFUSED_EXIT = 76
+# lock.sh's exit status for a lock file another user owns, or another user's process holds.
+FOREIGN_EXIT = 77
 # What the lock command prints once it holds the lock.
 LOCKED_LINE = "locked"
 # Remote commands a reset runs at most, counted generously (drain 2, kill 8, settle 1, verify 4, spare 1), each
@@ -51,7 +59,12 @@ HOLD_MARGIN_S = 60.0
 # there needs root, anywhere else (a simulated node's own folder) it does not.
 ROOT_LOCK_DIRS = ("/run", "/var/run", "/var/lock")
 _RUN_ID = re.compile(r"[A-Za-z0-9T:-]+")
-_SCRIPT = 'printf "%s\\n" "$1" > "$2"; echo locked; exec cat >/dev/null'
+# The lock program, its comment lines dropped (they are for readers, not for the wire).
+LOCK_SH = "\n".join(
+    line for line in (resources.files("fleet.reset") / "lock.sh").read_text().splitlines()
+    if line.strip() and not line.lstrip().startswith("#")
+)
+PROGRAM_NAME = "fleet-lock"  # the program's $0
 
 
 class LockError(FleetError):
@@ -63,11 +76,13 @@ class LockError(FleetError):
 
 
 class LockBusy(LockError):
-    """Another run holds the host's reset lock; `owner` is its run id when the node says it."""
+    """Another run holds the host's reset lock; `owner` is its run id when the node says it, `held_by` the
+    holding processes lock.sh found (`held by: pid 1234 (root)`), said when the owner is not known."""
 
-    def __init__(self, owner: str | None) -> None:
+    def __init__(self, owner: str | None, held_by: str = "") -> None:
         self.owner = owner
-        super().__init__(f"locked by run {owner}" if owner else "locked by another run (owner unknown)", Reason.LOCKED)
+        unknown = f"locked by another run (owner unknown{'; ' + held_by if held_by else ''})"
+        super().__init__(f"locked by run {owner}" if owner else unknown, Reason.LOCKED)
 
 
 def run_id(value: str) -> str:
@@ -85,8 +100,12 @@ def owner_file(lock_file: str) -> str:
 def lock_argv(lock_file: str, run: str, wait_s: float) -> list[str]:
     """The lock command (see the module docstring); quoted once by the transport like any argv."""
     wait = f"{max(wait_s, 0.0):g}"
-    return ["flock", "-w", wait, "-E", str(BUSY_EXIT), lock_file, "sh", "-c", _SCRIPT, "fleet-lock",
-            run_id(run), owner_file(lock_file)]
+    return ["sh", "-c", LOCK_SH, PROGRAM_NAME, lock_file, wait, run_id(run), owner_file(lock_file)]
+
+
+def is_lock_argv(argv: Sequence[str]) -> bool:
+    """Whether `argv` is the lock command (`lock_argv`): its run id is `argv[-2]`."""
+    return len(argv) > 3 and argv[0] == "sh" and argv[3] == PROGRAM_NAME
 
 
 def owner_argv(lock_file: str) -> list[str]:
@@ -169,11 +188,15 @@ async def _refusal(node: Node, held: OpenCommand) -> LockError:
     result = held.result
     if result is not None and result.exit_status == BUSY_EXIT:
         owner = await _owner(node)
-        node.log.warning("lock_busy", lock_file=node.host.lock_file, owner=owner)
-        return LockBusy(owner)
+        held_by = first_line(result.stderr, 400) if result.stderr.startswith("held by:") else ""
+        node.log.warning("lock_busy", lock_file=node.host.lock_file, owner=owner, held_by=held_by)
+        return LockBusy(owner, held_by)
     if result is None:
         return LockError(f"reset lock {node.host.lock_file}: unexpected answer {held.first_line[:80]!r}")
-    reason = first_line(result.stderr, 200) if result.stderr.strip() else f"exit status {result.exit_status}"
+    said = first_line(result.stderr, 400) if result.stderr.strip() else ""
+    if said and result.exit_status in (REFUSED_EXIT, FOREIGN_EXIT):
+        return LockError(said, Reason.LOCKED if result.exit_status == FOREIGN_EXIT else Reason.PROBE_FAILED)
+    reason = said or f"exit status {result.exit_status}"
     return LockError(f"cannot take the reset lock {node.host.lock_file}: {reason}")
 
 

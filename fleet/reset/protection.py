@@ -29,7 +29,7 @@ from fleet.node.probes.procs import Identity, PsRow
 COMM_LEN = 15
 # What OpenSSH's daemon is called: since 9.8 it runs sessions as sshd-session (and sshd-auth).
 SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
-_DELETED = " (deleted)"
+_DELETED = b" (deleted)"
 # Ancestors of every service and session: inheriting a protected name from above them would protect everything.
 NOT_INHERITED = frozenset({"systemd", "init"}) | SSHD_NAMES
 # Unit names (without suffix) of OpenSSH's daemon: never stopped, whatever respawns.
@@ -57,7 +57,7 @@ class Holder:
     pid: int
     user: str
     name: str
-    exe: str | None
+    exe: bytes | None  # its path's bytes, as the kernel has them: who it is, compared as bytes
     devices: tuple[str, ...]
     protected_by: str | None = None
     unit: str | None = None
@@ -105,7 +105,7 @@ class ProcessFacts:
     job their cgroup names."""
 
     ps: Mapping[int, PsRow]
-    exe: Mapping[int, str]
+    exe: Mapping[int, bytes]
     lineage: Lineage = field(default_factory=lambda: Lineage({}))
     units: Mapping[int, str] = field(default_factory=dict)
     jobs: Mapping[int, JobCgroup] = field(default_factory=dict)
@@ -114,13 +114,18 @@ class ProcessFacts:
 # --- names: what a process is called, and which names are protected --------------------------
 
 
-def _exe_base(exe: str | None) -> str | None:
+def _exe_base(exe: bytes | None) -> str | None:
+    """The executable's basename as text; None when there is none, or it is not UTF-8 (then it is no name
+    any inventory can give: it matches none)."""
     if not exe:
         return None
-    return posixpath.basename(exe.removesuffix(_DELETED)) or None
+    try:
+        return posixpath.basename(exe.removesuffix(_DELETED)).decode() or None
+    except UnicodeDecodeError:
+        return None
 
 
-def full_name(comm: str, argv0: str | None, exe: str | None) -> str:
+def full_name(comm: str, argv0: str | None, exe: bytes | None) -> str:
     """The process's name, uncut: comm, unless the kernel cut it to 15 characters and argv[0]'s
     or the executable's basename is the longer name it was cut from."""
     if len(comm) == COMM_LEN:
@@ -131,7 +136,7 @@ def full_name(comm: str, argv0: str | None, exe: str | None) -> str:
 
 
 def is_protected(
-    comm: str, exe: str | None, protected_names: Sequence[str], name: str | None = None
+    comm: str, exe: bytes | None, protected_names: Sequence[str], name: str | None = None
 ) -> str | None:
     """The protected name this process matches, or None.
 
@@ -146,7 +151,7 @@ def is_protected(
     return None
 
 
-def is_sshd(comm: str, exe: str | None, name: str | None = None) -> bool:
+def is_sshd(comm: str, exe: bytes | None, name: str | None = None) -> bool:
     """Whether the process is OpenSSH's daemon, by any of its names (sshd, sshd-session, sshd-auth)."""
     return bool({comm, _exe_base(exe), name} & SSHD_NAMES)
 

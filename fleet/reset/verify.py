@@ -69,13 +69,13 @@ class Baseline:
 
 
 async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseline: Baseline | None = None,
-                 killed: Sequence[KilledProcess] = ()) -> StepOutcome:
+                 killed: Sequence[KilledProcess] = (), spared: frozenset[int] = frozenset()) -> StepOutcome:
     """One GPU query, one compute-apps query, one holder scan and the health gate, all in one command (the
     holders found are then described); clean only if all say so.
 
     `baseline`: the node as the reset began (None for `check`: no reset ran, the kernel log is read since boot);
     `killed`: the processes the reset killed (their application Xids during the reset only warn, as those of the
-    processes that held a GPU as it began and hold none now).
+    processes that held a GPU as it began and hold none now, but the kill's `spared`: those it kept on purpose).
     """
     started, host = time.monotonic(), node.host
     budget = TimeBudget(0.0, slack=commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
@@ -85,7 +85,7 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
                                budget=budget)
     rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
     findings = await reads.findings(node, answers, budget, baseline,
-                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps))
+                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps, spared))
     judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]

@@ -3,7 +3,7 @@
 ROOT/bin/journalctl runs `python -m fleet.sim.journalctl --node ROOT ARGS...`. Answered (options in any order,
 short or long, `--opt=value` or `--opt value`, short flags bundled):
 
-  journalctl -k -b -o short-unix [--no-pager] [-q] [--show-cursor] [--after-cursor CURSOR] [--grep PATTERN]
+  journalctl -k -b [-a] -o short-unix [--no-pager] [-q] [--show-cursor] [--after-cursor CURSOR] [--grep PATTERN]
 
 It prints the kernel messages of this boot (ROOT/log/kern.log, see `state.log_kernel`), those after CURSOR only
 when given, those PATTERN matches only when given, in journalctl's short-unix form (systemd
@@ -11,6 +11,11 @@ src/shared/logs-show.c: `"%10" PRI_USEC ".%06" PRI_USEC`, then the host name, th
 
   1701600000.123456 gpu-a01 kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.
 
+A message is bytes, as journald keeps what the kernel wrote (a record's message with its non-UTF-8 bytes
+surrogate-escaped). With -a each is printed as its bytes; without it, as systemd 252's output_short does, tabs
+become eight spaces and ANSI CSI sequences are dropped, and a message that is still not printable UTF-8 (a
+control character, a thread name the kernel cut mid-character) is printed `[<N>B blob data]` (N its bytes). A
+message's further lines are indented to its first line's prefix.
 and what systemd 252 prints around them, as tests/fixtures/journalctl/ captured it (its SOURCES.md names the
 source lines): `-- No entries --` when nothing was shown (not under -q); with --show-cursor, `-- cursor: ...` for
 the last message read (the cursor's own when nothing came after it), in journalctl's format
@@ -43,6 +48,8 @@ JOURNAL_MODES = ("ok", "no_pcre", "no_files", "no_permission", "hang")
 # option -> (key, takes a value)
 OPTIONS = {
     "-k": ("dmesg", False),
+    "-a": ("all", False),
+    "--all": ("all", False),
     "--dmesg": ("dmesg", False),
     "-b": ("boot", False),
     "--boot": ("boot", False),
@@ -61,7 +68,7 @@ OUTPUT_MODES = (
     "short", "short-full", "short-iso", "short-iso-precise", "short-precise", "short-monotonic", "short-unix",
     "short-delta", "with-unit", "verbose", "export", "json", "json-pretty", "json-sse", "json-seq", "cat",
 )  # fmt: skip
-ANSWERED = f"-k -b -o {OUTPUT} [--no-pager] [-q] [--show-cursor] [--after-cursor CURSOR] [--grep PATTERN]"
+ANSWERED = f"-k -b [-a] -o {OUTPUT} [--no-pager] [-q] [--show-cursor] [--after-cursor CURSOR] [--grep PATTERN]"
 # What systemd 252 says (tests/fixtures/journalctl/SOURCES.md names each one's source).
 NO_ENTRIES = "-- No entries --"
 NO_PCRE = "Compiled without pattern matching support"
@@ -155,7 +162,7 @@ def _hex_id(*parts: str) -> str:
 def cursor(entry: Entry, host: str, boot_usec: int) -> str:
     """journalctl's cursor of an entry: seqnum id, seqnum, boot id, monotonic and realtime µs, a hash; hex."""
     usec = entry.record["usec"]
-    x = hashlib.sha256(entry.record["message"].encode()).hexdigest()[:16]
+    x = hashlib.sha256(message_bytes(entry.record)).hexdigest()[:16]
     return (f"s={_hex_id(host, 'seqnum')};i={entry.seqnum:x};b={_hex_id(host, 'boot')};"
             f"m={usec - boot_usec + BOOT_USEC:x};t={usec:x};x={x}")
 
@@ -176,9 +183,39 @@ def position(text: str, entries: list[Entry], host: str) -> int:
     raise Usage(BAD_CURSOR)
 
 
-def short_unix(record: state.KernelRecord, host: str) -> str:
+# An ANSI CSI sequence (ESC [, parameter and intermediate bytes, a final byte), as strip_tab_ansi drops it.
+_CSI = re.compile(rb"\x1b\[[\x20-\x3f]*[\x40-\x7e]")
+
+
+def message_bytes(record: state.KernelRecord) -> bytes:
+    """A record's message as the journal keeps it: bytes (those not UTF-8 are surrogate-escaped in the record)."""
+    return record["message"].encode("utf-8", "surrogateescape")
+
+
+def printable(message: bytes) -> bool:
+    """systemd's utf8_is_printable: valid UTF-8 and no control character but a newline (C0, DEL, C1)."""
+    try:
+        text = message.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in text)
+
+
+def printed(message: bytes, show_all: bool) -> bytes:
+    """What journalctl prints of a message: its bytes under -a; else tabs spread, CSI dropped, or blob data."""
+    if show_all:
+        return message
+    message = _CSI.sub(b"", message.replace(b"\t", b" " * 8))
+    return message if printable(message) else f"[{len(message)}B blob data]".encode()
+
+
+def short_unix(record: state.KernelRecord, host: str, show_all: bool = False) -> str:
+    """One entry in journalctl's short-unix form (surrogate-escaped where its bytes are not UTF-8)."""
     usec = record["usec"]
-    return f"{usec // 1_000_000:10d}.{usec % 1_000_000:06d} {host} kernel: {record['message']}\n"
+    prefix = f"{usec // 1_000_000:10d}.{usec % 1_000_000:06d} {host} kernel: "
+    lines = printed(message_bytes(record), show_all).split(b"\n")
+    text = (b"\n" + b" " * len(prefix)).join(lines).decode("utf-8", "surrogateescape")
+    return f"{prefix}{text}\n"
 
 
 def answer(root: Path, opts: dict[str, str], pattern: re.Pattern[str] | None) -> tuple[str, str, int]:
@@ -189,7 +226,7 @@ def answer(root: Path, opts: dict[str, str], pattern: re.Pattern[str] | None) ->
     after = position(opts["after-cursor"], entries, host) if "after-cursor" in opts else None
     read = [e for e in entries if after is None or e.seqnum > after]
     shown = [e for e in read if pattern is None or pattern.search(e.record["message"])]
-    out = "".join(short_unix(e.record, host) for e in shown)
+    out = "".join(short_unix(e.record, host, "all" in opts) for e in shown)
     if not shown and "quiet" not in opts:
         out += f"{NO_ENTRIES}\n"
     last = read[-1] if read else next((e for e in entries if after is not None and e.seqnum == after), None)
@@ -219,7 +256,7 @@ def run(root: Path, argv: list[str]) -> int:
     except Usage as usage:
         sys.stderr.write(f"{usage}\n")
         return 1
-    sys.stdout.write(out)
+    sys.stdout.buffer.write(out.encode("utf-8", "surrogateescape"))
     sys.stderr.write(err)
     return status
 

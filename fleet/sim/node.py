@@ -5,19 +5,17 @@
     subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv"], env=node.env())
     node.stop()                     # SIGKILL everything the node ever started
 
-Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for
-the device nodes), bin/nvidia-smi, bin/systemctl, bin/journalctl and bin/sudo (wrappers
-around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl`, `fleet.sim.journalctl` and `fleet.sim.sudo`),
-config.json (the spec), state/ (see `fleet.sim.state`), log/ (log/kern.log: the
-kernel log of this boot) and run/ (fleet's reset lock: `lock_file`, as /run/lock
-is not writable for every user). Everything else a command on the node uses
-(find over /proc, ps, kill, timeout, flock) is the real tool.
+Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for the device nodes), bin/nvidia-smi,
+bin/systemctl, bin/journalctl and bin/sudo (wrappers around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl`,
+`fleet.sim.journalctl` and `fleet.sim.sudo`), config.json (the spec), state/ (see `fleet.sim.state`), log/
+(log/kern.log: the kernel log of this boot) and run/ (fleet's reset lock: `lock_file`; mode 0700, as fleet
+requires). Everything else a command on the node uses (find over /proc, ps, kill, timeout, flock) is the real
+tool.
 
-GPU health is part of the spec (a healthy node by default): Xids in the kernel
-log (`xids`, and `log_xid` for one now), ECC and row-remapping counters, the
-NVSwitch fabric's state, a PCIe link trained narrow, MIG mode, and a leaked
-allocation (`leaked_mib`) that only `nvidia-smi -r` frees; the reset is refused
-while anything holds that GPU, as the real one is.
+GPU health is part of the spec (a healthy node by default): Xids in the kernel log (`xids`, and `log_xid` for one
+now), ECC and row-remapping counters, the NVSwitch fabric's state, a PCIe link trained narrow, MIG mode, and a leaked
+allocation (`leaked_mib`) that only `nvidia-smi -r` frees; the reset is refused while anything holds that GPU, as the
+real one is.
 """
 
 from __future__ import annotations
@@ -83,23 +81,24 @@ class WorkerSpec:
 class NodeSpec:
     """Everything about one simulated node; stored as ROOT/config.json.
 
-    GPU health (defaults: healthy): `ecc_error_gpus` report 1 uncorrected and `ecc_corrected_gpus` 3
-    corrected ECC errors (volatile and aggregate); `remap_pending_gpus` have a row remapping pending (a
-    reset applies it), `remap_failed_gpus` a remapping failure; `fabric` is every GPU's NVSwitch fabric
-    "STATE/STATUS" ("In Progress/N/A"; "N/A" for a node without NVSwitch); `narrow_pcie_gpus` run their
-    PCIe link at x8 of x16; `leaked_mib` ((gpu, MiB), ...) stays in memory.used with no process until
-    `nvidia-smi -r`; `xids` ((gpu, code, text), ...) are in the kernel log from the node's start, `text`
-    what follows the code (see `pci.xid_message`). The kernel log also holds a few boot messages, as
-    every real boot's does. `journal` is what journalctl can read (`journalctl.JOURNAL_MODES`: "ok", or a
-    journalctl built without pattern matching, no journal files, a user outside the journal's groups, a hang).
-    `xid_on_kill`: a worker holding GPU memory that dies from a signal makes the driver log Xid 45 (Preemptive
-    cleanup) for it on each of its GPUs, naming its pid and process name, as real drivers do for a process
-    killed with GPU channels active (opt in: not every driver logs it for every kill).
+    GPU health (defaults: healthy): `ecc_error_gpus` report 1 uncorrected and `ecc_corrected_gpus` 3 corrected ECC
+    errors (volatile and aggregate); `remap_pending_gpus` have a row remapping pending (a reset applies it),
+    `remap_failed_gpus` a remapping failure; `fabric` is every GPU's NVSwitch fabric "STATE/STATUS" ("In
+    Progress/N/A"; "N/A" for a node without NVSwitch); `narrow_pcie_gpus` run their PCIe link at x8 of x16;
+    `unread_fields` ((gpu, field), ...) print `[Unknown Error]` in that health field (`nvidia_smi.UNREAD_KEYS`);
+    `leaked_mib` ((gpu, MiB), ...) stays in memory.used with no process until `nvidia-smi -r`; `xids` ((gpu, code,
+    text), ...) are in the kernel log from the node's start, `text` what follows the code (see
+    `pci.xid_message`). The kernel log also holds a few boot messages, as every real boot's does. `journal` is
+    what journalctl can read (`journalctl.JOURNAL_MODES`: "ok", or a journalctl built without pattern matching, no
+    journal files, a user outside the journal's groups, a hang). `xid_on_kill`: a worker holding GPU memory that dies
+    from a signal makes the driver log Xid 45 (Preemptive cleanup) for it on each of its GPUs, naming its pid and
+    process name, as real drivers do for a process killed with GPU channels active (opt in: not every driver logs it
+    for every kill).
 
-    `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in
-    `nvidia-smi -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's
-    index; empty, they are the same. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every
-    nvidia-smi call takes before it answers (8 GPUs without persistence mode: seconds).
+    `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in `nvidia-smi
+    -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's index; empty, they are the
+    same. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every nvidia-smi call takes before
+    it answers (8 GPUs without persistence mode: seconds).
     """
 
     name: str
@@ -122,6 +121,7 @@ class NodeSpec:
     remap_failed_gpus: tuple[int, ...] = ()
     fabric: str = "Completed/Success"
     narrow_pcie_gpus: tuple[int, ...] = ()
+    unread_fields: tuple[tuple[int, str], ...] = ()
     leaked_mib: tuple[tuple[int, int], ...] = ()
     xids: tuple[tuple[int, int, str], ...] = ()
     minor_numbers: tuple[int, ...] = ()
@@ -217,7 +217,7 @@ class SimNode:
         """Create the directories, device files, wrappers and config.json (idempotent); boot the GPUs:
         their health as the spec says (no reset yet) and a kernel log holding the spec's Xids."""
         for sub in ("bin", "dev", "log", "run", "state/procs", "state/units"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+            (self.root / sub).mkdir(mode=0o700 if sub == "run" else 0o777, parents=True, exist_ok=True)
         config = json.loads(self.spec.to_json())
         devices = [state.device_file(config, i) for i in range(self.spec.gpus)] + ["nvidiactl", "nvidia-uvm"]
         for device in devices:

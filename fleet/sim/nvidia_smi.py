@@ -15,8 +15,12 @@ CSV: `, ` between values, a newline after every line, the header keeps its
 compute apps the output is the header alone (or nothing with noheader).
 config.json's `smi_mode` makes it fail as the real one does: "hang" blocks
 until signalled; "driver-not-loaded" (exit 9), "no-devices" (6) and
-"nvml-mismatch" (18) print the real messages; `smi_delay_s` makes every call take
-that long first (8 GPUs without persistence mode). Stdlib only: it is polled.
+"nvml-mismatch" (18) print the real messages; "killed" is SIGKILLed at once, as
+the kernel's OOM killer ends a process (exit 137 with no bound reached); `smi_delay_s`
+makes every call take that long first (8 GPUs without persistence mode).
+`unread_fields` ((gpu, field), ...) print `[Unknown Error]` for that health field of
+that GPU in --query-gpu and `Unknown Error` at its key in -q, as the real tool prints
+NVML's error string for a value it could not read. Stdlib only: it is polled.
 
 `-q` is rendered from q_template.txt, a real `nvidia-smi -q` of one idle H200 on driver 590.48.01
 (utkuozdemir/nvidia_gpu_exporter, MIT; the same text as
@@ -33,6 +37,8 @@ dev/nvidia<minor> and `-q` prints that minor number (`minor_numbers`; by default
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -54,7 +60,19 @@ FAILURES = {
         18,
     ),
 }
-SMI_MODES = ("ok", "hang", *FAILURES)
+SMI_MODES = ("ok", "hang", "killed", *FAILURES)
+# What the real tool prints for a value NVML could not read (NVML_ERROR_UNKNOWN's string; bracketed in CSV).
+UNREAD = "Unknown Error"
+# Each health field `unread_fields` may name and where -q prints the same fact (KeyPath under the GPU's section).
+UNREAD_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "ecc.errors.uncorrected.volatile.total": (("ECC Errors", "Volatile", "DRAM Uncorrectable"),),
+    "ecc.errors.corrected.volatile.total": (("ECC Errors", "Volatile", "SRAM Correctable"),),
+    "retired_pages.pending": (("Retired Pages", "Pending Page Blacklist"),),
+    "remapped_rows.pending": (("Remapped Rows", "Pending"),),
+    "remapped_rows.failure": (("Remapped Rows", "Remapping Failure Occurred"),),
+    "fabric.state": (("Fabric", "State"),),
+    "fabric.status": (("Fabric", "Status"),),
+}
 # PCI addresses of the eight GPUs of a real HGX H100 board (GPUD capture, driver 550.90.07).
 RESERVED_MIB = 479
 CUDA_VERSION = "12.4"
@@ -103,6 +121,7 @@ class Gpu(NamedTuple):
     fabric: tuple[str, str] = ("Completed", "Success")  # (state, status)
     narrow: bool = False  # the PCIe link trained at x8 instead of x16
     minor: int | None = None  # the device file's minor number (dev/nvidia<minor>); None: the index
+    unread: frozenset[str] = frozenset()  # health fields (UNREAD_KEYS) printed as UNREAD
 
     @property
     def free(self) -> int | None:
@@ -183,6 +202,14 @@ GPU_FIELDS: dict[str, tuple[str | None, Getter]] = {
     "fabric.state": (None, lambda g: g.fabric[0]),
     "fabric.status": (None, lambda g: g.fabric[1]),
 }
+
+
+def unread_or(field: str, get: Getter) -> Getter:
+    """`get`, but `[Unknown Error]` on a GPU whose `field` the node leaves unread."""
+    return lambda g: f"[{UNREAD}]" if field in g.unread else get(g)
+
+
+GPU_FIELDS |= {field: (GPU_FIELDS[field][0], unread_or(field, GPU_FIELDS[field][1])) for field in UNREAD_KEYS}
 GPU_ALIASES = {"gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}
 GPU_FIELDS |= {alias: GPU_FIELDS[field] for alias, field in GPU_ALIASES.items()}
 
@@ -243,6 +270,7 @@ def make_gpu(
         fabric=fabric_of(config["fabric"]),
         narrow=index in config["narrow_pcie_gpus"],
         minor=state.minor_of(config, index),
+        unread=frozenset(field for gpu, field in config["unread_fields"] if gpu == index),
     )
 
 
@@ -463,6 +491,7 @@ def q_values(gpu: Gpu) -> dict[KeyPath, str]:
         values[("ECC Errors", scope, "DRAM Uncorrectable")] = str(gpu.ecc)
     if fabric_state == "N/A":  # no fabric: no clique either
         values[("Fabric", "CliqueId")] = values[("Fabric", "ClusterUUID")] = "N/A"
+    values |= {key: UNREAD for field in gpu.unread for key in UNREAD_KEYS[field]}
     return values
 
 
@@ -596,6 +625,8 @@ def answer(root: Path, opts: dict[str, str]) -> str:
     config = state.load_config(root)
     if config["smi_mode"] == "hang":
         hang()
+    if config["smi_mode"] == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(config["smi_delay_s"])  # initialising 8 GPUs again without persistence mode: 1-3 s each
     if config["smi_mode"] in FAILURES:
         raise mode_failure(config["smi_mode"])

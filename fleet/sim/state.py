@@ -68,6 +68,7 @@ class NodeConfig(TypedDict):
     remap_failed_gpus: list[int]
     fabric: str
     narrow_pcie_gpus: list[int]
+    unread_fields: list[tuple[int, str]]
     leaked_mib: list[tuple[int, int]]
     xids: list[tuple[int, int, str]]
     journal: str
@@ -460,10 +461,12 @@ def reset_gpus(root: Path, config: NodeConfig, gpus: Collection[int]) -> None:
 # ---------------------------------------------------------------- the kernel log
 
 
-def log_kernel(root: Path, message: str, when: float | None = None) -> None:
-    """Append one kernel message to log/kern.log with one O_APPEND write."""
+def log_kernel(root: Path, message: str | bytes, when: float | None = None) -> None:
+    """Append one kernel message to log/kern.log with one O_APPEND write; bytes are kept as bytes (those not UTF-8
+    surrogate-escaped in the record), as journald keeps what the kernel wrote."""
     stamp = time.time() if when is None else when
-    record: KernelRecord = {"usec": int(stamp * 1_000_000), "message": message}
+    text = message.decode("utf-8", "surrogateescape") if isinstance(message, bytes) else message
+    record: KernelRecord = {"usec": int(stamp * 1_000_000), "message": text}
     fd = os.open(kern_log(root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())

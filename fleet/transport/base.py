@@ -12,6 +12,9 @@ command printed its first line. The command ends when `OpenCommand.release()` cl
 its stdin (EOF), when its session ends (the client died: the channel closes,
 stdin ends too), or at its own remote bound at the latest.
 
+`Transport.run` may give a command its whole stdin (`stdin`): a batch's frame tag goes there, never in the
+argv, which any user on the node may read (/proc/PID/cmdline).
+
 `privileged` says whether a command needs root; only those go through
 `sudo -n` on a `become` host (see `Probe.needs_root` in `fleet.node.probe`),
 and sudo itself runs inside the remote `timeout` too (see `bounded_argv`).
@@ -39,8 +42,11 @@ from fleet.model.outcomes import CommandResult as CommandResult
 REMOTE_KILL_AFTER_S = 1.0
 # Extra seconds the client waits past the remote bound before it gives up.
 CLIENT_GRACE_S = 2.0
-# Exit statuses coreutils' `timeout` uses when it had to end the command.
+# Exit statuses coreutils' `timeout` uses when it had to end the command: 124 (SIGTERM ended it), 137 (it ignored
+# SIGTERM and `-k`'s SIGKILL ended it). A 137 before the bound is a SIGKILL from elsewhere (the OOM killer): the
+# command was killed, it did not hang (`bound_reached`).
 TIMEOUT_EXIT_STATUSES = frozenset({124, 137})
+KILLED = 137  # 128 + SIGKILL
 # Characters of output a CommandResult keeps per stream.
 OUTPUT_LIMIT = 1024 * 1024  # `nvidia-smi -q` of 8 GPUs is 150-250 KB; logs keep 4 KiB of it
 # Seconds a held command gets to end after its stdin closed, before it is killed.
@@ -99,8 +105,10 @@ class OpenCommand:
 class Transport(Protocol):
     """One session to one host, reused for all of its commands."""
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
-        """Run argv bounded by `timeout` seconds; raise CommandTimeout past it."""
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
+        """Run argv bounded by `timeout` seconds; raise CommandTimeout past it. `stdin`: what the command reads
+        on its stdin, then EOF (none: an empty stdin); what only the command may know goes there, never in argv."""
         ...
 
     async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
@@ -168,13 +176,28 @@ def make_result(
     )
 
 
+def killed(result: CommandResult) -> bool:
+    """Whether SIGKILL ended the command: exit 137 (through a shell), or the signal itself (`timeout` passes its
+    command's death on, and kills itself after `-k`)."""
+    return result.exit_status == KILLED or result.signal == "SIGKILL"
+
+
+def bound_reached(result: CommandResult, timeout: float) -> bool:
+    """Whether the node's `timeout` ended the command: 124, or SIGKILL after `timeout` seconds (measured here, so
+    never shorter than on the node). A SIGKILL sooner is one from elsewhere (the OOM killer): an answer the probe
+    reads as "killed by signal 9", never a hang."""
+    if killed(result):
+        return result.duration_s >= timeout
+    return result.exit_status in TIMEOUT_EXIT_STATUSES
+
+
 def finish(result: CommandResult, host: Host, timeout: float, *, become: bool) -> CommandResult:
     """Raise for what the node's bounds say was no answer, or a sudo that wants a password; else the result.
 
     `become`: whether this command went through `sudo -n`. This is the one place
     a refused sudo becomes an AuthError, for every transport.
     """
-    if result.exit_status in TIMEOUT_EXIT_STATUSES:
+    if bound_reached(result, timeout):
         raise CommandTimeout(result, timeout)
     if become and result.exit_status != 0 and any(s in result.stderr for s in SUDO_WANTS_PASSWORD):
         command = result.argv[0] if result.argv else "?"

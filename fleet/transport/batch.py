@@ -2,13 +2,16 @@
 
 A batch is one bounded command on the node (`batch.sh` beside this file: POSIX sh) that runs each argv in
 turn, each under its own `timeout`, and frames what each printed on stdout and stderr with a tag that is
-random for the batch. So a batch costs one SSH channel instead of N, and each section still is what the
-command alone would have been: its own exit status, its own two streams, its own bound. A section whose frame
-is missing or cut (the batch was ended, its output clipped) is no answer, never an empty one; a section that
-timed out ends the batch (the rest are not run, as a step stops at its first hung command).
+random for the batch. The tag goes on the command's stdin (`batch_input`), never in its argv: any user on the
+node may read another's /proc/PID/cmdline, and a process that knew the tag could print a frame. So a batch
+costs one SSH channel instead of N, and each section still is what the command alone would have been: its
+own exit status, its own two streams, its own bound. A section whose frame is missing, cut or doubled (the
+batch was ended, its output clipped, the tag met inside a section) is no answer, never an empty one; a section
+that timed out ends the batch (the rest are not run, as a step stops at its first hung command).
 
-Pure: the argv to run (`batch_argv`), its bound (`batch_timeout`) and reading its output back (`sections`);
-for fakes, the other way round (`unbatch`, `frame`). `fleet.node.node.Node.batch` runs probes through it.
+Pure: the argv to run (`batch_argv`), its stdin (`batch_input`), its bound (`batch_timeout`) and reading its
+output back (`sections`); for fakes, the other way round (`unbatch`, `tag_of`, `frame`). `fleet.node.node.Node.batch`
+runs probes through it.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ import re
 import secrets
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
-from fleet.transport.base import REMOTE_KILL_AFTER_S
+from fleet.transport.base import KILLED, REMOTE_KILL_AFTER_S
 
 # The program, its comment lines dropped (they cost bytes on every batch).
 PROGRAM = "\n".join(
@@ -35,27 +38,49 @@ _TAG = re.compile(r"^[0-9a-f]{16}$")
 
 @dataclass(frozen=True)
 class Section:
-    """What one section of a batch did: as a command of its own would have."""
+    """What one section of a batch did: as a command of its own would have; `ran_s`, how long it ran on the node
+    (None where the node could not say)."""
 
     exit_status: int
     stdout: str
     stderr: str
+    ran_s: float | None = field(default=None, compare=False)  # a measurement: not part of what it answered
+
+
+def bound_word(bound: float) -> str:
+    """A section's bound as batch.sh is given it (`timeout`'s seconds, one decimal)."""
+    return f"{max(bound, 0.1):.1f}"
+
+
+def bound_fired(exit_status: int, ran_s: float | None, bound: float) -> bool:
+    """Whether a section's own `timeout` ended it, as batch.sh decides it too: 124, or 137 once it ran its bound
+    (SIGTERM ignored, SIGKILL a second later). A 137 before the bound is a SIGKILL from elsewhere (the kernel's
+    OOM killer), not a hang; one whose run time is unknown counts as the bound's."""
+    if exit_status == 124:
+        return True
+    return exit_status == KILLED and (ran_s is None or ran_s >= float(bound_word(bound)))
 
 
 def new_tag() -> str:
     return secrets.token_hex(8)
 
 
-def batch_argv(tag: str, parts: Sequence[tuple[float, Sequence[str]]]) -> tuple[str, ...]:
-    """`sh -c PROGRAM fleet-batch TAG T1 LINE1 ...`: each part (its bound in seconds, its argv) quoted once."""
-    if not _TAG.match(tag):
-        raise ValueError(f"bad batch tag {tag!r}")
+def batch_argv(parts: Sequence[tuple[float, Sequence[str]]]) -> tuple[str, ...]:
+    """`sh -c PROGRAM fleet-batch T1 LINE1 ...`: each part (its bound in seconds, its argv) quoted once.
+    No tag: it goes on stdin (`batch_input`)."""
     words: list[str] = []
     for bound, argv in parts:
         if not argv:
             raise ValueError("empty argv in a batch")
-        words += [f"{max(bound, 0.1):.1f}", shlex.join(argv)]
-    return ("sh", "-c", PROGRAM, "fleet-batch", tag, *words)
+        words += [bound_word(bound), shlex.join(argv)]
+    return ("sh", "-c", PROGRAM, "fleet-batch", *words)
+
+
+def batch_input(tag: str) -> str:
+    """What the batch reads on its stdin: the tag, one line."""
+    if not _TAG.match(tag):
+        raise ValueError(f"bad batch tag {tag!r}")
+    return tag + "\n"
 
 
 def batch_timeout(bounds: Sequence[float]) -> float:
@@ -64,52 +89,84 @@ def batch_timeout(bounds: Sequence[float]) -> float:
 
 
 def sections(tag: str, count: int, stdout: str, stderr: str) -> list[Section | None]:
-    """Each of the `count` sections as the batch framed it; None for one whose frame is missing or cut.
+    """Each of the `count` sections as the batch framed it; None for one whose frame is missing, cut or doubled.
 
     One pass over each stream with plain string search (no pattern a batch: this runs for every command)."""
     outs, errs = _frames(stdout, tag, count, with_status=True), _frames(stderr, tag, count, with_status=False)
-    return [Section(out[1], out[0], err[0]) if out is not None and err is not None else None
+    return [Section(out[1], out[0], err[0], out[2]) if out is not None and err is not None else None
             for out, err in zip(outs, errs, strict=True)]
 
 
-def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tuple[str, int] | None]:
-    """(text, status) of sections 0..count-1 in one stream, in order; None from the first one not closed.
+def opened(tag: str, index: int, stdout: str) -> bool:
+    """Whether section `index` began (its head is on stdout), closed or not: one a batch cut mid-way was running."""
+    head = f"{tag} {index}\n"
+    return stdout.startswith(head) or f"\n{head}" in stdout
 
-    A section opens with "TAG I\n" (at the stream's start or a line's) and closes with "\nTAG I STATUS\n"
-    on stdout, "\nTAG I\n" on stderr; frames are looked for only after the previous section's close."""
-    found: list[tuple[str, int] | None] = []
-    at = 0
+
+def _status(text: str) -> tuple[int, float | None] | None:
+    """"STATUS RAN" (RAN in centiseconds, or empty) or "STATUS" as a close carries it; None for anything else."""
+    status, _, ran = text.partition(" ")
+    if not status.isdigit() or not (ran == "" or ran.isdigit()):
+        return None
+    return int(status), (int(ran) / 100 if ran else None)
+
+
+def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tuple[str, int, float | None] | None]:
+    """(text, status, seconds run) of sections 0..count-1 in one stream, in order; None from the first one not
+    framed whole.
+
+    Section 0 opens with "TAG 0\n" at the stream's start or a line's (what came before it was written before
+    the batch ran: sshd's "Could not chdir to home directory", a login shell's rc file); section I > 0 opens
+    exactly where the previous section's close ends. Each closes with "\nTAG I STATUS RAN\n" on stdout (RAN:
+    centiseconds, or empty), "\nTAG I\n" on stderr. Nothing may stand between two frames or after the last, and
+    a section's text that holds the tag anywhere (a doubled or forged frame) is no answer: from there on, None.
+    A stream where the tag stands more often than the frames read account for (and the head of a section cut
+    short) had a frame forged somewhere: none of its sections is an answer."""
+    found: list[tuple[str, int, float | None] | None] = []
+    first = f"{tag} 0\n"
+    at = 0 if stream.startswith(first) else stream.find("\n" + first) + 1  # 0 when there is none: no frame
     for index in range(count):
         head = f"{tag} {index}\n"
-        opened = 0 if at == 0 and stream.startswith(head) else stream.find("\n" + head, at)
-        if opened < 0:
+        if not stream.startswith(head, at):
             break
-        start = opened + len(head) + (0 if opened == 0 and stream.startswith(head) else 1)
+        start = at + len(head)
         close = f"\n{tag} {index} " if with_status else f"\n{tag} {index}\n"
         closed = stream.find(close, start)
-        if closed < 0:
+        if closed < 0 or tag in stream[start:closed]:
             break
         after = closed + len(close)
-        status = 0
+        status, ran = 0, None
         if with_status:
             end = stream.find("\n", after)
-            if end < 0 or not stream[after:end].isdigit():
+            closing = _status(stream[after:end]) if end >= 0 else None
+            if closing is None:
                 break
-            status, after = int(stream[after:end]), end + 1
-        found.append((stream[start:closed], status))
-        at = after - 1  # the next head starts after this close's newline
+            (status, ran), after = closing, end + 1
+        found.append((stream[start:closed], status, ran))
+        at = after
+    if found and at < len(stream) and not stream.startswith(f"{tag} {len(found)}\n", at):
+        found.pop()  # what follows the last close is no frame: that close may have been one, forged
+    cut = stream.startswith(f"{tag} {len(found)}\n", at)  # the head of a section that never closed
+    if stream.count(tag) != 2 * len(found) + cut:
+        return [None] * count  # the tag stands where no frame of ours does: a frame was forged
     return found + [None] * (count - len(found))
 
 
 # --- the node's side, for fakes (the scripted transport, the in-process simulated node) ----------------------
 
 
-def unbatch(argv: Sequence[str]) -> tuple[str, list[tuple[float, list[str]]]] | None:
-    """(tag, [(bound, argv), ...]) when argv is a batch `batch_argv` built; None for any other command."""
-    if len(argv) < 5 or tuple(argv[:4]) != ("sh", "-c", PROGRAM, "fleet-batch"):
+def unbatch(argv: Sequence[str]) -> list[tuple[float, list[str]]] | None:
+    """[(bound, argv), ...] when argv is a batch `batch_argv` built; None for any other command."""
+    if len(argv) < 4 or tuple(argv[:4]) != ("sh", "-c", PROGRAM, "fleet-batch"):
         return None
-    words = list(argv[5:])
-    return argv[4], [(float(words[i]), list(_split(words[i + 1]))) for i in range(0, len(words) - 1, 2)]
+    words = list(argv[4:])
+    return [(float(words[i]), list(_split(words[i + 1]))) for i in range(0, len(words) - 1, 2)]
+
+
+def tag_of(stdin: str | None) -> str | None:
+    """The tag a batch's stdin carries (`batch_input`); None when there is none (batch.sh then runs nothing)."""
+    line = (stdin or "").split("\n", 1)[0]
+    return line if _TAG.match(line) else None
 
 
 @lru_cache(maxsize=4096)
@@ -119,7 +176,8 @@ def _split(line: str) -> tuple[str, ...]:
 
 
 def frame(tag: str, answers: Sequence[tuple[int, str, str]]) -> tuple[str, str]:
-    """What batch.sh prints for sections that answered (exit status, stdout, stderr), in order."""
+    """What batch.sh prints for sections that answered (exit status, stdout, stderr), in order; without the run
+    time (a node that cannot say it: a 137 then counts as its bound's)."""
     out = "".join(f"{tag} {i}\n{stdout}\n{tag} {i} {status}\n" for i, (status, stdout, _) in enumerate(answers))
     err = "".join(f"{tag} {i}\n{stderr}\n{tag} {i}\n" for i, (_, _, stderr) in enumerate(answers))
     return out, err

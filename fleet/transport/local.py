@@ -60,11 +60,16 @@ class LocalTransport:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
-        """Run argv locally; CommandTimeout (with partial output) past the deadline."""
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
+        """Run argv locally (`stdin`: its whole stdin); CommandTimeout (with partial output) past the deadline."""
         started = time.monotonic()
         become = self._host.become and privileged
-        proc = await self._spawn(bounded_argv(argv, timeout, become=become))
+        proc = await self._spawn(bounded_argv(argv, timeout, become=become),
+                                 stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE)
+        if stdin is not None and proc.stdin is not None:
+            proc.stdin.write(stdin.encode())
+            _close_stdin(proc)
         out, err = _Output(), _Output()
         ended = await _collect(proc, out, err, client_deadline(timeout))
         result = _local_result(argv, proc, out.text(), err.text(), started)

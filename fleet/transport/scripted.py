@@ -12,7 +12,8 @@ it, `sent` as it would go on the wire (`fleet.transport.base.bounded_argv`:
 privileged commands on a `become` transport).
 
 A batch (`fleet.transport.batch`) is answered section by section from the same script, as batch.sh would:
-each section in `ran`, beside the batch's wire line in `sent`; a section slower than its bound ends with
+its tag read from the stdin the logic gave (none: nothing runs, exit 2, as batch.sh); each section in `ran`,
+beside the batch's wire line in `sent`; a section slower than its bound ends with
 `timeout`'s 124 and ends the batch, a batch slower than its own bound with a CommandTimeout carrying the
 sections done.
 """
@@ -69,10 +70,15 @@ class ScriptedTransport:
                 return answer(argv) if callable(answer) else answer
         raise AssertionError(f"unscripted command: {list(argv)}")
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
         batched = batch.unbatch(argv)
         if batched is not None:
-            return await self._run_batch(argv, *batched, timeout=timeout, privileged=privileged)
+            tag = batch.tag_of(stdin)
+            if tag is None:  # as batch.sh: no tag on stdin, nothing run
+                self.sent.append(tuple(bounded_argv(argv, timeout, become=self.become and privileged)))
+                return CommandResult(tuple(argv), 2, "", "", 0.0)
+            return await self._run_batch(argv, tag, batched, timeout=timeout, privileged=privileged)
         reply = self._answer(argv, timeout, privileged)
         if reply.delay_s > timeout:
             await anyio.sleep(timeout)

@@ -14,7 +14,11 @@
   `SRAM/DRAM ...` on Ampere and newer (`SRAM Uncorrectable` before driver ~535 split it into `Parity`
   and `SEC-DED`) and `Single Bit` / `Double Bit` ... `Total` on Volta and older; `Remapped Rows` is one
   `: N/A` line where the GPU has no row remapper, and `Fabric` is missing before driver ~525. A value
-  or section that is missing, `N/A` or a note (`[N/A]`, `Unknown Error`, `Not Supported`) reads as None.
+  or section that is missing, `N/A` or `Not Supported` (bracketed or not) reads as None: not applicable.
+* Unread is not absent: where nvidia-smi prints one of NVML's error strings instead of a value (`[Unknown
+  Error]`, `[GPU is lost]`, `Insufficient Permissions`, ...: `NVML_ERRORS`, or any other bracketed note) in an
+  ECC, retired-pages, row-remapper or fabric field, the fact was not observed: it reads as None and the GPU's
+  `unread` names the check, the field and the note (the health gate fails that check).
 The kernel log's Xid events are `fleet.node.probes.kernel_log`'s.
 
 Section names are matched without regard to case (`Ecc Mode` on older drivers, `ECC Mode` on newer).
@@ -28,12 +32,23 @@ from dataclasses import dataclass, replace
 
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
-from fleet.node.probes.smi import SMI_HANG, classify_smi_failure, field_value
+from fleet.node.probes.smi import SMI_HANG, classify_smi_failure
 from fleet.transport.base import CommandResult
 
-# Notes nvidia-smi -q prints without brackets where a value is not there; read as None.
-NOTES = frozenset({"Unknown Error", "Not Supported", "Not Available", "Insufficient Permissions",
-                   "Requested functionality has been deprecated", "GPU is lost"})
+# What nvidia-smi prints for a value that does not apply to this GPU (bare in -q, `[N/A]` / `[Not Supported]` in
+# --query-gpu; the captures in tests/fixtures/nvidia-smi): no page retirement on a GPU with a row remapper, no
+# fabric without NVSwitch. The fact is absent: nothing to judge.
+NOT_APPLICABLE = frozenset({"", "N/A", "Not Supported"})
+# NVML's error strings (nvmlErrorString, as the NVML headers and bindings spell them), which nvidia-smi prints in
+# place of a value it asked for and did not get: bare in -q, bracketed in --query-gpu (any bracketed note counts
+# too), and `Not Available`, which older -q output prints. The fact was not observed: never read as "fine".
+NVML_ERRORS = frozenset({
+    "Unknown Error", "GPU is lost", "Insufficient Permissions", "Not Available", "Timeout", "GPU requires reset",
+    "GPU requires restart", "Corrupted infoROM", "Corrupted InfoROM", "Driver Not Loaded", "Uninitialized",
+    "Invalid Argument", "Not Found", "Function Not Found", "Insufficient Memory", "No data", "In use by another client",
+    "Interrupt Request Issue", "IRQ Issue", "Requested functionality has been deprecated", "Deprecated", "Not Ready",
+    "GPU not found", "Invalid state", "The operating system has blocked the request",
+})
 
 # What -q prints, unindented, for a GPU it cannot read (the others' sections may follow).
 _UNREADABLE_GPU = ("Unable to determine the device handle", "GPU is lost", "fallen off the bus")
@@ -64,6 +79,31 @@ _WIDTH_PATH = (*_LINK, "link width")
 
 Path = tuple[str, ...]
 
+# The checks (`fleet.model.health_checks`) each --query-gpu health field, and each -q fact's path, is read for: a
+# note in one of them (`NVML_ERRORS`) leaves that check's fact unread.
+_REMAP_CHECKS = ("remap_pending", "remap_failed")
+_FIELD_CHECKS = {
+    "ecc.errors.corrected.volatile.total": "ecc_corrected", "ecc.errors.uncorrected.volatile.total": "ecc_uncorrected",
+    "retired_pages.pending": "retired_pending", "fabric.state": "fabric", "fabric.status": "fabric",
+}
+_PATH_CHECKS: tuple[tuple[Path, str], ...] = (
+    *(((*_ECC_VOLATILE, *key), "ecc_corrected") for key in _CORRECTED),
+    *(((*_ECC_VOLATILE, *key), "ecc_uncorrected") for key in _UNCORRECTED),
+    ((*_RETIRED, "pending"), "retired_pending"),
+    (_REMAP_PENDING, "remap_pending"), (_REMAP_FAILED, "remap_failed"),
+    (_FABRIC_STATE, "fabric"), (_FABRIC_STATUS, "fabric"),
+)
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A health fact nvidia-smi did not give: the check it is read for, the field (as --query-gpu names it, or
+    -q's key path) and what nvidia-smi printed instead (`[Unknown Error]`)."""
+
+    check: str
+    field: str
+    note: str
+
 
 @dataclass(frozen=True)
 class GpuHealth:
@@ -82,13 +122,16 @@ class GpuHealth:
     pcie_gen_max: int | None
     pcie_width: int | None          # Link Width Current ("16x" -> 16)
     pcie_width_max: int | None
+    unread: tuple[Unread, ...] = ()  # the facts nvidia-smi printed an error note for: not observed, never "fine"
 
 
 @dataclass(frozen=True)
 class _Value:
     lineno: int
     line: str
-    text: str | None  # None: N/A or a note
+    text: str | None  # None: not applicable, or a note
+    note: str | None = None  # the NVML error note printed instead of the value (not observed)
+    label: str = ""  # the field as the report names it: --query-gpu's name, or -q's key path
 
 
 # --- nvidia-smi -q ------------------------------------------------------------
@@ -159,15 +202,38 @@ def _section_line(lineno: int, line: str, stack: list[str], values: dict[Path, _
         raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
     del stack[depth - 1:]
     pair = _KEY_VALUE.fullmatch(line.strip())
-    name = (line.strip() if pair is None else pair.group(1)).lower()
+    name = line.strip() if pair is None else pair.group(1)
     if pair is not None:
-        values[(*stack, name)] = _Value(lineno, line, _present(pair.group(2)))
+        path = tuple(part.lower() for part in (*stack, name))
+        values[path] = _Value(lineno, line, *_reading(pair.group(2)), label=" / ".join((*stack, name)))
     stack.append(name)  # a key may have lines under it too (`Process ID : 25384` > `Type : C`)
 
 
-def _present(raw: str) -> str | None:
-    value = field_value(raw)
-    return None if value is None or value in NOTES else value
+def _reading(raw: str) -> tuple[str | None, str | None]:
+    """(the value, None); (None, None) where it does not apply; (None, the note) where nvidia-smi printed an
+    error note instead (`NVML_ERRORS`, or any bracketed note but `[N/A]` and `[Not Supported]`)."""
+    value = raw.strip()
+    bracketed = value.startswith("[") and value.endswith("]")
+    inner = value[1:-1] if bracketed else value
+    if inner in NOT_APPLICABLE:
+        return None, None
+    if bracketed or inner in NVML_ERRORS:
+        return None, value
+    return value, None
+
+
+def _checks_of(path: Path) -> set[str]:
+    """The checks a -q value at `path` is read for: its own fact's, or every fact under it (a section printed as
+    one `: Unknown Error` line)."""
+    found = {check for fact, check in _PATH_CHECKS if fact[:len(path)] == path}
+    if path[:-1] == _RETIRED and path[-1].startswith("pending"):
+        found.add("retired_pending")
+    return found
+
+
+def _q_unread(values: Mapping[Path, _Value]) -> tuple[Unread, ...]:
+    return tuple(Unread(check, v.label, v.note) for path, v in values.items() if v.note is not None
+                 for check in sorted(_checks_of(path)))
 
 
 def _gpu_health(bus_id: str, values: Mapping[Path, _Value]) -> GpuHealth:
@@ -185,6 +251,7 @@ def _gpu_health(bus_id: str, values: Mapping[Path, _Value]) -> GpuHealth:
         pcie_gen_max=_number(values.get((*_GEN, "max")), "PCIe generation"),
         pcie_width=_width(values.get((*_WIDTH_PATH, "current"))),
         pcie_width_max=_width(values.get((*_WIDTH_PATH, "max"))),
+        unread=_q_unread(values),
     )
 
 
@@ -216,8 +283,12 @@ def _width(value: _Value | None) -> int | None:
 
 
 def _total(values: Mapping[Path, _Value], keys: tuple[Path, ...]) -> int | None:
-    """The sum of the volatile ECC counters `keys` this driver prints; None when it prints none."""
-    counts = [_number(values.get((*_ECC_VOLATILE, *key)), "ECC error count") for key in keys]
+    """The sum of the volatile ECC counters `keys` this driver prints; None when it prints none, or when one of
+    them was not read (its note is in `unread`)."""
+    printed = [values.get((*_ECC_VOLATILE, *key)) for key in keys]
+    if any(v is not None and v.note is not None for v in printed):
+        return None
+    counts = [_number(v, "ECC error count") for v in printed]
     present = [n for n in counts if n is not None]
     return sum(present) if present else None
 
@@ -260,7 +331,8 @@ def _fact_row(lineno: int, line: str) -> GpuHealth:
     cells = [part.strip() for part in line.split(",")]
     if len(cells) != len(HEALTH_FIELDS):
         raise ProbeParseError(lineno, line, f"{len(cells)} values, {len(HEALTH_FIELDS)} fields asked (output cut?)")
-    values = [_Value(lineno, line, _present(cell)) for cell in cells]
+    values = [_Value(lineno, line, *_reading(cell), label=name)
+              for cell, name in zip(cells, HEALTH_FIELDS, strict=True)]
     bus, persistence, corrected, uncorrected, retired, state, status, gen, gen_max, width, width_max = values
     if bus.text is None or not _BUS_ID.fullmatch(bus.text):
         raise ProbeParseError(lineno, line, "no PCI bus id")
@@ -271,6 +343,8 @@ def _fact_row(lineno: int, line: str) -> GpuHealth:
         fabric_state=state.text, fabric_status=status.text,
         pcie_gen=_number(gen, "PCIe generation"), pcie_gen_max=_number(gen_max, "PCIe generation"),
         pcie_width=_number(width, "PCIe link width"), pcie_width_max=_number(width_max, "PCIe link width"),
+        unread=tuple(Unread(_FIELD_CHECKS[v.label], v.label, v.note) for v in values
+                     if v.note is not None and v.label in _FIELD_CHECKS),
     )
 
 
@@ -284,8 +358,13 @@ def joined(facts: tuple[GpuHealth, ...], remaps: tuple[GpuHealth, ...]) -> tuple
     if set(by_bus) != {f.bus_id.upper() for f in facts}:
         raise ProbeParseError(1, "", f"--query-gpu and -q -d ROW_REMAPPER list other GPUs ({len(facts)} and "
                                      f"{len(remaps)}; output cut?)")
-    return tuple(replace(f, remap_pending=by_bus[f.bus_id.upper()].remap_pending,
-                         remap_failed=by_bus[f.bus_id.upper()].remap_failed) for f in facts)
+    return tuple(_with_remapper(f, by_bus[f.bus_id.upper()]) for f in facts)
+
+
+def _with_remapper(facts: GpuHealth, remapper: GpuHealth) -> GpuHealth:
+    remap_unread = tuple(u for u in remapper.unread if u.check in _REMAP_CHECKS)
+    return replace(facts, remap_pending=remapper.remap_pending, remap_failed=remapper.remap_failed,
+                   unread=(*facts.unread, *remap_unread))
 
 
 # --- the probes -------------------------------------------------------------

@@ -1,11 +1,18 @@
 """The kernel log's Xid events, read so that "no Xid" is only ever said of a read that provably ran to its end.
 
-`read(cursor)` runs `kernel_log.sh` (beside this file): `journalctl -k -b -o short-unix --no-pager --show-cursor
-[--after-cursor=CURSOR]` piped through the awk program `xids.awk`, which keeps the Xid lines summarised (one
+`read(cursor)` runs `kernel_log.sh` (beside this file): `journalctl -k -b -a -o short-unix --no-pager --show-cursor
+[--after-cursor=CURSOR]` piped through the awk program `xids.awk` (bytes: LC_ALL=C), which keeps the Xid lines
+summarised (one
 group per PCI address, Xid code and pid: its count, first and last line; bounded, so a storm of one Xid is one
 group and never reaches the transport's 1 MiB cut) and passes journalctl's cursor line through, then says how
-journalctl ended. No `--grep`: journalctl exits 1 both when a pattern matches nothing and on its errors, and a
-journalctl built without pattern matching refuses it (`Compiled without pattern matching support`).
+journalctl ended. `-a`: journald keeps a kernel message as the bytes the kernel wrote, and without it journalctl
+prints one that is not printable UTF-8 (an Xid naming a thread whose name the kernel cut at 15 bytes, mid-
+character) as `[N blob data]`, an Xid no pattern sees. Each kept line comes back with every byte outside printable
+ASCII, and every backslash, written `\\xNN` (`Xid.detail`; `Xid.process_name` has the thread's name as bytes), and a
+message's further lines joined to it; an entry journalctl printed as blob data anyway, or a further line with no
+entry before it, makes the read unreadable. No `--grep`: journalctl exits 1 both when a pattern matches nothing
+and on its errors, and a journalctl built without pattern matching refuses it (`Compiled without pattern matching
+support`).
 
 What proves a read whole, and nothing less (`reading`): journalctl exited 0, the summary's end line came (the
 output was not cut), and journalctl printed the cursor of the last kernel message it read (`-- cursor: ...`,
@@ -19,6 +26,7 @@ after it (`--after-cursor`): the Xids logged during the reset, whatever the boot
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -54,6 +62,7 @@ _XID = re.compile(
 _BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
 _PID = re.compile(r"pid=(\d+)(?:,|$)")
 _NAME = re.compile(r"name=([^,]+)")
+_ESCAPED = re.compile(r"\\x([0-9a-f]{2})")
 XID_MARK = "NVRM: Xid"
 
 
@@ -89,6 +98,12 @@ class Xid:
         """The process name the line gives (`name=python3`), when it gives one."""
         found = _NAME.search(self.detail) if self.pid is not None else None
         return found.group(1).strip() if found and found.group(1) != "<unknown>" else None
+
+    @property
+    def process_name(self) -> bytes | None:
+        """The process (thread) name as the kernel wrote it, bytes (`process` is its escaped text)."""
+        name = self.process
+        return None if name is None else unescape(name)
 
     @property
     def last(self) -> float:
@@ -128,13 +143,16 @@ def reading(result: CommandResult) -> KernelLog:
     log was read to its end."""
     rows = [line for _, line in lines(result.stdout)]
     end = rows[-1].split() if rows else []
-    if len(end) != 4 or end[0] != "end" or not (end[2].isdigit() and end[3].isdigit()):
+    if len(end) != 5 or end[0] != "end" or not all(n.isdigit() for n in end[2:]):
         raise KernelLogUnread(_failed(result) if result.exit_status not in (0, None) else
                               "the read's output was cut before its end")
     if end[1] != "0" or result.exit_status != 0:
         raise KernelLogUnread(_failed(result, None if end[1] == "-" else end[1]))
     if int(end[3]):
         raise KernelLogUnread(f"{end[3]} Xid lines of more than {GROUPS} kinds were not kept")
+    if int(end[4]):
+        raise KernelLogUnread(f"{end[4]} kernel messages journalctl did not print as their bytes ([N blob data], or a"
+                              " line of no message): an Xid among them would be missed")
     cursors = [r.removeprefix("-- cursor: ") for r in rows[:-1] if r.startswith("-- cursor: ")]
     if not cursors:
         said = first_line(result.stderr) if result.stderr.strip() else ""
@@ -189,6 +207,13 @@ def _line_xid(lineno: int, line: str) -> Xid:
     domain, bus, device, code, detail = found.groups()
     return Xid(at=float(stamped.group(1)), pci=_pci(domain, bus, device), code=int(code),
                detail=(detail or "").strip())
+
+
+def unescape(text: str) -> bytes:
+    """The bytes of a kept line's text (xids.awk writes each byte outside printable ASCII, and `\\`, as `\\xNN`)."""
+    parts = _ESCAPED.split(text)
+    return b"".join(bytes([int(part, 16)]) if odd else part.encode("ascii", "backslashreplace")
+                    for odd, part in zip(itertools.cycle((False, True)), parts, strict=False))
 
 
 def pci_of_bus_id(bus_id: str) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from fleet.node.probe import Probe
+from fleet.node.probes.escapes import EscapeError, shown, unescape
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 
 # Most ancestors the lineage walk reads from any one starting pid.
@@ -88,8 +89,9 @@ def _pid_words(pids: Sequence[int]) -> list[str]:
 
 
 def lineage_argv(pids: Sequence[int]) -> list[str]:
-    """`awk -v depth=N PROGRAM self PID...`: the awk reads no input; its operands are where the walks start."""
-    return ["awk", "-v", f"depth={LINEAGE_DEPTH}", LINEAGE_AWK, "self", *_pid_words(pids)]
+    """`env LC_ALL=C awk -v depth=N PROGRAM self PID...`: the awk reads no input; its operands are where the
+    walks start. The C locale: the awk escapes each comm's bytes, never a locale's characters."""
+    return ["env", "LC_ALL=C", "awk", "-v", f"depth={LINEAGE_DEPTH}", LINEAGE_AWK, "self", *_pid_words(pids)]
 
 
 def parse_lineage(text: str) -> Lineage:
@@ -106,11 +108,16 @@ def parse_lineage(text: str) -> Lineage:
 
 
 def _stat_line(lineno: int, line: str) -> ProcStat:
-    parts = line.split("\t", 3)
-    if len(parts) != 4:
-        raise ProbeParseError(lineno, line, "expected pid<TAB>ppid<TAB>starttime<TAB>comm")
+    """`pid<TAB>ppid<TAB>starttime<TAB>comm`, comm escaped (`\\ooo`, see lineage.awk): no tab, no space in it."""
+    parts = line.split("\t")
+    if len(parts) != 4 or any(c.isspace() for c in parts[3]):
+        raise ProbeParseError(lineno, line, "expected pid<TAB>ppid<TAB>starttime<TAB>comm (escaped)")
     pid, ppid = parse_int(parts[0], lineno, line, "pid"), parse_int(parts[1], lineno, line, "ppid")
-    return ProcStat(pid, ppid, parts[3], parse_int(parts[2], lineno, line, "starttime"))
+    try:
+        comm = shown(unescape(parts[3]))
+    except EscapeError as exc:
+        raise ProbeParseError(lineno, line, str(exc)) from None
+    return ProcStat(pid, ppid, comm, parse_int(parts[2], lineno, line, "starttime"))
 
 
 def _chain(pid: int | None, procs: Mapping[int, ProcStat]) -> tuple[int, ...]:

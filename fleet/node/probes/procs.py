@@ -11,6 +11,12 @@ What each exit status means is declared with the probe:
 * `signal` runs signal.sh, which says per process what it did (sent, alive,
   gone, changed, denied): a refused kill is a verdict, not an English message.
 
+What other users control never comes back raw (`fleet.node.probes.escapes`): the holder scan's
+records end in NUL (a device file's link target can hold a newline, never a NUL), the exe links
+come C-quoted by GNU stat and are read back as bytes, and ps's command lines come from procps,
+which prints no control character. An executable is who a process is: it is compared as bytes,
+here and on the node (signal.sh), never as text with what is not UTF-8 replaced.
+
 Reading other users' /proc entries (fd tables, exe links, and under hidepid any
 of them) and signalling their processes needs root: all of these probes say so.
 """
@@ -19,18 +25,22 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
 from fleet.node.probe import ANY_EXIT, Probe
+from fleet.node.probes.escapes import C_QUOTED, EscapeError, c_link_pattern, unescape
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 
 SIGNALS = frozenset({"TERM", "KILL"})
 
 _FD_PATH = re.compile(r"/proc/(\d+)/fd/\d+")
 _PID_DIR = re.compile(r"/proc/(\d+)")
-_DELETED = " (deleted)"
+_DELETED = b" (deleted)"
+_EXE_LINK = c_link_pattern(r"/proc/(?P<pid>\d+)/exe")
+# Bytes an executable path may hold as they are in signal.sh's argument; any other is a `printf %b` escape.
+_PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._+-")
 
 
 @dataclass(frozen=True)
@@ -94,25 +104,28 @@ def holders_scan_argv(devices: Sequence[str]) -> list[str]:
     Each hit prints `user<TAB>/proc/PID/fd/N<TAB>target`; an fd table it may not read
     prints `unreadable<TAB>user<TAB>/proc/PID` (and is not entered); /proc/1 prints
     `init`, so that a scan that saw nothing can be told from one that saw no holder.
+    Each record ends in NUL, never in a newline: a target is a path, which may hold newlines (a
+    file in a user's own mount namespace), but no NUL, so no target can forge a record.
     """
     if not devices or not all(devices):
         raise ValueError(f"bad device globs: {list(devices)}")
     lname: list[str] = []
     for glob in devices:
         lname += ["-o", "-lname", glob] if lname else ["-lname", glob]
-    select = ["(", "-regex", "/proc/[0-9]+/fd/[0-9]+", "(", *lname, ")", "-printf", r"%u\t%p\t%l\n", ")"]
-    blind = ["(", "-regex", "/proc/[0-9]+/fd", "-not", "-readable", "-printf", r"unreadable\t%u\t%h\n", "-prune", ")"]
-    init = ["(", "-path", "/proc/1", "-printf", r"init\n", ")"]
+    select = ["(", "-regex", "/proc/[0-9]+/fd/[0-9]+", "(", *lname, ")", "-printf", r"%u\t%p\t%l\0", ")"]
+    blind = ["(", "-regex", "/proc/[0-9]+/fd", "-not", "-readable", "-printf", r"unreadable\t%u\t%h\0", "-prune", ")"]
+    init = ["(", "-path", "/proc/1", "-printf", r"init\0", ")"]
     prune = ["(", "-not", "-regex", r"/proc/[0-9]+\(/fd\)?", "-prune", ")"]
     return ["find", "/proc", "-mindepth", "1", "-maxdepth", "3", *select, "-o", *blind, "-o", *init, "-o", *prune]
 
 
 def parse_scan(text: str) -> HolderScan:
-    """The holders (one HolderRow per pid, sorted, devices sorted and unique), `init` and `unreadable` lines."""
+    """The holders (one HolderRow per pid, sorted, devices sorted and unique), `init` and `unreadable` records
+    (each ended by a NUL; one not ended, cut, is unreadable output)."""
     users: dict[int, str] = {}
     devices: dict[int, set[str]] = {}
     init_seen, unreadable = False, set()
-    for lineno, line in lines(text):
+    for lineno, line in records(text):
         if line == "init":
             init_seen = True
         elif line.startswith("unreadable\t"):
@@ -123,6 +136,15 @@ def parse_scan(text: str) -> HolderScan:
             devices.setdefault(pid, set()).add(device)
     rows = tuple(HolderRow(pid, users[pid], tuple(sorted(devices[pid]))) for pid in sorted(users))
     return HolderScan(rows, init_seen, tuple(sorted(unreadable)))
+
+
+def records(text: str) -> Iterator[tuple[int, str]]:
+    """NUL-ended records with their 1-based numbers; text after the last NUL (a cut record) is a
+    ProbeParseError."""
+    *whole, rest = text.split("\0")
+    if rest:
+        raise ProbeParseError(len(whole) + 1, rest, "a record not ended by NUL (cut output)")
+    yield from enumerate(whole, start=1)
 
 
 def _unreadable_pid(lineno: int, line: str) -> int:
@@ -168,21 +190,27 @@ def parse_ps(text: str) -> dict[int, PsRow]:
 
 
 def exe_argv(pids: Sequence[int]) -> list[str]:
+    """GNU stat's %N of each /proc/PID/exe, C-quoted (`"/proc/P/exe" -> "TARGET"`: one ASCII line, every
+    byte of the target kept); a link it cannot read prints `"/proc/P/exe"` alone."""
     _pid_list(pids)
-    links = [f"/proc/{pid}/exe" for pid in pids]
-    return ["find", *links, "-maxdepth", "0", "-printf", r"%h\t%l\n"]
+    return [*C_QUOTED, "stat", "-c", "%N", "--", *(f"/proc/{pid}/exe" for pid in pids)]
 
 
-def parse_exe(text: str) -> dict[int, str]:
-    """pid -> executable path; unreadable links (empty target) are left out."""
+def parse_exe(text: str) -> dict[int, bytes]:
+    """pid -> executable path, as bytes (" (deleted)" dropped); unreadable links are left out."""
     exes = {}
     for lineno, line in lines(text):
-        directory, sep, target = line.partition("\t")
-        match = _PID_DIR.fullmatch(directory)
-        if not sep or match is None:
-            raise ProbeParseError(lineno, line, "expected /proc/PID<TAB>target")
+        match = _EXE_LINK.fullmatch(line)
+        if match is None:
+            raise ProbeParseError(lineno, line, 'expected "/proc/PID/exe" -> "TARGET"')
+        if match.group("target") is None:
+            continue
+        try:
+            target = unescape(match.group("target"))
+        except EscapeError as exc:
+            raise ProbeParseError(lineno, line, str(exc)) from None
         if target:
-            exes[int(match.group(1))] = target.removesuffix(_DELETED)
+            exes[int(match.group("pid"))] = target.removesuffix(_DELETED)
     return exes
 
 
@@ -204,7 +232,7 @@ class Identity:
 
     pid: int
     start: int
-    exe: str | None
+    exe: bytes | None
     user: str
 
 
@@ -216,8 +244,14 @@ def signal_argv(signal: str, targets: Sequence[Identity]) -> list[str]:
         raise ValueError(f"refusing to send {signal!r}: only TERM and KILL")
     if not targets or any(t.pid <= 1 for t in targets):
         raise ValueError(f"refusing to signal pids {[t.pid for t in targets]}: each must be > 1")
-    words = [w for t in targets for w in (str(t.pid), str(t.start), t.exe or "", t.user)]
+    words = [w for t in targets for w in (str(t.pid), str(t.start), printf_b(t.exe or b""), t.user)]
     return ["sh", "-c", SIGNAL_SH, "fleet-signal", name, *words]
+
+
+def printf_b(raw: bytes) -> str:
+    """Bytes as an ASCII argument that sh's `printf %b` turns back into them: each byte outside
+    [A-Za-z0-9/._+-] as `\\0ooo`."""
+    return "".join(chr(b) if b in _PLAIN else f"\\0{b:03o}" for b in raw)
 
 
 def parse_verdicts(text: str) -> dict[int, str]:
@@ -248,7 +282,7 @@ def ps(pids: Sequence[int]) -> Probe[dict[int, PsRow]]:
     return Probe(tuple(ps_argv(sorted({1, *pids}))), "ps", parse_ps, needs_root=True, ok_exits=ANY_EXIT)
 
 
-def exe(pids: Sequence[int]) -> Probe[dict[int, str]]:
+def exe(pids: Sequence[int]) -> Probe[dict[int, bytes]]:
     return Probe(tuple(exe_argv(pids)), "exe lookup", parse_exe, needs_root=True, ok_exits=ANY_EXIT)
 
 

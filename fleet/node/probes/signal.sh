@@ -2,7 +2,10 @@
 # SIG PID START EXE USER [PID START EXE USER ...]`. SIG is TERM or KILL, or "-" to only say who is alive.
 # Each process is signalled only if it is still the one fleet judged: the same start time (/proc/PID/stat
 # field 22, clock ticks since boot), the same executable (when one was recorded) and the same owner,
-# checked right before the signal, in this one command. One line a process: "<verdict> <pid>" where
+# checked right before the signal, in this one command. EXE comes as `printf %b` escapes (ASCII: fleet writes
+# every byte outside [A-Za-z0-9/._+-] as \0ooo) and is compared byte for byte with the link's target as
+# readlink prints it (a path that is not UTF-8, or holds newlines, is still itself). One line a process:
+# "<verdict> <pid>" where
 # verdict is sent | alive | gone (no such process, or a zombie) | changed (the pid is someone else now)
 # | denied (kill refused). Comment lines are dropped before the program is sent.
 sig=$1
@@ -18,8 +21,11 @@ FIELDS
   if [ "$state" = Z ]; then echo "gone $pid"; continue; fi
   if [ "$now" != "$start" ]; then echo "changed $pid"; continue; fi
   if [ -n "$exe" ]; then
-    link=$(readlink "/proc/$pid/exe" 2>/dev/null)
-    if [ "${link% (deleted)}" != "$exe" ]; then echo "changed $pid"; continue; fi
+    # both read with a trailing "x" so that command substitution keeps a path's own final newlines
+    want=$(printf '%bx' "$exe"); want=${want%x}
+    link=$(readlink "/proc/$pid/exe" 2>/dev/null && echo x) || link=
+    link=${link%x}; link=${link%?}
+    if [ -z "$link" ] || [ "${link% (deleted)}" != "$want" ]; then echo "changed $pid"; continue; fi
   fi
   # the owner as the scan recorded it: a name, or the uid of a user without one (find's %u)
   case "$owner" in

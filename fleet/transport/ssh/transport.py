@@ -127,7 +127,8 @@ class SshTransport:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> CommandResult:
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
         """Run argv on the host; CommandTimeout (with partial output) past its bounds.
 
         Cancelled (Ctrl-C, run deadline) while the command runs: the command is found
@@ -141,9 +142,12 @@ class SshTransport:
         started = time.monotonic()
         deadline = attention.loop_clock().now() + client_deadline(timeout)
         with session_errors(self._host):
-            process = await self._open(line, deadline, (token, become))
+            process = await self._open(line, deadline, (token, become),
+                                       stdin=asyncssh.DEVNULL if stdin is None else asyncssh.PIPE)
             if process is None:  # the session answers, but opened no channel by the deadline: a slow node
                 raise CommandTimeout(make_result(argv, None, None, "", "", started), timeout)
+            if stdin is not None:
+                _feed(process, stdin)
             try:
                 output, timed_out = await self._communicate(process, deadline)
             except anyio.get_cancelled_exc_class():
@@ -332,6 +336,13 @@ def _result(argv: Sequence[str], process: _Process, output: tuple[str, str], sta
     if signal_info:
         return make_result(argv, None, signal_info[0], out, err, started)
     return make_result(argv, process.exit_status, None, out, err, started)
+
+
+def _feed(process: _Process, data: str) -> None:
+    """Write a command's whole stdin and its EOF (buffered by the channel: never waits)."""
+    with suppress(OSError, asyncssh.Error):
+        process.stdin.write(data)
+        process.stdin.write_eof()
 
 
 def _abandon(process: _Process) -> None:
