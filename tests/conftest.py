@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -74,3 +75,9 @@ def slurm_cluster(tmp_path: Path) -> Iterator[StartCluster]:
             return cluster.start()
 
         yield start
+
+
+# A suite started under `nohup` inherits SIGHUP ignored, and fleet keeps an ignored SIGHUP ignored (nohup's
+# promise): the hang-up tests, in this process and in every fleet they start, need SIGHUP's default disposition.
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)

@@ -186,7 +186,7 @@ def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read(
 # The Slurm plug sits above the engine: it implements the engine's `Scheduler` (and its `--via srun` controller runs
 # the engine), and the engine reaches it only by name, through `fleet.engine.schedulers.REGISTRY`.
 LAYERS = (
-    ("fleet.model", "fleet.terminal"),  # the words every layer shares; the terminal's one writer
+    ("fleet.model", "fleet.terminal", "fleet.text"),  # the shared words; the terminal's one writer; bytes shown
     ("fleet.inventory",),
     ("fleet.transport",),
     ("fleet.node",),
