@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import connectstorm
+from fanoutlib.procs import alive
 from fanoutlib.sshd import Daemons, addresses
 from fanoutlib.storm import storm
 
@@ -28,14 +29,6 @@ BENCH = Path(connectstorm.__file__).parent
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 DEFAULT = Host(name="x", address="127.0.0.1")  # fleet's built-in defaults
 
-
-def alive(pid: int) -> bool:
-    """The pid is a live process (not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 async def test_every_host_connects_runs_true_and_is_held_at_once(tmp_path: Path) -> None:

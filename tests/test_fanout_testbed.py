@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from fanoutlib import testbed as fanout_testbed
+from fanoutlib.procs import alive
 
 
 def namespaces_allowed() -> bool:
@@ -47,13 +48,6 @@ def started_under(folder: Path) -> list[int]:
                 found.append(int(entry.name))
     return found
 
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture

@@ -33,6 +33,15 @@ def process_table() -> dict[int, int]:
     return table
 
 
+def alive(pid: int) -> bool:
+    """The pid is a live process (not a zombie): what a test checks after a benchmark ended what it started."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
 def descendants(root: int, table: dict[int, int] | None = None) -> list[int]:
     table = process_table() if table is None else table
     children: dict[int, list[int]] = defaultdict(list)
