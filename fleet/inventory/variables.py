@@ -1,6 +1,6 @@
 """Every host variable, read from its one declaration (the annotated fields of `Host`), and docs/operating.md's table.
 
-`python -m fleet.inventory.variables` prints the table; tests/test_variables.py
+`python -m fleet.inventory.variables` prints the table; tests/unit/test_variables.py
 fails when docs/operating.md's "Host variables" table differs from it.
 """
 
