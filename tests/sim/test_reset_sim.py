@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from support.sim_fleet import ALL, FAST, busy, comm, fast_vars, fleet_cli, last_log, reset, step
+from support.sim_fleet import make_fleet as make_fleet  # the fixture: fleets torn down after the test
 
 from fleet.model.report import HostStatus, Reason, StepName, StepStatus
 from fleet.node.node import is_remote_command
