@@ -10,11 +10,13 @@ never read as "no job".
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import anyio
 
+from fleet.node.poll import poll_until
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 
@@ -62,8 +64,12 @@ class JobWaits:
             if not self._waiting:
                 self._wake = anyio.Event()
                 await self._wake.wait()
-            await self.look(list(self._waiting.values()))
-            await anyio.sleep(self.poll_s)
+            await poll_until(self._look_waiting, lambda still: not still, itertools.repeat(self.poll_s))
+
+    async def _look_waiting(self) -> bool:
+        """One look at every node waiting now; whether any still waits."""
+        await self.look(list(self._waiting.values()))
+        return bool(self._waiting)
 
     async def wait(self, wait: Wait, until: float) -> Wait:
         """Until the node is free or lost, or `until` (anyio clock) has passed; then one last look of its own."""
