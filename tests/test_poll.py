@@ -134,7 +134,7 @@ async def test_the_event_loop_held_past_the_window_during_a_look_is_not_the_node
 
     async def held_look() -> int:
         if not node.looks:
-            time.sleep(2.0)  # hold the event loop on purpose
+            hold_the_loop(2.0)
         return await node.look()
 
     assert await poll_until(held_look, zero, backoff(), within=window) == Polled(0, 2, met=True)
@@ -153,6 +153,11 @@ def test_the_backoff_grows_by_half_from_a_tenth_of_a_second_and_stays_at_its_cap
     assert waits[:3] == pytest.approx([0.1, 0.15, 0.225])
     assert all(later >= earlier for earlier, later in itertools.pairwise(waits))
     assert max(waits) == waits[-1] == POLL_CAP_S
+
+
+def hold_the_loop(seconds: float) -> None:
+    """Hold the event loop on purpose (a GC pause, a burst of handshakes)."""
+    time.sleep(seconds)
 
 
 async def stall_after_first_look(node: Node, clock: DrivenClock, left_out: bool) -> None:
