@@ -4,8 +4,8 @@ reserved node before the step).
 A `Wait` is one node's: it ends when Slurm shows no job holding the node (not busy, no job in `squeue`), when the
 node is lost (gone from Slurm; or, for a node fleet drained, resumed by someone else), or when its time runs out.
 One poller (`JobWaits.serve`) asks Slurm about every waiting node at once (one `scontrol show node`, one `squeue`),
-every `poll_s`; a wait that runs out gets one last look of its own. A look that fails is asked again next round,
-never read as "no job".
+every `poll_s` (`fleet.node.poll.poll_until`, the one wait); a wait that runs out gets one last look of its own.
+A look that fails is asked again next round, never read as "no job".
 """
 
 from __future__ import annotations
