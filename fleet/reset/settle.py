@@ -16,21 +16,20 @@ which GPU still holds what, and whose it is.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-
-import anyio
 
 from fleet.inventory.host import Host
 from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict
 from fleet.node.bounds import commands_s
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
+from fleet.node.poll import backoff, poll_until
 from fleet.node.probes import smi
 from fleet.reset import leaks, remedy
-from fleet.reset.poll import POLL_MARGIN_S, backoff
 
 # The nvidia-smi reads of one poll (the GPU query, the compute apps when the kill kept processes): the room past
 # the window for the poll that sees it end, each at nvidia-smi's bound.
@@ -191,19 +190,19 @@ async def _wait_free(node: Node, kept: Collection[int], budget: TimeBudget, *, p
     were made; `settled`: when each GPU went under in polls before these (the same budget)."""
     host = node.host
     noted: dict[int, float] = dict(settled or {})
-    rows: tuple[smi.GpuRow, ...] = ()
-    allowance = Allowance.of(host)
     query = smi.gpu_query(host.nvidia_smi, smi.SETTLE_FIELDS)
-    for count, wait in enumerate(backoff(), start=1):
+
+    async def look() -> Waited:
         rows = await node.ask(query, step=StepName.SETTLE, budget=budget)
+        allowance = Allowance.of(host)
         if kept:
             apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.SETTLE, budget=budget)
             allowance = Allowance.of(host, [a for a in apps if a.pid in kept])
         note_settled(rows, allowance, budget.elapsed, noted)
-        if (rows and len(noted) == len(rows)) or budget.window_left <= POLL_MARGIN_S or count == polls:
-            break
-        await anyio.sleep(min(wait, budget.window_left))
-    return Waited(rows, noted, allowance, budget.elapsed)
+        return Waited(rows, noted, allowance, budget.elapsed)
+
+    waits = backoff() if polls is None else itertools.islice(backoff(), polls - 1)
+    return (await poll_until(look, lambda seen: seen.free, waits, within=budget)).last
 
 
 def note_settled(rows: Iterable[smi.GpuRow], allowance: Allowance, elapsed: float,
