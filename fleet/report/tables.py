@@ -10,23 +10,19 @@ from rich.table import Table
 from fleet import terminal
 from fleet.inventory.host import Host
 from fleet.model.report import RunReport, StepName, StepStatus
+from fleet.transport.plugs import where
 
 
 def inventory_table(hosts: Sequence[Host]) -> None:
     table = Table("host", "address", "user", "groups", "gpus", "services", "become", box=None)
     for h in hosts:
         table.add_row(
-            h.name, _where(h), h.user or "",
+            h.name, where(h), h.user or "",
             ",".join(h.groups), "" if h.gpus is None else str(h.gpus), ",".join(h.services), "yes" if h.become else "",
         )
     Console(soft_wrap=True).print(table)
 
 
-def _where(host: Host) -> str:
-    """`address:port`, the port only when the inventory sets it (else ssh_config's, else 22); `local`."""
-    if host.connection != "ssh":
-        return "local"
-    return f"{host.address}:{host.port}" if host.port is not None else host.address
 
 
 def report_table(report: RunReport) -> None:
