@@ -5,14 +5,16 @@ a node shows them (a `podstepd` daemon and its descendants, a `/fakepods/pod_<id
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from test_runner_logic import make_host, node_script
 
+from fleet.cli.choose import chosen_scheduler
 from fleet.engine import schedulers
 from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
@@ -22,6 +24,7 @@ from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model import plugs
+from fleet.model.errors import UsageError
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.node.jobs import JobSide
 from fleet.node.probes.jobs import JobCgroup, parse_job_cgroups
@@ -44,7 +47,7 @@ class Fake:
 
     async def admit(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
         self.calls.extend(f"admit {r.host.name}" for r in runs)
-        return {r.host.name: SchedulerRecord(r.host.name, state_before="ready") for r in runs}
+        return {r.host.name: SchedulerRecord(r.host.name, state_before="ready", by="fake") for r in runs}
 
     async def ready(self, run: HostRun, log: object) -> Ready:
         record = run.scheduler
@@ -55,7 +58,7 @@ class Fake:
     async def release(self, run: HostRun, report: HostReport, log: object) -> SchedulerRecord | None:
         self.calls.append(f"release {run.host.name} {report.status}")
         after = "ready" if report.status in (HostStatus.CLEAN, HostStatus.SKIPPED) else "cordoned"
-        return SchedulerRecord(run.host.name, "ready", state_after=after) if run.scheduler else None
+        return SchedulerRecord(run.host.name, "ready", state_after=after, by="fake") if run.scheduler else None
 
 
 PLUG = schedulers.Plug(lifecycle=lambda options, logs, interrupts: Fake())
@@ -79,6 +82,13 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     assert "fake" in schedulers.names()
 
 
+def summary_of(log_dir: Path) -> dict[str, Any]:
+    """The run's summary.json, the one run in `log_dir`."""
+    [path] = log_dir.glob("*/summary.json")
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
+
+
 async def test_a_fake_scheduler_runs_a_reset_through_the_seam(tmp_path: Path) -> None:
     scripts = {n: ScriptedTransport(node_script()) for n in ("gpu-01", "gpu-02")}
 
@@ -90,9 +100,22 @@ async def test_a_fake_scheduler_runs_a_reset_through_the_seam(tmp_path: Path) ->
                                      log_dir=tmp_path, connector=connector)
     clean, busy = report.hosts["gpu-01"], report.hosts["gpu-02"]
     assert clean.status is HostStatus.CLEAN and clean.scheduler == SchedulerRecord("gpu-01", "ready",
-                                                                                    state_after="ready")
+                                                                                    state_after="ready", by="fake")
     assert busy.status is HostStatus.SKIPPED and busy.error == "fake: pod still running" and not scripts["gpu-02"].ran
     assert sorted(Fake.calls) == ["admit gpu-01", "admit gpu-02", "release gpu-01 clean", "release gpu-02 skipped"]
+    summary = summary_of(tmp_path)["hosts"]["gpu-01"]
+    assert "slurm" not in summary and summary["fake"] == {"node": "gpu-01", "state_before": "ready",
+                                                           "reason_before": None, "state_after": "ready",
+                                                           "reason_after": None, "jobs": []}
+
+
+def test_the_command_line_names_the_fake_and_slurm_stays_an_alias() -> None:
+    assert chosen_scheduler("fake", slurm=False) == "fake" and chosen_scheduler(None, slurm=True) == "slurm"
+    assert chosen_scheduler("slurm", slurm=True) == "slurm" and chosen_scheduler(None, slurm=False) is None
+    with pytest.raises(UsageError, match=r"^--slurm is --scheduler slurm: not with --scheduler fake$"):
+        chosen_scheduler("fake", slurm=True)
+    with pytest.raises(UsageError, match=r"^--scheduler: no scheduler 'k8s' \(known: fake, slurm\)$"):
+        chosen_scheduler("k8s", slurm=False)
 
 
 def test_the_fake_schedulers_job_cgroups_and_daemons_keep_their_processes() -> None:
@@ -125,7 +148,7 @@ async def test_a_reset_through_the_fake_keeps_its_jobs_on_in_process_nodes(tmp_p
     assert (held.status, held.reason) == (HostStatus.FAILED, Reason.MEMORY_HELD_BY_JOB)
     assert f"memory held by a Fake job (podstepd pid {daemon}); " in (held.error or "")
     assert (held.error or "").endswith("fleet never kills a job's processes: cordon the node in Fake first")
-    assert held.scheduler == SchedulerRecord("gpu-01", "ready", state_after="cordoned")
+    assert held.scheduler == SchedulerRecord("gpu-01", "ready", state_after="cordoned", by="fake")
     assert busy.status is HostStatus.SKIPPED and busy.error == "fake: pod still running"
     for sim_node in sim.nodes.values():
         assert not [p for p in sim_node.recorded_pids() if sim_node.alive(p)], "teardown left a process alive"
