@@ -153,8 +153,9 @@ def host_values(report: HostReport) -> dict[str, Any]:
 
 
 def _record(record: SchedulerRecord) -> dict[str, Any]:
-    """The scheduler's record as the `slurm` column has held it since 0.1 (its scheduler's name is no field)."""
-    return {k: v for k, v in asdict(record).items() if k != "by"}
+    """The scheduler's record as the `slurm` column has held it since 0.1: its scheduler's name (`by`) only when
+    it is not the default one's, so that a record reads back as whose it is."""
+    return {k: v for k, v in asdict(record).items() if k != "by" or v != SchedulerRecord.by}
 
 
 def _memory_before(report: HostReport) -> str | None:
