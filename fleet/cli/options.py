@@ -46,14 +46,6 @@ SchedulerOpt = Annotated[
 PartitionOpt = Annotated[
     str | None, typer.Option("--partition", metavar="NAME", help="With --slurm: target the partition's nodes.")
 ]
-
-
-def check_via(via: str) -> None:
-    """`--via` takes ssh or srun (`fleet reset`, `fleet demo`)."""
-    if via not in ("ssh", "srun"):
-        raise UsageError(f"--via takes ssh or srun, not {via!r}")
-
-
 MetricsFileOpt = Annotated[
     Path | None,
     typer.Option("--metrics-file", metavar="PATH", help="Write the run's Prometheus metrics there (atomically),"
@@ -88,3 +80,9 @@ Examples:
   fleet check gpu-b[01-04] --json | jq '.hosts[] | select(.status != "clean")'
 
 {EXIT_CODES}"""
+
+
+def check_via(via: str) -> None:
+    """`--via` takes ssh or srun (`fleet reset`, `fleet demo`)."""
+    if via not in ("ssh", "srun"):
+        raise UsageError(f"--via takes ssh or srun, not {via!r}")

@@ -59,7 +59,8 @@ REGISTRY = plugs.SCHEDULERS
 
 Lifecycle = Callable[["RunOptions", "RunLogs", "Interrupts | None"], "Scheduler"]
 RunVia = Callable[..., Awaitable[tuple["RunReport", "RunState"]]]
-# (a part's name, the inventory or None) -> the host names of that part's nodes; UsageError when it has none
+# (a part's name, the inventory or None) -> the host names of that part's nodes; UsageError when it has none. The
+# command line calls it before any run starts (no event loop yet: it runs its own).
 Targets = Callable[[str, "Inventory | None"], list[str]]
 
 
