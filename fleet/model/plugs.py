@@ -7,12 +7,11 @@ without importing any. Adding a plug is a module and one row here (`docs/archite
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from importlib import import_module
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Scheduled:
+class Scheduled(NamedTuple):
     """Where a scheduler's two sides live: `plug`, the module that provides its `PLUG` (`fleet.engine.schedulers`:
     the lifecycle around a run, on this machine); `jobs`, the module that provides its `JOBS` (`fleet.node.jobs`:
     how a node shows its jobs, which fleet never kills, whatever the run's scheduler)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from fleet.model import plugs
 
@@ -33,9 +34,15 @@ class JobSide:
 
 
 def job_sides() -> tuple[JobSide, ...]:
-    """Every registered scheduler's node side, in the registry's order."""
+    """Every registered scheduler's node side, in the registry's order (asked per holder: cached by the registry's
+    rows, so a row added or taken out counts at once)."""
+    return _sides(tuple(plugs.SCHEDULERS.values()))
+
+
+@cache
+def _sides(rows: tuple[plugs.Scheduled, ...]) -> tuple[JobSide, ...]:
     sides = []
-    for scheduled in plugs.SCHEDULERS.values():
+    for scheduled in rows:
         side = plugs.provided(scheduled.jobs, "JOBS")
         assert isinstance(side, JobSide)
         sides.append(side)
