@@ -10,7 +10,7 @@ from typing import Any
 
 from fleet.engine.run_folder import RunLiveness
 from fleet.history.schema import json_text, parse_stamp
-from fleet.model.report import HostReport, HostStatus, flat
+from fleet.model.report import HostReport, HostStatus, SchedulerRecord, flat
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,14 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "settle_s": json_text([g.settle_s for g in gpus]) if gpus else None,
         "health": json_text([{"gpu": g.index, **flat(f)} for g in gpus for f in g.health]
                             + [{"gpu": None, **flat(f)} for f in report.health]),
-        "slurm": json_text(asdict(report.scheduler)) if report.scheduler is not None else None,
+        "slurm": json_text(_record(report.scheduler)) if report.scheduler is not None else None,
     }
+
+
+def _record(record: SchedulerRecord) -> dict[str, Any]:
+    """The scheduler's record as the `slurm` column has held it since 0.1: its scheduler's name (`by`) only when
+    it is not the default one's, so that a record reads back as whose it is."""
+    return {k: v for k, v in asdict(record).items() if k != "by" or v != SchedulerRecord.by}
 
 
 def _memory_before(report: HostReport) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from fleet.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, parse_stamp
 from fleet.inventory.nodesets import fold
+from fleet.model import plugs
 from fleet.model.errors import UsageError
 from fleet.model.report import (
     HostPlan,
@@ -177,7 +178,8 @@ def one_line(text: str, width: int = FIELD_WIDTH) -> str:
 
 def report_from_document(document: Mapping[str, Any]) -> RunReport:
     """summary.json back into a report, enough for the run's own human summary (`render.human_lines`,
-    `render.plan_lines`): statuses, reasons, errors, steps, the dry run's plan and Slurm's part."""
+    `render.plan_lines`): statuses, reasons, errors, steps, the dry run's plan and the scheduler's part (the
+    record under its scheduler's name: `slurm`)."""
     hosts = {name: _host_from_document(name, host) for name, host in document["hosts"].items()}
     return RunReport(document["run_id"], document["command"], document["started_at"], float(document["duration_s"]),
                      hosts)
@@ -189,10 +191,12 @@ def _host_from_document(name: str, document: Mapping[str, Any]) -> HostReport:
     except (KeyError, TypeError, ValueError):  # a document of another shape: what the summary needs
         host = HostReport(name, HostStatus(document["status"]), float(document.get("duration_s") or 0.0),
                           document.get("error"), reason=_reason(document.get("reason")))
-    plan, slurm = document.get("plan"), document.get("slurm")
-    if plan is not None or slurm is not None:
+    by = next((name for name in plugs.SCHEDULERS if name in document), None)  # the record's key: its scheduler
+    plan, record = document.get("plan"), document.get(by) if by is not None else None
+    if plan is not None or record is not None:
         host = HostReport(host.name, host.status, host.duration_s, host.error, host.steps, host.killed, host.gpus,
-                          _plan(plan) if plan is not None else None, _slurm(slurm) if slurm is not None else None,
+                          _plan(plan) if plan is not None else None,
+                          _record(record, by) if record is not None and by is not None else None,
                           host.reason, start_s=host.start_s)
     return host
 
@@ -206,8 +210,8 @@ def _plan(document: Mapping[str, Any]) -> HostPlan:
     )
 
 
-def _slurm(document: Mapping[str, Any]) -> SchedulerRecord:
-    return SchedulerRecord(**{**document, "jobs": tuple(document.get("jobs", ()))})
+def _record(document: Mapping[str, Any], by: str) -> SchedulerRecord:
+    return SchedulerRecord(**{**document, "jobs": tuple(document.get("jobs", ())), "by": by})
 
 
 def _reason(value: object) -> Reason | None:

@@ -82,8 +82,8 @@ def host_document(host: HostReport) -> dict[str, Any]:
         }
     if host.scheduler is not None:
         optional = ("plan", "error", "abandoned", "waited_s", "taken_over")  # only when set
-        document["slurm"] = {k: v for k, v in asdict(host.scheduler).items() if k not in optional or v}
-        document["slurm"]["jobs"] = list(host.scheduler.jobs)
+        record = {k: v for k, v in asdict(host.scheduler).items() if k != "by" and (k not in optional or v)}
+        document[host.scheduler.by] = {**record, "jobs": list(host.scheduler.jobs)}
     return document
 
 
@@ -183,6 +183,6 @@ def plan_lines(report: RunReport) -> list[str]:
     lines = []
     for name, host in report.hosts.items():
         if host.plan is not None:
-            slurm = [host.scheduler.plan] if host.scheduler is not None and host.scheduler.plan else []
-            lines.append(f"{name}: " + "; ".join([*slurm, *(s.detail for s in host.steps if s.detail)]))
+            scheduled = [host.scheduler.plan] if host.scheduler is not None and host.scheduler.plan else []
+            lines.append(f"{name}: " + "; ".join([*scheduled, *(s.detail for s in host.steps if s.detail)]))
     return lines

@@ -4,11 +4,11 @@ Asks the node: `nvidia-smi --query-gpu=index,uuid,memory.used,mig.mode.current` 
 under its allowance, within `settle_timeout` (a driver frees a dead process's memory some time after it
 died); when the kill kept processes on purpose (protected, such as the MPS server), also the compute apps,
 to know what those hold. When memory is still held, one complete look says whose it is (`fleet.reset.leaks`):
-at the end of the window, and at once, after the first poll, when the kill kept a Slurm job's processes.
+at the end of the window, and at once, after the first poll, when the kill kept a job's processes.
 Decides (pure, `Allowance` and the verdicts below): a GPU's allowance is `memory_threshold_mib`
 (`mig_memory_threshold_mib` when MIG is enabled: an idle MIG GPU reserves tens of MiB with no process),
 plus what kept processes use on it; when each GPU first went (and stayed) under; and, for memory still held,
-why: only a Slurm job's processes hold it (`memory_held_by_job`, at once: fleet never kills them, waiting
+why: only a scheduler's job's processes hold it (`memory_held_by_job`, at once: fleet never kills them, waiting
 cannot help), another process does (`memory_held`), or no process does (`memory_leaked`: a leaked context,
 which `--gpu-reset` resets, `fleet.reset.remedy`). Reports: how long each GPU took (`gpus[].settle_s`), or
 which GPU still holds what, and whose it is.
@@ -83,7 +83,7 @@ async def settle(node: Node, kept: Collection[int] = (), job_pids: Collection[in
     """Poll GPU memory with backoff until every GPU is under its allowance; no fixed sleep.
 
     `kept`: pids of GPU holders the kill left alive as part of the machine; what they use does not count.
-    `job_pids`: pids of holders it left alive as a Slurm job's processes: when memory is held after the first poll,
+    `job_pids`: pids of holders it left alive as a job's processes: when memory is held after the first poll,
     one look says whether only they hold it, and the step fails at once if so.
     `gpu_reset` (`--gpu-reset`): when the window passes with memory no process holds, reset those GPUs
     (`fleet.reset.remedy`) and wait once more; memory that survives a reset needs a reboot.
@@ -236,13 +236,14 @@ MACHINE_ONLY = "only the machine's own processes"
 
 
 def job_verdict(unsettled: Sequence[leaks.Unsettled], titles: Mapping[int, str]) -> Verdict | None:
-    """`memory_held_by_job` when a GPU's memory is held only by a Slurm job's processes (besides the machine's
-    own): `gpu 0 holds 30000 MiB: memory held by Slurm job 4711 (slurmstepd pid 20); ...`. None otherwise."""
+    """`memory_held_by_job` when a GPU's memory is held only by a job's processes (besides the machine's own):
+    `gpu 0 holds 30000 MiB: memory held by Slurm job 4711 (slurmstepd pid 20); ...`, with what its scheduler says
+    to do (`fleet.node.jobs.JobSide.hint`). None otherwise."""
     by_jobs = [u for u in unsettled if u.by_jobs]
     if not by_jobs:
         return None
     line = (f"{first_of([u.problem for u in by_jobs])}: memory held by {leaks.jobs_holding(by_jobs, titles)};"
-            " fleet never kills a job's processes: drain the node in Slurm first (--slurm waits for its jobs)")
+            f" fleet never kills a job's processes: {leaks.job_hints(by_jobs)}")
     return Reason.MEMORY_HELD_BY_JOB, line
 
 

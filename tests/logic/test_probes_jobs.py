@@ -1,6 +1,6 @@
 """The Slurm job a process's cgroup names: the pure parser over Slurm's own cgroup layouts, and a real read.
 
-The paths are those Slurm's plugins create (fleet/node/probes/jobs.py names the source lines):
+The paths are those Slurm's plugins create (fleet/slurm/jobs.py names the source lines):
 cgroup/v2 `src/plugins/cgroup/v2/cgroup_v2.c` (`_set_int_cg_ns`: `<root>/system.slice/slurmstepd.scope`, or
 `<node>_slurmstepd.scope` with several slurmd; below it `job_<id>/step_<step>/user/task_<n>`, the step daemons
 in `step_<step>/slurm`, pids added to a step, as pam_slurm_adopt does, in `user/task_special`: the plugin's
@@ -19,9 +19,10 @@ import pytest
 from support.job_cgroup import JOB, job_cgroup
 
 from fleet.node.probes import jobs
-from fleet.node.probes.jobs import JobCgroup, job_of_cgroup, parse_job_cgroups
+from fleet.node.probes.jobs import JobCgroup, parse_job_cgroups
 from fleet.node.probes.parse import ProbeParseError
 from fleet.node.probes.units import cgroup_argv
+from fleet.slurm.jobs import job_of_cgroup
 
 
 @pytest.mark.parametrize(
@@ -72,8 +73,8 @@ LISTING = """\
 
 def test_parse_job_cgroups_golden() -> None:
     assert parse_job_cgroups(LISTING) == {
-        4242: JobCgroup(4711, "/system.slice/slurmstepd.scope/job_4711/step_extern/user/task_special"),
-        4243: JobCgroup(77, "/slurm/uid_1000/job_77/step_0/task_0"),
+        4242: JobCgroup(4711, "/system.slice/slurmstepd.scope/job_4711/step_extern/user/task_special", "slurm"),
+        4243: JobCgroup(77, "/slurm/uid_1000/job_77/step_0/task_0", "slurm"),
     }
     assert parse_job_cgroups("") == {}
 
@@ -114,4 +115,4 @@ def test_a_real_process_in_a_jobs_cgroup_is_read_as_the_jobs(version: str, sleep
     a real process moved into it: the real grep over /proc/PID/cgroup names job 4711."""
     with job_cgroup(version) as cgroup:
         path = cgroup.move(sleeper)
-        assert _read([sleeper, os.getpid()]) == {sleeper: JobCgroup(JOB, path)}
+        assert _read([sleeper, os.getpid()]) == {sleeper: JobCgroup(JOB, path, "slurm")}

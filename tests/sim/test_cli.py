@@ -279,6 +279,8 @@ def test_w_without_an_inventory_uses_the_built_in_defaults(tmp_path: Path) -> No
         (["--via", "telnet"], "--via takes ssh or srun, not 'telnet'"),
         (["--drain-wait", "soon", "--slurm"], "--drain-wait takes a duration"),
         (["--partition", "gpu"], "--partition needs --slurm"),
+        (["--scheduler", "pbs"], "fleet: error: --scheduler: no scheduler 'pbs' (known: slurm)"),
+        (["--drain-wait", "soon", "--scheduler", "slurm"], "--drain-wait takes a duration"),  # --slurm's alias
     ],
 )
 def test_slurm_options_are_checked_before_anything_runs(args: list[str], message: str) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ClusterShell.NodeSet import NodeSet
 
 from fleet.slurm.control import Slurm
+from fleet.slurm.runner import LocalRunner
 from fleet.transport.scripted import Reply, ScriptedTransport
 
 # What scontrol prints when slurmctld took the request but its reply never came back.
@@ -62,7 +63,7 @@ class ScriptedSlurm:
             (("scontrol", "delete"), self._delete),
             (("squeue",), self._squeue),
         ])
-        return Slurm(transport)
+        return Slurm(LocalRunner(transport))
 
     # --- the commands ------------------------------------------------------------------------------
 

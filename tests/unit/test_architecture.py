@@ -186,7 +186,7 @@ def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read(
 
 # The rooms, lowest first: a module imports only modules of its own room or of a lower one (every import counted).
 # The Slurm plug sits above the engine: it implements the engine's `Scheduler` (and its `--via srun` controller runs
-# the engine), and the engine reaches it only by name, through `fleet.engine.schedulers.REGISTRY`.
+# the engine), and the engine reaches it only by name, through `fleet.model.plugs.SCHEDULERS`.
 LAYERS = (
     ("fleet.model", "fleet.terminal", "fleet.text"),  # the shared words; the terminal's one writer; bytes shown
     ("fleet.inventory",),
@@ -201,7 +201,6 @@ LAYERS = (
 )
 # Imports of a higher room, each with why; the list can only shrink (an entry no longer true fails the test).
 UPWARD = {
-    ("fleet.inventory.load", "fleet.engine.schedulers"): "a `scheduler:` is checked against the plugs' registry",
     ("fleet.report.html_report", "fleet.history"): "an unfinished run's page is built from its history record",
     ("fleet.cli.demo", "fleet.sim.fleetsim"): "`fleet demo` runs a simulated fleet",
     ("fleet.cli.demo", "fleet.sim.node"): "`fleet demo` runs a simulated fleet",

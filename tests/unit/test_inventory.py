@@ -71,7 +71,7 @@ def test_unset_variables_take_the_documented_defaults(tmp_path: Path) -> None:
     assert (host.port, host.user) == (None, None)
     assert host.devices == DEFAULT_DEVICES
     assert host.known_hosts is None
-    assert host.connection is Connection.SSH
+    assert host.connection == Connection.SSH
 
 
 def test_precedence_defaults_parent_child_host(tmp_path: Path) -> None:
@@ -130,7 +130,7 @@ def test_lists_replace_rather_than_append(tmp_path: Path) -> None:
 
 
 def test_values_convert_to_host_types(tmp_path: Path) -> None:
-    """Whole seconds become floats, connection an enum, relative key paths follow the file."""
+    """Whole seconds become floats, connection a transport's name, relative key paths follow the file."""
     inv = load(
         tmp_path,
         """
@@ -139,7 +139,7 @@ def test_values_convert_to_host_types(tmp_path: Path) -> None:
         """,
     )
     host = inv.hosts["n1"]
-    assert host.connection is Connection.LOCAL
+    assert host.connection == Connection.LOCAL
     assert host.become is True
     assert host.settle_timeout == 90.0
     assert isinstance(host.settle_timeout, float)

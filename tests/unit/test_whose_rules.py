@@ -8,9 +8,12 @@ from fleet.model.report import Reason
 from fleet.node.probes.smi import ComputeApp, GpuRow
 from fleet.reset import leaks
 from fleet.reset.leaks import Board, Look, Unsettled
-from fleet.reset.protection import JOB_PROCESS, Holder, JobRef, job_of
+from fleet.reset.protection import Holder, JobRef, job_of
 from fleet.reset.remedy import GpuReset, choose_gpu_reset
 from fleet.reset.settle import Allowance, held_verdict, job_verdict, leaked_line, reset_advice
+from fleet.slurm.jobs import JOBS as SLURM
+
+JOB_PROCESS = "a Slurm job's process"
 
 BUS = ("00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0")
 # As on a DGX: device files numbered in the driver's probe order, not nvidia-smi's index order.
@@ -103,9 +106,9 @@ def test_a_job_is_named_by_what_is_known_of_it() -> None:
 
 
 def test_job_of_reads_back_every_reason_a_job_is_kept_for() -> None:
-    assert job_of(holder(33, why=CGROUP_JOB)) == JobRef(job=4712)
-    assert job_of(holder(33, why=STEPD_JOB)) == JobRef(stepd=20)
-    assert job_of(holder(20, why=f"{JOB_PROCESS} (slurmstepd)")) == JobRef(stepd=20)
+    assert job_of(holder(33, why=CGROUP_JOB)) == JobRef(SLURM, job=4712)
+    assert job_of(holder(33, why=STEPD_JOB)) == JobRef(SLURM, daemon="slurmstepd", daemon_pid=20)
+    assert job_of(holder(20, why=f"{JOB_PROCESS} (slurmstepd)")) == JobRef(SLURM, daemon="slurmstepd", daemon_pid=20)
     assert job_of(holder(33, why="protected name nvidia-persistenced")) is None
     assert job_of(holder(33)) is None
 
