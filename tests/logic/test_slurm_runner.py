@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from scripted_slurm import ScriptedSlurm
+from support.scripted_slurm import ScriptedSlurm
 
 from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run_folder import RunLogs
