@@ -105,7 +105,7 @@ def healthy_facts(bus_id: str) -> str:
                    for line in ALL_FIELDS_CAPTURE.read_text().splitlines()[:2])
     values = dict(zip(header, row, strict=True))
     values["pci.bus_id"] = bus_id
-    return ", ".join(values[field] for field in health.HEALTH_FIELDS) + "\n"
+    return ", ".join(values[field] for field in health.health_fields()) + "\n"
 
 
 def healthy_remaps(bus_id: str) -> str:

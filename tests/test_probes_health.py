@@ -8,7 +8,6 @@ capture's own prefix; every message is the captured one, byte for byte.
 from __future__ import annotations
 
 import calendar
-import dataclasses
 import re
 import time
 from pathlib import Path
@@ -17,13 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fleet.model import gpu_facts
 from fleet.model.errors import StepFailed
 from fleet.node.probes.health import (
-    HEALTH_FIELDS,
     GpuHealth,
     Unread,
     health,
     health_argv,
+    health_fields,
     parse_facts,
     parse_health,
 )
@@ -52,17 +52,15 @@ def fixture(path: Path) -> str:
 
 def clean(bus_id: str, **facts: object) -> GpuHealth:
     """A healthy Hopper GPU as the captures print one, with `facts` changed."""
-    healthy = GpuHealth(bus_id=bus_id, persistence=True, ecc_corrected=0, ecc_uncorrected=0,
-                        retired_pending=None, remap_pending=False, remap_failed=False,
-                        fabric_state="Completed", fabric_status="Success",
-                        pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16)
-    return dataclasses.replace(healthy, **facts)  # type: ignore[arg-type]  # facts: GpuHealth fields, any type
+    healthy = GpuHealth(bus_id).said(persistence=True, ecc_corrected=0, ecc_uncorrected=0, remap_pending=False,
+                                     remap_failed=False, fabric_state="Completed", fabric_status="Success",
+                                     pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16)
+    return healthy.said(**facts)
 
 
 def unknown(bus_id: str, **facts: object) -> GpuHealth:
     """A GPU section that says nothing about health, with `facts` set."""
-    nothing = GpuHealth(bus_id, None, None, None, None, None, None, None, None, None, None, None, None)
-    return dataclasses.replace(nothing, **facts)  # type: ignore[arg-type]  # facts: GpuHealth fields, any type
+    return GpuHealth(bus_id).said(**facts)
 
 
 def without_elisions(text: str) -> str:
@@ -210,10 +208,8 @@ def test_an_error_note_in_a_health_field_is_a_fact_not_observed(lines: str, chec
     first = next(line + "\n" for line in lines.splitlines() if field.endswith(line.partition(":")[0].strip()))
     (gpu,) = h200_with(lines, with_value(lines, first, note))
     assert gpu.unread == (Unread(check, field, note),)
-    fact = {"ecc_uncorrected": gpu.ecc_uncorrected, "ecc_corrected": gpu.ecc_corrected,
-            "retired_pending": gpu.retired_pending, "remap_pending": gpu.remap_pending,
-            "remap_failed": gpu.remap_failed, "fabric": gpu.fabric_state if "State" in field else gpu.fabric_status}
-    assert fact[check] is None  # never a value: neither healthy nor sick, but unread
+    said = {f.name for f in gpu_facts.FIELDS if f.check == check and field.endswith(f.q[0][-1])}
+    assert said and not said & set(gpu.facts)  # never a value: neither healthy nor sick, but unread
 
 
 @pytest.mark.parametrize("note", NOT_APPLICABLE)
@@ -236,7 +232,7 @@ def h100_health_row() -> tuple[str, list[str]]:
     """The health fields' values in the real 590.48.01 H100 all-fields capture (idle), as one --query-gpu row."""
     header, values = fixture(SMI / "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_idle.csv").splitlines()[:2]
     by_name = {name.split(" [")[0]: value for name, value in zip(header.split(", "), values.split(", "), strict=True)}
-    return ", ".join(by_name[f] for f in HEALTH_FIELDS), [by_name[f] for f in HEALTH_FIELDS]
+    return ", ".join(by_name[f] for f in health_fields()), [by_name[f] for f in health_fields()]
 
 
 @pytest.mark.parametrize("note", [n for n in NOT_OBSERVED if n.startswith("[")])
@@ -248,7 +244,7 @@ def test_an_error_note_in_a_query_gpu_health_field_is_not_observed(field: str, c
     row, values = h100_health_row()
     (healthy,) = parse_facts(row + "\n") or ()
     assert healthy.unread == ()  # the capture as printed: `[N/A]` retired pages on an H100 is not applicable
-    values[HEALTH_FIELDS.index(field)] = note
+    values[health_fields().index(field)] = note
     (gpu,) = parse_facts(", ".join(values) + "\n") or ()
     assert gpu.unread == (Unread(check, field, note),)
 
