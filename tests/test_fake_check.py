@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import scripted_node
 from test_reset_sim import busy, fast_vars, make_fleet, reset
 
 from fleet.model import gpu_facts, health_checks
@@ -57,13 +58,19 @@ def test_without_the_block_the_wire_is_as_before() -> None:
 
 def test_the_probes_read_the_row_from_both_answers(widgets: None) -> None:
     bus = "00000000:18:00.0"
-    row = f"{bus}, Enabled, 0, 0, [N/A], Completed, Success, 5, 5, 16, 16, Yes\n"
-    (gpu,) = health.parse_facts(row) or ()
+    (gpu,) = health.parse_facts(query_row(bus, "Yes")) or ()
     assert gpu[WIDGETS] is True
-    (unread,) = health.parse_facts(row.replace("Yes\n", "[Unknown Error]\n")) or ()
+    (unread,) = health.parse_facts(query_row(bus, "[Unknown Error]")) or ()
     assert unread[WIDGETS] is None and unread.unread == (Unread("widgets", "widgets.pending", "[Unknown Error]"),)
     (q,) = health.parse_health(f"GPU {bus}\n    Widgets\n        Pending : No\n")
     assert q[WIDGETS] is False
+
+
+def query_row(bus: str, widgets: str) -> str:
+    """The facts' --query-gpu row of a real idle H100 (scripted_node's capture), with the made-up field's value."""
+    header, row = (line.split(", ") for line in scripted_node.ALL_FIELDS_CAPTURE.read_text().splitlines()[:2])
+    values = {**scripted_node.nounits(header, row), "pci.bus_id": bus, "widgets.pending": widgets}
+    return ", ".join(values[field] for field in health.health_fields()) + "\n"
 
 
 def sh(node: SimNode, command: str) -> str:

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["FIELDS", "NOT_APPLICABLE", "NVML_ERRORS", "Field", "GpuHealth", "Reader", "Unread", "count",
-           "current", "derived", "reading", "registered", "switch", "word"]
+__all__ = ["FIELDS", "NOT_APPLICABLE", "NVML_ERRORS", "SETTINGS", "Field", "GpuHealth", "GpuSettings", "Reader",
+           "Unread", "count", "current", "derived", "reading", "registered", "switch", "watts", "word"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -99,7 +99,8 @@ class Field(Generic[T]):
 
     name: str  # the fact: `GpuHealth[field]`, and a test's keyword for it
     query: str  # its `--query-gpu` field (the simulated nvidia-smi answers it by this name)
-    q: tuple[Path, ...]  # where `nvidia-smi -q` prints it, key paths as printed (the first: where the simulator does)
+    q: tuple[Path, ...]  # where `nvidia-smi -q` prints it, key paths as printed (the first: where the simulator does;
+    # one key alone may be the header's, before the GPUs: `Driver Version`)
     read: Reader[T]
     check: str | None = None  # the health check it feeds (`fleet.model.health_checks`); None: no check reads it
     strict: bool = False  # an error note in it is a fact not observed, failing `check`; else the fact is absent
@@ -116,7 +117,7 @@ class Field(Generic[T]):
     @property
     def like(self) -> str:
         """An example of the value as -q prints it (the simulator's): `16x`."""
-        return f"{self.sim}{self.unit}"
+        return f"{'0' if self.sim.startswith('[') else self.sim}{self.unit}"
 
 
 _LINK = ("PCI", "GPU Link Info")
@@ -154,10 +155,68 @@ PCIE_WIDTH = Field("pcie_width", "pcie.link.width.current", ((*_LINK, "Link Widt
 PCIE_WIDTH_MAX = Field("pcie_width_max", "pcie.link.width.max", ((*_LINK, "Link Width", "Max"),),
                        count("PCIe link width"), check="pcie_width", unit="x", sim="16")
 
+# --- the settings a last user may leave behind (issue 28 item 1): read in the same reads, recorded, not judged ---
+# From the captures in tests/fixtures/nvidia-smi (SOURCES.md): --query-gpu names and values from the 590.48.01 H100
+# all-fields capture, -q paths from the 460.32.03 A100, 535.183.01 H100 and 590.48.01 H200 captures.
+
+
+def watts(what: str) -> Reader[float]:
+    def parse(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{what} is not a number of watts") from None
+    return Reader(what, parse)
+
+
+_POWER, _OLD_POWER = "GPU Power Readings", "Power Readings"  # 535 and newer; before (460)
+_REASONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")  # 535 and newer; before (460)
+_MHZ = " MHz"
+_DEPRECATED = "[Requested functionality has been deprecated]"  # application clocks on 590 (the H100 capture)
+
+PRODUCT = Field("name", "name", (("Product Name",),), word("GPU model"), sim="NVIDIA H100 80GB HBM3")
+VBIOS = Field("vbios", "vbios_version", (("VBIOS Version",),), word("VBIOS version"), sim="96.00.A5.00.01")
+DRIVER = Field("driver", "driver_version", (("Driver Version",),), word("driver version"), sim="590.48.01")
+COMPUTE_MODE = Field("compute_mode", "compute_mode", (("Compute Mode",),), word("compute mode"), sim="Default")
+MIG = Field("mig", "mig.mode.current", (("MIG Mode", "Current"),), switch("Enabled", "Disabled"), sim="Disabled")
+MIG_PENDING = Field("mig_pending", "mig.mode.pending", (("MIG Mode", "Pending"),), switch("Enabled", "Disabled"),
+                    sim="Disabled")
+ECC = Field("ecc", "ecc.mode.current", (("ECC Mode", "Current"),), switch("Enabled", "Disabled"), sim="Enabled")
+ECC_PENDING = Field("ecc_pending", "ecc.mode.pending", (("ECC Mode", "Pending"),), switch("Enabled", "Disabled"),
+                    sim="Enabled")
+POWER_LIMIT = Field("power_limit_w", "power.limit", ((_POWER, "Requested Power Limit"), (_OLD_POWER, "Power Limit")),
+                    watts("power limit"), unit=" W", sim="700.00")
+ENFORCED_POWER_LIMIT = Field("enforced_power_limit_w", "enforced.power.limit",
+                             ((_POWER, "Current Power Limit"), (_OLD_POWER, "Enforced Power Limit")),
+                             watts("enforced power limit"), unit=" W", sim="700.00")
+DEFAULT_POWER_LIMIT = Field("default_power_limit_w", "power.default_limit",
+                            ((_POWER, "Default Power Limit"), (_OLD_POWER, "Default Power Limit")),
+                            watts("default power limit"), unit=" W", sim="700.00")
+APP_CLOCKS_SETTING = Field("app_clocks_setting", "clocks_event_reasons.applications_clocks_setting",
+                           tuple((reasons, "Applications Clocks Setting") for reasons in _REASONS),
+                           switch("Active", "Not Active"), sim="Not Active")
+APP_CLOCK_GRAPHICS = Field("app_clock_graphics_mhz", "clocks.applications.graphics",
+                           (("Applications Clocks", "Graphics"),), count("application clock"), unit=_MHZ,
+                           sim=_DEPRECATED)
+APP_CLOCK_MEMORY = Field("app_clock_memory_mhz", "clocks.applications.memory", (("Applications Clocks", "Memory"),),
+                         count("application clock"), unit=_MHZ, sim=_DEPRECATED)
+DEFAULT_APP_CLOCK_GRAPHICS = Field("default_app_clock_graphics_mhz", "clocks.default_applications.graphics",
+                                   (("Default Applications Clocks", "Graphics"),), count("application clock"),
+                                   unit=_MHZ, sim=_DEPRECATED)
+DEFAULT_APP_CLOCK_MEMORY = Field("default_app_clock_memory_mhz", "clocks.default_applications.memory",
+                                 (("Default Applications Clocks", "Memory"),), count("application clock"),
+                                 unit=_MHZ, sim=_DEPRECATED)
+SETTINGS: tuple[Field[Any], ...] = (
+    PRODUCT, VBIOS, DRIVER, PERSISTENCE, COMPUTE_MODE, MIG, MIG_PENDING, ECC, ECC_PENDING, POWER_LIMIT,
+    ENFORCED_POWER_LIMIT, DEFAULT_POWER_LIMIT, APP_CLOCKS_SETTING, APP_CLOCK_GRAPHICS, APP_CLOCK_MEMORY,
+    DEFAULT_APP_CLOCK_GRAPHICS, DEFAULT_APP_CLOCK_MEMORY,
+)
+
 # The facts, in the order --query-gpu asks them (after `pci.bus_id`): the bytes on the wire.
 FIELDS: tuple[Field[Any], ...] = (
     PERSISTENCE, ECC_CORRECTED, ECC_UNCORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, FABRIC_STATE,
     FABRIC_STATUS, PCIE_GEN, PCIE_GEN_MAX, PCIE_WIDTH, PCIE_WIDTH_MAX,
+    *(fact for fact in SETTINGS if fact is not PERSISTENCE),
 )
 _current: list[tuple[Field[Any], ...]] = [FIELDS]
 
@@ -224,3 +283,32 @@ class GpuHealth:
         """These facts (by `Field.name`) changed; None takes one away."""
         merged = {**self.facts, **facts}
         return replace(self, facts={name: value for name, value in merged.items() if value is not None})
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    """The settings of one GPU a benchmark's results depend on, as nvidia-smi said them (None: not said, not
+    applicable, or an error note): the rows of `SETTINGS`, by name. Recorded in the report; no policy judges them
+    yet (issue 28, items 2-5)."""
+
+    name: str | None = None  # the model: "NVIDIA H100 80GB HBM3"
+    vbios: str | None = None
+    driver: str | None = None
+    persistence: bool | None = None
+    compute_mode: str | None = None  # "Default", "Exclusive_Process", "Prohibited"
+    mig: bool | None = None
+    mig_pending: bool | None = None
+    ecc: bool | None = None
+    ecc_pending: bool | None = None
+    power_limit_w: float | None = None  # what was asked (nvidia-smi -pl)
+    enforced_power_limit_w: float | None = None  # what holds (the least of every limiter)
+    default_power_limit_w: float | None = None
+    app_clocks_setting: bool | None = None  # the clock event reason "Applications Clocks Setting" is active
+    app_clock_graphics_mhz: int | None = None  # nvidia-smi -ac; deprecated on 590 and later (not said)
+    app_clock_memory_mhz: int | None = None
+    default_app_clock_graphics_mhz: int | None = None
+    default_app_clock_memory_mhz: int | None = None
+
+    @classmethod
+    def of(cls, gpu: GpuHealth) -> GpuSettings:
+        return cls(**{fact.name: gpu[fact] for fact in SETTINGS})

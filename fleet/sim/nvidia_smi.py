@@ -154,7 +154,12 @@ def fabric_of(spec: str) -> tuple[str, str]:
 def modeled(config: state.NodeConfig, index: int, remap_pending: Collection[int]) -> dict[str, str]:
     """What the node's health knobs (NodeSpec) make one GPU print, by --query-gpu field."""
     fabric_state, fabric_status = fabric_of(config["fabric"])
+    mig = "Enabled" if index in config["mig_gpus"] else "Disabled"
     said = {
+        "name": config["gpu_name"],
+        "driver_version": config["driver_version"],
+        "mig.mode.current": mig,
+        "mig.mode.pending": mig,
         "persistence_mode": "Enabled" if config["protected_daemon"] else "Disabled",
         "ecc.errors.uncorrected.volatile.total": str(int(index in config["ecc_error_gpus"])),
         "ecc.errors.corrected.volatile.total": str(CORRECTED_ERRORS if index in config["ecc_corrected_gpus"] else 0),
@@ -212,7 +217,13 @@ GPU_FIELDS |= {alias: GPU_FIELDS[field] for alias, field in GPU_ALIASES.items()}
 def gpu_fields(config: state.NodeConfig) -> dict[str, tuple[str | None, Getter]]:
     """Every --query-gpu field this node knows: the fixed ones and the table's (`smi_fields`), printed as said
     (`[N/A]`, a note, a value: never with a unit, as the fields the table reads have none with nounits)."""
-    return GPU_FIELDS | {field: (None, fact_of(field)) for field, _, _, _ in config["smi_fields"]}
+    return GPU_FIELDS | {field: (csv_unit(unit), fact_of(field)) for field, _, unit, _ in config["smi_fields"]}
+
+
+def csv_unit(unit: str) -> str | None:
+    """The unit --format=csv prints (`[W]`, `700.00 W`) for what -q prints after a value: one after a space (` W`,
+    ` MHz`); none for one written onto the number (a PCIe link's `16x`)."""
+    return unit.strip() if unit.startswith(" ") else None
 
 
 def fact_of(field: str) -> Getter:
@@ -320,9 +331,11 @@ def parse_fields(spec: str, known: Mapping[str, object]) -> list[str]:
 
 
 def cell(value: object, unit: str | None, units: bool) -> str:
+    """A value as CSV prints it: a note (`[N/A]`, `[Requested functionality has been deprecated]`) never with a unit."""
     if value is None:
         return "[N/A]"
-    return f"{value} {unit}" if units and unit else str(value)
+    text = str(value)
+    return f"{text} {unit}" if units and unit and not text.startswith("[") else text
 
 
 def render_csv(
@@ -483,16 +496,13 @@ def q_text(said: str, unit: str) -> str:
     return f"{said}{unit}" if said != "N/A" else said
 
 
-def q_values(gpu: Gpu, fields: Sequence[state.SmiField]) -> dict[KeyPath, str]:
+def q_values(gpu: Gpu, fields: Sequence[state.SmiField], header: Collection[str]) -> dict[KeyPath, str]:
     """What the node puts in one GPU's -q section, by key path (the rest stays as captured): the table's facts
-    (`smi_fields`) where their rows say -q prints them, and the GPU's own identity and memory."""
+    (`smi_fields`) where their rows say -q prints them (but the header's: `Driver Version`), and the GPU's own
+    identity and memory."""
     _, bus, device_fn = gpu.bus_id.split(":")
-    enabled = {True: "Enabled", False: "Disabled"}
     mib = {"Total": gpu.total, "Reserved": RESERVED_MIB, "Used": gpu.used, "Free": gpu.free}
     values: dict[KeyPath, str] = {
-        ("Product Name",): gpu.name,
-        ("MIG Mode", "Current"): enabled[gpu.mig],
-        ("MIG Mode", "Pending"): enabled[gpu.mig],
         ("Serial Number",): gpu.serial,
         ("GPU UUID",): gpu.uuid,
         ("Minor Number",): str(gpu.number if gpu.minor is None else gpu.minor),
@@ -506,7 +516,8 @@ def q_values(gpu: Gpu, fields: Sequence[state.SmiField]) -> dict[KeyPath, str]:
         ("ECC Errors", "Aggregate", "SRAM Correctable"): q_text(gpu.facts["ecc.errors.corrected.volatile.total"], ""),
         ("ECC Errors", "Aggregate", "DRAM Uncorrectable"): q_text(gpu.ecc, ""),
     }
-    values |= {tuple(path): q_text(gpu.facts[field], unit) for field, path, unit, _ in fields}
+    values |= {tuple(path): q_text(gpu.facts[field], unit) for field, path, unit, _ in fields
+               if path and not (len(path) == 1 and path[0] in header)}
     if gpu.facts.get("fabric.state") == "N/A":  # no fabric: no clique either
         values[("Fabric", "CliqueId")] = values[("Fabric", "ClusterUUID")] = "N/A"
     return values
@@ -526,7 +537,7 @@ def query(gpus_shown: list[Gpu], apps: list[App], config: state.NodeConfig) -> s
         own = [app for app in apps if app.gpu.number == gpu.number]
         # With none, the line stays as captured: "Processes : None".
         processes: dict[KeyPath, list[str]] = {("Processes",): q_processes(own)} if own else {}
-        values = q_values(gpu, config["smi_fields"])
+        values = q_values(gpu, config["smi_fields"], {line.partition(" : ")[0].strip() for line in head})
         lines += ([""] if n else []) + [f"GPU {gpu.bus_id}", *q_fill(section, values, 1, processes)]
     return "".join(f"{line}\n" for line in lines)
 

@@ -123,11 +123,11 @@ _PASSED: _Open = ("", (), False)  # a section nothing is read under: its lines a
 class _Section:
     """One GPU's -q section, line by line: the values the table asks for, and the notes that leave a fact unread."""
 
-    def __init__(self, bus_id: str, ask: _Lookup) -> None:
+    def __init__(self, bus_id: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
         self.bus_id = bus_id
         self.ask = ask
         self.stack: list[_Open] = []  # the sections the line is in
-        self.got: dict[Path, _Got] = {}
+        self.got: dict[Path, _Got] = dict(header)  # the header's values hold for every GPU (`Driver Version`)
         self.unread: list[Unread] = []
 
     def line(self, lineno: int, line: str) -> None:
@@ -192,6 +192,7 @@ def _q_value(fact: Field[Any], lineno: int, line: str, text: str) -> Any:
 def _sections(text: str, ask: _Lookup) -> Iterator[GpuHealth]:
     section: _Section | None = None
     seen: set[str] = set()
+    header: dict[Path, _Got] = {}
     for lineno, line in enumerate(text.split("\n"), start=1):  # `lines`, inline: -q is long
         if line[-1:] == "\r":
             line = line[:-1]
@@ -201,13 +202,23 @@ def _sections(text: str, ask: _Lookup) -> Iterator[GpuHealth]:
             if section is not None:
                 yield section.health()
             bus_id = _top_level(lineno, line, section is not None, seen)
-            section = None if bus_id is None else _Section(bus_id, ask)
+            if bus_id is None:
+                _header(lineno, line, ask, header)
+            section = None if bus_id is None else _Section(bus_id, ask, header)
         elif section is None:
             raise ProbeParseError(lineno, line, "indented line before the first GPU section")
         else:
             section.line(lineno, line)
     if section is not None:
         yield section.health()
+
+
+def _header(lineno: int, line: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
+    """A `Key : value` line before the first GPU whose key a fact is read at."""
+    key, colon, raw = line.partition(":")
+    path = (key.strip().lower(),)
+    if colon and path in ask.at:
+        header[path] = (lineno, line, *reading(raw))
 
 
 def _top_level(lineno: int, line: str, in_gpu: bool, seen: set[str]) -> str | None:
