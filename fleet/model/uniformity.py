@@ -1,0 +1,159 @@
+"""The rack compared (issue 28 item 4): across the hosts of a run, which ones are the odd ones out by the GPU
+settings a benchmark's results depend on. Pure: no I/O.
+
+A host's settings (`node_settings`) are one value per `PROPERTIES` entry, as the report shows it (`575.57.08`,
+`700 W`), folded over its GPUs: every GPU alike gives that value; GPUs that differ give `mixed: a, b` (a value of
+its own, so the host stands out); a GPU whose value nvidia-smi did not give makes the host's value not observed
+(None). `compare` then takes, per property, the value most hosts have:
+
+- a value more hosts have than any other is the majority; every host with another value is odd;
+- a tie for the most (8 and 8; 1 and 1) has no majority: every observed host of the property is odd, none
+  standing for the rack (fail closed: nothing says which half is right);
+- a host whose value was not observed is odd whenever another host's was (never "the same"); a property no host
+  gave (application clocks, which drivers from 590 deprecate) is not compared, and said so (`unobserved`);
+- hosts that never reached verify have no settings and take no part; fewer than two hosts with settings, nothing
+  is compared.
+
+The fabric manager's version is not among the properties: verify's reads do not include it (`nv-fabricmanager
+--version` would be another command on a clean host).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from fleet.model.gpu_facts import GpuSettings
+
+__all__ = ["PROPERTIES", "Comparison", "Property", "compare", "compare_groups", "node_settings", "odd_hosts"]
+
+Settings = Mapping[str, str | None]  # one host's: property name -> value as shown (None: not observed)
+
+
+@dataclass(frozen=True)
+class Property:
+    """One thing compared across hosts: its name (the JSON key), its label in a line, and a GPU's value."""
+
+    name: str
+    label: str
+    of: Callable[[GpuSettings], str | None]
+
+
+def _switch(on: bool | None, pending: bool | None) -> str | None:
+    if on is None:
+        return None
+    word = "on" if on else "off"
+    return word if pending is None or pending == on else f"{word} (pending {'on' if pending else 'off'})"
+
+
+def _watts(value: float | None) -> str | None:
+    return None if value is None else f"{value:g} W"
+
+
+def _clocks(gpu: GpuSettings) -> str | None:
+    """The application clocks where the driver says them; else whether they are set (the clock event reason)."""
+    if gpu.app_clock_graphics_mhz is not None and gpu.app_clock_memory_mhz is not None:
+        return f"{gpu.app_clock_graphics_mhz}/{gpu.app_clock_memory_mhz} MHz"
+    if gpu.app_clocks_setting is None:
+        return None
+    return "application clocks set" if gpu.app_clocks_setting else "default"
+
+
+PROPERTIES: tuple[Property, ...] = (
+    Property("driver", "driver", lambda g: g.driver),
+    Property("vbios", "VBIOS", lambda g: g.vbios),
+    Property("model", "model", lambda g: g.name),
+    Property("power_limit", "power limit", lambda g: _watts(g.enforced_power_limit_w)),
+    Property("clocks", "clocks", _clocks),
+    Property("mig", "MIG", lambda g: _switch(g.mig, g.mig_pending)),
+    Property("ecc", "ECC", lambda g: _switch(g.ecc, g.ecc_pending)),
+)
+GPU_COUNT = Property("gpus", "GPUs", lambda g: None)  # a host's, not a GPU's: how many verify listed
+LABELS = {p.name: p.label for p in (*PROPERTIES, GPU_COUNT)}
+
+
+def node_settings(gpus: Sequence[GpuSettings], listed: int | None = None) -> dict[str, str | None]:
+    """One host's settings from its GPUs' (see the module); `listed`: how many GPUs verify listed (the count
+    compared; by default how many settings there are)."""
+    values: dict[str, str | None] = {GPU_COUNT.name: str(len(gpus) if listed is None else listed)}
+    for prop in PROPERTIES:
+        seen = [prop.of(g) for g in gpus]
+        values[prop.name] = _fold(seen) if seen else None
+    return values
+
+
+def _fold(seen: Sequence[str | None]) -> str | None:
+    if any(value is None for value in seen):
+        return None
+    distinct = sorted(set(v for v in seen if v is not None))
+    return distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One property across the hosts compared: the majority value (None: a tie, or no host gave it), the hosts
+    that have it, the odd ones out with their values (None: not observed)."""
+
+    name: str
+    majority: str | None
+    alike: tuple[str, ...]
+    odd: Mapping[str, str | None]
+    unobserved: bool = False  # no host gave it: not compared
+
+    @property
+    def tie(self) -> bool:
+        return self.majority is None and not self.unobserved and bool(self.odd)
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.name, self.name)
+
+
+def compare(hosts: Mapping[str, Settings]) -> tuple[Comparison, ...]:
+    """Each property compared across `hosts` (name -> settings, in the run's order); () for fewer than two."""
+    if len(hosts) < 2:
+        return ()
+    names = [GPU_COUNT.name, *(p.name for p in PROPERTIES)]
+    return tuple(_one(name, {host: values.get(name) for host, values in hosts.items()}) for name in names)
+
+
+def _one(name: str, values: Mapping[str, str | None]) -> Comparison:
+    counts = Counter(v for v in values.values() if v is not None)
+    if not counts:
+        return Comparison(name, None, (), {}, unobserved=True)
+    ranked = counts.most_common()
+    top = ranked[0][0] if len(ranked) == 1 or ranked[0][1] > ranked[1][1] else None
+    alike = tuple(host for host, value in values.items() if top is not None and value == top)
+    odd = {host: value for host, value in values.items() if top is None or value != top}
+    return Comparison(name, top, alike, odd)
+
+
+def compare_groups(hosts: Mapping[str, Settings], groups: Mapping[str, Iterable[str]]) -> dict[str, tuple[
+        Comparison, ...]]:
+    """`compare` within each inventory group (group -> its hosts), for the groups with two hosts or more compared."""
+    compared = {}
+    for group, members in groups.items():
+        within = {h: hosts[h] for h in members if h in hosts}
+        if len(within) >= 2:
+            compared[group] = compare(within)
+    return compared
+
+
+def odd_hosts(comparisons: Iterable[Comparison]) -> dict[str, list[str]]:
+    """Each odd host and, per property it is odd by, one line: `driver 570.86.15, 15 others 575.57.08`."""
+    lines: dict[str, list[str]] = {}
+    for c in comparisons:
+        for host, value in c.odd.items():
+            lines.setdefault(host, []).append(why(c, value))
+    return lines
+
+
+def why(c: Comparison, value: str | None) -> str:
+    """`driver 570.86.15 (15 others 575.57.08)`; a tie: `driver 570.86.15 (no majority: 575.57.08 on 8)`."""
+    shown = value if value is not None else "not observed"
+    if c.majority is not None:
+        return f"{c.label} {shown} ({len(c.alike)} other{'s' if len(c.alike) != 1 else ''} {c.majority})"
+    rivals = Counter(v for v in c.odd.values() if v is not None and v != value)
+    said = ", ".join(f"{v} on {n}" for v, n in sorted(rivals.items()))
+    return f"{c.label} {shown} (no majority{': ' + said if said else ''})"

@@ -1,0 +1,105 @@
+"""The rack compared: a host's settings folded over its GPUs, the majority per property, the odd ones out, ties and
+values not observed (fleet.model.uniformity)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.paths import FIXTURES
+
+from fleet.model.gpu_facts import GpuSettings
+from fleet.model.uniformity import compare, compare_groups, node_settings, odd_hosts, why
+from fleet.node.probes.health import parse_all_health
+
+SMI = FIXTURES / "nvidia-smi"
+
+H100 = GpuSettings(name="NVIDIA H100 80GB HBM3", vbios="96.00.A5.00.01", driver="575.57.08", persistence=True,
+                   compute_mode="Default", mig=False, mig_pending=False, ecc=True, ecc_pending=True,
+                   power_limit_w=700.0, enforced_power_limit_w=700.0, default_power_limit_w=700.0,
+                   app_clocks_setting=False)
+
+
+def node(gpu: GpuSettings = H100, count: int = 8) -> dict[str, str | None]:
+    return node_settings([gpu] * count)
+
+
+def test_a_node_alike_over_its_gpus_reads_as_one_value_each() -> None:
+    assert node() == {"gpus": "8", "driver": "575.57.08", "vbios": "96.00.A5.00.01", "model": "NVIDIA H100 80GB HBM3",
+                      "power_limit": "700 W", "clocks": "default", "mig": "off", "ecc": "on"}
+
+
+def test_gpus_that_differ_make_a_mixed_value_and_one_unobserved_gpu_makes_the_host_unobserved() -> None:
+    low = replace(H100, enforced_power_limit_w=450.0)
+    assert node_settings([H100, low, H100])["power_limit"] == "mixed: 450 W, 700 W"
+    assert node_settings([H100, replace(H100, vbios=None)])["vbios"] is None
+    assert node_settings([], listed=0)["driver"] is None
+
+
+def test_clocks_pending_modes_and_the_listed_count() -> None:
+    set_ = replace(H100, app_clock_graphics_mhz=1755, app_clock_memory_mhz=2619)
+    assert node_settings([set_])["clocks"] == "1755/2619 MHz"
+    assert node_settings([replace(H100, app_clocks_setting=True)])["clocks"] == "application clocks set"
+    assert node_settings([replace(H100, mig_pending=True)])["mig"] == "off (pending on)"
+    assert node_settings([H100] * 7, listed=8)["gpus"] == "8"
+
+
+def test_one_host_on_another_driver_is_the_odd_one_out() -> None:
+    hosts = {f"gpu-b{i:02d}": node() for i in range(1, 17)}
+    hosts["gpu-b07"] = node(replace(H100, driver="570.86.15"))
+    found = {c.name: c for c in compare(hosts)}
+    driver = found["driver"]
+    assert driver.majority == "575.57.08" and len(driver.alike) == 15
+    assert dict(driver.odd) == {"gpu-b07": "570.86.15"}
+    assert why(driver, "570.86.15") == "driver 570.86.15 (15 others 575.57.08)"
+    assert all(not c.odd for name, c in found.items() if name != "driver")
+    assert odd_hosts(found.values()) == {"gpu-b07": ["driver 570.86.15 (15 others 575.57.08)"]}
+
+
+def test_a_tie_has_no_majority_and_names_every_host() -> None:
+    hosts = {"a1": node(), "a2": node(), "b1": node(replace(H100, vbios="96.00.61.00.01")),
+             "b2": node(replace(H100, vbios="96.00.61.00.01"))}
+    vbios = next(c for c in compare(hosts) if c.name == "vbios")
+    assert vbios.majority is None and vbios.tie and set(vbios.odd) == {"a1", "a2", "b1", "b2"}
+    assert why(vbios, "96.00.A5.00.01") == "VBIOS 96.00.A5.00.01 (no majority: 96.00.61.00.01 on 2)"
+    two = {c.name: c for c in compare({"x": node(), "y": node(count=7)})}
+    assert two["gpus"].tie and set(two["gpus"].odd) == {"x", "y"}
+
+
+def test_not_observed_is_never_the_same() -> None:
+    hosts = {"a": node(), "b": node(), "c": node(replace(H100, driver=None))}
+    driver = next(c for c in compare(hosts) if c.name == "driver")
+    assert dict(driver.odd) == {"c": None} and driver.majority == "575.57.08"
+    assert why(driver, None) == "driver not observed (2 others 575.57.08)"
+    # one observed and one not: the one observed is the majority, the other named
+    pair = next(c for c in compare({"a": node(), "c": hosts["c"]}) if c.name == "driver")
+    assert pair.majority == "575.57.08" and dict(pair.odd) == {"c": None}
+
+
+def test_a_property_no_host_gave_is_not_compared_and_one_host_compares_nothing() -> None:
+    hosts = {"a": node(replace(H100, app_clocks_setting=None)), "b": node(replace(H100, app_clocks_setting=None))}
+    clocks = next(c for c in compare(hosts) if c.name == "clocks")
+    assert clocks.unobserved and not clocks.odd and not clocks.tie
+    assert compare({"a": node()}) == ()
+
+
+def test_per_group_compares_within_each_group_of_two_or_more() -> None:
+    h200 = replace(H100, name="NVIDIA H200", driver="570.86.15")
+    hosts = {"a1": node(), "a2": node(), "b1": node(h200), "b2": node(h200), "c1": node()}
+    groups = compare_groups(hosts, {"h100": ["a1", "a2", "gone"], "h200": ["b1", "b2"], "c": ["c1"]})
+    assert set(groups) == {"h100", "h200"}
+    assert all(not c.odd for comparisons in groups.values() for c in comparisons)
+    assert any(c.odd for c in compare(hosts))
+
+
+def test_settings_from_real_captures_a_535_node_among_590_nodes() -> None:
+    """Two real -q captures read as verify's fallback reads them: the 535.183.01 H100 node stands out among 590.48.01
+    H200 nodes by driver, VBIOS, model, GPU count and clocks (the 590 driver says no application clocks)."""
+    h100 = [GpuSettings.of(g) for g in parse_all_health((SMI / "8x-h100-80gb-hbm3_drv535.183.01_q_one-gpu-busy.txt")
+                                                        .read_text())]
+    h200 = [GpuSettings.of(g) for g in parse_all_health((SMI / "h200_drv590.48.01_1gpu_q_idle.txt").read_text())]
+    hosts = {"h200-a": node_settings(h200), "h200-b": node_settings(h200), "h100": node_settings(h100)}
+    assert hosts["h100"]["clocks"] == "1980/2619 MHz" and hosts["h200-a"]["clocks"] == "default"
+    odd = odd_hosts(compare(hosts))
+    assert set(odd) == {"h100"}
+    assert odd["h100"][:3] == ["GPUs 8 (2 others 1)", "driver 535.183.01 (2 others 590.48.01)",
+                               "VBIOS 96.00.74.00.01 (2 others 96.00.A5.00.03)"]
