@@ -86,7 +86,7 @@ def node_settings(gpus: Sequence[GpuSettings], listed: int | None = None) -> dic
 def _fold(seen: Sequence[str | None]) -> str | None:
     if any(value is None for value in seen):
         return None
-    distinct = sorted(set(v for v in seen if v is not None))
+    distinct = sorted({v for v in seen if v is not None})
     return distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
 
 
