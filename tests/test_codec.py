@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from report_page import DEMO, DEMO_0_1, demo_document
 from report_strategies import hosts
 
+from fleet.cli.commands import main
 from fleet.history import History, history_path, host_from_row
 from fleet.model.codec import host_from_document, host_to_document, run_from_document
 from fleet.model.errors import DocumentError
@@ -184,3 +185,18 @@ def test_a_row_with_a_reason_of_another_fleet_reads_as_none(tmp_path: Path) -> N
     assert record is not None
     row = replace(record.hosts[0], reason="a_newer_reason")
     assert host_from_row(row) == replace(host, reason=None, kept=())
+
+
+@pytest.mark.parametrize("html", [False, True], ids=["show", "show --html"])
+def test_show_of_a_summary_fleet_cannot_read_is_one_line_exit_2(tmp_path: Path, html: bool,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    document = demo_document()
+    document["hosts"]["gpu-b03"]["steps"][0]["status"] = "half done"
+    folder = tmp_path / document["run_id"]
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps(document))
+    assert main(["show", "last", *(["--html"] if html else []), "--log-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{folder / 'summary.json'}: hosts.gpu-b03.steps[0].status: 'half done' is no" \
+                                   " StepStatus fleet knows" in err
+    assert not (folder / "report.html").exists()
