@@ -68,6 +68,15 @@ def test_the_real_summaries_read_back_and_write_the_same_document(path: Path) ->
         assert json.dumps({k: v for k, v in again.items() if k not in added}) == json.dumps(document["hosts"][name])
 
 
+def refusal_of(name: str, value: Any) -> str | None:
+    """Why the codec refused a host's document (its one line), or None when it read it."""
+    try:
+        host_from_document(name, value)
+    except DocumentError as exc:
+        return str(exc)
+    return None
+
+
 def broken(change: Any) -> dict[str, Any]:
     document: dict[str, Any] = demo_document()["hosts"]["gpu-b16"]
     change(document)
@@ -107,7 +116,7 @@ def test_a_run_document_names_the_host_the_key_is_in() -> None:
     with pytest.raises(DocumentError, match=r"^hosts\.gpu-b03\.gpus\[2\]\.settle_s: expected a number or null, got"
                                             r" 'soon'$"):
         run_from_document(document)
-    with pytest.raises(DocumentError, match="^the document: expected an object, got list$"):
+    with pytest.raises(DocumentError, match=r"^the document: expected an object, got list$"):
         run_from_document([])
 
 
@@ -115,10 +124,8 @@ def test_a_run_document_names_the_host_the_key_is_in() -> None:
 @given(json_values)
 def test_any_json_at_all_is_read_or_refused_with_a_document_error(value: Any) -> None:
     """What a node sends is untrusted: any JSON value is a report or a DocumentError, never another exception."""
-    try:
-        host_from_document("n1", value)
-    except DocumentError as exc:
-        assert "\n" not in str(exc)
+    refusal = refusal_of("n1", value)
+    assert refusal is None or "\n" not in refusal
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -131,10 +138,8 @@ def test_a_report_with_one_value_replaced_is_read_or_refused_with_a_document_err
                for item in value if isinstance(item, dict) for key in item]
     where, key = data.draw(st.sampled_from(places))
     where[key] = data.draw(json_values)
-    try:
-        host_from_document(host.name, document)
-    except DocumentError as exc:
-        assert "\n" not in str(exc)
+    refusal = refusal_of(host.name, document)
+    assert refusal is None or "\n" not in refusal
 
 
 @settings(max_examples=100, deadline=None)
