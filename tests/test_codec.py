@@ -28,7 +28,7 @@ from fleet.slurm.frames import Assembler
 from fleet.slurm.noderun import Lines
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=8)
 
@@ -89,6 +89,8 @@ def broken(change: Any) -> dict[str, Any]:
     (lambda d: d.update(reason="bad_luck"), "reason: 'bad_luck' is no Reason fleet knows"),
     (lambda d: d.update(duration_s="12.5"), "duration_s: expected a number, got '12.5'"),
     (lambda d: d.update(duration_s=True), "duration_s: expected a number, got True"),
+    (lambda d: d.update(duration_s=float("nan")), "duration_s: expected a number, got nan"),
+    (lambda d: d.update(start_s=float("inf")), "start_s: expected a number or null, got inf"),
     (lambda d: d.update(error=7), "error: expected a string or null, got 7"),
     (lambda d: d.update(steps={}), "steps: expected a list, got dict"),
     (lambda d: d["steps"][2].pop("detail"), "steps[2].detail: missing"),

@@ -17,6 +17,7 @@ What the document does not keep: a step's `error` and `reason` (the host's say i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from enum import StrEnum
@@ -148,11 +149,17 @@ class Fields:
         return value
 
     def number(self, key: str) -> float:
-        return float(self._get(key, ABSENT, (int, float), "a number"))
+        return self._finite(key, float(self._get(key, ABSENT, (int, float), "a number")), "a number")
 
     def maybe_number(self, key: str, default: float | None = ABSENT) -> float | None:
         value = self._get(key, default, (int, float, type(None)), "a number or null")
-        return None if value is None else float(value)
+        return None if value is None else self._finite(key, float(value), "a number or null")
+
+    def _finite(self, key: str, value: float, expected: str) -> float:
+        """JSON as Python reads it takes NaN and Infinity: no duration or time fleet reports is either."""
+        if not math.isfinite(value):
+            raise DocumentError(f"{self.path(key)}: expected {expected}, got {shown(value)}")
+        return value
 
     def boolean(self, key: str, default: bool = ABSENT) -> bool:
         return bool(self._get(key, default, (bool,), "true or false"))
