@@ -4,7 +4,8 @@ PYTHON ?= python3
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast check dist bench clean
+.PHONY: install demo test test-fast test-unit test-logic test-sim test-sshd test-slurm test-wheel test-browser check dist \
+	bench clean
 
 install: $(STAMP)
 
@@ -20,8 +21,14 @@ demo: install
 test: install
 	$(BIN)/pytest
 
+# The tiers: tests/unit, logic and sim need nothing but Python; sshd, slurm, wheel and browser need real daemons or
+# tools (docs/contributing.md). `make test-unit` ... `make test-browser` run one tier.
 test-fast: install
-	$(BIN)/pytest -m 'not sshd and not slurm and not wheel and not browser'
+	$(BIN)/pytest tests/unit tests/logic tests/sim
+
+TIERS := unit logic sim sshd slurm wheel browser
+$(addprefix test-,$(TIERS)): test-%: install
+	$(BIN)/pytest tests/$*
 
 # The sdist and the wheel in dist/, built as pip builds them (an isolated build environment).
 dist: install

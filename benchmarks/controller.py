@@ -17,7 +17,7 @@ with the fleet.
 
     python benchmarks/controller.py [--sizes 1000,5000,10000] [--json out.json]
 
-Not a test (tests/test_controller_bench.py runs 200 hosts once, checks outcomes, not times). Everything it
+Not a test (tests/logic/test_controller_bench.py runs 200 hosts once, checks outcomes, not times). Everything it
 starts is ended, and its temp dir removed, on success, failure or Ctrl-C.
 """
 

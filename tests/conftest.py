@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
 import pytest
-from slurm import StartCluster
-from sshd import SSHD, Sshd, start_sshd
+from support.keys import ClientKey, make_client_key
+from support.slurm import StartCluster
+from support.sshd import SSHD, Sshd, start_sshd
 
 from fleet.sim.slurmcluster import SlurmCluster
-
-
-@dataclass(frozen=True)
-class ClientKey:
-    """An ed25519 key pair; the private half in OpenSSH format at `path` (mode 600)."""
-
-    path: Path
-    key: asyncssh.SSHKey
-
-    @property
-    def public_line(self) -> str:
-        return self.key.export_public_key().decode().strip()
-
-
-def make_client_key(path: Path) -> ClientKey:
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key.write_private_key(path)
-    os.chmod(path, 0o600)
-    return ClientKey(path, key)
 
 
 @pytest.fixture
@@ -81,3 +60,21 @@ def slurm_cluster(tmp_path: Path) -> Iterator[StartCluster]:
 # promise): the hang-up tests, in this process and in every fleet they start, need SIGHUP's default disposition.
 if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+# The tiers: a test's folder under tests/ is its tier, and its marker (`pytest -m unit`, `-m "not sshd"`, ...).
+TIERS = ("unit", "logic", "sim", "sshd", "slurm", "wheel", "browser")
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_of(path: Path) -> str:
+    """The tier of a test module: the folder under tests/ it lives in (a module anywhere else is an error)."""
+    parts = path.resolve().relative_to(TESTS).parts
+    if len(parts) != 2 or parts[0] not in TIERS:
+        raise pytest.UsageError(f"{path}: a test module lives in one tier folder: tests/{{{','.join(TIERS)}}}/")
+    return parts[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tier_of(item.path)))

@@ -1,6 +1,7 @@
 """Which hosts a command works on: HOST patterns, `-g`, `--limit` and `--exclude` over the inventory, or hosts
-named outright (`-w HOSTLIST`, a Slurm `--partition`'s nodes, a past run's `--rerun-failed` hosts) with or without
-one; and the scheduler around the run (`--slurm`, or the inventory's `scheduler:`)."""
+named outright (`-w HOSTLIST`, a scheduler's `--partition`'s nodes, a past run's `--rerun-failed` hosts) with or
+without one; and the scheduler around the run (`--scheduler NAME`, its alias `--slurm`, or the inventory's
+`scheduler:`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
-
+from fleet.engine import schedulers
 from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, inventory_path, load_inventory
 from fleet.inventory.targeting import named, select, select_with
@@ -19,7 +19,7 @@ from fleet.model.errors import UsageError
 @dataclass(frozen=True)
 class Targets:
     """What the command line chose: the hosts, the inventory they came from (if any), and the scheduler around the
-    run (`fleet.engine.schedulers`: `--slurm`, or the inventory's `scheduler:`), None without one."""
+    run (`fleet.engine.schedulers`: `--scheduler`, `--slurm`, or the inventory's `scheduler:`), None without one."""
 
     hosts: list[Host]
     inventory: Inventory | None
@@ -28,13 +28,13 @@ class Targets:
 
 def choose_targets(
     hosts: list[str] | None, inventory: str | None, group: list[str] | None, limit: str | None, exclude: str | None,
-    *, nodes: str | None = None, partition: str | None = None, slurm: bool = False,
+    *, nodes: str | None = None, partition: str | None = None, slurm: bool = False, scheduler: str | None = None,
     rerun: list[str] | None = None,
 ) -> Targets:
     outright = nodes is not None or partition is not None or rerun is not None
     inv = chosen_inventory(inventory, required=not outright)
-    scheduler = "slurm" if slurm else inv.scheduler if inv is not None else None
-    if partition is not None and scheduler != "slurm":
+    scheduler = chosen_scheduler(scheduler, slurm) or (inv.scheduler if inv is not None else None)
+    if partition is not None and (scheduler is None or schedulers.plug(scheduler).targets is None):
         raise UsageError("--partition needs --slurm (or `scheduler: slurm` in the inventory)")
     if not outright:
         assert inv is not None
@@ -42,7 +42,8 @@ def choose_targets(
                        scheduler)
     extra = named(nodes) if nodes is not None else list(rerun or [])
     if partition is not None:
-        extra += partition_hosts(partition, inv)
+        assert scheduler is not None
+        extra += partition_hosts(scheduler, partition, inv)
     chosen = select_with(inv, extra, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude,
                          origin="-w" if nodes is not None else "--rerun-failed" if rerun else "--partition")
     return Targets(chosen, inv, scheduler)
@@ -54,16 +55,22 @@ def chosen_inventory(cli_value: str | None, *, required: bool) -> Inventory | No
     return load_inventory(inventory_path(cli_value))
 
 
-def partition_hosts(partition: str, inv: Inventory | None) -> list[str]:
-    """The host names of a Slurm partition's nodes: the inventory host whose slurm_node it is, else the node name."""
-    from fleet.slurm.control import Slurm, SlurmError
+def chosen_scheduler(name: str | None, slurm: bool) -> str | None:
+    """The scheduler the command line names: `--scheduler NAME` (one the registry knows), `--slurm` its alias for
+    `--scheduler slurm`; None when it names none."""
+    if name is not None and name not in schedulers.names():
+        raise UsageError(f"--scheduler: no scheduler {name!r} (known: {', '.join(schedulers.names())})")
+    if slurm and name not in (None, "slurm"):
+        raise UsageError(f"--slurm is --scheduler slurm: not with --scheduler {name}")
+    return "slurm" if slurm else name
 
-    try:
-        nodes = anyio.run(Slurm().partition, partition)
-    except SlurmError as exc:
-        raise UsageError(f"--partition {partition}: {exc}") from None
-    by_node = {h.slurm_node or h.name: h.name for h in (inv.hosts.values() if inv else ())}
-    return [by_node.get(node, node) for node in nodes]
+
+def partition_hosts(scheduler: str, partition: str, inv: Inventory | None) -> list[str]:
+    """The host names of a scheduler's partition's nodes (`Plug.targets`; Slurm's: the inventory host whose
+    slurm_node it is, else the node name)."""
+    targets = schedulers.plug(scheduler).targets
+    assert targets is not None
+    return targets(partition, inv)
 
 
 def provenance(chosen: Targets) -> Inventory:

@@ -26,7 +26,9 @@ from fleet.cli.options import (
     MetricsFileOpt,
     NodesOpt,
     PartitionOpt,
+    SchedulerOpt,
     SlurmOpt,
+    check_via,
 )
 from fleet.engine.interrupts import HANGUP_LINE, HungUp, hangups_unwind
 from fleet.engine.options import RunOptions, SchedulerOptions
@@ -34,10 +36,7 @@ from fleet.engine.run import execute
 from fleet.engine.run_folder import default_log_dir
 from fleet.engine.walk import Mode
 from fleet.engine.waves import parse_amount, parse_duration
-from fleet.history import (
-    UNFINISHED,
-    history_path,
-)
+from fleet.history import UNFINISHED, history_path
 from fleet.history.archive import listing, prune, reading, shown, shown_html
 from fleet.history.rerun import rerun_of
 from fleet.history.view import STATUS_ORDER
@@ -126,6 +125,7 @@ def reset(
         typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify."),
     ] = False,
     nodes: NodesOpt = None,
+    scheduler: SchedulerOpt = None,
     slurm: SlurmOpt = False,
     drain_wait: Annotated[
         str, typer.Option("--drain-wait", metavar="DURATION", help="With Slurm: how long a node's jobs may take"
@@ -151,11 +151,10 @@ def reset(
     log_dir: LogDirOpt = None,
 ) -> None:
     """Drain -> kill -> settle -> verify on every target."""
-    if via not in ("ssh", "srun"):
-        raise UsageError(f"--via takes ssh or srun, not {via!r}")
+    check_via(via)
     rerun = _rerun_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
-                      slurm=slurm or via == "srun", rerun=rerun)
+                            slurm=slurm or via == "srun", scheduler=scheduler, rerun=rerun)
     options = RunOptions(
         mode=Mode.PLAN if dry_run else Mode.RESET,
         concurrency=concurrency,
@@ -210,14 +209,16 @@ def check(
     as_json: JsonOpt = False,
     concurrency: ConcurrencyOpt = None,
     nodes: NodesOpt = None,
+    scheduler: SchedulerOpt = None,
     slurm: SlurmOpt = False,
     partition: PartitionOpt = None,
     metrics_file: MetricsFileOpt = None,
     log_dir: LogDirOpt = None,
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean. With Slurm, each node's state is reported."""
-    chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm)
-    check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything connects
+    chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm,
+                            scheduler=scheduler)
+    check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
     options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True, progress=True,
                          scheduler=SchedulerOptions(name=chosen.scheduler) if chosen.scheduler else None)
     raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
@@ -323,8 +324,7 @@ def demo(
     """A simulated fleet on this machine (loopback SSH), reset end to end, then torn down."""
     from fleet.cli.demo import run_demo
 
-    if via not in ("ssh", "srun"):
-        raise UsageError(f"--via takes ssh or srun, not {via!r}")
+    check_via(via)
     raise typer.Exit(run_demo(nodes=nodes, as_json=as_json, log_dir=log_dir, slurm=slurm, via_srun=via == "srun"))
 
 

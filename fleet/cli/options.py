@@ -8,6 +8,9 @@ from typing import Annotated
 
 import typer
 
+from fleet.engine.schedulers import names
+from fleet.model.errors import UsageError
+
 HostsArg = Annotated[
     list[str] | None, typer.Argument(help="Host names or node-set patterns.", show_default=False, metavar="HOST")
 ]
@@ -32,7 +35,13 @@ NodesOpt = Annotated[
                  help="Target these hosts (node sets: gpu-c[01-64]), listed in the inventory or not."),
 ]
 SlurmOpt = Annotated[
-    bool, typer.Option("--slurm", help="Drain in Slurm before, resume after (or `scheduler: slurm` in the inventory).")
+    bool, typer.Option("--slurm", help="Drain in Slurm before, resume after (or `scheduler: slurm` in the inventory)."
+                       " Same as --scheduler slurm.")
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option("--scheduler", metavar="NAME", help="Take the nodes out of the named workload manager's service"
+                 f" before, give them back after (or `scheduler:` in the inventory). One of: {', '.join(names())}."),
 ]
 PartitionOpt = Annotated[
     str | None, typer.Option("--partition", metavar="NAME", help="With --slurm: target the partition's nodes.")
@@ -71,3 +80,9 @@ Examples:
   fleet check gpu-b[01-04] --json | jq '.hosts[] | select(.status != "clean")'
 
 {EXIT_CODES}"""
+
+
+def check_via(via: str) -> None:
+    """`--via` takes ssh or srun (`fleet reset`, `fleet demo`)."""
+    if via not in ("ssh", "srun"):
+        raise UsageError(f"--via takes ssh or srun, not {via!r}")

@@ -75,8 +75,8 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
                 return
             run.started = time.monotonic()
             log = log or logs.host_logger(run.host.name)
-            where = ({"address": run.host.address, "port": run.host.port} if run.host.connection is Connection.SSH
-                     else {"connection": run.host.connection.value})
+            where = ({"address": run.host.address, "port": run.host.port} if run.host.connection == Connection.SSH
+                     else {"connection": str(run.host.connection)})
             log.info("host_start", command=options.mode.command, **where)
             await _connected_walk(run, options, log, connector, logs.run_id)
     except Exception as exc:  # connect, the log, a bug: one host never stops the others

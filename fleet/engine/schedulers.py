@@ -1,24 +1,28 @@
-"""Workload managers, by the name the inventory's `scheduler:` (or a command line's `--slurm`) gives them.
+"""Workload managers, by the name `--scheduler` (its alias `--slurm`) or the inventory's `scheduler:` gives them.
 
 A scheduler is a plug: a module that provides `PLUG`, a `Plug` whose `lifecycle` builds the `Scheduler` (below)
-a run walks its hosts through, and whose `run_via`, when it has one, runs the whole reset through the scheduler
-instead of SSH fan-out (Slurm's `--via srun`). The registry names modules, not objects:
-a scheduler's code is only imported when a run asks for it, and `fleet.inventory` can check a `scheduler:` value
-without importing any. Adding one (Kubernetes, say) is a row here and a module that implements `Scheduler`.
+a run walks its hosts through, whose `run_via`, when it has one, runs the whole reset through the scheduler
+instead of SSH fan-out (Slurm's `--via srun`), and whose `targets`, when it has one, names the hosts of a part of
+the cluster (Slurm's `--partition`). Its node side (the job daemons and job cgroups a reset never kills, how
+reasons name them) is a second module, `JOBS` (`fleet.node.jobs`). Both are named in one row of
+`fleet.model.plugs.SCHEDULERS` (`REGISTRY` here): a scheduler's code is only imported when a run asks for it,
+and `fleet.inventory` checks a `scheduler:` value without importing any.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import import_module
 from typing import TYPE_CHECKING, Protocol
+
+from fleet.model import plugs
 
 if TYPE_CHECKING:
     from fleet.engine.interrupts import Interrupts
     from fleet.engine.options import RunOptions, RunState
     from fleet.engine.run_folder import RunLogs
     from fleet.engine.walk import HostRun
+    from fleet.inventory.load import Inventory
     from fleet.model.hostlog import HostLog
     from fleet.model.report import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
 
@@ -50,13 +54,14 @@ class Scheduler(Protocol):
         host's record as it left it."""
 
 
-# name -> the module that provides its PLUG
-REGISTRY: dict[str, str] = {
-    "slurm": "fleet.slurm.plug",
-}
+# name -> the modules of its two sides (the registry itself: a test adds a row and takes it out again)
+REGISTRY = plugs.SCHEDULERS
 
 Lifecycle = Callable[["RunOptions", "RunLogs", "Interrupts | None"], "Scheduler"]
 RunVia = Callable[..., Awaitable[tuple["RunReport", "RunState"]]]
+# (a part's name, the inventory or None) -> the host names of that part's nodes; UsageError when it has none. The
+# command line calls it before any run starts (no event loop yet: it runs its own).
+Targets = Callable[[str, "Inventory | None"], list[str]]
 
 
 @dataclass(frozen=True)
@@ -66,17 +71,16 @@ class Plug:
 
     lifecycle: Lifecycle
     run_via: RunVia | None = None  # taken when `SchedulerOptions.fan_out` asks the scheduler to fan out
+    targets: Targets | None = None  # `--partition NAME`: the hosts of that part of the cluster
 
 
 def names() -> tuple[str, ...]:
-    """The scheduler names `scheduler:` accepts."""
+    """The scheduler names `scheduler:` and `--scheduler` accept."""
     return tuple(sorted(REGISTRY))
 
 
 def plug(name: str) -> Plug:
     """The named scheduler's plug; ValueError for a name the registry does not know."""
-    if name not in REGISTRY:
-        raise ValueError(f"no scheduler {name!r} (known: {', '.join(names())})")
-    found = import_module(REGISTRY[name]).PLUG
+    found = plugs.provided(REGISTRY[plugs.known(REGISTRY, "scheduler", name)].plug, "PLUG")
     assert isinstance(found, Plug)
     return found

@@ -26,7 +26,7 @@ def check_files(inventory: Inventory, hosts: Iterable[Host]) -> None:
     checked: dict[str, str | None] = {}  # path -> what is wrong with it (None: nothing); hosts share their files
     defaults: list[str | None] = []  # what is wrong with the default known_hosts files, once checked
     for host in hosts:
-        if host.connection is not Connection.SSH:
+        if host.connection != Connection.SSH:
             continue
         for variable, path in _files(host):
             if path not in checked:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, NamedTuple
 
 from fleet.inventory import validate
-from fleet.model import health_checks
+from fleet.model import health_checks, plugs
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
@@ -61,6 +61,8 @@ BUILTIN_PROTECTED = (
 
 
 class Connection(StrEnum):
+    """The built-in transports' names (a host's `connection:` may name any in `fleet.model.plugs.TRANSPORTS`)."""
+
     SSH = "ssh"
     LOCAL = "local"
 
@@ -77,12 +79,25 @@ class Var:
     one_or_more: bool = False  # a list that may be written as one string, and never empty
     fallback: Callable[[str], str | None] | None = None  # the value, from the host's name, when no level sets it
     shown: str = ""  # the default as the table says it, where the value itself would not
+    names: Callable[[], tuple[str, ...]] | None = None  # the names a value may be, when a registry says them
 
 
 def _health_check(name: str) -> str:
     """`health_warn` and `health_ignore` name checks of the health gate's table (`fleet.model.health_checks`)."""
     if name not in health_checks.BY_NAME:
         raise ValueError(f"unknown health check {name!r} (known: {', '.join(health_checks.NAMES)})")
+    return name
+
+
+def _transports() -> tuple[str, ...]:
+    return tuple(plugs.TRANSPORTS)
+
+
+def _transport(name: str) -> str:
+    """A `connection:` names a registered transport (`fleet.model.plugs.TRANSPORTS`: ssh, local)."""
+    if name not in plugs.TRANSPORTS:
+        *first, last = (repr(n) for n in _transports())
+        raise ValueError(f"expected {' or '.join([', '.join(first), last]) if first else last}, got {name!r}")
     return name
 
 
@@ -127,8 +142,9 @@ class Host:
         ),
     ] = None
     connection: Annotated[
-        Connection,
-        Var("`ssh`, or `local` (run the same commands as local processes: a node resetting itself from a timer)"),
+        str,
+        Var("`ssh`, or `local` (run the same commands as local processes: a node resetting itself from a timer)",
+            check=_transport, names=_transports),
     ] = Connection.SSH
     become: Annotated[
         bool, Var("run the commands that need root (below) through `sudo -n`; the rest run as `user`")

@@ -24,8 +24,8 @@ expand with `fleet.inventory.nodesets`; targeting (patterns, groups, `--limit`,
 
 `HostVars` is made from the declaration of every variable, the fields of
 `fleet.inventory.host.Host` (read by `fleet.inventory.variables`): a value is
-checked as its `Var` says and comes out as the `Host`'s type (a list as a tuple,
-`connection` as a `Connection`).
+checked as its `Var` says and comes out as the `Host`'s type (a list as a tuple;
+`connection` a name `fleet.model.plugs.TRANSPORTS` knows).
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
-from fleet.engine import schedulers
 from fleet.inventory import validate
 from fleet.inventory.datafile import read_data
 from fleet.inventory.host import BUILTIN_PROTECTED, Connection, Host
 from fleet.inventory.messages import one_line
 from fleet.inventory.nodesets import node_order, node_set
 from fleet.inventory.variables import HOST_VARIABLES, Variable
+from fleet.model import plugs
 from fleet.model.errors import InventoryError, UsageError
 
 ALL = "all"
@@ -111,10 +111,8 @@ class GroupSpec(BaseModel):
 
 
 def _known_scheduler(name: str) -> str:
-    """A `scheduler:` the registry knows (`fleet.engine.schedulers`: slurm)."""
-    if name not in schedulers.names():
-        raise ValueError(f"no scheduler {name!r} (known: {', '.join(schedulers.names())})")
-    return name
+    """A `scheduler:` the registry knows (`fleet.model.plugs.SCHEDULERS`: slurm)."""
+    return plugs.known(plugs.SCHEDULERS, "scheduler", name)
 
 
 class InventoryFile(BaseModel):

@@ -1,6 +1,6 @@
 """Every host variable, read from its one declaration (the annotated fields of `Host`), and docs/operating.md's table.
 
-`python -m fleet.inventory.variables` prints the table; tests/test_variables.py
+`python -m fleet.inventory.variables` prints the table; tests/unit/test_variables.py
 fails when docs/operating.md's "Host variables" table differs from it.
 """
 
@@ -73,6 +73,8 @@ def _type_text(v: Variable) -> str:
     kind, check = v.kind, v.var.check
     if isinstance(kind, type) and issubclass(kind, Enum):
         word = " or ".join(f"`{member.value}`" for member in kind)
+    elif v.var.names is not None:
+        word = " or ".join(f"`{name}`" for name in v.var.names())
     else:
         word = check.__name__.replace("_", " ") if check else _WORDS[kind]
     if v.var.one_or_more:

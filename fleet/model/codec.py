@@ -9,7 +9,8 @@ Reading is strict, as the relay reads bytes from a node: a key that is missing o
 status or reason code, raises `DocumentError`, one line naming the key (`gpus[2].memory_used_mib: expected an
 integer or null, got "x"`). Keys a newer fleet adds are ignored. Keys an older fleet did not write may be absent,
 each named in its reader: `start_s`, `health` and `kept` (0.1.0 wrote none), a finding's `pci`; the only-when-set
-blocks `memory_before_mib`, `plan` and `slurm`, and in `slurm` every key but `node`.
+blocks `memory_before_mib`, `plan` and the scheduler's record (under its scheduler's name: `slurm`), and in the
+record every key but `node`.
 
 What the document does not keep: a step's `error` and `reason` (the host's say it), `would_stop` (read from the plan's
 `units`), and a scheduler's optional values (`plan`, `error`, `abandoned`, `waited_s`, `taken_over`) when empty.
@@ -23,6 +24,7 @@ from dataclasses import asdict
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from fleet.model import plugs
 from fleet.model.errors import DocumentError
 from fleet.model.report import (
     Finding,
@@ -72,9 +74,10 @@ def host_to_document(host: HostReport) -> dict[str, Any]:
         document["memory_before_mib"] = list(host.memory_before_mib)
     if host.plan is not None:
         document["plan"] = plan_document(host.plan)
-    if host.scheduler is not None:
+    if host.scheduler is not None:  # under its scheduler's name: `slurm`, as 0.1 wrote it
         record = scheduler_fields(host.scheduler)
-        document["slurm"] = {k: v for k, v in record.items() if k not in SCHEDULER_WHEN_SET or v}
+        document[host.scheduler.by] = {k: v for k, v in record.items()
+                                       if k != "by" and (k not in SCHEDULER_WHEN_SET or v)}
     return document
 
 
@@ -93,8 +96,13 @@ def plan_document(plan: HostPlan) -> dict[str, Any]:
 
 
 def scheduler_fields(record: SchedulerRecord) -> dict[str, Any]:
-    """Every field of the scheduler record (the history keeps them all; the document leaves the empty optional out)."""
-    return {**asdict(record), "jobs": list(record.jobs)}
+    """Every field of the scheduler record, its scheduler's name (`by`) only when it is not the default one's: the
+    history's `slurm` column as it has held it since 0.1 (the document leaves the empty optional ones out, and
+    keys the record by `by`)."""
+    fields = {**asdict(record), "jobs": list(record.jobs)}
+    if record.by == SchedulerRecord.by:
+        del fields["by"]
+    return fields
 
 
 # --- reading ------------------------------------------------------------------------------------------------------
@@ -209,11 +217,13 @@ def host_from_document(name: str, document: object, where: str = "") -> HostRepo
     """The inverse of `host_to_document` (the host's name is the key it stands under); `where` prefixes the key
     paths of an error (`hosts.gpu-b01`)."""
     fields = Fields(document, where)
-    plan, slurm = fields.inner("plan"), fields.inner("slurm")
+    plan = fields.inner("plan")
+    by = next((name for name in plugs.SCHEDULERS if name in fields.document), None)  # the record's key: its scheduler
+    record = fields.inner(by) if by is not None else None
     return HostReport(
         name, fields.code("status", HostStatus), fields.number("duration_s"), fields.maybe_text("error"),
         fields.items("steps", step_from), fields.items("killed", killed_from), fields.items("gpus", gpu_from),
-        plan_from(plan) if plan is not None else None, scheduler_from(slurm) if slurm is not None else None,
+        plan_from(plan) if plan is not None else None, scheduler_from(record, by) if record is not None else None,
         fields.maybe_code("reason", Reason), fields.values("memory_before_mib", (int, type(None)),
                                                            "an integer or null", None),
         fields.items("health", host_finding_from, ()), fields.maybe_number("start_s", None),
@@ -273,14 +283,17 @@ def plan_from(fields: Fields) -> HostPlan:
                     fields.values("gpu_memory_mib", (int, type(None)), "an integer or null") or ())
 
 
-def scheduler_from(fields: Fields) -> SchedulerRecord:
-    """The `slurm` block: every key but `node` may be absent (the empty optional ones are not written)."""
+def scheduler_from(fields: Fields, by: str | None = None) -> SchedulerRecord:
+    """The scheduler's record: in a document under its scheduler's name (`by`), in the history's column with its
+    name as `by` (absent: the default's, Slurm). Every key but `node` may be absent (the empty optional ones are not
+    written)."""
     jobs = fields.values("jobs", (str,), "a string", ()) or ()
     return SchedulerRecord(
         fields.text("node"), fields.maybe_text("state_before", None), fields.maybe_text("reason_before", None),
         fields.maybe_text("state_after", None), fields.maybe_text("reason_after", None), jobs,
         fields.maybe_text("plan", None), fields.maybe_text("error", None), fields.boolean("abandoned", False),
-        fields.maybe_number("waited_s", None), fields.maybe_text("taken_over", None))
+        fields.maybe_number("waited_s", None), fields.maybe_text("taken_over", None),
+        by if by is not None else fields.text("by", SchedulerRecord.by))
 
 
 def records_from(values: object, read: Callable[[Fields], T], where: str) -> tuple[T, ...]:

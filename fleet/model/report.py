@@ -125,10 +125,11 @@ class HostPlan:
 
 @dataclass(frozen=True)
 class SchedulerRecord:
-    """A host's node in its workload manager around the run (`--slurm`): as fleet found it and as it left it.
+    """A host's node in its workload manager around the run (`--scheduler`): as fleet found it and as it left it.
 
-    Scheduler-neutral (a node, its state and reason before and after, the jobs that held it); the JSON report
-    keeps its key `slurm` for it, as 0.1 wrote it (`fleet.report.render`)."""
+    Scheduler-neutral (a node, its state and reason before and after, the jobs that held it); `by` names the
+    scheduler (`fleet.model.plugs.SCHEDULERS`), whose name is the record's key in the JSON report (`slurm`, as
+    0.1 wrote it: `fleet.report.render`) and the tables' column; it is no field of the record's JSON itself."""
 
     node: str
     state_before: str | None = None
@@ -141,6 +142,7 @@ class SchedulerRecord:
     abandoned: bool = False  # a third interrupt stopped its release: left as fleet drained it for the run
     waited_s: float | None = None  # seconds the host waited for the node's jobs before its reset (--slurm)
     taken_over: str | None = None  # the earlier fleet run whose drain this run took over (failed, or over)
+    by: str = "slurm"  # the scheduler's name; a record read from a document before 0.3 is Slurm's, its only one
 
 
 @dataclass(frozen=True)

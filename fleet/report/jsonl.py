@@ -3,7 +3,7 @@
 Each event is the line structlog's chain `add_log_level, TimeStamper(fmt="iso", utc=True), dict_tracebacks,
 JSONRenderer()` over a logger bound to `host` and `run_id` writes, byte for byte: the bound fields, the event's
 fields in the order given, then `event`, `level` and `timestamp`, as `json.dumps` separates and escapes them
-(tests/test_jsonl.py holds the two side by side). It costs a fraction of the chain (no context copy, no bind a
+(tests/unit/test_jsonl.py holds the two side by side). It costs a fraction of the chain (no context copy, no bind a
 call, keys escaped once, each value encoded by its type), which counts at 10,000 hosts of about 40 events each.
 An event the shortcut does not cover (an exception's traceback, a field named like one of those five) goes
 through structlog's own processors.

@@ -117,6 +117,6 @@ def plan_lines(report: RunReport) -> list[str]:
     lines = []
     for name, host in report.hosts.items():
         if host.plan is not None:
-            slurm = [host.scheduler.plan] if host.scheduler is not None and host.scheduler.plan else []
-            lines.append(f"{name}: " + "; ".join([*slurm, *(s.detail for s in host.steps if s.detail)]))
+            scheduled = [host.scheduler.plan] if host.scheduler is not None and host.scheduler.plan else []
+            lines.append(f"{name}: " + "; ".join([*scheduled, *(s.detail for s in host.steps if s.detail)]))
     return lines

@@ -15,13 +15,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import anyio
-
 from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
+from fleet.node.poll import backoff, poll_until
 from fleet.node.probes import units
-from fleet.reset.poll import POLL_MARGIN_S, backoff
 
 # Seconds to wait for a unit to go down after `systemctl kill -s SIGKILL`.
 ESCALATION_WINDOW_S = 10.0
@@ -77,13 +75,14 @@ async def _wait_down(node: Node, names: Sequence[str], budget: TimeBudget, step:
     """Poll until every unit is inactive or failed, or the budget is spent; return the last states
     (`states`: a first look already taken)."""
     states = states if states is not None else await unit_states(node, names, budget, step)
-    for wait in backoff():
-        up = [u for u in names if not states[u].is_down]
-        if not up or budget.window_left <= POLL_MARGIN_S:
-            break
-        await anyio.sleep(min(wait, budget.window_left))
-        states.update(await unit_states(node, up, budget, step))
-    return states
+
+    async def look() -> dict[str, units.UnitState]:
+        states.update(await unit_states(node, [u for u in names if not states[u].is_down], budget, step))
+        return states
+
+    polled = await poll_until(look, lambda seen: all(seen[u].is_down for u in names), backoff(), within=budget,
+                              first=states)
+    return polled.last
 
 
 async def _escalate(node: Node, hung: Sequence[str], states: dict[str, units.UnitState], window: float,

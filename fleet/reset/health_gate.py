@@ -128,7 +128,7 @@ class Ended:
     def of(cls, killed: Sequence[KilledProcess], before: Sequence[ComputeApp] = (), rows: Sequence[GpuRow] = (),
            after: Sequence[ComputeApp] = (), spared: frozenset[int] = frozenset()) -> Ended:
         """`killed` (the kill step's), and `before`'s apps gone from `after` (verify's) but those the kill left alive
-        on purpose (`spared`: a kept Slurm job's process whose step then ended on its own was not ended by this
+        on purpose (`spared`: a kept job's process whose step then ended on its own was not ended by this
         reset), placed on GPUs by `before` (pid -> GPU uuid) and `rows` (uuid -> bus id)."""
         still = {a.pid for a in after} | spared
         names = {a.pid: f"pid {a.pid} {_base(a.process_name)}, which the reset stopped" for a in before

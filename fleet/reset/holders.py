@@ -2,7 +2,7 @@
 
 `scan` runs the holder scan (find over /proc/PID/fd), then for the holders
 found, in one command: ps (user, command line), the exe links, the lineage walk
-(comm, ancestors, fleet's own process chain) and their cgroups (the Slurm job
+(comm, ancestors, fleet's own process chain) and their cgroups (the scheduler's job
 each one's names); and, when asked, their systemd units.
 The judging itself is pure (`describe_holders`, with `fleet.reset.protection`).
 kill, verify and the dry run all look through this one scan.

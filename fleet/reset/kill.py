@@ -17,8 +17,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import anyio
-
 from fleet.model.report import (
     KeptProcess,
     KilledProcess,
@@ -32,15 +30,15 @@ from fleet.model.report import (
 )
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
+from fleet.node.poll import backoff, poll_until
 from fleet.node.probes import procs, units
 from fleet.reset.drain import UnitsStopped, stop_units
 from fleet.reset.holders import Scan, scan
-from fleet.reset.poll import POLL_MARGIN_S, backoff
 from fleet.reset.protection import Holder, Rules, job_of, units_to_stop
 
 # Seconds to wait for SIGKILLed processes to vanish.
 SIGKILL_WAIT_S = 5.0
-# After the kill, holders are scanned again at these intervals (1 s in all): systemd's default
+# After the kill, holders are scanned again after each of these pauses (1 s in all): systemd's default
 # RestartSec is 100 ms, so a Restart=always unit's process is usually back within the window.
 RESPAWN_SCANS_S = (0.0, 0.3, 0.7)
 
@@ -110,13 +108,14 @@ async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], w
     verdicts = await node.ask(procs.signal(signal, _identities(known)), step=StepName.KILL, budget=budget)
     denied = frozenset(p for p, v in verdicts.items() if v == "denied")
     alive = [t for t in known if verdicts.get(t.pid) in ("sent", "denied")]
-    deadline = time.monotonic() + wait_s
-    for wait in backoff():
-        left = deadline - time.monotonic()
-        if not alive or left <= POLL_MARGIN_S:
-            break
-        await anyio.sleep(min(wait, left))
+    window = TimeBudget(wait_s)
+
+    async def look() -> list[Holder]:
+        nonlocal alive
         alive = await _alive(node, alive, budget)
+        return alive
+
+    await poll_until(look, lambda seen: not seen, backoff(), within=window, first=alive)
     unknown = {t.pid for t in targets if t.identity() is None}  # never signalled: still there, as far as we know
     return Signalled(frozenset({t.pid for t in alive} | unknown), denied)
 
@@ -136,13 +135,11 @@ async def _watch_for_respawn(node: Node, budget: TimeBudget, before: Scan) -> li
 
     Holders judged before the kill (the protected ones) are not described again.
     """
-    back: list[Holder] = []
-    for wait in RESPAWN_SCANS_S:
-        await anyio.sleep(wait)
-        back = (await scan(node, StepName.KILL, budget, with_units=True, known=before)).targets
-        if back:
-            break
-    return back
+    async def look() -> list[Holder]:
+        return (await scan(node, StepName.KILL, budget, with_units=True, known=before)).targets
+
+    none_yet: list[Holder] = []
+    return (await poll_until(look, bool, RESPAWN_SCANS_S, first=none_yet)).last
 
 
 async def _restart_settings(node: Node, names: Iterable[str], budget: TimeBudget) -> dict[str, str]:

@@ -1,24 +1,23 @@
-"""Whose is the GPU memory that did not come back: a leaked context, a Slurm job's processes, or a process.
+"""Whose is the GPU memory that did not come back: a leaked context, a scheduler's job's processes, or a process.
 
 Asks the node, in one command (`Node.batch`): the GPU query (index, uuid, PCI bus id, memory.used, MIG mode:
 verify's fields), the compute apps, `nvidia-smi -q` (each GPU's device minor number, and whether the GPUs share
 an NVSwitch fabric) and the holder scan; the holders found are then described (`fleet.reset.holders`), and the
-slurmstepd above a job's process whose cgroup does not name its job is read with ps (its title does:
-`slurmstepd: [4711.0]`). A scan that could not see every process fails the step (`blind_scan`) as everywhere:
-"no process holds it" is only ever said of a complete scan.
+job daemon above a job's process whose cgroup does not name its job is read with ps (its title may: Slurm's
+`slurmstepd: [4711.0]`, read by its scheduler's node side, `fleet.node.jobs`). A scan that could not see every
+process fails the step (`blind_scan`) as everywhere: "no process holds it" is only ever said of a complete scan.
 
 Decides (pure, below): which GPUs each holder holds. `/dev/nvidiaN`'s N is the GPU's device minor number, which
 `-q` gives per PCI bus id, and the GPU query gives each bus id's nvidia-smi index: on real nodes the minor number
 and the index differ, so a device file is never read as an index. A GPU device file whose GPU cannot be told
 (`-q` unread, a minor number it does not list) counts as holding every GPU. Then, for each GPU over what it may
 hold: processes fleet keeps as part of the machine do not count (what they use is in the allowance); what is
-left is a Slurm job's processes only (the job holds it), or some other process (it holds it), or nothing (a
+left is a job's processes only (the job holds it), or some other process (it holds it), or nothing (a
 leaked context).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -33,12 +32,10 @@ from fleet.reset.holders import scan
 from fleet.reset.protection import Holder, job_of
 from fleet.transport.base import CommandResult
 
-# Commands a look may run: its batch, the holders' description, the scan's second look, the slurmstepd titles.
+# Commands a look may run: its batch, the holders' description, the scan's second look, the job daemons' titles.
 LOOK_COMMANDS = 5
 # Its batch's nvidia-smi reads (the GPU query, the compute apps, `-q`): each has nvidia-smi's bound on top of that.
 LOOK_SMI = 3
-# A slurmstepd's process title (Slurm's slurmstepd.c: setproctitle of "[<job>.<step>]").
-_STEPD_TITLE = re.compile(r"\[(\d+)(?:\+\d+)?\.(?:\d+|batch|extern|interactive)\]")
 
 
 @dataclass(frozen=True)
@@ -67,7 +64,7 @@ def board(nvidia_smi: str) -> Probe[Board]:
 @dataclass(frozen=True)
 class Look:
     """One complete look at who holds the GPUs: the GPUs, the compute apps, the holders (judged), what `-q` said
-    (None: it could not be read) and the slurmstepd titles read (pid -> command line)."""
+    (None: it could not be read) and the job daemons' titles read (pid -> command line)."""
 
     rows: tuple[smi.GpuRow, ...]
     apps: tuple[smi.ComputeApp, ...] = ()
@@ -103,7 +100,7 @@ class Look:
 
 async def look(node: Node, step: StepName = StepName.SETTLE) -> Look:
     """The GPUs, the compute apps, `-q` and the holder scan in one command; the holders described; the
-    slurmstepd titles of job processes whose cgroup does not name their job. A `-q` that does not answer
+    job daemons' titles of job processes whose cgroup does not name their job. A `-q` that does not answer
     readably is no board (the GPUs' device files then cannot be told apart); one that hangs fails the step."""
     host = node.host
     budget = TimeBudget(0.0, slack=commands_s(host, smi=LOOK_SMI, other=LOOK_COMMANDS))
@@ -123,9 +120,9 @@ async def look(node: Node, step: StepName = StepName.SETTLE) -> Look:
 
 
 async def _titles(node: Node, holders: Iterable[Holder], step: StepName, budget: TimeBudget) -> dict[int, str]:
-    """The command lines of the slurmstepds named by job processes whose job is not known yet."""
-    wanted = sorted({ref.stepd for ref in (job_of(h) for h in holders)
-                     if ref is not None and ref.job is None and ref.stepd is not None})
+    """The command lines of the job daemons named by job processes whose job is not known yet."""
+    wanted = sorted({ref.daemon_pid for ref in (job_of(h) for h in holders)
+                     if ref is not None and ref.job is None and ref.daemon_pid is not None})
     if not wanted:
         return {}
     rows = await node.ask(procs.ps(wanted), step=step, budget=budget)
@@ -155,7 +152,7 @@ class Unsettled:
 
     @property
     def by_jobs(self) -> bool:
-        """Only a Slurm job's processes (and the machine's own) hold it."""
+        """Only a job's processes (and the machine's own) hold it."""
         return self.known and bool(self.holders) and not self.strays and \
             all(job_of(h) is not None for h in self.holders)
 
@@ -182,16 +179,15 @@ def explain(found: Look, problems: Mapping[int, str], kept: Collection[int] = ()
 
 def job_label(holder: Holder, titles: Mapping[int, str]) -> str:
     """`Slurm job 4711 (slurmstepd pid 20)`; `a Slurm job (slurmstepd pid 20)` when no title names it;
-    `Slurm job 4711 (pid 33 python3)` when its cgroup does and no slurmstepd is known."""
+    `Slurm job 4711 (pid 33 python3)` when its cgroup does and no job daemon is known."""
     ref = job_of(holder)
     if ref is None:
         return holder.label()
     job = ref.job
-    if job is None and ref.stepd is not None:
-        title = _STEPD_TITLE.search(titles.get(ref.stepd, ""))
-        job = int(title.group(1)) if title else None
-    who = f"slurmstepd pid {ref.stepd}" if ref.stepd is not None else holder.label()
-    return f"Slurm job {job} ({who})" if job is not None else f"a Slurm job ({who})"
+    if job is None and ref.daemon_pid is not None:
+        job = ref.side.job_of_title(titles.get(ref.daemon_pid, ""))
+    who = f"{ref.daemon} pid {ref.daemon_pid}" if ref.daemon_pid is not None else holder.label()
+    return f"{ref.side.title} job {job} ({who})" if job is not None else f"a {ref.side.title} job ({who})"
 
 
 def jobs_holding(unsettled: Sequence[Unsettled], titles: Mapping[int, str], limit: int = 2) -> str:
@@ -199,6 +195,13 @@ def jobs_holding(unsettled: Sequence[Unsettled], titles: Mapping[int, str], limi
     names = list(dict.fromkeys(job_label(h, titles) for u in unsettled for h in u.holders))
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
+
+
+def job_hints(unsettled: Sequence[Unsettled]) -> str:
+    """What to do about the jobs holding these GPUs, each scheduler's hint once: `drain the node in Slurm first
+    (--slurm waits for its jobs)`."""
+    refs = (job_of(h) for u in unsettled for h in u.holders)
+    return "; ".join(dict.fromkeys(ref.side.hint for ref in refs if ref is not None))
 
 
 def who(holders: Sequence[Holder], strays: Sequence[smi.ComputeApp] = (), limit: int = 3) -> str:

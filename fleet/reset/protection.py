@@ -1,12 +1,13 @@
 """Who may be killed, and which units may be stopped: pure rules, no I/O.
 
 A holder is left alive, with the reason the report gives, when it is PID 1,
-part of fleet's own session, an sshd, a Slurm job's process, has a lineage that
+part of fleet's own session, an sshd, a scheduler's job's process, has a lineage that
 could not be read to its end, has a protected name, descends from a process
 with a protected name, or belongs to a user outside `kill_users`.
 
-A Slurm job's processes (those in a job's cgroup, whatever their parent, and
-slurmstepd and whatever descends from it, however deep) are never killed, in any
+A job's processes (those in a job's cgroup, whatever their parent, and a job
+daemon such as Slurm's slurmstepd and whatever descends from it, however deep:
+each registered scheduler's node side, `fleet.node.jobs`) are never killed, in any
 mode, and are never part of the machine either: the memory a job holds keeps the
 node from being clean. Every rule that looks at ancestors judges the whole
 lineage the walk read; a lineage that was cut (its top never reached) is never
@@ -21,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.inventory.host import Host
+from fleet.node.jobs import JobSide, job_sides
 from fleet.node.probes.jobs import JobCgroup
 from fleet.node.probes.lineage import Ancestry, Lineage, ProcStat
 from fleet.node.probes.procs import Identity, PsRow
@@ -34,10 +36,6 @@ _DELETED = b" (deleted)"
 NOT_INHERITED = frozenset({"systemd", "init"}) | SSHD_NAMES
 # Unit names (without suffix) of OpenSSH's daemon: never stopped, whatever respawns.
 SSHD_UNITS = frozenset({"ssh", "sshd"})
-# The daemons whose descendants are a workload manager's jobs: someone's work, kept but never "the machine".
-JOB_DAEMONS = frozenset({"slurmstepd"})
-_JOB_DAEMON_NAMES = tuple(sorted(JOB_DAEMONS))
-JOB_PROCESS = "a Slurm job's process"
 # A holder whose lineage could not be read to its top: it may be a job's process, so it is kept, never the machine.
 LINEAGE_CUT = "lineage not read past pid"
 
@@ -101,8 +99,8 @@ class Rules:
 
 @dataclass(frozen=True)
 class ProcessFacts:
-    """What the probes told about the holders: ps rows, exe links, their lineage, their units, and the Slurm
-    job their cgroup names."""
+    """What the probes told about the holders: ps rows, exe links, their lineage, their units, and the job
+    their cgroup names."""
 
     ps: Mapping[int, PsRow]
     exe: Mapping[int, bytes]
@@ -165,23 +163,24 @@ def outside_kill_users(user: str) -> str:
 
 
 def lineage_cut(at: int) -> str:
-    """The reason a holder whose lineage was cut at pid `at` is left alive."""
-    return f"{LINEAGE_CUT} {at}: may be a Slurm job's process"
+    """The reason a holder whose lineage was cut at pid `at` is left alive: `...: may be a Slurm job's process`."""
+    return f"{LINEAGE_CUT} {at}: may be {' or '.join(side.process for side in job_sides())}"
 
 
 def someones_work(reason: str, user: str) -> bool:
     """Whether a holder kept for `reason` is someone's work (a job's, a spared user's, or one nobody can place),
     not the machine's: what it holds keeps the node from being clean."""
-    return reason.startswith((JOB_PROCESS, LINEAGE_CUT)) or reason == outside_kill_users(user)
+    return (reason.startswith((*(side.process for side in job_sides()), LINEAGE_CUT))
+            or reason == outside_kill_users(user))
 
 
 def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | None:
     """Why `holder` must be left alive (the first rule that applies), or None.
 
     Never killed: PID 1; fleet's own session (the probe command's ancestors:
-    a job that runs `fleet reset` on its own node); any sshd; a Slurm job's
-    process (its cgroup is a job's, it is slurmstepd, or slurmstepd is any of its
-    ancestors); a process whose lineage was cut before its top (it may be a
+    a job that runs `fleet reset` on its own node); any sshd; a job's process
+    (its cgroup is a job's, it is a job daemon such as slurmstepd, or one is any
+    of its ancestors); a process whose lineage was cut before its top (it may be a
     job's: nothing above the cut is known); a protected name; a descendant of a
     process with a protected name; a process of a user not in `kill_users`, when
     that is set.
@@ -212,45 +211,51 @@ def protected_by(holder: Holder, facts: ProcessFacts, rules: Rules) -> str | Non
 
 def job_reason(holder: Holder, ancestry: Ancestry, facts: ProcessFacts) -> str | None:
     """`a Slurm job's process (job 4711, cgroup ...)` when its cgroup names a job; `(slurmstepd)` when it is
-    the step daemon; `(slurmstepd pid N)` when that daemon is any of its ancestors; else None."""
+    a job daemon; `(slurmstepd pid N)` when one is any of its ancestors; else None (`fleet.node.jobs`)."""
+    sides = job_sides()
     cgroup = facts.jobs.get(holder.pid)
     if cgroup is not None:
-        return f"{JOB_PROCESS} (job {cgroup.job}, cgroup {cgroup.path})"
-    daemon = is_protected(holder.comm or holder.name, holder.exe, _JOB_DAEMON_NAMES, holder.name)
-    if daemon is not None:
-        return f"{JOB_PROCESS} ({daemon})"
+        side = next(side for side in sides if side.name == cgroup.side)
+        return f"{side.process} (job {cgroup.job}, cgroup {cgroup.path})"
+    for side in sides:
+        daemon = is_protected(holder.comm or holder.name, holder.exe, side.daemons, holder.name)
+        if daemon is not None:
+            return f"{side.process} ({daemon})"
     for parent in ancestry.chain:
-        matched = _named(parent, facts, _JOB_DAEMON_NAMES)
-        if matched is not None:
-            return f"{JOB_PROCESS} ({matched} pid {parent.pid})"
+        for side in sides:
+            matched = _named(parent, facts, side.daemons)
+            if matched is not None:
+                return f"{side.process} ({matched} pid {parent.pid})"
     return None
 
 
 @dataclass(frozen=True)
 class JobRef:
-    """The Slurm job a kept holder is part of, as far as its reason says: the job id (its cgroup names it) and
-    the pid of the slurmstepd above it (the holder itself, or an ancestor)."""
+    """The job a kept holder is part of, as far as its reason says: whose (`side`), the job id (its cgroup names
+    it), and the job daemon above it (the holder itself, or an ancestor): its name and pid."""
 
+    side: JobSide
     job: int | None = None
-    stepd: int | None = None
-
-
-_JOB_REASON = re.compile(re.escape(JOB_PROCESS) + r" \((?:job (\d+), cgroup .*|\S+ pid (\d+)|\S+)\)")
+    daemon: str | None = None
+    daemon_pid: int | None = None
 
 
 def job_of(holder: Holder) -> JobRef | None:
-    """The job a holder kept as a Slurm job's process is part of (read back from what `job_reason` wrote);
-    None for any other holder."""
+    """The job a holder kept as a job's process is part of (read back from what `job_reason` wrote); None for any
+    other holder."""
     reason = holder.protected_by
-    if reason is None or not reason.startswith(JOB_PROCESS):
+    side = next((s for s in job_sides() if reason is not None and reason.startswith(s.process)), None)
+    if reason is None or side is None:
         return None
-    found = _JOB_REASON.fullmatch(reason)
+    found = re.fullmatch(re.escape(side.process) + r" \((?:job (\d+), cgroup .*|(\S+) pid (\d+)|(\S+))\)", reason)
     if found is None:
-        return JobRef()
-    job, parent = found.groups()
+        return JobRef(side)
+    job, above, parent, itself = found.groups()
     if job is not None:
-        return JobRef(job=int(job))
-    return JobRef(stepd=int(parent) if parent is not None else holder.pid)
+        return JobRef(side, job=int(job))
+    if parent is not None:
+        return JobRef(side, daemon=above, daemon_pid=int(parent))
+    return JobRef(side, daemon=itself, daemon_pid=holder.pid)
 
 
 def protected_ancestor(pid: int, facts: ProcessFacts, names: Sequence[str]) -> tuple[str, int] | None:

@@ -4,11 +4,11 @@ Asks the node: `nvidia-smi --query-gpu=index,uuid,memory.used,mig.mode.current` 
 under its allowance, within `settle_timeout` (a driver frees a dead process's memory some time after it
 died); when the kill kept processes on purpose (protected, such as the MPS server), also the compute apps,
 to know what those hold. When memory is still held, one complete look says whose it is (`fleet.reset.leaks`):
-at the end of the window, and at once, after the first poll, when the kill kept a Slurm job's processes.
+at the end of the window, and at once, after the first poll, when the kill kept a job's processes.
 Decides (pure, `Allowance` and the verdicts below): a GPU's allowance is `memory_threshold_mib`
 (`mig_memory_threshold_mib` when MIG is enabled: an idle MIG GPU reserves tens of MiB with no process),
 plus what kept processes use on it; when each GPU first went (and stayed) under; and, for memory still held,
-why: only a Slurm job's processes hold it (`memory_held_by_job`, at once: fleet never kills them, waiting
+why: only a scheduler's job's processes hold it (`memory_held_by_job`, at once: fleet never kills them, waiting
 cannot help), another process does (`memory_held`), or no process does (`memory_leaked`: a leaked context,
 which `--gpu-reset` resets, `fleet.reset.remedy`). Reports: how long each GPU took (`gpus[].settle_s`), or
 which GPU still holds what, and whose it is.
@@ -16,21 +16,20 @@ which GPU still holds what, and whose it is.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-
-import anyio
 
 from fleet.inventory.host import Host
 from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict
 from fleet.node.bounds import commands_s
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
+from fleet.node.poll import backoff, poll_until
 from fleet.node.probes import smi
 from fleet.reset import leaks, remedy
-from fleet.reset.poll import POLL_MARGIN_S, backoff
 
 # The nvidia-smi reads of one poll (the GPU query, the compute apps when the kill kept processes): the room past
 # the window for the poll that sees it end, each at nvidia-smi's bound.
@@ -84,7 +83,7 @@ async def settle(node: Node, kept: Collection[int] = (), job_pids: Collection[in
     """Poll GPU memory with backoff until every GPU is under its allowance; no fixed sleep.
 
     `kept`: pids of GPU holders the kill left alive as part of the machine; what they use does not count.
-    `job_pids`: pids of holders it left alive as a Slurm job's processes: when memory is held after the first poll,
+    `job_pids`: pids of holders it left alive as a job's processes: when memory is held after the first poll,
     one look says whether only they hold it, and the step fails at once if so.
     `gpu_reset` (`--gpu-reset`): when the window passes with memory no process holds, reset those GPUs
     (`fleet.reset.remedy`) and wait once more; memory that survives a reset needs a reboot.
@@ -191,19 +190,19 @@ async def _wait_free(node: Node, kept: Collection[int], budget: TimeBudget, *, p
     were made; `settled`: when each GPU went under in polls before these (the same budget)."""
     host = node.host
     noted: dict[int, float] = dict(settled or {})
-    rows: tuple[smi.GpuRow, ...] = ()
-    allowance = Allowance.of(host)
     query = smi.gpu_query(host.nvidia_smi, smi.SETTLE_FIELDS)
-    for count, wait in enumerate(backoff(), start=1):
+
+    async def look() -> Waited:
         rows = await node.ask(query, step=StepName.SETTLE, budget=budget)
+        allowance = Allowance.of(host)
         if kept:
             apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.SETTLE, budget=budget)
             allowance = Allowance.of(host, [a for a in apps if a.pid in kept])
         note_settled(rows, allowance, budget.elapsed, noted)
-        if (rows and len(noted) == len(rows)) or budget.window_left <= POLL_MARGIN_S or count == polls:
-            break
-        await anyio.sleep(min(wait, budget.window_left))
-    return Waited(rows, noted, allowance, budget.elapsed)
+        return Waited(rows, noted, allowance, budget.elapsed)
+
+    waits = backoff() if polls is None else itertools.islice(backoff(), polls - 1)
+    return (await poll_until(look, lambda seen: seen.free, waits, within=budget)).last
 
 
 def note_settled(rows: Iterable[smi.GpuRow], allowance: Allowance, elapsed: float,
@@ -237,13 +236,14 @@ MACHINE_ONLY = "only the machine's own processes"
 
 
 def job_verdict(unsettled: Sequence[leaks.Unsettled], titles: Mapping[int, str]) -> Verdict | None:
-    """`memory_held_by_job` when a GPU's memory is held only by a Slurm job's processes (besides the machine's
-    own): `gpu 0 holds 30000 MiB: memory held by Slurm job 4711 (slurmstepd pid 20); ...`. None otherwise."""
+    """`memory_held_by_job` when a GPU's memory is held only by a job's processes (besides the machine's own):
+    `gpu 0 holds 30000 MiB: memory held by Slurm job 4711 (slurmstepd pid 20); ...`, with what its scheduler says
+    to do (`fleet.node.jobs.JobSide.hint`). None otherwise."""
     by_jobs = [u for u in unsettled if u.by_jobs]
     if not by_jobs:
         return None
     line = (f"{first_of([u.problem for u in by_jobs])}: memory held by {leaks.jobs_holding(by_jobs, titles)};"
-            " fleet never kills a job's processes: drain the node in Slurm first (--slurm waits for its jobs)")
+            f" fleet never kills a job's processes: {leaks.job_hints(by_jobs)}")
     return Reason.MEMORY_HELD_BY_JOB, line
 
 

@@ -3,6 +3,7 @@
     records.py    what Slurm says: `scontrol show node` and `squeue` output, parsed (pure)
     policy.py     what fleet does about it: drain, adopt or leave a node; resume, keep or undo (pure)
     control.py    the Slurm client commands (scontrol, squeue, sinfo), bounded, run on this machine
+    runner.py     the one seam they all run through, srun's step included (a test swaps it)
     tries.py      bounded tries at a Slurm change: read, decide, act; again after an error (both modes)
     lifecycle.py  the scheduler seam the task graph calls: admit a wave, wait for its jobs, release a host
     srun.py       `--via srun`: one job step over the targets in a maintenance reservation

@@ -1,20 +1,19 @@
 """The Slurm client commands fleet runs on this machine: scontrol, squeue, sinfo. Bounded, stdout and stderr apart.
 
-Every command is a plain argv (no shell) run through the local Transport, so it is
-bounded like any node command (`timeout` around it, a client deadline after) and
-its streams are read apart. A command that fails or prints what the parser does not
-understand raises `SlurmError`: fleet never reads that as "no job" or "no reason".
+Every command is a plain argv (no shell) run through one `Runner` (`fleet.slurm.runner`: on this machine, or a
+test's), so it is bounded like any node command (`timeout` around it, a client deadline after) and its streams
+are read apart; `--via srun`'s step starts through the same runner (`Slurm.start`). A command that fails or
+prints what the parser does not understand raises `SlurmError`: fleet never reads that as "no job" or "no reason".
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from ClusterShell.NodeSet import NodeSet
 
-from fleet.inventory.host import Connection, Host
 from fleet.inventory.messages import one_line
 from fleet.model.errors import CommandTimeout, FleetError
 from fleet.slurm.records import (
@@ -25,15 +24,13 @@ from fleet.slurm.records import (
     parse_node_list,
     parse_nodes,
 )
-from fleet.transport.base import CommandResult, Transport
-from fleet.transport.local import LocalTransport
+from fleet.slurm.runner import LocalRunner, Runner, Stream
+from fleet.transport.base import CommandResult
 
 # Seconds one Slurm client command may take (slurmctld answers in milliseconds; a busy one, in seconds).
 SLURM_COMMAND_TIMEOUT_S = 30.0
-# Where the commands run: this machine, as the user running fleet.
 T = TypeVar("T")
 _NOT_FOUND = re.compile(r"^Node (\S+) not found$", re.MULTILINE)
-CONTROLLER = Host(name="slurm", address="localhost", connection=Connection.LOCAL)
 
 
 class SlurmError(FleetError):
@@ -46,17 +43,17 @@ def hostlist(names: Iterable[str]) -> str:
 
 
 class Slurm:
-    """Slurm's client commands, as fleet uses them."""
+    """Slurm's client commands, as fleet uses them, run through `runner` (this machine's processes unless given)."""
 
-    def __init__(self, transport: Transport | None = None, timeout: float = SLURM_COMMAND_TIMEOUT_S) -> None:
-        self._transport = transport or LocalTransport(CONTROLLER)
+    def __init__(self, runner: Runner | None = None, timeout: float = SLURM_COMMAND_TIMEOUT_S) -> None:
+        self.runner: Runner = runner or LocalRunner()
         self.timeout = timeout
 
     async def run(self, argv: Sequence[str], *, timeout: float | None = None,
                   ok: frozenset[int] = frozenset({0})) -> CommandResult:
         """Run one Slurm command; SlurmError unless its exit status is in `ok`."""
         try:
-            result = await self._transport.run(argv, timeout=timeout or self.timeout)
+            result = await self.runner.run(argv, timeout=timeout or self.timeout)
         except CommandTimeout as exc:
             raise SlurmError(f"{argv[0]} did not answer within {exc.deadline_s:g} s") from exc
         if result.exit_status not in ok:
@@ -122,8 +119,12 @@ class Slurm:
             raise SlurmError(f"Slurm has no partition {name!r}, or it has no node")
         return nodes
 
+    async def start(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str]) -> Stream:
+        """Start a streamed Slurm command (`srun`), bounded by `timeout` around it, through the same runner."""
+        return await self.runner.start(argv, timeout=timeout, env=env)
+
     async def close(self) -> None:
-        await self._transport.close()
+        await self.runner.close()
 
 
 def _parsed(parse: Callable[[], T]) -> T:

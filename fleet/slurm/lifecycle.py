@@ -20,6 +20,7 @@ are what an interrupted run still finishes (`fleet.engine.interrupts`): a third 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +32,8 @@ from fleet.engine.schedulers import Ready
 from fleet.engine.walk import HostRun, Mode
 from fleet.model.hostlog import HostLog
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
+from fleet.node.budget import TimeBudget
+from fleet.node.poll import poll_until
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.records import SlurmNode
@@ -264,9 +267,15 @@ class SlurmLifecycle:
     async def _settled(self, name: str, resumed: bool) -> SlurmNode | None:
         """The node as Slurm shows it now; after a resume, once its transient NOT_RESPONDING is gone (slurmctld
         pings a resumed node first), up to SETTLE_READ_S: then as it is, flag and all."""
-        give_up = anyio.current_time() + (SETTLE_READ_S if resumed else 0.0)
-        while True:
-            node = (await self.slurm.nodes([name])).get(name)
-            if node is None or "NOT_RESPONDING" not in node.flags or anyio.current_time() >= give_up:
-                return node
-            await anyio.sleep(SETTLE_POLL_S)
+        within = TimeBudget(SETTLE_READ_S if resumed else 0.0)
+
+        async def look() -> SlurmNode | None:
+            return (await self.slurm.nodes([name])).get(name)
+
+        polled = await poll_until(look, _responding, itertools.repeat(SETTLE_POLL_S), within=within)
+        return polled.last
+
+
+def _responding(node: SlurmNode | None) -> bool:
+    """Whether a node read after a resume shows how it is (gone, or answering slurmctld's pings)."""
+    return node is None or "NOT_RESPONDING" not in node.flags

@@ -1,13 +1,18 @@
 """Slurm as a `fleet.engine.schedulers` plug: the drain / wait / resume lifecycle around SSH fan-out
-(`fleet.slurm.lifecycle`), and the whole reset as one job step (`--via srun`, `fleet.slurm.srun`)."""
+(`fleet.slurm.lifecycle`), the whole reset as one job step (`--via srun`, `fleet.slurm.srun`), and a partition's
+nodes as targets (`--partition`). Its node side (slurmstepd, job cgroups) is `fleet.slurm.jobs`."""
 
 from __future__ import annotations
+
+import anyio
 
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLiveness, RunLogs, run_liveness
 from fleet.engine.schedulers import Plug, Scheduler
-from fleet.slurm.control import Slurm
+from fleet.inventory.load import Inventory
+from fleet.model.errors import UsageError
+from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.lifecycle import SlurmLifecycle
 from fleet.slurm.srun import run_via_srun
 
@@ -24,4 +29,14 @@ def lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None)
                           run_over=run_over, interrupts=interrupts)
 
 
-PLUG = Plug(lifecycle=lifecycle, run_via=run_via_srun)
+def partition_hosts(partition: str, inv: Inventory | None) -> list[str]:
+    """The host names of a Slurm partition's nodes: the inventory host whose slurm_node it is, else the node name."""
+    try:
+        nodes = anyio.run(Slurm().partition, partition)
+    except SlurmError as exc:
+        raise UsageError(f"--partition {partition}: {exc}") from None
+    by_node = {h.slurm_node or h.name: h.name for h in (inv.hosts.values() if inv else ())}
+    return [by_node.get(node, node) for node in nodes]
+
+
+PLUG = Plug(lifecycle=lifecycle, run_via=run_via_srun, targets=partition_hosts)

@@ -29,16 +29,14 @@ import getpass
 import json
 import math
 import os
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
-from subprocess import PIPE
 from typing import Any
 
 import anyio
-from anyio.abc import ByteReceiveStream, Process
+from anyio.abc import ByteReceiveStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from fleet import __version__
@@ -68,10 +66,11 @@ from fleet.slurm.frames import MARK, Assembler, FrameError
 from fleet.slurm.leftovers import Leftovers
 from fleet.slurm.records import SlurmNode
 from fleet.slurm.reservation import Reservation
+from fleet.slurm.runner import Stream
 from fleet.slurm.tries import tried
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
-from fleet.transport.base import bounded_argv, client_deadline
-from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
+from fleet.transport.base import client_deadline
+from fleet.transport.sessions import REAP_TIMEOUT_S
 
 # The command each task runs; found on the node's PATH, as any installed tool.
 NODE_COMMAND = ("fleet", "node-run")
@@ -306,10 +305,8 @@ class SrunRun:
 
     async def _one_step(self, nodes: list[str], gpus: int) -> None:
         bound = step_seconds([self.runs[n].host for n in nodes], self.options.gpu_reset) + IMMEDIATE_S
-        argv = bounded_argv(srun_argv(self.reservation, nodes, _minutes(bound), gpus), bound)
-        process = await anyio.open_process(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True,
-                                           env=srun_env(os.environ))
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        process = await self.slurm.start(srun_argv(self.reservation, nodes, _minutes(bound), gpus), timeout=bound,
+                                         env=srun_env(os.environ))
         out = BufferedByteReceiveStream(process.stdout)
         finished = False
         try:
@@ -328,7 +325,7 @@ class SrunRun:
             self.step.exit_status.update(dict.fromkeys(nodes, process.returncode))
             self._merge(nodes, finished)
 
-    async def _end_step(self, process: Process, out: BufferedByteReceiveStream) -> None:
+    async def _end_step(self, process: Stream, out: BufferedByteReceiveStream) -> None:
         """A step cut short: cancel its job (the nodes' fleets end their commands and report), read what they
         still say, then end srun."""
         if process.returncode is None:
@@ -336,7 +333,7 @@ class SrunRun:
                 await self.slurm.run(["scancel", f"--name={self.reservation}", f"--user={getpass.getuser()}"])
             with anyio.move_on_after(CANCEL_GRACE_S):
                 await self._read_lines(out)
-            signal_session(process.pid, signal.SIGKILL)
+            process.kill()
         with anyio.move_on_after(REAP_TIMEOUT_S):
             await process.wait()
 

@@ -4,17 +4,19 @@ reserved node before the step).
 A `Wait` is one node's: it ends when Slurm shows no job holding the node (not busy, no job in `squeue`), when the
 node is lost (gone from Slurm; or, for a node fleet drained, resumed by someone else), or when its time runs out.
 One poller (`JobWaits.serve`) asks Slurm about every waiting node at once (one `scontrol show node`, one `squeue`),
-every `poll_s`; a wait that runs out gets one last look of its own. A look that fails is asked again next round,
-never read as "no job".
+every `poll_s` (`fleet.node.poll.poll_until`, the one wait); a wait that runs out gets one last look of its own.
+A look that fails is asked again next round, never read as "no job".
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import anyio
 
+from fleet.node.poll import poll_until
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 
@@ -62,8 +64,12 @@ class JobWaits:
             if not self._waiting:
                 self._wake = anyio.Event()
                 await self._wake.wait()
-            await self.look(list(self._waiting.values()))
-            await anyio.sleep(self.poll_s)
+            await poll_until(self._look_waiting, lambda still: not still, itertools.repeat(self.poll_s))
+
+    async def _look_waiting(self) -> bool:
+        """One look at every node waiting now; whether any still waits."""
+        await self.look(list(self._waiting.values()))
+        return bool(self._waiting)
 
     async def wait(self, wait: Wait, until: float) -> Wait:
         """Until the node is free or lost, or `until` (anyio clock) has passed; then one last look of its own."""

@@ -27,6 +27,7 @@ from fleet.transport.base import (
     finish,
     make_result,
 )
+from fleet.transport.plugs import TransportPlug
 from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
 
 _READ_CHUNK = 64 * 1024
@@ -191,3 +192,10 @@ def _close_stdin(proc: asyncio.subprocess.Process) -> None:
     """End the process's stdin (EOF for it), when it has a pipe there."""
     if proc.stdin is not None and not proc.stdin.is_closing():
         proc.stdin.close()
+
+
+async def _open(host: Host) -> LocalTransport:
+    return LocalTransport(host)
+
+
+TRANSPORT = TransportPlug(open=_open, where=lambda host: "local")

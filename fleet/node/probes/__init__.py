@@ -4,7 +4,7 @@
 * `procs`: the holder scan (who holds the device files), ps, exe, alive, kill;
 * `units`: systemd unit state, stop, kill, Restart=, and the unit a process runs in;
 * `lineage` (+ `lineage.awk`): processes' ancestors and fleet's own process chain;
-* `jobs`: the Slurm job a process's cgroup names (pam_slurm_adopt's logins included);
+* `jobs`: the job a process's cgroup names, by each registered scheduler's layout (`fleet.node.jobs`);
 * `parse`: `ProbeParseError` and the line helpers every parser shares.
 
 Nothing here does I/O: an argv is a list (no shell, no quoting: the transport quotes once), a parser goes

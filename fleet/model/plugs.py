@@ -1,0 +1,43 @@
+"""fleet's plugs, by name: the workload managers (`scheduler:`, `--scheduler`) and the transports (a host's
+`connection:`). Each registry names modules, not objects: a plug's code is only imported when something asks for
+it (the SSH transport's asyncssh, a scheduler's controller), and the inventory checks a name against a registry
+without importing any. Adding a plug is a module and one row here (`docs/architecture.md`, "Extending fleet").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import import_module
+from typing import NamedTuple
+
+
+class Scheduled(NamedTuple):
+    """Where a scheduler's two sides live: `plug`, the module that provides its `PLUG` (`fleet.engine.schedulers`:
+    the lifecycle around a run, on this machine); `jobs`, the module that provides its `JOBS` (`fleet.node.jobs`:
+    how a node shows its jobs, which fleet never kills, whatever the run's scheduler)."""
+
+    plug: str
+    jobs: str
+
+
+# scheduler name -> its modules
+SCHEDULERS: dict[str, Scheduled] = {
+    "slurm": Scheduled(plug="fleet.slurm.plug", jobs="fleet.slurm.jobs"),
+}
+# transport name (a host's `connection:`) -> the module that provides its `TRANSPORT` (`fleet.transport.plugs`)
+TRANSPORTS: dict[str, str] = {
+    "ssh": "fleet.transport.ssh_plug",
+    "local": "fleet.transport.local",
+}
+
+
+def known(registry: Mapping[str, object], what: str, name: str) -> str:
+    """`name`, when the registry has it; else ValueError naming what it knows."""
+    if name not in registry:
+        raise ValueError(f"no {what} {name!r} (known: {', '.join(sorted(registry))})")
+    return name
+
+
+def provided(module: str, attribute: str) -> object:
+    """What a plug's module provides (its `PLUG`, `JOBS` or `TRANSPORT`), the module imported on first use."""
+    return getattr(import_module(module), attribute)

@@ -1,0 +1,125 @@
+"""The kill step over a scripted node: what is kept, what respawns, and `stop_units` (no processes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+from support import scripted_node
+
+from fleet.inventory.host import Host
+from fleet.model.report import KeptProcess, StepStatus
+from fleet.node.node import Node
+from fleet.reset import kill
+from fleet.transport.scripted import Reply, ScriptedTransport
+
+TRAINER = "0::/system.slice/trainer.service"
+
+
+@pytest.fixture(autouse=True)
+def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted holder is back at the first look after the kill."""
+    monkeypatch.setattr("fleet.reset.kill.RESPAWN_SCANS_S", (0.0,))
+
+
+Log = scripted_node.Log  # records every event a step logs
+
+
+def pids_of(argv: Sequence[str]) -> list[int]:
+    """The pids a probe was asked about, whatever its shape."""
+    words = [w for a in argv for w in a.replace("/", " ").replace(",", " ").split()]
+    return [int(w) for w in words if w.isdigit() and int(w) > 1]
+
+
+def node(scans: Iterator[str], cgroup: dict[int, str]) -> ScriptedTransport:
+    """Holders as `scans` yields them; every process a python3 child of init; units per `cgroup`."""
+    return ScriptedTransport([
+        (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
+        (("ps", "-ww"), lambda argv: Reply(scripted_node.ps("".join(
+            f"{p} 1 root python3 -m trainer\n" for p in pids_of(argv))))),
+        (scripted_node.EXE, lambda argv: scripted_node.exe_reply(dict.fromkeys(pids_of(argv), "/usr/bin/python3.11"))),
+        (scripted_node.LINEAGE, scripted_node.lineage),
+        (("grep",), lambda argv: Reply("".join(
+            f"/proc/{p}/cgroup:{cgroup[p]}\n" for p in pids_of(argv) if p in cgroup))),
+        (("sh", "-c"), scripted_node.signal()),
+        (("systemctl", "show", "--property=Restart"), Reply("Restart=always\n")),
+        (("systemctl", "stop"), Reply()),
+        (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
+    ])
+
+
+def holder(pid: int) -> str:
+    return f"root\t/proc/{pid}/fd/3\t/dev/nvidia0\n"
+
+
+def remote(t: ScriptedTransport, log: Log | None = None) -> Node:
+    host = Host("gpu-01", "127.0.0.1", command_timeout=1.0, kill_grace=0.3, drain_timeout=1.0)
+    return Node(host, t, log if log is not None else Log())
+
+
+async def test_a_respawn_names_the_unit_and_is_not_stopped_without_stop_units() -> None:
+    t = node(iter([holder(100), holder(101)]), {100: TRAINER, 101: TRAINER})
+    outcome = await kill.kill(remote(t))
+    assert outcome.result.status is StepStatus.FAILED
+    assert outcome.result.error == "respawned: pid 101 python3 (trainer.service, Restart=always); add it to services"
+    assert not [argv for argv in t.ran if argv[:2] == ("systemctl", "stop")]
+
+
+async def test_stop_units_stops_the_unit_then_kills_again() -> None:
+    t = node(iter([holder(100), holder(101), ""]), {100: TRAINER, 101: TRAINER})
+    log = Log()
+    outcome = await kill.kill(remote(t, log), stop_respawning=True)
+    assert outcome.result.status is StepStatus.OK, outcome.result.error
+    assert ("systemctl", "stop", "--no-block", "--", "trainer.service") in t.ran
+    assert "stopped units of respawned holders: trainer.service inactive" in outcome.result.detail
+    assert [k.pid for k in outcome.killed] == [100]
+    assert ("stop_respawning_units", {"step": "kill", "units": ["trainer.service"]}) in log.events
+
+
+async def test_stop_units_never_stops_the_unit_fleet_itself_runs_in() -> None:
+    """The probe's own chain (pid 900) is in trainer.service: that unit is fleet's own session."""
+    t = node(iter([holder(100), holder(101)]), {100: TRAINER, 101: TRAINER, 900: TRAINER})
+    outcome = await kill.kill(remote(t), stop_respawning=True)
+    assert outcome.result.error is not None and outcome.result.error.startswith("respawned: pid 101")
+    assert not [argv for argv in t.ran if argv[:2] == ("systemctl", "stop")]
+
+
+async def test_kept_holders_are_logged_with_why() -> None:
+    t = node(iter([holder(900)]), {})
+    log = Log()
+    outcome = await kill.kill(remote(t, log))
+    assert outcome.result.detail == "no GPU holders to kill; kept pid 900 python3 (fleet's own session)"
+    assert ("kept", {"step": "kill", "pid": 900, "name": "python3", "reason": "fleet's own session"}) in log.events
+    assert outcome.left_alive == (KeptProcess(900, "python3", "root", "fleet's own session"),)  # the report's kept
+
+
+BATCH = "0::/system.slice/batch.service"
+
+
+async def test_stop_units_never_stops_an_unrelated_service_running_the_same_python() -> None:
+    """After the kill the trainer is back in its unit, and a batch job started in another unit: both run
+    /usr/bin/python3.11. Only the trainer's own unit is stopped; the batch job is a new holder, not a respawn."""
+    t = node(iter([holder(100), holder(101) + holder(102), ""]), {100: TRAINER, 101: TRAINER, 102: BATCH})
+    outcome = await kill.kill(remote(t), stop_respawning=True)
+    stopped = [argv[-1] for argv in t.ran if argv[:2] == ("systemctl", "stop")]
+    assert stopped == ["trainer.service"]
+    assert outcome.result.status is StepStatus.OK, outcome.result.error
+
+
+async def test_a_pid_that_is_someone_else_after_sigterm_is_never_sigkilled() -> None:
+    """The holder ignores SIGTERM; by the time of the next look its pid belongs to another process
+    (signal.sh says `changed`): it counts as gone, and SIGKILL is never sent to that pid."""
+    looks = iter(["alive", "changed"])
+
+    def answer(argv: Sequence[str]) -> Reply:
+        sig, pids = scripted_node.targets(argv)
+        verdict = next(looks, "changed") if sig == "-" else "sent"
+        return Reply("".join(f"{verdict} {pid}\n" for pid in pids))
+
+    t = node(iter([holder(100), ""]), {})
+    t.script.insert(0, (("sh", "-c"), answer))
+    outcome = await kill.kill(remote(t))
+    signals = [scripted_node.targets(argv)[0] for argv in t.ran if argv[:2] == ("sh", "-c")]
+    assert "KILL" not in signals
+    assert outcome.result.status is StepStatus.OK, outcome.result.error
+    assert [(k.pid, k.signal) for k in outcome.killed] == [(100, "SIGTERM")]

@@ -1,0 +1,384 @@
+"""Process probes: argv shapes, parsers, the probes' declarations, and round trips on this machine."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import pwd
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from support.processes import Children, dead_pid, identity_of, run_signal, state
+from support.processes import children as children  # the fixture: children killed by pid after the test
+
+from fleet.node import probes
+from fleet.node.probe import ANY_EXIT
+from fleet.node.probes import lineage, parse, procs, smi, units
+from fleet.node.probes.parse import ProbeParseError
+from fleet.node.probes.procs import (
+    ALIVE,
+    SIGNAL_SH,
+    HolderRow,
+    HolderScan,
+    Identity,
+    PsRow,
+    exe_argv,
+    holders_scan_argv,
+    parse_exe,
+    parse_ps,
+    parse_scan,
+    parse_verdicts,
+    ps_argv,
+    signal_argv,
+)
+
+# --- the package -------------------------------------------------------
+
+PROBE_MODULES = (parse, smi, procs, units, lineage)
+
+
+def declared(module: ModuleType) -> set[str]:
+    """The public names a module's own source declares at top level (def, class, assignment)."""
+    names: set[str] = set()
+    for node in ast.parse(inspect.getsource(module)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {name for name in names if not name.startswith("_")}
+
+
+def test_the_package_is_no_facade() -> None:
+    """`fleet.node.probes` re-exports nothing: every name is imported from the submodule that declares it."""
+    exported = {name for name, value in vars(probes).items()
+                if not name.startswith("_") and not isinstance(value, ModuleType)}
+    assert exported == set()
+    assert vars(smi)["ProbeParseError"] is vars(procs)["ProbeParseError"] is parse.ProbeParseError
+
+
+@pytest.mark.parametrize("module", [smi, procs, units, lineage], ids=["smi", "procs", "units", "lineage"])
+def test_each_public_name_is_declared_in_one_probe_module(module: ModuleType) -> None:
+    """What moved between modules (UnitState, the unit argvs, ...) lives only where it moved to."""
+    mine = declared(module)
+    assert mine
+    others = {other.__name__: declared(other) & mine for other in PROBE_MODULES if other is not module}
+    assert {name: both for name, both in others.items() if both} == {}
+
+
+# --- GPU holders -------------------------------------------------------
+
+
+def test_holders_scan_argv_shape() -> None:
+    assert holders_scan_argv(["/dev/nvidia*", "/dev/dri/*"]) == [
+        "find", "/proc", "-mindepth", "1", "-maxdepth", "3",
+        "(", "-regex", "/proc/[0-9]+/fd/[0-9]+",
+        "(", "-lname", "/dev/nvidia*", "-o", "-lname", "/dev/dri/*", ")",
+        "-printf", "%u\\t%p\\t%l\\0", ")",
+        "-o", "(", "-regex", "/proc/[0-9]+/fd", "-not", "-readable",
+        "-printf", "unreadable\\t%u\\t%h\\0", "-prune", ")",
+        "-o", "(", "-path", "/proc/1", "-printf", "init\\0", ")",
+        "-o", "(", "-not", "-regex", "/proc/[0-9]+\\(/fd\\)?", "-prune", ")",
+    ]  # fmt: skip
+
+
+def test_holders_scan_argv_one_glob() -> None:
+    argv = holders_scan_argv(["/dev/nvidia*"])
+    assert argv[9:13] == ["(", "-lname", "/dev/nvidia*", ")"]
+
+
+@pytest.mark.parametrize("devices", [[], [""]])
+def test_holders_scan_argv_needs_globs(devices: list[str]) -> None:
+    with pytest.raises(ValueError, match="device globs"):
+        holders_scan_argv(devices)
+
+
+def holders_of(text: str) -> tuple[HolderRow, ...]:
+    """Just the holders of a scan's output."""
+    return parse_scan(text).rows
+
+
+def test_parse_holders_groups_sorts_and_dedups() -> None:
+    text = (
+        "alice\t/proc/4242/fd/7\t/dev/nvidia0\0"
+        "bob\t/proc/17/fd/3\t/dev/nvidiactl\0"
+        "alice\t/proc/4242/fd/9\t/dev/nvidiactl\0"
+        "alice\t/proc/4242/fd/8\t/dev/nvidia0\0"
+        "1000\t/proc/99/fd/4\t/dev/nvidia-uvm\0"
+    )
+    assert holders_of(text) == (
+        HolderRow(17, "bob", ("/dev/nvidiactl",)),
+        HolderRow(99, "1000", ("/dev/nvidia-uvm",)),
+        HolderRow(4242, "alice", ("/dev/nvidia0", "/dev/nvidiactl")),
+    )
+
+
+def test_parse_holders_empty() -> None:
+    assert holders_of("") == ()
+    assert parse_scan("") == HolderScan((), init_seen=False, unreadable=())
+
+
+def test_parse_scan_tells_what_the_scan_could_not_see() -> None:
+    """`init` (it saw /proc/1) and `unreadable` (an fd table it may not read) lines beside the holders."""
+    text = (
+        "alice\t/proc/4242/fd/7\t/dev/nvidia0\0"
+        "init\0"
+        "unreadable\tbob\t/proc/77\0"
+        "unreadable\troot\t/proc/12\0"
+        "unreadable\tbob\t/proc/77\0"
+        "unreadable\tuser with spaces\t/proc/5\0"
+    )
+    assert parse_scan(text) == HolderScan(
+        rows=(HolderRow(4242, "alice", ("/dev/nvidia0",)),), init_seen=True, unreadable=(5, 12, 77)
+    )
+    assert holders_of(text) == (HolderRow(4242, "alice", ("/dev/nvidia0",)),)
+    assert parse_scan("alice\t/proc/4242/fd/7\t/dev/nvidia0\0").init_seen is False
+
+
+@pytest.mark.parametrize("line", ["unreadable\tbob\t/proc/self", "unreadable\tbob\t/proc/77/fd", "unreadable\tbob"])
+def test_parse_scan_malformed_unreadable_line(line: str) -> None:
+    with pytest.raises(ProbeParseError, match="line 2: expected unreadable<TAB>user<TAB>/proc/PID"):
+        parse_scan("init\0" + line + "\0")
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("alice /proc/1/fd/2 /dev/nvidia0", "expected user<TAB>"),
+        ("\t/proc/4242/fd/7\t/dev/nvidia0", "expected user<TAB>"),
+        ("alice\t/proc/4242/fd/7\t", "expected user<TAB>"),
+        ("alice\t/proc/self/fd/7\t/dev/nvidia0", "not a /proc/PID/fd/N path"),
+        ("alice\t/proc/4242/fd\t/dev/nvidia0", "not a /proc/PID/fd/N path"),
+    ],
+)
+def test_parse_holders_malformed(line: str, reason: str) -> None:
+    with pytest.raises(ProbeParseError, match=f"line 2: {reason}"):
+        holders_of("alice\t/proc/1/fd/1\t/dev/nvidia0\0" + line + "\0")
+
+
+def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
+    """The real find argv, run here, finds the fd this test holds open."""
+    device = tmp_path / "nvidia0"
+    with device.open("w"):
+        done = subprocess.run(
+            holders_scan_argv([str(tmp_path / "nvidia*")]), capture_output=True, text=True, check=False
+        )
+    assert done.returncode in (0, 1), done.stderr
+    holders = {h.pid: h for h in holders_of(done.stdout)}
+    assert holders == {os.getpid(): HolderRow(os.getpid(), pwd.getpwuid(os.geteuid()).pw_name, (str(device),))}
+    seen = parse_scan(done.stdout)
+    assert seen.init_seen  # /proc/1 is there for every scan that ran (no hidepid here)
+    assert os.getpid() not in seen.unreadable
+
+
+# --- process details -------------------------------------------------------
+
+
+def test_process_argv_shapes() -> None:
+    assert ps_argv([1, 2, 3]) == ["ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "1,2,3"]
+    assert exe_argv([1, 20]) == [
+        "env", "LC_ALL=C", "QUOTING_STYLE=c", "stat", "-c", "%N", "--", "/proc/1/exe", "/proc/20/exe"]
+    assert signal_argv(ALIVE, [Identity(2, 77, None, "root")]) == [
+        "sh", "-c", SIGNAL_SH, "fleet-signal", "-", "2", "77", "", "root"]
+
+
+def looks_at(pids: Sequence[int]) -> list[str]:
+    """The identity-checked look (signal.sh with ALIVE) at these pids."""
+    return signal_argv(ALIVE, [Identity(pid, 100, None, "root") for pid in pids])
+
+
+@pytest.mark.parametrize("make", [ps_argv, exe_argv, looks_at])
+@pytest.mark.parametrize("pids", [[], [0], [5, -1]])
+def test_process_argv_rejects_bad_pids(make: Callable[[Sequence[int]], list[str]], pids: list[int]) -> None:
+    with pytest.raises(ValueError, match="pid"):
+        make(pids)
+
+
+def test_parse_ps_right_aligned_and_spaces_in_args() -> None:
+    text = (
+        "    1     0 root                             /sbin/init splash\n"
+        "  812     1 nvidia-persistenced              /usr/bin/nvidia-persistenced --user nvidia-persistenced\n"
+        " 4242  4200 alice                            /usr/lib/firefox/firefox -contentproc  -isForBrowser\n"
+        "  155     2 root                             [kworker/0:1-events]\n"
+        "  160     1 root\n"
+        "77777  4242 bob                              python3 train.py --lr 3e-4"
+    )
+    assert parse_ps(text) == {
+        1: PsRow(1, 0, "root", "/sbin/init splash"),
+        812: PsRow(812, 1, "nvidia-persistenced", "/usr/bin/nvidia-persistenced --user nvidia-persistenced"),
+        4242: PsRow(4242, 4200, "alice", "/usr/lib/firefox/firefox -contentproc  -isForBrowser"),
+        155: PsRow(155, 2, "root", "[kworker/0:1-events]"),
+        160: PsRow(160, 1, "root", ""),
+        77777: PsRow(77777, 4242, "bob", "python3 train.py --lr 3e-4"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "argv0"),
+    [
+        ("/usr/bin/nvidia-persistenced --verbose", "nvidia-persistenced"),
+        ("python3 train.py", "python3"),
+        ("sshd: root@notty", "sshd:"),
+        ("", None),
+        ("/", None),
+    ],
+)
+def test_ps_row_argv0_is_the_first_words_basename(args: str, argv0: str | None) -> None:
+    assert PsRow(1, 0, "root", args).argv0 == argv0
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("  12    1", "expected pid, ppid, user and args"),
+        ("  x    1 root sh", "pid is not"),
+        ("1 y root sh", "ppid"),
+    ],
+)
+def test_parse_ps_malformed(line: str, reason: str) -> None:
+    with pytest.raises(ProbeParseError, match=f"line 1: {reason}"):
+        parse_ps(line)
+
+
+def test_parse_exe() -> None:
+    text = (
+        '"/proc/1/exe"\n'  # permission denied: stat names the link, and no target
+        '"/proc/4242/exe" -> "/usr/bin/python3.11"\n'
+        '"/proc/77/exe" -> "/opt/my app/train (deleted)"\n'
+        '"/proc/78/exe" -> "/tmp/a\\nb\\t\\"\\\\\\377\\303\\251"\n'
+    )
+    assert parse_exe(text) == {4242: b"/usr/bin/python3.11", 77: b"/opt/my app/train",
+                               78: b'/tmp/a\nb\t"\\\xff\xc3\xa9'}
+
+
+@pytest.mark.parametrize(
+    "line", ["/proc/4242/exe -> /usr/bin/python3", '"/proc/self/exe" -> "/usr/bin/x"',
+             '"/proc/4242/exe" -> "/usr/bin/x', '"/proc/4242/exe" -> "a"b"', "/proc/4242\t/usr/bin/x"]
+)
+def test_parse_exe_malformed(line: str) -> None:
+    with pytest.raises(ProbeParseError, match='line 1: expected "/proc/PID/exe" -> "TARGET"'):
+        parse_exe(line)
+
+
+def test_parse_verdicts() -> None:
+    text = "sent 4242\ngone 77\n\nchanged 78\ndenied 79\nalive 80"
+    assert parse_verdicts(text) == {4242: "sent", 77: "gone", 78: "changed", 79: "denied", 80: "alive"}
+    assert parse_verdicts("") == {}
+
+
+def test_a_real_zombie_child_is_gone(children: Children) -> None:
+    """A child that exited and is not reaped yet holds nothing: signal.sh says `gone` and signals nothing."""
+    zombie, judged = children.zombie()
+    assert run_signal(ALIVE, [judged]) == {zombie.pid: "gone"}
+    assert run_signal("KILL", [judged]) == {zombie.pid: "gone"}
+    assert state(zombie.pid) == "Z"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("zombie", "expected '<sent|alive|gone|changed|denied> PID'"),
+        ("killed 7", "expected '<sent|alive|gone|changed|denied> PID'"),
+        ("kill: (7): Operation not permitted", "expected '<sent|"),
+        ("sent seven", "pid is not an integer: 'sent seven'"),
+        ("sent", "pid is not an integer"),
+    ],
+)
+def test_parse_verdicts_malformed(line: str, reason: str) -> None:
+    with pytest.raises(ProbeParseError, match=f"line 2: {re.escape(reason)}"):
+        parse_verdicts("sent 1\n" + line)
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_ps_round_trip_on_this_process() -> None:
+    pid = os.getpid()
+    done = _run(ps_argv([pid]))
+    assert done.returncode == 0, done.stderr
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").replace(b"\0", b" ").decode()
+    assert parse_ps(done.stdout) == {pid: PsRow(pid, os.getppid(), pwd.getpwuid(os.geteuid()).pw_name, args)}
+
+
+def test_exe_round_trip_on_this_process() -> None:
+    pid, dead = os.getpid(), _dead_pid()
+    done = _run(exe_argv([pid, dead]))
+    assert done.returncode == 1  # the dead pid's link is missing
+    assert parse_exe(done.stdout) == {pid: os.fsencode(os.readlink(f"/proc/{pid}/exe"))}
+
+
+def test_alive_round_trip(children: Children) -> None:
+    """signal.sh's look, run here: a live child is alive (and not signalled), a dead pid is gone."""
+    child = children.plain()
+    dead = dead_pid()
+    live = identity_of(child.pid)
+    assert run_signal(ALIVE, [live, Identity(dead, live.start, None, live.user)]) == {child.pid: "alive", dead: "gone"}
+    assert run_signal(ALIVE, [Identity(dead, 1, None, "root")]) == {dead: "gone"}
+    assert child.poll() is None
+
+
+# --- signals -------------------------------------------------------
+
+TARGETS = [Identity(4242, 9001, b"/usr/bin/python3.11", "alice"), Identity(77, 12, None, "root")]
+
+
+@pytest.mark.parametrize(
+    ("signal", "name"),
+    [("TERM", "TERM"), ("SIGTERM", "TERM"), ("KILL", "KILL"), ("sigkill", "KILL"), (ALIVE, "-")],
+)
+def test_signal_argv(signal: str, name: str) -> None:
+    assert signal_argv(signal, TARGETS) == [
+        "sh", "-c", SIGNAL_SH, "fleet-signal", name,
+        "4242", "9001", "/usr/bin/python3.11", "alice",
+        "77", "12", "", "root",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("signal", ["HUP", "SIGINT", "9", "", "SIGSIGTERM", "--", "SIG-"])
+def test_signal_argv_rejects_other_signals(signal: str) -> None:
+    with pytest.raises(ValueError, match="only TERM and KILL"):
+        signal_argv(signal, TARGETS)
+
+
+@pytest.mark.parametrize("pids", [[], [1], [0], [-1], [4242, 1], [-4242]])
+@pytest.mark.parametrize("signal", ["TERM", "KILL", ALIVE])
+def test_signal_argv_never_init_or_groups(signal: str, pids: list[int]) -> None:
+    with pytest.raises(ValueError, match="must be > 1"):
+        signal_argv(signal, [Identity(pid, 5, None, "root") for pid in pids])
+
+
+# --- the probes -------------------------------------------------------
+
+
+def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
+    scan = procs.holder_scan(["/dev/nvidia*"])
+    assert (scan.argv, scan.ok_exits, scan.needs_root) == (
+        tuple(holders_scan_argv(["/dev/nvidia*"])), frozenset({0, 1}), True)
+    assert scan.parse("alice\t/proc/7/fd/3\t/dev/nvidia0\0init\0") == HolderScan(
+        (HolderRow(7, "alice", ("/dev/nvidia0",)),), init_seen=True)
+    assert (procs.ps([1, 2]).argv, procs.ps([1, 2]).ok_exits) == (tuple(ps_argv([1, 2])), ANY_EXIT)
+    assert (procs.exe([1]).argv, procs.exe([1]).ok_exits) == (tuple(exe_argv([1])), ANY_EXIT)
+    look = procs.signal(ALIVE, TARGETS)
+    assert (look.argv, look.ok_exits, look.needs_root) == (tuple(signal_argv(ALIVE, TARGETS)), frozenset({0}), True)
+    assert look.parse("gone 4242\nalive 77\n") == {4242: "gone", 77: "alive"}
+    kill = procs.signal("SIGTERM", TARGETS)
+    assert (kill.argv, kill.ok_exits, kill.needs_root) == (tuple(signal_argv("TERM", TARGETS)), frozenset({0}), True)
+
+
+def test_ps_is_always_asked_about_pid_1_too() -> None:
+    """A ps that cannot see every process (hidepid) shows it by leaving pid 1 out."""
+    assert procs.ps([4242, 77]).argv == tuple(ps_argv([1, 77, 4242]))
+    assert procs.ps([1, 4242]).argv == tuple(ps_argv([1, 4242]))
+    assert procs.ps([4242]).needs_root is True

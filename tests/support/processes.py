@@ -1,0 +1,137 @@
+"""Real processes for the probes' tests: children started and ended by pid, who a process is (as the node records
+it), and signal.sh run here as the node runs it."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from fleet.node.probes.procs import Identity, parse_verdicts, signal_argv
+
+# A child that blocks SIGTERM (a TERM sent to it stays pending), says so, and waits.
+BLOCKS_TERM = (
+    "import signal, time; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+    "print(flush=True); time.sleep(120)"
+)
+NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+def start_time(pid: int) -> int:
+    """Field 22 of /proc/PID/stat (clock ticks since boot), read after the comm's last ") "."""
+    return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[19])  # comm: any bytes
+
+
+def state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[0].decode()
+
+
+def owner(pid: int) -> str:
+    return pwd.getpwuid(os.stat(f"/proc/{pid}/fd").st_uid).pw_name
+
+
+def identity_of(pid: int) -> Identity:
+    """Who a live process is, as the node would record it: start time, executable, owner of its fd table."""
+    return Identity(pid, start_time(pid), os.fsencode(os.readlink(f"/proc/{pid}/exe")), owner(pid))
+
+
+def term_pending(pid: int) -> bool:
+    """Whether a SIGTERM waits, blocked, on the process (its shared pending set)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("ShdPnd:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    raise AssertionError(f"no ShdPnd in /proc/{pid}/status")
+
+
+def run_signal(name: str, targets: Sequence[Identity], prefix: Sequence[str] = ()) -> dict[int, str]:
+    """Run signal.sh here (as `prefix` says: another user), the way the node runs it; its verdicts."""
+    done = subprocess.run([*prefix, *signal_argv(name, targets)], capture_output=True, text=True, check=False,
+                          timeout=30, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return parse_verdicts(done.stdout)
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+class Children:
+    """Children of this test; each still running at the end is killed by its pid and reaped."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def blocking_term(self) -> subprocess.Popen[bytes]:
+        child = self.track(subprocess.Popen([sys.executable, "-c", BLOCKS_TERM], stdout=subprocess.PIPE))
+        assert child.stdout is not None
+        child.stdout.readline()  # SIGTERM is blocked from here on
+        return child
+
+    def plain(self, argv: Sequence[str] = ("sleep", "120")) -> subprocess.Popen[bytes]:
+        return self.track(subprocess.Popen(list(argv)))
+
+    def zombie(self) -> tuple[subprocess.Popen[bytes], Identity]:
+        """A child that died and is not reaped (no wait until the end), and who it was while alive."""
+        child = self.plain()
+        who = identity_of(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while state(child.pid) != "Z":
+            assert time.monotonic() < deadline, "the child did not turn into a zombie"
+            time.sleep(0.01)
+        return child, who
+
+    def track(self, child: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        self.started.append(child)
+        return child
+
+    def end(self) -> None:
+        for child in self.started:
+            if child.poll() is None:
+                os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    kids = Children()
+    yield kids
+    kids.end()
+
+
+@pytest.fixture
+def named_child() -> Iterator[Callable[[str], int]]:
+    """Start a child that renames itself (/proc/self/comm) and sleeps; each is killed after the test."""
+    children: list[subprocess.Popen[bytes]] = []
+
+    def start(comm: str, env: dict[str, str] | None = None) -> int:
+        code = "import sys, time; open('/proc/self/comm', 'w').write(sys.argv[1]); print(flush=True); time.sleep(60)"
+        child = subprocess.Popen([sys.executable, "-c", code, comm], stdout=subprocess.PIPE, env=env)
+        children.append(child)
+        assert child.stdout is not None
+        child.stdout.readline()  # renamed
+        return child.pid
+
+    yield start
+    for child in children:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def lock_held(path: str) -> bool:
+    """Whether some process holds an flock on path (asked with a non-blocking flock of our own)."""
+    return subprocess.run(["flock", "-n", "-E", "75", path, "true"], check=False).returncode == 75

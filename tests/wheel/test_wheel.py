@@ -1,0 +1,72 @@
+"""fleet as a user installs it: the wheel built from a copy of this checkout (`python -m build`, as `make dist`),
+installed into a fresh venv outside the checkout, and run from there: `fleet --version`, `fleet demo --nodes 2`,
+`fleet inventory` on an example inventory. What a wheel can leave out (the awk and sh programs sent to the nodes,
+the simulator's templates) shows here, never in the editable install the rest of the suite runs from.
+
+Marked `wheel` (`make test-fast` leaves it out): it builds in an isolated environment and installs fleet's
+dependencies from the package registry into the new venv."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from support.paths import REPO
+
+import fleet
+
+pytestmark = pytest.mark.timeout(900)
+
+DISTRIBUTION = "gpu-fleet"
+# What a checkout holds that is no part of the source: environments, caches, build output.
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "build", "dist", "__pycache__", ".pytest_cache",
+                                    ".mypy_cache", ".ruff_cache", ".bench-venv", "*.pyc")
+
+
+def run(argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "FLEET_INVENTORY")}
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    said = f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{said}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The venv's bin folder, fleet installed in it from the wheel built from a copy of the checkout."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCE)
+    run([sys.executable, "-m", "build", "--outdir", str(root / "dist"), str(source)], cwd=root)
+    (wheel,) = (root / "dist").glob("gpu_fleet-*.whl")
+    assert wheel.name.startswith(f"gpu_fleet-{fleet.__version__}-")
+    venv.EnvBuilder(with_pip=True).create(root / "venv")
+    bin_dir = root / "venv" / "bin"
+    run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)], cwd=root)
+    return bin_dir
+
+
+def test_the_installed_wheel_runs_from_its_own_site_packages(installed: Path, tmp_path: Path) -> None:
+    where = run([str(installed / "python"), "-c", "import fleet; print(fleet.__file__)"], cwd=tmp_path).stdout
+    assert Path(where.strip()).is_relative_to(installed.parent) and not Path(where.strip()).is_relative_to(REPO)
+    meta = run([str(installed / "python"), "-c", f"import importlib.metadata as m; print(m.version({DISTRIBUTION!r}))"],
+               cwd=tmp_path).stdout
+    assert meta.strip() == fleet.__version__
+    assert run([str(installed / "fleet"), "--version"], cwd=tmp_path).stdout == f"fleet {fleet.__version__}\n"
+
+
+def test_the_installed_wheel_resets_a_simulated_fleet(installed: Path, tmp_path: Path) -> None:
+    """The demo sends the awk and sh programs the package carries to its nodes: a wheel without them fails here."""
+    proc = run([str(installed / "fleet"), "demo", "--nodes", "2", "--log-dir", str(tmp_path / "logs")], cwd=tmp_path)
+    assert "as planned" in proc.stderr
+
+
+def test_the_installed_wheel_reads_an_example_inventory(installed: Path, tmp_path: Path) -> None:
+    inventory = shutil.copy(REPO / "inventory" / "site.yaml", tmp_path / "site.yaml")
+    proc = run([str(installed / "fleet"), "inventory", "-i", str(inventory), "-g", "all", "--json"], cwd=tmp_path)
+    assert '"hosts"' in proc.stdout and "gpu-" in proc.stdout
