@@ -17,6 +17,7 @@ from fleet.cli.options import (
     RESET_EPILOG,
     ConcurrencyOpt,
     ExcludeOpt,
+    GpuResetOpt,
     GroupOpt,
     HostsArg,
     InventoryOpt,
@@ -28,6 +29,8 @@ from fleet.cli.options import (
     PartitionOpt,
     SchedulerOpt,
     SlurmOpt,
+    StopUnitsOpt,
+    UniformOpt,
     check_via,
 )
 from fleet.engine.interrupts import HANGUP_LINE, HungUp, hangups_unwind
@@ -116,14 +119,8 @@ def reset(
     deadline: Annotated[
         str | None, typer.Option("--deadline", metavar="DURATION", help="Bound the whole run: 90s, 10m, 1h30m.")
     ] = None,
-    stop_units: Annotated[
-        bool,
-        typer.Option("--stop-units", help="Stop the systemd unit of a holder that respawns after the kill."),
-    ] = False,
-    gpu_reset: Annotated[
-        bool,
-        typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify."),
-    ] = False,
+    stop_units: StopUnitsOpt = False,
+    gpu_reset: GpuResetOpt = False,
     nodes: NodesOpt = None,
     scheduler: SchedulerOpt = None,
     slurm: SlurmOpt = False,
@@ -137,6 +134,7 @@ def reset(
                           " in which every node resets itself.")
     ] = "ssh",
     metrics_file: MetricsFileOpt = None,
+    uniform: UniformOpt = False,
     rerun_failed: Annotated[
         str | None,
         typer.Option("--rerun-failed", metavar="[RUN_ID|last]", help="Target exactly the hosts that did not end"
@@ -166,6 +164,7 @@ def reset(
         stop_units=stop_units,
         gpu_reset=gpu_reset,
         progress=True,
+        uniform=uniform,
         scheduler=SchedulerOptions(parse_duration(drain_wait, "--drain-wait", zero=True), fan_out=via == "srun",
                                    name=chosen.scheduler) if chosen.scheduler else None,
     )
@@ -213,13 +212,14 @@ def check(
     slurm: SlurmOpt = False,
     partition: PartitionOpt = None,
     metrics_file: MetricsFileOpt = None,
+    uniform: UniformOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean. With Slurm, each node's state is reported."""
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm,
                             scheduler=scheduler)
     check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
-    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True, progress=True,
+    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True, progress=True, uniform=uniform,
                          scheduler=SchedulerOptions(name=chosen.scheduler) if chosen.scheduler else None)
     raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
 

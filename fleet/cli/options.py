@@ -51,6 +51,16 @@ MetricsFileOpt = Annotated[
     typer.Option("--metrics-file", metavar="PATH", help="Write the run's Prometheus metrics there (atomically),"
                  " for node_exporter's textfile collector."),
 ]
+StopUnitsOpt = Annotated[
+    bool, typer.Option("--stop-units", help="Stop the systemd unit of a holder that respawns after the kill.")
+]
+GpuResetOpt = Annotated[
+    bool, typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify.")
+]
+UniformOpt = Annotated[
+    bool, typer.Option("--uniform", help="Fail the hosts whose GPU settings (driver, VBIOS, model, GPU count, power"
+                       " limit, clocks, MIG, ECC) differ from the run's other hosts' (reason not_uniform).")
+]
 LogDirOpt = Annotated[
     Path | None, typer.Option("--log-dir", metavar="DIR", help="Log folder (else $FLEET_LOG_DIR, else XDG state).")
 ]

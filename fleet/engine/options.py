@@ -39,6 +39,7 @@ class RunOptions:
     gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
     scheduler: SchedulerOptions | None = None  # None: no workload manager is asked
     progress: bool = False  # show the run as it goes on stderr (`fleet.report.progress`)
+    uniform: bool = False  # fail the hosts whose GPU settings differ from the run's others (`fleet.report.uniform`)
 
 
 @dataclass

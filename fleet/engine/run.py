@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import asdict, fields, is_dataclass, replace
 from enum import Enum
 from functools import partial
 from pathlib import Path
@@ -31,6 +31,7 @@ from fleet.model.report import RunReport
 from fleet.report import render as reporting
 from fleet.report.html_report import RunPage, write_page
 from fleet.report.tables import report_table
+from fleet.report.uniform import fail_odd
 from fleet.terminal import say, write
 
 # File descriptors a host holds during a run: its connection's socket and its log file.
@@ -81,6 +82,17 @@ def start_history(logs: RunLogs, targets: Sequence[Host], options: RunOptions,
     history.start_run(command or options.mode.command, [h.name for h in targets], options_document(options),
                       now_stamp(), __version__, logs.path.parent)
     return history
+
+
+def compared(report: RunReport, targets: Sequence[Host], *, uniform: bool) -> RunReport:
+    """The report with the run's inventory groups (the rack compared per group too) and, with `--uniform`, the
+    odd hosts out failed (`not_uniform`)."""
+    groups: dict[str, list[str]] = {}
+    for host in targets:
+        for group in host.groups:
+            groups.setdefault(group, []).append(host.name)
+    report = replace(report, groups={g: tuple(names) for g, names in groups.items()})
+    return fail_odd(report) if uniform else report
 
 
 def write_report_page(logs: RunLogs, report: RunReport) -> None:
@@ -143,6 +155,7 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
         raise
     finally:
         logs.close()
+    run_report = compared(run_report, targets, uniform=options.uniform)
     document = reporting.to_document(run_report)
     text = reporting.render(document)
     logs.write_summary(text)

@@ -70,6 +70,7 @@ class HostRow:
     ended_at: str | None
     started_at: str = ""
     command: str = ""
+    settings: dict[str, str | None] | None = None  # verify's GPU settings (migration 2; null before it)
 
     def document(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,6 +153,7 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "health": json_text([{"gpu": g.index, **flat(f)} for g in gpus for f in g.health]
                             + [{"gpu": None, **flat(f)} for f in report.health]),
         "slurm": json_text(scheduler_fields(report.scheduler)) if report.scheduler is not None else None,
+        "settings": json_text(dict(report.settings)) if report.settings is not None else None,
     }
 
 
@@ -178,7 +180,8 @@ def host_from_row(row: HostRow) -> HostReport:
         codec.records_from([{**s, "detail": ""} for s in row.steps], codec.step_from, "steps"),
         codec.records_from(row.killed, codec.killed_from, "killed"), gpus,
         scheduler=codec.scheduler_from(codec.Fields(row.slurm, "slurm")) if row.slurm is not None else None,
-        reason=_reason(row.reason), memory_before_mib=tuple(before) if before is not None else None, health=health)
+        reason=_reason(row.reason), memory_before_mib=tuple(before) if before is not None else None, health=health,
+        settings=codec.settings_from(codec.Fields(row.settings, "settings")) if row.settings is not None else None)
 
 
 def _finding_on(fields: codec.Fields) -> tuple[int | None, Finding | HostFinding]:

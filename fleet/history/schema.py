@@ -65,6 +65,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX hosts_by_host ON hosts (host, run_id)",
         "CREATE INDEX runs_by_started ON runs (started_at)",
     ),
+    (  # 2: verify's GPU settings, one value a property (`fleet.model.uniformity`): the rack compared (issue 28)
+        "ALTER TABLE hosts ADD COLUMN settings TEXT",  # JSON {property: value or null}; null: none read
+    ),
 )
 
 

@@ -9,8 +9,8 @@ Reading is strict, as the relay reads bytes from a node: a key that is missing o
 status or reason code, raises `DocumentError`, one line naming the key (`gpus[2].memory_used_mib: expected an
 integer or null, got "x"`). Keys a newer fleet adds are ignored. Keys an older fleet did not write may be absent,
 each named in its reader: `start_s`, `health` and `kept` (0.1.0 wrote none), a finding's `pci`; the only-when-set
-blocks `memory_before_mib`, `plan` and the scheduler's record (under its scheduler's name: `slurm`), and in the
-record every key but `node`.
+blocks `memory_before_mib`, `settings` (verify's GPU settings), `plan` and the scheduler's record (under its
+scheduler's name: `slurm`), and in the record every key but `node`.
 
 What the document does not keep: a step's `error` and `reason` (the host's say it), `would_stop` (read from the plan's
 `units`), and a scheduler's optional values (`plan`, `error`, `abandoned`, `waited_s`, `taken_over`) when empty.
@@ -72,6 +72,8 @@ def host_to_document(host: HostReport) -> dict[str, Any]:
     }
     if host.memory_before_mib is not None:
         document["memory_before_mib"] = list(host.memory_before_mib)
+    if host.settings is not None:
+        document["settings"] = dict(host.settings)
     if host.plan is not None:
         document["plan"] = plan_document(host.plan)
     if host.scheduler is not None:  # under its scheduler's name: `slurm`, as 0.1 wrote it
@@ -227,7 +229,15 @@ def host_from_document(name: str, document: object, where: str = "") -> HostRepo
         fields.maybe_code("reason", Reason), fields.values("memory_before_mib", (int, type(None)),
                                                            "an integer or null", None),
         fields.items("health", host_finding_from, ()), fields.maybe_number("start_s", None),
-        fields.items("kept", kept_from, ()))
+        fields.items("kept", kept_from, ()), settings_from(fields.inner("settings")))
+
+
+def settings_from(fields: Fields | None) -> dict[str, str | None] | None:
+    """A host's GPU settings (`fleet.model.uniformity`): text or null by property; absent from an older
+    fleet's document."""
+    if fields is None:
+        return None
+    return {key: fields.maybe_text(key) for key in fields.document}
 
 
 def run_from_document(document: object) -> RunReport:

@@ -46,6 +46,7 @@ class Reason(StrEnum):
     DRAIN_FAILED = "drain_failed"  # a service would not stop
     NEEDS_REBOOT = "needs_reboot"  # memory survived a GPU reset (--gpu-reset)
     GPU_MISSING = "gpu_missing"  # fewer GPUs than `gpus`
+    NOT_UNIFORM = "not_uniform"  # --uniform: the host's GPU settings differ from the run's other hosts'
     HEALTH = "health"  # the health gate failed (Xid, ECC, remapping, fabric, PCIe...)
     KERNEL_LOG = "kernel_log"  # the kernel log could not be read to its end: the Xid check cannot pass
     BLIND_SCAN = "blind_scan"  # the holder scan could not see every process

@@ -95,6 +95,7 @@ class StepOutcome:
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU (the host's)
     job_pids: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
     spared: frozenset[int] = frozenset()  # pids of every GPU holder the kill left alive on purpose (any protection)
+    settings: Mapping[str, str | None] | None = None  # verify's: the GPU settings compared across the run's hosts
     left_alive: tuple[KeptProcess, ...] = ()  # the last round's kept holders, each with why (the report's `kept`)
 
 
@@ -161,6 +162,8 @@ class HostReport:
     health: tuple[HostFinding, ...] = ()  # health findings on no listed GPU (an Xid on another PCI address)
     start_s: float | None = None  # seconds from the run's start to the host's (None: it never started)
     kept: tuple[KeptProcess, ...] = ()  # GPU holders the kill left alive on purpose, each with why
+    settings: Mapping[str, str | None] | None = None  # verify's GPU settings, one value a property
+    # (`fleet.model.uniformity`; None: verify read none), compared across the run's hosts
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,7 @@ class RunReport:
     started_at: str
     duration_s: float
     hosts: dict[str, HostReport] = field(default_factory=dict)
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # inventory group -> its hosts in the run
 
     def count(self, status: HostStatus) -> int:
         return sum(1 for h in self.hosts.values() if h.status is status)

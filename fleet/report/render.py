@@ -11,6 +11,7 @@ from fleet import __version__
 from fleet.inventory.nodesets import fold
 from fleet.model.codec import host_to_document
 from fleet.model.report import HostStatus, RunReport
+from fleet.report import uniform
 
 INTERRUPTED = 130  # SIGINT or SIGTERM cut the run
 HUNG_UP = 129  # SIGHUP (128 + 1) cut it: the operator's terminal went away
@@ -43,7 +44,7 @@ def summary(report: RunReport) -> dict[str, int]:
 
 def to_document(report: RunReport) -> dict[str, Any]:
     """The CONTRACT's JSON report, for --json and summary.json alike."""
-    return {
+    document = {
         "run_id": report.run_id,
         "fleet_version": __version__,
         "command": report.command,
@@ -52,6 +53,10 @@ def to_document(report: RunReport) -> dict[str, Any]:
         "summary": summary(report),
         "hosts": {name: host_to_document(h) for name, h in report.hosts.items()},
     }
+    compared = uniform.document(report)
+    if compared is not None:  # two hosts' settings or more read: the rack compared
+        document["settings"] = compared
+    return document
 
 
 def exit_code(report: RunReport, *, interrupted: bool = False, hung_up: bool = False) -> int:
@@ -108,6 +113,9 @@ def human_lines(report: RunReport) -> list[str]:
         lines.append(f"{fold([n for n, _ in members])} {status.value}{code}{suffix}")
     counts = summary(report)
     tally = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "total" and v)
+    settings = uniform.settings_line(report)
+    if settings is not None:
+        lines.append(settings)
     lines.append(f"{report.command} of {counts['total']} hosts in {report.duration_s:.1f} s: {tally}")
     return lines
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from fleet.inventory.host import Host
 from fleet.model.errors import StepFailed
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -39,6 +40,7 @@ from fleet.model.report import (
     Verdict,
     line_of,
 )
+from fleet.model.uniformity import node_settings
 from fleet.node.bounds import commands_s
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Answers, Node
@@ -84,8 +86,8 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe, *reads.last], step=StepName.VERIFY,
                                budget=budget)
     rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
-    findings = await reads.findings(node, answers, budget, baseline,
-                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps, spared))
+    findings, read = await reads.findings(node, answers, budget, baseline,
+                                          Ended.of(killed, baseline.apps if baseline else (), rows, apps, spared))
     judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]
@@ -99,7 +101,8 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps) + describe_health(rows, findings)
     status = StepStatus.FAILED if error else StepStatus.OK
     return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error, reason), gpus=gpus,
-                       health=findings.host_findings)
+                       health=findings.host_findings,
+                       settings=node_settings([GpuSettings.of(g) for g in read], listed=len(rows)))
 
 
 def _app_label(app: smi.ComputeApp) -> str:
@@ -230,12 +233,12 @@ class HealthReads:
         return [] if self.kernel is None else [self.kernel]
 
     async def findings(self, node: Node, answers: Answers, budget: TimeBudget, baseline: Baseline | None,
-                       ended: Ended) -> Judgement:
-        """What they found, judged by the host's policy."""
+                       ended: Ended) -> tuple[Judgement, tuple[health.GpuHealth, ...]]:
+        """What they found, judged by the host's policy, and the GPUs' facts as read (their settings)."""
         policy = HealthPolicy.of(node.host)
         gpus = await self._gpus(node, answers, budget)
         kernel = KernelReads() if self.kernel is None else self._kernel(answers, self.kernel, baseline)
-        return judge(gpus, kernel, policy, ended=ended)
+        return judge(gpus, kernel, policy, ended=ended), gpus
 
     @staticmethod
     def _kernel(answers: Answers, probe: Probe[str], baseline: Baseline | None) -> KernelReads:
