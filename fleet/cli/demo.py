@@ -1,7 +1,8 @@
 """`fleet demo`: a busy simulated fleet on loopback, reset end to end through the real code path.
 
-One node is unhealthy on purpose (a GPU fell off the bus): the demo exits 0 when the run ended as
-planned (every other node clean, that one failed by its health gate), 1 otherwise.
+One node is unhealthy on purpose (a GPU fell off the bus), and one runs an older driver than the rest: the demo
+exits 0 when the run ended as planned (every other node clean, the sick one failed by its health gate, the older
+driver's node named the odd one out in the summary's `settings:` line), 1 otherwise.
 
 Each simulated node is served by its own SSH server on its own loopback address
 with its own host key; fleet reaches it exactly as it reaches a real node
@@ -22,6 +23,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -33,6 +35,7 @@ from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, RunReport
 from fleet.report import render as reporting
+from fleet.report.uniform import odd
 from fleet.sim import slurmcluster
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
@@ -50,15 +53,17 @@ def demo_specs(count: int) -> list[NodeSpec]:
     Every fourth node has a stray that ignores SIGTERM; every third a serving unit
     whose memory takes 2 s to come back after it dies. One node (SICK, when there are
     at least two) is unhealthy: its kernel log says GPU 5 fell off the bus (Xid 79),
-    so its health gate fails it however clean its memory is.
+    so its health gate fails it however clean its memory is. One (OLD_DRIVER's, when there are at least
+    three) runs an older driver: clean, and the odd one out of the rack compared.
     """
     specs = []
     for i in range(1, count + 1):
         unit = UnitSpec("sglang.service", gpus=ALL_GPUS, mib=70_000, process_name="sglang")
         stray = WorkerSpec(gpus=(0,), mib=1523, name="python3", ignore_sigterm=i % 4 == 0)
         name = f"gpu-b{i:02d}"
-        specs.append(NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=2.0 if i % 3 == 0 else 0.5,
-                              xids=SICK_XIDS if count > 1 and name == sick(count) else ()))
+        spec = NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=2.0 if i % 3 == 0 else 0.5,
+                        xids=SICK_XIDS if count > 1 and name == sick(count) else ())
+        specs.append(replace(spec, driver_version=OLDER_DRIVER) if name == old_driver(count) else spec)
     return specs
 
 
@@ -70,9 +75,27 @@ def sick(count: int) -> str:
     return f"gpu-b{count:02d}"
 
 
+OLDER_DRIVER = "535.183.01"  # a real driver's version (tests/fixtures/nvidia-smi), older than NodeSpec's
+
+
+def old_driver(count: int) -> str | None:
+    """The node the demo gives an older driver: gpu-b07, or with fewer than eight nodes the one before the sick
+    one; none with fewer than three (one of two would be a tie, no odd one out)."""
+    if count < 3:
+        return None
+    return "gpu-b07" if count >= 8 else f"gpu-b{count - 1:02d}"
+
+
 def as_planned(report: RunReport, count: int) -> bool:
-    """Every node clean but the sick one, which failed its health gate on the Xid."""
+    """Every node clean but the sick one, which failed its health gate on the Xid; the older driver's node named
+    the only odd one out, by its driver alone."""
     bad = {n: h for n, h in report.hosts.items() if h.status is not HostStatus.CLEAN}
+    older = old_driver(count)
+    named = odd(report.hosts)
+    if set(named) != ({older} if older else set()):
+        return False
+    if older is not None and not all(why.startswith(f"driver {OLDER_DRIVER} (") for why in named[older]):
+        return False
     if count < 2:
         return not bad
     host = bad.get(sick(count))
@@ -114,6 +137,8 @@ def _verdict(report: RunReport, nodes: int, code: int = 0) -> int:
         return 1
     if nodes > 1:
         say(f"as planned: every node clean but {sick(nodes)}, whose GPU 5 fell off the bus (Xid 79 in its kernel log)")
+    if old_driver(nodes):
+        say(f"as planned: {old_driver(nodes)}, on driver {OLDER_DRIVER}, named the odd one out (settings: above)")
     return 0
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from fleet.inventory.nodesets import fold
 from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, Level, RunReport, StepStatus
+from fleet.report import uniform
 from fleet.report.html_style import CSS
 from fleet.report.render import error_shape, fold_errors
 from fleet.text import printable
@@ -219,16 +220,19 @@ def _model(host: Host) -> str:
     return f"{len(host.gpus)} × {first.name or 'GPU'}{total}"
 
 
-def _grid_row(name: str, host: Host) -> str:
+def _grid_row(name: str, host: Host, odd: Sequence[str] = ()) -> str:
+    """The host's row; `odd`: why its GPU settings make it an odd one out of the run (`fleet.report.uniform`)."""
     cells = gpu_cells(host) if host is not None else []
     has_before = any(b != "" for _, b, _ in cells)
     node = host.health if host is not None else ()
     words = "; ".join(_finding_words(f) for f in node)
     mark = f"<span class=\"mark{_worst(node)}\" title=\"{esc(words)}\">!</span>" if node else ""
+    mark += f"<span class=\"odd\" title=\"settings: {esc('; '.join(odd))}\">≠</span>" if odd else ""
     body = ("".join(_cell(i, b, g, has_before) for i, b, g in cells)
             or "<td class=\"none\" colspan=\"64\">no GPU read</td>")  # across the GPU columns, widening none
     status = status_of(host)
-    return (f"<tr data-row=\"grid\" data-host=\"{esc(name)}\" data-gpus=\"{len(cells)}\"><th title=\""
+    return (f"<tr data-row=\"grid\" data-host=\"{esc(name)}\" data-gpus=\"{len(cells)}\"{' data-odd' if odd else ''}>"
+            f"<th title=\""
             f"{esc(_model(host))}\"><a href=\"#h-{esc(name)}\">{esc(name)}</a>{mark}</th><td class=\"st"
             f" {_status_class(status)}\">{esc(status)}</td>{body}</tr>")
 
@@ -240,11 +244,12 @@ def _legend() -> str:
             " numbers. " + swatches +
             "<span><i class=\"na\"></i>unreadable</span><span><i class=\"gone\"></i>not listed after</span>"
             "<span><i class=\"m0 hf-s\"></i>health check failed</span><span><i class=\"m0 hw-s\"></i>health warning"
-            "</span></p>")
+            "</span><span><b class=\"odd\">≠</b> GPU settings unlike the run's other hosts' (hover it)</span></p>")
 
 
 def _grid(hosts: Hosts) -> str:
-    rows = "\n".join(_grid_row(name, host) for name, host in hosts.items())
+    odd = uniform.odd(hosts)
+    rows = "\n".join(_grid_row(name, host, odd.get(name, ())) for name, host in hosts.items())
     return (f"<section id=\"grid\"><h2>GPUs</h2>\n{_legend()}\n<table class=\"grid\"><tr><th>host</th><th>status</th>"
             f"<th colspan=\"64\">GPUs</th></tr>\n{rows}</table></section>")
 

@@ -23,7 +23,8 @@ table.small th{padding:2px 8px;border-bottom:1px solid #f1f3f5}.num{text-align:r
 .grid td.hf{outline:2px solid #e03131;outline-offset:-2px}.grid td.hw{outline:2px dashed #f08c00;outline-offset:-2px}
 .hf-s{outline:2px solid #e03131;outline-offset:-2px}.hw-s{outline:2px dashed #f08c00;outline-offset:-2px}
 .mark{color:#fff;background:#e03131;border-radius:6px;padding:0 4px;margin-left:3px;font-size:10px}
-.mark.hw{background:#f08c00}.none{color:#868e96;font-style:italic}
+.mark.hw{background:#f08c00}.odd{color:#fff;background:#7048e8;border-radius:6px;padding:0 4px;margin-left:3px;
+font-size:10px;font-weight:400}.none{color:#868e96;font-style:italic}
 .m0{background:#b2f2bb}.m1{background:#fff3bf}.m2{background:#ffc078}.m3{background:#f76707}.m4{background:#a61e4d}
 .na{background:repeating-linear-gradient(45deg,#adb5bd 0 2px,#f1f3f5 2px 4px)}.gone{background:#343a40}
 .timeline{width:100%}.timeline th{width:1%}.timeline td.num{width:1%;padding:0 6px;font-size:11px}

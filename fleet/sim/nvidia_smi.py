@@ -158,6 +158,7 @@ def modeled(config: state.NodeConfig, index: int, remap_pending: Collection[int]
     said = {
         "name": config["gpu_name"],
         "driver_version": config["driver_version"],
+        "vbios_version": config["vbios_version"],
         "mig.mode.current": mig,
         "mig.mode.pending": mig,
         "persistence_mode": "Enabled" if config["protected_daemon"] else "Disabled",

@@ -66,6 +66,7 @@ class NodeConfig(TypedDict):
     na_memory_gpus: list[int]
     ecc_error_gpus: list[int]
     driver_version: str
+    vbios_version: str
     mig_gpus: list[int]
     systemd_version: int
     ecc_corrected_gpus: list[int]
