@@ -96,8 +96,8 @@ class NodeSpec:
     `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in `nvidia-smi
     -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's index; empty, they are the
     same. The rack compared (`fleet.model.uniformity`) reads `gpu_name`, `driver_version` and `vbios_version`, the
-    same on every GPU of the node. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every nvidia-smi call takes before
-    it answers (8 GPUs without persistence mode: seconds).
+    same on every GPU of the node. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every
+    nvidia-smi call takes before it answers (8 GPUs without persistence mode: seconds).
     """
 
     name: str

@@ -13,7 +13,15 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
-from support.report_page import Page, cells_of, demo_document, page_of, png_pixels, synthetic_document
+from support.report_page import (
+    ODD_HOST,
+    Page,
+    cells_of,
+    demo_document,
+    page_of,
+    png_pixels,
+    synthetic_document,
+)
 
 from fleet.report.html_report import REPORT_HTML
 
@@ -105,6 +113,8 @@ def test_chromium_renders_the_page_with_no_console_message(which: str, tmp_path:
     parsed = Page(dom)
     hosts = len(document["hosts"])
     assert (len(parsed.of("grid")), len(parsed.of("timeline")), len(parsed.of("host"))) == (hosts, hosts, hosts)
+    marked = [r for r in parsed.of("grid") if "data-odd" in r.attrs]  # the rack compared: the odd one out marked
+    assert [r.get("data-host") for r in marked] == ([] if which == "demo" else [ODD_HOST])
     assert sum(len(cells_of(r)) for r in parsed.of("grid")) == sum(
         max(len(h.get("gpus", [])), len(h.get("memory_before_mib", []))) for h in document["hosts"].values())
     width, height, colours = png_pixels(shot.read_bytes())

@@ -34,12 +34,14 @@ from fleet.history import (
     RunKind,
     RunRow,
     history_path,
+    host_from_row,
     host_values,
     liveness,
     run_id_time,
     run_kind,
     stamp,
 )
+from fleet.history.schema import MIGRATIONS
 from fleet.history.view import (
     log_line,
     log_lines,
@@ -191,13 +193,33 @@ def test_a_database_at_version_0_is_migrated_and_keeps_what_it_had(tmp_path: Pat
         conn.execute("INSERT INTO notes VALUES ('kept')")
     conn.close()
     with History.open(path) as history:
-        assert history.conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert history.conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         assert history.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert history.conn.execute("SELECT text FROM notes").fetchall() == [("kept",)]
         tables = {r[0] for r in history.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         indexes = {r[0] for r in history.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"runs", "hosts", "notes"} <= tables
     assert {"hosts_by_host", "runs_by_started"} <= indexes
+
+
+def test_migration_2_adds_the_settings_column_and_keeps_the_rows_before_it(tmp_path: Path) -> None:
+    """A history of fleet 0.2 (schema 1) holding a host: migrated, the host reads back with no settings; a host
+    recorded after has its GPU settings (the rack compared, issue 28) both ways."""
+    path = tmp_path / HISTORY_FILE
+    with History.open(path, migrations=MIGRATIONS[:1]) as old:
+        old.start_run("run-1", "reset", ["gpu-b01"], {}, stamp(NOW), "0.2.0", "/logs")
+        old.conn.execute("INSERT INTO hosts (run_id, host, status, duration_s, steps, killed_count, killed, health)"
+                         " VALUES ('run-1', 'gpu-b01', 'clean', 1.0, '[]', 0, '[]', '[]')")
+    settings = {"gpus": "8", "driver": "570.86.15", "vbios": None}
+    with History.open(path) as history:
+        assert history.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        (before,) = history.host_history("gpu-b01")
+        assert before.settings is None and host_from_row(before).settings is None
+        record_run(history, "run-2", NOW + timedelta(hours=1), [host("gpu-b01", settings=settings)], 0)
+        after = next(r for r in history.host_history("gpu-b01") if r.run_id == "run-2")
+    assert after.settings == settings and host_from_row(after).settings == settings
+    assert json.loads(host_values(host("x", settings=settings))["settings"]) == settings
+    assert host_values(host("x"))["settings"] is None
 
 
 def test_migrations_run_in_order_only_the_pending_ones_and_whole_or_not_at_all(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ too); and `fleet show --html`."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -13,7 +14,16 @@ from typing import Any
 
 import anyio
 import pytest
-from support.report_page import DEMO_0_1, Page, cells_of, demo_document, page_of, synthetic_document
+from support.report_page import (
+    DEMO_0_1,
+    ODD_DRIVER,
+    ODD_HOST,
+    Page,
+    cells_of,
+    demo_document,
+    page_of,
+    synthetic_document,
+)
 
 from fleet.cli.commands import main
 from fleet.engine.options import RunOptions
@@ -193,6 +203,24 @@ def test_every_string_from_the_document_is_escaped() -> None:
     assert parsed.tags["script"] == 0 and parsed.tags["img"] == 0
     assert evil in "".join(parsed.text)
     assert any(r.get("data-host") == evil for r in parsed.of("grid"))
+
+
+def test_the_grid_marks_the_odd_hosts_out_naming_why_and_escaping_the_values() -> None:
+    """The rack compared: the host on another driver marked in the grid (`≠`, its title why, `data-odd`); a value
+    from the document escaped; a summary.json without settings (the demo fixture's) marks none."""
+    document = synthetic_document()
+    parsed = Page(page_of(document))
+    (odd,) = [r for r in parsed.of("grid") if "data-odd" in r.attrs]
+    assert odd.get("data-host") == ODD_HOST
+    (mark,) = [e for e in odd.children if e.get("class") == "odd"]
+    others = sum(1 for h in document["hosts"].values() if "settings" in h) - 1
+    assert mark.get("title") == f"settings: driver {ODD_DRIVER} ({others} others 575.57.08)"
+    assert "GPU settings unlike the run's other hosts'" in "".join(parsed.text)
+    evil = '<b onclick="x">&</b>'
+    document["hosts"][ODD_HOST]["settings"]["vbios"] = evil
+    text = page_of(document)
+    assert evil not in text and f"VBIOS {html.escape(evil)} (" in text
+    assert not [r for r in Page(page_of(demo_document())).of("grid") if "data-odd" in r.attrs]
 
 
 def test_the_page_loads_nothing_and_runs_nothing() -> None:

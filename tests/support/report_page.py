@@ -34,6 +34,10 @@ def page_of(document: dict[str, Any], log_folder: str | None = None) -> str:
     return page(RunPage(run_from_document(document), document["fleet_version"]), log_folder=log_folder)
 
 
+# Every synthetic host's GPU settings as verify reads them (`fleet.model.uniformity`); ODD_HOST's driver is older.
+SETTINGS = {"gpus": "8", "driver": "575.57.08", "vbios": "96.00.A5.00.01", "model": "NVIDIA H100 80GB HBM3",
+            "power_limit": "700 W", "clocks": "default", "mig": "off", "ecc": "on"}
+ODD_HOST, ODD_DRIVER = "gpu-r03n07", "570.86.15"
 WAVE_S = 15.0  # the synthetic run's waves (--batch 128): four racks each, one every 15 s
 
 
@@ -78,6 +82,7 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
         "kept": [{"pid": pid + 2, "name": "nvidia-persistenced", "user": "root",
                   "why": "protected name nvidia-persistenced"}],
         "gpus": gpus, "health": [], "memory_before_mib": before,
+        "settings": {**SETTINGS, "driver": ODD_DRIVER} if name == ODD_HOST else SETTINGS,
         "slurm": {"node": name, "state_before": "MIXED", "reason_before": None,
                   "state_after": "IDLE" if status == "clean" else "DRAIN",
                   "reason_after": None if status == "clean" else f"fleet: run 20261203T030000Z-5e1f00: {error}",
@@ -89,7 +94,7 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
         host.update(status="unreachable", reason="connect_timeout", error=f"no SSH session within 10 s ({name}:22)",
                     steps=[{**s, "status": "skipped", "duration_s": 0.0, "detail": ""} for s in steps], killed=[],
                     kept=[], gpus=[], duration_s=10.0)
-        del host["memory_before_mib"]
+        del host["memory_before_mib"], host["settings"]
     elif k % 89 == 0:  # its node's job outlived --drain-wait: never started
         error = f"slurm: job 4712 still running on {name} after 30 s: not reset"
         host.update(status="skipped", reason="jobs_running", error=error, start_s=None, duration_s=0.0, killed=[],
@@ -97,7 +102,7 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
                     steps=[{**s, "status": "skipped", "duration_s": 0.0, "detail": ""} for s in steps], gpus=[],
                     slurm={**host["slurm"], "jobs": ["4712"], "waited_s": 30.0, "state_after": "IDLE",
                            "reason_after": None})
-        del host["memory_before_mib"]
+        del host["memory_before_mib"], host["settings"]
     return name, host
 
 
