@@ -51,4 +51,5 @@ hosts = st.builds(
     HostReport, words, st.sampled_from(HostStatus), seconds, maybe_words, st.lists(steps, max_size=4).map(tuple),
     st.lists(killed, max_size=3).map(tuple), st.lists(gpus, max_size=3).map(tuple), st.none() | plans,
     st.none() | schedulers, st.none() | st.sampled_from(Reason), st.none() | st.lists(mib, max_size=8).map(tuple),
-    st.lists(host_findings, max_size=2).map(tuple), st.none() | seconds, st.lists(kept, max_size=3).map(tuple))
+    st.lists(host_findings, max_size=2).map(tuple), st.none() | seconds, st.lists(kept, max_size=3).map(tuple),
+    st.none() | st.dictionaries(words, maybe_words, max_size=4))  # verify's GPU settings (the rack compared)

@@ -115,6 +115,8 @@ def broken(change: Any) -> dict[str, Any]:
     (lambda d: d.update(slurm={"node": "b16", "jobs": [4711]}), "slurm.jobs[0]: expected a string, got 4711"),
     (lambda d: d.update(plan={"units": {"a.service": 1}}), "plan.units.a.service: expected a string, got 1"),
     (lambda d: d.update(gpus=[[]]), "gpus[0]: expected an object, got list"),
+    (lambda d: d.update(settings={"driver": 570}), "settings.driver: expected a string or null, got 570"),
+    (lambda d: d.update(settings=["570.86.15"]), "settings: expected an object, got list"),
 ])
 def test_a_missing_or_mistyped_key_is_one_line_naming_it(change: Any, message: str) -> None:
     with pytest.raises(DocumentError) as caught:
@@ -173,8 +175,9 @@ def test_the_srun_relay_hands_the_controller_the_nodes_report(host: HostReport) 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hosts)
 def test_the_history_row_reads_back_what_it_keeps_of_the_report(host: HostReport) -> None:
-    """The history keeps a host's outcome, steps (not their detail), killed, memory, settle times, health findings
-    and Slurm's record; `host_from_row` gives them back (the GPUs by their place, as the row keeps them)."""
+    """The history keeps a host's outcome, steps (not their detail), killed, memory, settle times, health findings,
+    Slurm's record and the GPU settings; `host_from_row` gives them back (the GPUs by their place, as the row keeps
+    them)."""
     host = replace(host, gpus=tuple(replace(g, index=i) for i, g in enumerate(host.gpus)))
     with tempfile.TemporaryDirectory() as folder, History.open(history_path(Path(folder))) as history:
         history.start_run("r1", "reset", [host.name], {}, "2026-12-03T03:00:00Z", "0.2.0", Path(folder))
@@ -189,7 +192,8 @@ def test_the_history_row_reads_back_what_it_keeps_of_the_report(host: HostReport
                                                                    for s in host.steps),
         host.killed, tuple(GpuReport(g.index, g.memory_used_mib, settle_s=g.settle_s, health=g.health)
                            for g in host.gpus),
-        scheduler=host.scheduler, reason=host.reason, memory_before_mib=before, health=host.health)
+        scheduler=host.scheduler, reason=host.reason, memory_before_mib=before, health=host.health,
+        settings=host.settings)
 
 
 def test_a_row_with_a_reason_of_another_fleet_reads_as_none(tmp_path: Path) -> None:
