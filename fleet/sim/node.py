@@ -95,9 +95,8 @@ class NodeSpec:
 
     `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in `nvidia-smi
     -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's index; empty, they are the
-    same. The rack compared (`fleet.model.uniformity`) reads `gpu_name`, `driver_version` and `vbios_version`, the
-    same on every GPU of the node. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every
-    nvidia-smi call takes before it answers (8 GPUs without persistence mode: seconds).
+    same. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every nvidia-smi call takes before
+    it answers (8 GPUs without persistence mode: seconds).
     """
 
     name: str
@@ -113,7 +112,7 @@ class NodeSpec:
     na_memory_gpus: tuple[int, ...] = ()
     ecc_error_gpus: tuple[int, ...] = ()
     driver_version: str = "550.90.07"
-    vbios_version: str = gpu_facts.VBIOS.sim  # every GPU's VBIOS (`gpu_name` its model, `driver_version` the driver)
+    vbios_version: str = gpu_facts.VBIOS.sim  # every GPU's; with `gpu_name`, `driver_version`: the rack compared
     mig_gpus: tuple[int, ...] = ()  # GPUs in MIG mode: mig.mode.current Enabled, MIG_IDLE_MIB used when idle
     systemd_version: int = 255  # what the fake systemctl accepts (before 252: no --kill-whom=)
     ecc_corrected_gpus: tuple[int, ...] = ()
