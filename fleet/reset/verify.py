@@ -11,8 +11,9 @@ could not be read to its end (nobody can say whose it is). Processes fleet keeps
 (protected, such as the MPS server) are reported with what they hold, and never make a node unclean by
 themselves.
 Reports: per GPU its memory and health (`gpus[]`), the health findings on no listed GPU (`health`: an Xid on
-another PCI address, a kernel log that could not be read), and the first problem as the host's error. `fleet check`
-runs this step alone.
+another PCI address, a kernel log that could not be read), the GPU settings the same reads gave (one value a
+property, `fleet.model.uniformity`: the run compares them across its hosts), and the first problem as the host's
+error. `fleet check` runs this step alone.
 """
 
 from __future__ import annotations
