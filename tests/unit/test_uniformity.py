@@ -1,5 +1,5 @@
 """The rack compared: a host's settings folded over its GPUs, the majority per property, the odd ones out, ties and
-values not observed (fleet.model.uniformity)."""
+values not observed (fleet.model.uniformity); the summary line, the JSON and --uniform (fleet.report.uniform)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from dataclasses import replace
 from support.paths import FIXTURES
 
 from fleet.model.gpu_facts import GpuSettings
+from fleet.model.report import HostReport, HostStatus, Reason, RunReport
 from fleet.model.uniformity import compare, compare_groups, node_settings, odd_hosts, why
 from fleet.node.probes.health import parse_all_health
+from fleet.report import uniform
 
 SMI = FIXTURES / "nvidia-smi"
 
@@ -103,3 +105,39 @@ def test_settings_from_real_captures_a_535_node_among_590_nodes() -> None:
     assert set(odd) == {"h100"}
     assert odd["h100"][:3] == ["GPUs 8 (2 others 1)", "driver 535.183.01 (2 others 590.48.01)",
                                "VBIOS 96.00.74.00.01 (2 others 96.00.A5.00.03)"]
+
+
+def report_of(settings: dict[str, dict[str, str | None] | None], failed: tuple[str, ...] = ()) -> RunReport:
+    hosts = {name: HostReport(name, HostStatus.FAILED if name in failed else HostStatus.CLEAN,
+                              reason=Reason.MEMORY_HELD if name in failed else None, settings=values)
+             for name, values in settings.items()}
+    return RunReport("r", "reset", "2026-12-04T00:00:00+00:00", 1.0, hosts, groups={"rack": tuple(settings)})
+
+
+def test_the_summary_line_folds_the_odd_hosts_of_one_value_and_says_what_no_host_said() -> None:
+    old = node(replace(H100, driver="570.86.15", app_clocks_setting=None))
+    usual = node(replace(H100, app_clocks_setting=None))
+    report = report_of({f"gpu-b{i:02d}": old if i in (3, 7) else usual for i in range(1, 17)} | {"gpu-x": None})
+    assert uniform.settings_line(report) == ("settings: gpu-b[03,07] driver 570.86.15 (14 others 575.57.08);"
+                                             " not said by any host: clocks")
+    alike = report_of({"a": node(), "b": node()})
+    assert uniform.settings_line(alike) == "settings: 2 hosts alike"
+    assert uniform.settings_line(report_of({"a": node(), "b": None})) is None
+    assert uniform.document(report_of({"a": node()})) is None
+
+
+def test_the_json_document_per_run_and_per_group() -> None:
+    document = uniform.document(report_of({"a": node(), "b": node(), "c": node(count=7)}))
+    assert document is not None and document["hosts"] == 3
+    assert document["properties"]["gpus"] == {"majority": "8", "alike": 2, "odd": {"c": "7"}, "tie": False,
+                                              "unobserved": False}
+    assert document["groups"]["rack"]["properties"]["gpus"]["odd"] == {"c": "7"}
+
+
+def test_uniform_fails_the_odd_ones_that_were_clean_and_leaves_a_failed_ones_reason() -> None:
+    odd = node(replace(H100, vbios="96.00.61.00.01"))
+    report = uniform.fail_odd(report_of({"a": node(), "b": node(), "c": odd, "d": odd, "e": node()}, failed=("d",)))
+    assert {n: (h.status, h.reason) for n, h in report.hosts.items() if h.status is not HostStatus.CLEAN} == {
+        "c": (HostStatus.FAILED, Reason.NOT_UNIFORM), "d": (HostStatus.FAILED, Reason.MEMORY_HELD)}
+    assert report.hosts["c"].error == ("not uniform with the run's other hosts: VBIOS 96.00.61.00.01"
+                                       " (3 others 96.00.A5.00.01)")
