@@ -10,6 +10,7 @@ from typing import Any
 
 from fleet import __version__
 from fleet.inventory.nodesets import fold
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -67,7 +68,7 @@ def host_document(host: HostReport) -> dict[str, Any]:
             for s in host.steps
         ],
         "killed": [flat(k) for k in host.killed],
-        "gpus": [{**flat(g), "health": tuple(flat(f) for f in g.health)} for g in host.gpus],  # as asdict
+        "gpus": [gpu_document(g) for g in host.gpus],
         "health": [flat(f) for f in host.health],
     }
     if host.memory_before_mib is not None:
@@ -87,15 +88,24 @@ def host_document(host: HostReport) -> dict[str, Any]:
     return document
 
 
+def gpu_document(gpu: GpuReport) -> dict[str, Any]:
+    """A GPU as `asdict` has it (`settings` null where verify did not read them)."""
+    settings = None if gpu.settings is None else flat(gpu.settings)
+    return {**flat(gpu), "health": tuple(flat(f) for f in gpu.health), "settings": settings}
+
+
+def gpu_from_document(g: dict[str, Any]) -> GpuReport:
+    settings = g.get("settings")
+    return GpuReport(**{**g, "health": tuple(Finding(f["check"], Level(f["level"]), f["detail"]) for f in g["health"]),
+                        "settings": None if settings is None else GpuSettings(**settings)})
+
+
 def host_from_document(name: str, document: dict[str, Any]) -> HostReport:
     """`host_document`'s inverse for a reset's host (no plan, no slurm block): how a node that reset itself
     (`--via srun`) hands its outcome to the controller. A document of another shape raises KeyError/ValueError."""
     steps = tuple(StepResult(StepName(s["name"]), StepStatus(s["status"]), float(s["duration_s"]), s["detail"])
                   for s in document["steps"])
-    gpus = tuple(
-        GpuReport(**{**g, "health": tuple(Finding(f["check"], Level(f["level"]), f["detail"]) for f in g["health"])})
-        for g in document["gpus"]
-    )
+    gpus = tuple(gpu_from_document(g) for g in document["gpus"])
     reason, before = document.get("reason"), document.get("memory_before_mib")
     health = tuple(HostFinding(f["check"], Level(f["level"]), f["detail"], f.get("pci"))
                    for f in document.get("health", ()))
