@@ -11,7 +11,7 @@ A reset holds the node's lock (`fleet.reset.lock`) for its whole walk.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -80,7 +80,6 @@ class HostRun:
     memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU
     scheduler: SchedulerRecord | None = None  # what the scheduler seam (`fleet.engine.schedulers`) decided for it
-    settings: Mapping[str, str | None] | None = None  # verify's GPU settings (`fleet.model.uniformity`)
 
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
         self.status, self.error, self.reason, self.ended = status, error, reason, time.monotonic()
@@ -106,8 +105,7 @@ class HostRun:
         start = (round(max(self.started - run_started, 0.0), 3)
                  if self.started is not None and run_started is not None else None)
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.scheduler, reason, self.memory_before, self.health, start, self.kept,
-                          self.settings)
+                          self.scheduler, reason, self.memory_before, self.health, start, self.kept)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
@@ -140,7 +138,7 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
             settle_s = dict(settled.settle_s)
     verified = await _run_step(node, run, StepName.VERIFY,
                                lambda: verify.verify(node, settle_s, baseline, run.killed, spared))
-    run.gpus, run.health, run.settings = verified.gpus, verified.health, verified.settings
+    run.gpus, run.health = verified.gpus, verified.health
     run.current = None
     run.finish(*host_outcome(run.steps))
 

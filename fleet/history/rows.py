@@ -12,6 +12,7 @@ from fleet.engine.run_folder import RunLiveness
 from fleet.history.schema import json_text, parse_stamp
 from fleet.model import codec
 from fleet.model.codec import scheduler_fields, step_document
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, HostStatus, Reason, flat
 
 
@@ -70,7 +71,7 @@ class HostRow:
     ended_at: str | None
     started_at: str = ""
     command: str = ""
-    settings: dict[str, str | None] | None = None  # verify's GPU settings (migration 2; null before it)
+    settings: list[dict[str, Any] | None] | None = None  # each GPU's settings (migration 2; null before it)
 
     def document(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,7 +154,7 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "health": json_text([{"gpu": g.index, **flat(f)} for g in gpus for f in g.health]
                             + [{"gpu": None, **flat(f)} for f in report.health]),
         "slurm": json_text(scheduler_fields(report.scheduler)) if report.scheduler is not None else None,
-        "settings": json_text(dict(report.settings)) if report.settings is not None else None,
+        "settings": json_text([codec.gpu_document(g)["settings"] for g in gpus]) if gpus else None,
     }
 
 
@@ -170,8 +171,10 @@ def host_from_row(row: HostRow) -> HostReport:
     raises `DocumentError` naming it."""
     after, settle = row.memory_after_mib or [], row.settle_s or []
     found = codec.records_from(row.health, _finding_on, "health")
+    said = _settings(row.settings)
     gpus = tuple(GpuReport(i, m, settle_s=settle[i] if i < len(settle) else None,
-                           health=tuple(f for gpu, f in found if gpu == i and isinstance(f, Finding)))
+                           health=tuple(f for gpu, f in found if gpu == i and isinstance(f, Finding)),
+                           settings=said[i] if i < len(said) else None)
                  for i, m in enumerate(after))
     health = tuple(f for gpu, f in found if gpu is None and isinstance(f, HostFinding))
     before = row.memory_before_mib
@@ -180,8 +183,13 @@ def host_from_row(row: HostRow) -> HostReport:
         codec.records_from([{**s, "detail": ""} for s in row.steps], codec.step_from, "steps"),
         codec.records_from(row.killed, codec.killed_from, "killed"), gpus,
         scheduler=codec.scheduler_from(codec.Fields(row.slurm, "slurm")) if row.slurm is not None else None,
-        reason=_reason(row.reason), memory_before_mib=tuple(before) if before is not None else None, health=health,
-        settings=codec.settings_from(codec.Fields(row.settings, "settings")) if row.settings is not None else None)
+        reason=_reason(row.reason), memory_before_mib=tuple(before) if before is not None else None, health=health)
+
+
+def _settings(column: list[dict[str, Any] | None] | None) -> list[GpuSettings | None]:
+    """Each GPU's settings from the `settings` column (absent before migration 2)."""
+    return [codec.gpu_settings_from(codec.Fields(s, f"settings[{i}]") if s is not None else None)
+            for i, s in enumerate(column or [])]
 
 
 def _finding_on(fields: codec.Fields) -> tuple[int | None, Finding | HostFinding]:

@@ -65,8 +65,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX hosts_by_host ON hosts (host, run_id)",
         "CREATE INDEX runs_by_started ON runs (started_at)",
     ),
-    (  # 2: verify's GPU settings, one value a property (`fleet.model.uniformity`): the rack compared (issue 28)
-        "ALTER TABLE hosts ADD COLUMN settings TEXT",  # JSON {property: value or null}; null: none read
+    (  # 2: each GPU's settings as verify read them (issue 28: the rack compared, in the history too)
+        "ALTER TABLE hosts ADD COLUMN settings TEXT",  # JSON [{model, driver, ...} or null per GPU]; null: no GPU
     ),
 )
 

@@ -9,8 +9,8 @@ Reading is strict, as the relay reads bytes from a node: a key that is missing o
 status or reason code, raises `DocumentError`, one line naming the key (`gpus[2].memory_used_mib: expected an
 integer or null, got "x"`). Keys a newer fleet adds are ignored. Keys an older fleet did not write may be absent,
 each named in its reader: `start_s`, `health` and `kept` (0.1.0 wrote none), a finding's `pci`; the only-when-set
-blocks `memory_before_mib`, `settings` (verify's GPU settings), `plan` and the scheduler's record (under its
-scheduler's name: `slurm`), and in the record every key but `node`.
+blocks `memory_before_mib`, `plan` and the scheduler's record (under its scheduler's name: `slurm`), and in the
+record every key but `node`.
 
 What the document does not keep: a step's `error` and `reason` (the host's say it), `would_stop` (read from the plan's
 `units`), and a scheduler's optional values (`plan`, `error`, `abandoned`, `waited_s`, `taken_over`) when empty.
@@ -18,6 +18,7 @@ What the document does not keep: a step's `error` and `reason` (the host's say i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 
 from fleet.model import plugs
 from fleet.model.errors import DocumentError
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -72,8 +74,6 @@ def host_to_document(host: HostReport) -> dict[str, Any]:
     }
     if host.memory_before_mib is not None:
         document["memory_before_mib"] = list(host.memory_before_mib)
-    if host.settings is not None:
-        document["settings"] = dict(host.settings)
     if host.plan is not None:
         document["plan"] = plan_document(host.plan)
     if host.scheduler is not None:  # under its scheduler's name: `slurm`, as 0.1 wrote it
@@ -88,7 +88,9 @@ def step_document(step: StepResult) -> dict[str, Any]:
 
 
 def gpu_document(gpu: GpuReport) -> dict[str, Any]:
-    return {**flat(gpu), "health": tuple(flat(f) for f in gpu.health)}  # as asdict writes it
+    """A GPU as `asdict` writes it (`settings` null where verify did not read them)."""
+    settings = None if gpu.settings is None else flat(gpu.settings)
+    return {**flat(gpu), "health": tuple(flat(f) for f in gpu.health), "settings": settings}
 
 
 def plan_document(plan: HostPlan) -> dict[str, Any]:
@@ -174,6 +176,10 @@ class Fields:
     def boolean(self, key: str, default: bool = ABSENT) -> bool:
         return bool(self._get(key, default, (bool,), "true or false"))
 
+    def maybe_boolean(self, key: str) -> bool | None:
+        value: bool | None = self._get(key, ABSENT, (bool, type(None)), "true, false or null")
+        return value
+
     def code(self, key: str, kind: type[E]) -> E:
         return self._code(key, self.text(key), kind)
 
@@ -229,15 +235,7 @@ def host_from_document(name: str, document: object, where: str = "") -> HostRepo
         fields.maybe_code("reason", Reason), fields.values("memory_before_mib", (int, type(None)),
                                                            "an integer or null", None),
         fields.items("health", host_finding_from, ()), fields.maybe_number("start_s", None),
-        fields.items("kept", kept_from, ()), settings_from(fields.inner("settings")))
-
-
-def settings_from(fields: Fields | None) -> dict[str, str | None] | None:
-    """A host's GPU settings (`fleet.model.uniformity`): text or null by property; absent from an older
-    fleet's document."""
-    if fields is None:
-        return None
-    return {key: fields.maybe_text(key) for key in fields.document}
+        fields.items("kept", kept_from, ()))
 
 
 def run_from_document(document: object) -> RunReport:
@@ -276,7 +274,26 @@ def host_finding_from(fields: Fields) -> HostFinding:
 def gpu_from(fields: Fields) -> GpuReport:
     return GpuReport(fields.integer("index"), fields.maybe_integer("memory_used_mib"), fields.maybe_text("uuid"),
                      fields.maybe_text("name"), fields.maybe_integer("memory_total_mib"),
-                     fields.maybe_number("settle_s"), fields.items("health", finding_from))
+                     fields.maybe_number("settle_s"), fields.items("health", finding_from),
+                     gpu_settings_from(fields.inner("settings")))
+
+
+def gpu_settings_from(fields: Fields | None) -> GpuSettings | None:
+    """A GPU's settings as verify read them (`fleet.model.gpu_facts.GpuSettings`): each key of its type or null;
+    absent or null from a fleet that did not read them."""
+    if fields is None:
+        return None
+    readers = _SETTING_READERS
+    values: dict[str, Any] = {f.name: readers[str(f.type)](fields, f.name) for f in dataclasses.fields(GpuSettings)}
+    return GpuSettings(**values)
+
+
+_SETTING_READERS: dict[str, Callable[[Fields, str], object]] = {
+    "str | None": lambda fields, key: fields.maybe_text(key),
+    "bool | None": lambda fields, key: fields.maybe_boolean(key),
+    "int | None": lambda fields, key: fields.maybe_integer(key),
+    "float | None": lambda fields, key: fields.maybe_number(key),
+}
 
 
 def planned_from(fields: Fields) -> PlannedProcess:

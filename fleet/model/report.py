@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.outcomes import HostStatus as HostStatus
 from fleet.model.outcomes import Level as Level
 from fleet.model.outcomes import Reason as Reason
@@ -81,6 +82,7 @@ class GpuReport:
     memory_total_mib: int | None = None
     settle_s: float | None = None  # seconds from settle start until under threshold
     health: tuple[Finding, ...] = ()  # what verify's health gate found on this GPU
+    settings: GpuSettings | None = None  # what nvidia-smi said of its settings at verify (issue 28: not judged yet)
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,6 @@ class StepOutcome:
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU (the host's)
     job_pids: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
     spared: frozenset[int] = frozenset()  # pids of every GPU holder the kill left alive on purpose (any protection)
-    settings: Mapping[str, str | None] | None = None  # verify's: the GPU settings compared across the run's hosts
     left_alive: tuple[KeptProcess, ...] = ()  # the last round's kept holders, each with why (the report's `kept`)
 
 
@@ -162,8 +163,6 @@ class HostReport:
     health: tuple[HostFinding, ...] = ()  # health findings on no listed GPU (an Xid on another PCI address)
     start_s: float | None = None  # seconds from the run's start to the host's (None: it never started)
     kept: tuple[KeptProcess, ...] = ()  # GPU holders the kill left alive on purpose, each with why
-    settings: Mapping[str, str | None] | None = None  # verify's GPU settings, one value a property
-    # (`fleet.model.uniformity`; None: verify read none), compared across the run's hosts
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 settings a benchmark's results depend on. Pure: no I/O.
 
 A host's settings (`node_settings`) are one value per `PROPERTIES` entry, as the report shows it (`575.57.08`,
-`700 W`), folded over its GPUs: every GPU alike gives that value; GPUs that differ give `mixed: a, b` (a value of
-its own, so the host stands out); a GPU whose value nvidia-smi did not give makes the host's value not observed
-(None). `compare` then takes, per property, the value most hosts have:
+`700 W`), folded over its GPUs' (verify's `gpus[].settings`): every GPU alike gives that value; GPUs that differ
+give `mixed: a, b` (a value of its own, so the host stands out); a GPU whose value nvidia-smi did not give makes
+the host's value not observed (None). `compare` then takes, per property, the value most hosts have:
 
 - a value more hosts have than any other is the majority; every host with another value is odd;
 - a tie for the most (8 and 8; 1 and 1) has no majority: every observed host of the property is odd, none
@@ -73,12 +73,12 @@ GPU_COUNT = Property("gpus", "GPUs", lambda g: None)  # a host's, not a GPU's: h
 LABELS = {p.name: p.label for p in (*PROPERTIES, GPU_COUNT)}
 
 
-def node_settings(gpus: Sequence[GpuSettings], listed: int | None = None) -> dict[str, str | None]:
-    """One host's settings from its GPUs' (see the module); `listed`: how many GPUs verify listed (the count
-    compared; by default how many settings there are)."""
+def node_settings(gpus: Sequence[GpuSettings | None], listed: int | None = None) -> dict[str, str | None]:
+    """One host's settings from its GPUs' (see the module; None: a GPU whose settings verify did not read);
+    `listed`: how many GPUs verify listed (the count compared; by default how many settings there are)."""
     values: dict[str, str | None] = {GPU_COUNT.name: str(len(gpus) if listed is None else listed)}
     for prop in PROPERTIES:
-        seen = [prop.of(g) for g in gpus]
+        seen = [prop.of(g) if g is not None else None for g in gpus]
         values[prop.name] = _fold(seen) if seen else None
     return values
 

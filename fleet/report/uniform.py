@@ -10,13 +10,22 @@ from typing import Any
 
 from fleet.inventory.nodesets import fold
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport
-from fleet.model.uniformity import Comparison, compare, compare_groups, odd_hosts, why
+from fleet.model.uniformity import Comparison, compare, compare_groups, node_settings, odd_hosts, why
 
-__all__ = ["comparisons", "document", "fail_odd", "odd", "settings_line"]
+__all__ = ["comparisons", "document", "fail_odd", "host_settings", "odd", "settings_line"]
+
+
+def host_settings(host: HostReport | None) -> dict[str, str | None] | None:
+    """A host's settings compared (`fleet.model.uniformity.node_settings` of its GPUs'); None where verify read no
+    GPU's (it never ran, or a report of a fleet that did not read them): such a host takes no part."""
+    if host is None or all(g.settings is None for g in host.gpus):
+        return None
+    return node_settings([g.settings for g in host.gpus], listed=len(host.gpus))
 
 
 def _settings(hosts: Mapping[str, HostReport | None]) -> dict[str, Mapping[str, str | None]]:
-    return {name: h.settings for name, h in hosts.items() if h is not None and h.settings is not None}
+    found = {name: host_settings(h) for name, h in hosts.items()}
+    return {name: values for name, values in found.items() if values is not None}
 
 
 def comparisons(hosts: Mapping[str, HostReport | None]) -> tuple[Comparison, ...]:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fleet.model.gpu_facts import REMAP_FAILED, REMAP_PENDING, RETIRED_PENDING, GpuHealth
+from fleet.model.gpu_facts import REMAP_FAILED, REMAP_PENDING, RETIRED_PENDING, GpuHealth, GpuSettings
 from fleet.model.health_checks import by_name, checks, names, unread
 from fleet.model.report import Finding, HostFinding, KilledProcess, Level
 from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
@@ -153,6 +153,7 @@ class Judgement:
     host: tuple[HostFinding, ...] = ()
     unread: HostFinding | None = None
     unread_why: str | None = None  # why the kernel log could not be read (`unread`'s detail says it too)
+    settings: Mapping[str, GpuSettings] = field(default_factory=dict)  # by bus id: what the same reads said
 
     @property
     def host_findings(self) -> tuple[HostFinding, ...]:

@@ -11,13 +11,13 @@ could not be read to its end (nobody can say whose it is). Processes fleet keeps
 (protected, such as the MPS server) are reported with what they hold, and never make a node unclean by
 themselves.
 Reports: per GPU its memory and health (`gpus[]`), the health findings on no listed GPU (`health`: an Xid on
-another PCI address, a kernel log that could not be read), the GPU settings the same reads gave (one value a
-property, `fleet.model.uniformity`: the run compares them across its hosts), and the first problem as the host's
-error. `fleet check` runs this step alone.
+another PCI address, a kernel log that could not be read), and the first problem as the host's error. `fleet check`
+runs this step alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -41,7 +41,6 @@ from fleet.model.report import (
     Verdict,
     line_of,
 )
-from fleet.model.uniformity import node_settings
 from fleet.node.bounds import commands_s
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Answers, Node
@@ -87,23 +86,22 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe, *reads.last], step=StepName.VERIFY,
                                budget=budget)
     rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
-    findings, read = await reads.findings(node, answers, budget, baseline,
-                                          Ended.of(killed, baseline.apps if baseline else (), rows, apps, spared))
+    findings = await reads.findings(node, answers, budget, baseline,
+                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps, spared))
     judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]
     unplaced = [h for h in judged if h.lineage_unread]  # kept, but nobody can say whose: never clean
     kept_apps = [a for a in apps if a.pid in kept]
     apps = tuple(a for a in apps if a.pid not in kept)
-    gpus = gpu_reports(rows, settle_s or {}, findings.gpus)
+    gpus = gpu_reports(rows, settle_s or {}, findings.gpus, findings.settings)
     verdict = verify_verdict(rows, apps, host.gpus, Allowance.of(host, kept_apps), [*holders, *unplaced],
                              findings, host=host.name)
     reason, error = verdict if verdict else (None, None)
     detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps) + describe_health(rows, findings)
     status = StepStatus.FAILED if error else StepStatus.OK
     return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error, reason), gpus=gpus,
-                       health=findings.host_findings,
-                       settings=node_settings([GpuSettings.of(g) for g in read], listed=len(rows)))
+                       health=findings.host_findings)
 
 
 def _app_label(app: smi.ComputeApp) -> str:
@@ -192,13 +190,14 @@ def describe_kept(kept_apps: Sequence[smi.ComputeApp]) -> str:
 
 
 def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float],
-                findings: Mapping[str, Sequence[Finding]] | None = None) -> tuple[GpuReport, ...]:
-    found = findings or {}
+                findings: Mapping[str, Sequence[Finding]] | None = None,
+                settings: Mapping[str, GpuSettings] | None = None) -> tuple[GpuReport, ...]:
+    found, said = findings or {}, settings or {}
     return tuple(
         GpuReport(
             index=r.index, memory_used_mib=r.memory_used_mib, uuid=r.uuid, name=r.name,
             memory_total_mib=r.memory_total_mib, settle_s=settle_s.get(r.index),
-            health=tuple(found.get(r.pci_bus_id or "", ())),
+            health=tuple(found.get(r.pci_bus_id or "", ())), settings=said.get(r.pci_bus_id or ""),
         )
         for r in rows
     )
@@ -234,12 +233,13 @@ class HealthReads:
         return [] if self.kernel is None else [self.kernel]
 
     async def findings(self, node: Node, answers: Answers, budget: TimeBudget, baseline: Baseline | None,
-                       ended: Ended) -> tuple[Judgement, tuple[health.GpuHealth, ...]]:
-        """What they found, judged by the host's policy, and the GPUs' facts as read (their settings)."""
+                       ended: Ended) -> Judgement:
+        """What they found, judged by the host's policy."""
         policy = HealthPolicy.of(node.host)
         gpus = await self._gpus(node, answers, budget)
         kernel = KernelReads() if self.kernel is None else self._kernel(answers, self.kernel, baseline)
-        return judge(gpus, kernel, policy, ended=ended), gpus
+        said = {g.bus_id: GpuSettings.of(g) for g in gpus}
+        return dataclasses.replace(judge(gpus, kernel, policy, ended=ended), settings=said)
 
     @staticmethod
     def _kernel(answers: Answers, probe: Probe[str], baseline: Baseline | None) -> KernelReads:

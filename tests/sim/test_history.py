@@ -56,6 +56,7 @@ from fleet.history.view import (
 from fleet.inventory.host import Host
 from fleet.model.codec import run_from_document
 from fleet.model.errors import ConnectError, UsageError
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -203,22 +204,25 @@ def test_a_database_at_version_0_is_migrated_and_keeps_what_it_had(tmp_path: Pat
 
 
 def test_migration_2_adds_the_settings_column_and_keeps_the_rows_before_it(tmp_path: Path) -> None:
-    """A history of fleet 0.2 (schema 1) holding a host: migrated, the host reads back with no settings; a host
-    recorded after has its GPU settings (the rack compared, issue 28) both ways."""
+    """A history of fleet 0.2 (schema 1) holding a host: migrated, the host reads back with no GPU settings; a host
+    recorded after keeps each GPU's (null where verify did not read them) both ways: a page built from the history
+    marks the odd hosts out as the run's did (issue 28)."""
     path = tmp_path / HISTORY_FILE
     with History.open(path, migrations=MIGRATIONS[:1]) as old:
         old.start_run("run-1", "reset", ["gpu-b01"], {}, stamp(NOW), "0.2.0", "/logs")
-        old.conn.execute("INSERT INTO hosts (run_id, host, status, duration_s, steps, killed_count, killed, health)"
-                         " VALUES ('run-1', 'gpu-b01', 'clean', 1.0, '[]', 0, '[]', '[]')")
-    settings = {"gpus": "8", "driver": "570.86.15", "vbios": None}
+        old.conn.execute("INSERT INTO hosts (run_id, host, status, duration_s, steps, killed_count, killed, health,"
+                         " memory_after_mib) VALUES ('run-1', 'gpu-b01', 'clean', 1.0, '[]', 0, '[]', '[]', '[0]')")
+    said = GpuSettings(name="NVIDIA H100 80GB HBM3", driver="570.86.15", mig=False, power_limit_w=700.0,
+                       app_clock_graphics_mhz=1980)
+    gpus = (GpuReport(0, 0, settings=said), GpuReport(1, 0))
     with History.open(path) as history:
         assert history.conn.execute("PRAGMA user_version").fetchone()[0] == 2
         (before,) = history.host_history("gpu-b01")
-        assert before.settings is None and host_from_row(before).settings is None
-        record_run(history, "run-2", NOW + timedelta(hours=1), [host("gpu-b01", settings=settings)], 0)
+        assert before.settings is None and [g.settings for g in host_from_row(before).gpus] == [None]
+        record_run(history, "run-2", NOW + timedelta(hours=1), [host("gpu-b01", gpus=gpus)], 0)
         after = next(r for r in history.host_history("gpu-b01") if r.run_id == "run-2")
-    assert after.settings == settings and host_from_row(after).settings == settings
-    assert json.loads(host_values(host("x", settings=settings))["settings"]) == settings
+    assert [g.settings for g in host_from_row(after).gpus] == [said, None]
+    assert json.loads(host_values(host("x", gpus=gpus))["settings"])[0]["driver"] == "570.86.15"
     assert host_values(host("x"))["settings"] is None
 
 

@@ -213,11 +213,12 @@ def test_the_grid_marks_the_odd_hosts_out_naming_why_and_escaping_the_values() -
     (odd,) = [r for r in parsed.of("grid") if "data-odd" in r.attrs]
     assert odd.get("data-host") == ODD_HOST
     (mark,) = [e for e in odd.children if e.get("class") == "odd"]
-    others = sum(1 for h in document["hosts"].values() if "settings" in h) - 1
+    others = sum(1 for h in document["hosts"].values() if h["gpus"]) - 1
     assert mark.get("title") == f"settings: driver {ODD_DRIVER} ({others} others 575.57.08)"
     assert "GPU settings unlike the run's other hosts'" in "".join(parsed.text)
     evil = '<b onclick="x">&</b>'
-    document["hosts"][ODD_HOST]["settings"]["vbios"] = evil
+    document["hosts"][ODD_HOST]["gpus"] = [{**g, "settings": {**g["settings"], "vbios": evil}}
+                                           for g in document["hosts"][ODD_HOST]["gpus"]]
     text = page_of(document)
     assert evil not in text and f"VBIOS {html.escape(evil)} (" in text
     assert not [r for r in Page(page_of(demo_document())).of("grid") if "data-odd" in r.attrs]

@@ -24,7 +24,7 @@ async def rack(make_fleet: Any) -> SimFleet:
     """Five busy nodes: gpu-v03 on an older driver, gpu-v05 with another VBIOS."""
     specs = [busy(n, driver_version=OLDER) if n == "gpu-v03" else
              busy(n, vbios_version="96.00.61.00.01") if n == "gpu-v05" else busy(n) for n in NAMES]
-    sim: SimFleet = await make_fleet(specs, fast_vars(NAMES))
+    sim: SimFleet = await make_fleet(specs, fast_vars(NAMES, command_timeout=30))  # a loaded machine is slow
     return sim
 
 
@@ -55,10 +55,11 @@ async def test_a_node_on_another_driver_is_named_in_the_summary_the_json_and_the
     assert {name for name, p in compared["properties"].items() if p["odd"]} == {"driver", "vbios"}
     assert compared["groups"]["sim"]["properties"]["driver"]["odd"] == {"gpu-v03": OLDER}
     host = document["hosts"]["gpu-v03"]
-    assert host["status"] == "clean" and host["settings"]["driver"] == OLDER and host["settings"]["gpus"] == "8"
+    assert host["status"] == "clean" and {g["settings"]["driver"] for g in host["gpus"]} == {OLDER}
+    assert {g["settings"]["vbios"] for g in document["hosts"]["gpu-v05"]["gpus"]} == {"96.00.61.00.01"}
     with History.open(history_path(tmp_path / "logs")) as history:
         (row,) = history.host_history("gpu-v03")
-    assert row.settings == host["settings"]
+    assert row.settings == [g["settings"] for g in host["gpus"]]  # each GPU's, as the report has them
 
 
 async def test_uniform_fails_the_odd_ones_out_and_check_shows_them_changing_nothing(
@@ -72,7 +73,8 @@ async def test_uniform_fails_the_odd_ones_out_and_check_shows_them_changing_noth
     assert all(sum(m or 0 for m in node.gpu_memory()) > 0 for node in sim.nodes.values())
 
     code, document, err = await run(sim, tmp_path, "check", "--uniform")  # a host failed already keeps its reason
-    assert {(h["status"], h["reason"]) for h in document["hosts"].values()} == {("failed", "memory_held")}
+    assert {h["status"] for h in document["hosts"].values()} == {"failed"}
+    assert "not_uniform" not in {h["reason"] for h in document["hosts"].values()}
 
     code, document, err = await run(sim, tmp_path, "reset", "--uniform")
     assert code == 1

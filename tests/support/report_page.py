@@ -4,6 +4,7 @@ minimal PNG reader for Chromium's screenshots (stdlib only)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import struct
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.model.codec import run_from_document
+from fleet.model.gpu_facts import GpuSettings
 from fleet.report.html_report import RunPage, page
 from support.paths import FIXTURES
 
@@ -34,9 +36,11 @@ def page_of(document: dict[str, Any], log_folder: str | None = None) -> str:
     return page(RunPage(run_from_document(document), document["fleet_version"]), log_folder=log_folder)
 
 
-# Every synthetic host's GPU settings as verify reads them (`fleet.model.uniformity`); ODD_HOST's driver is older.
-SETTINGS = {"gpus": "8", "driver": "575.57.08", "vbios": "96.00.A5.00.01", "model": "NVIDIA H100 80GB HBM3",
-            "power_limit": "700 W", "clocks": "default", "mig": "off", "ecc": "on"}
+# Each synthetic GPU's settings as verify reads them (`gpus[].settings`); ODD_HOST's driver is older.
+SETTINGS = {**{f.name: None for f in dataclasses.fields(GpuSettings)}, "name": "NVIDIA H100 80GB HBM3",
+            "vbios": "96.00.A5.00.01", "driver": "575.57.08", "persistence": True, "compute_mode": "Default",
+            "mig": False, "mig_pending": False, "ecc": True, "ecc_pending": True, "power_limit_w": 700.0,
+            "enforced_power_limit_w": 700.0, "default_power_limit_w": 700.0, "app_clocks_setting": False}
 ODD_HOST, ODD_DRIVER = "gpu-r03n07", "570.86.15"
 WAVE_S = 15.0  # the synthetic run's waves (--batch 128): four racks each, one every 15 s
 
@@ -72,7 +76,8 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
          "detail": "8 GPUs, max 0 MiB used, 0 compute apps, 0 unprotected holders"},
     ]
     gpus = [{"index": g, "memory_used_mib": after[g], "uuid": f"GPU-{k:08x}-58a3-03d8-e736-{g:012x}",
-             "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "settle_s": 0.365, "health": health[g]}
+             "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "settle_s": 0.365, "health": health[g],
+             "settings": {**SETTINGS, "driver": ODD_DRIVER} if name == ODD_HOST else SETTINGS}
             for g in range(8)]
     host: dict[str, Any] = {
         "status": status, "reason": reason, "duration_s": round(sum(s["duration_s"] for s in steps) + 0.9, 3),
@@ -82,7 +87,6 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
         "kept": [{"pid": pid + 2, "name": "nvidia-persistenced", "user": "root",
                   "why": "protected name nvidia-persistenced"}],
         "gpus": gpus, "health": [], "memory_before_mib": before,
-        "settings": {**SETTINGS, "driver": ODD_DRIVER} if name == ODD_HOST else SETTINGS,
         "slurm": {"node": name, "state_before": "MIXED", "reason_before": None,
                   "state_after": "IDLE" if status == "clean" else "DRAIN",
                   "reason_after": None if status == "clean" else f"fleet: run 20261203T030000Z-5e1f00: {error}",
@@ -94,7 +98,7 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
         host.update(status="unreachable", reason="connect_timeout", error=f"no SSH session within 10 s ({name}:22)",
                     steps=[{**s, "status": "skipped", "duration_s": 0.0, "detail": ""} for s in steps], killed=[],
                     kept=[], gpus=[], duration_s=10.0)
-        del host["memory_before_mib"], host["settings"]
+        del host["memory_before_mib"]
     elif k % 89 == 0:  # its node's job outlived --drain-wait: never started
         error = f"slurm: job 4712 still running on {name} after 30 s: not reset"
         host.update(status="skipped", reason="jobs_running", error=error, start_s=None, duration_s=0.0, killed=[],
@@ -102,7 +106,7 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
                     steps=[{**s, "status": "skipped", "duration_s": 0.0, "detail": ""} for s in steps], gpus=[],
                     slurm={**host["slurm"], "jobs": ["4712"], "waited_s": 30.0, "state_after": "IDLE",
                            "reason_after": None})
-        del host["memory_before_mib"], host["settings"]
+        del host["memory_before_mib"]
     return name, host
 
 

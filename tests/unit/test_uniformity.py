@@ -8,7 +8,7 @@ from dataclasses import replace
 from support.paths import FIXTURES
 
 from fleet.model.gpu_facts import GpuSettings
-from fleet.model.report import HostReport, HostStatus, Reason, RunReport
+from fleet.model.report import GpuReport, HostReport, HostStatus, Reason, RunReport
 from fleet.model.uniformity import compare, compare_groups, node_settings, odd_hosts, why
 from fleet.node.probes.health import parse_all_health
 from fleet.report import uniform
@@ -107,27 +107,41 @@ def test_settings_from_real_captures_a_535_node_among_590_nodes() -> None:
                                "VBIOS 96.00.74.00.01 (2 others 96.00.A5.00.03)"]
 
 
-def report_of(settings: dict[str, dict[str, str | None] | None], failed: tuple[str, ...] = ()) -> RunReport:
+def report_of(settings: dict[str, list[GpuSettings | None]], failed: tuple[str, ...] = ()) -> RunReport:
+    """A run whose hosts' GPUs verify read with these settings (an empty list: no GPU read)."""
     hosts = {name: HostReport(name, HostStatus.FAILED if name in failed else HostStatus.CLEAN,
-                              reason=Reason.MEMORY_HELD if name in failed else None, settings=values)
-             for name, values in settings.items()}
+                              reason=Reason.MEMORY_HELD if name in failed else None,
+                              gpus=tuple(GpuReport(i, 0, settings=s) for i, s in enumerate(gpus)))
+             for name, gpus in settings.items()}
     return RunReport("r", "reset", "2026-12-04T00:00:00+00:00", 1.0, hosts, groups={"rack": tuple(settings)})
 
 
+def gpus(gpu: GpuSettings = H100, count: int = 8) -> list[GpuSettings | None]:
+    return [gpu] * count
+
+
+def test_a_host_takes_part_only_with_settings_read() -> None:
+    assert uniform.host_settings(None) is None
+    assert uniform.host_settings(HostReport("x", HostStatus.CLEAN, gpus=(GpuReport(0, 0),))) is None  # older fleet
+    one_unread = HostReport("x", HostStatus.CLEAN, gpus=(GpuReport(0, 0, settings=H100), GpuReport(1, 0)))
+    assert uniform.host_settings(one_unread) == {**node_settings([H100, None]), "gpus": "2"}
+    assert (uniform.host_settings(one_unread) or {})["driver"] is None
+
+
 def test_the_summary_line_folds_the_odd_hosts_of_one_value_and_says_what_no_host_said() -> None:
-    old = node(replace(H100, driver="570.86.15", app_clocks_setting=None))
-    usual = node(replace(H100, app_clocks_setting=None))
-    report = report_of({f"gpu-b{i:02d}": old if i in (3, 7) else usual for i in range(1, 17)} | {"gpu-x": None})
+    old = gpus(replace(H100, driver="570.86.15", app_clocks_setting=None))
+    usual = gpus(replace(H100, app_clocks_setting=None))
+    report = report_of({f"gpu-b{i:02d}": old if i in (3, 7) else usual for i in range(1, 17)} | {"gpu-x": []})
     assert uniform.settings_line(report) == ("settings: gpu-b[03,07] driver 570.86.15 (14 others 575.57.08);"
                                              " not said by any host: clocks")
-    alike = report_of({"a": node(), "b": node()})
+    alike = report_of({"a": gpus(), "b": gpus()})
     assert uniform.settings_line(alike) == "settings: 2 hosts alike"
-    assert uniform.settings_line(report_of({"a": node(), "b": None})) is None
-    assert uniform.document(report_of({"a": node()})) is None
+    assert uniform.settings_line(report_of({"a": gpus(), "b": []})) is None
+    assert uniform.document(report_of({"a": gpus()})) is None
 
 
 def test_the_json_document_per_run_and_per_group() -> None:
-    document = uniform.document(report_of({"a": node(), "b": node(), "c": node(count=7)}))
+    document = uniform.document(report_of({"a": gpus(), "b": gpus(), "c": gpus(count=7)}))
     assert document is not None and document["hosts"] == 3
     assert document["properties"]["gpus"] == {"majority": "8", "alike": 2, "odd": {"c": "7"}, "tie": False,
                                               "unobserved": False}
@@ -135,8 +149,8 @@ def test_the_json_document_per_run_and_per_group() -> None:
 
 
 def test_uniform_fails_the_odd_ones_that_were_clean_and_leaves_a_failed_ones_reason() -> None:
-    odd = node(replace(H100, vbios="96.00.61.00.01"))
-    report = uniform.fail_odd(report_of({"a": node(), "b": node(), "c": odd, "d": odd, "e": node()}, failed=("d",)))
+    odd = gpus(replace(H100, vbios="96.00.61.00.01"))
+    report = uniform.fail_odd(report_of({"a": gpus(), "b": gpus(), "c": odd, "d": odd, "e": gpus()}, failed=("d",)))
     assert {n: (h.status, h.reason) for n, h in report.hosts.items() if h.status is not HostStatus.CLEAN} == {
         "c": (HostStatus.FAILED, Reason.NOT_UNIFORM), "d": (HostStatus.FAILED, Reason.MEMORY_HELD)}
     assert report.hosts["c"].error == ("not uniform with the run's other hosts: VBIOS 96.00.61.00.01"
