@@ -84,8 +84,9 @@ class Var:
 
 def _health_check(name: str) -> str:
     """`health_warn` and `health_ignore` name checks of the health gate's table (`fleet.model.health_checks`)."""
-    if name not in health_checks.BY_NAME:
-        raise ValueError(f"unknown health check {name!r} (known: {', '.join(health_checks.NAMES)})")
+    known = health_checks.names()
+    if name not in known:
+        raise ValueError(f"unknown health check {name!r} (known: {', '.join(known)})")
     return name
 
 

@@ -26,9 +26,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fleet.model.health_checks import BY_NAME, NAMES, TABLE, unread
+from fleet.model.gpu_facts import REMAP_FAILED, REMAP_PENDING, RETIRED_PENDING, GpuHealth
+from fleet.model.health_checks import by_name, checks, names, unread
 from fleet.model.report import Finding, HostFinding, KilledProcess, Level
-from fleet.node.probes.health import GpuHealth
 from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
 from fleet.node.probes.parse import LINE_CLIP
 from fleet.transport.base import clip
@@ -85,9 +85,10 @@ class HealthPolicy:
     ignore: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        unknown = sorted((self.warn | self.ignore) - set(NAMES))
+        known = names()
+        unknown = sorted((self.warn | self.ignore) - set(known))
         if unknown:
-            raise ValueError(f"unknown health check(s) {', '.join(unknown)} (known: {', '.join(NAMES)})")
+            raise ValueError(f"unknown health check(s) {', '.join(unknown)} (known: {', '.join(known)})")
 
     @classmethod
     def of(cls, host: Host) -> HealthPolicy:
@@ -173,7 +174,7 @@ def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, 
                 found[owner.bus_id].append(finding)
             else:
                 host.append(HostFinding(finding.check, finding.level, finding.detail, pci))
-    level = policy.level("xid", BY_NAME["xid"].default) if kernel.unread is not None else None
+    level = policy.level("xid", by_name("xid").default) if kernel.unread is not None else None
     unread = None if level is None else HostFinding("xid", level, f"cannot read the kernel log ({kernel.unread})")
     return Judgement({bus: tuple(f) for bus, f in found.items()}, tuple(host), unread, kernel.unread)
 
@@ -184,7 +185,7 @@ def fails(findings: Judgement | Mapping[str, Sequence[Finding]]) -> list[Finding
     gpus = findings.gpus if isinstance(findings, Judgement) else findings
     host: Sequence[Finding | HostFinding] = findings.host if isinstance(findings, Judgement) else ()
     failing = [f for found in [*gpus.values(), host] for f in found if f.level is Level.FAIL]
-    return sorted(failing, key=lambda f: BY_NAME[f.check].rank)
+    return sorted(failing, key=lambda f: by_name(f.check).rank)
 
 
 Fact = tuple[str, Level, str]  # (check, default level, detail)
@@ -198,7 +199,7 @@ def _weigh(facts: Iterator[Fact], policy: HealthPolicy) -> tuple[Finding, ...]:
 def _gpu_facts(gpu: GpuHealth) -> Iterator[Fact]:
     """Each GPU check's finding on these facts, in the table's order; a check whose fact was not observed (an
     NVML error note in its field) fails, whatever its default: unread is never "fine"."""
-    for check in TABLE:
+    for check in checks():
         missing = unread(check, gpu)
         detail = missing if missing is not None or check.finding is None else check.finding(gpu)
         if detail is not None:
@@ -244,9 +245,9 @@ def _resolved(code: int, gpu: GpuHealth | None) -> str | None:
     """What nvidia-smi says now that shows a resolvable Xid's condition over; None when it does not (or cannot)."""
     if code not in XID_RESOLVABLE or gpu is None:
         return None
-    if gpu.remap_pending is False and gpu.remap_failed is False:
+    if gpu[REMAP_PENDING] is False and gpu[REMAP_FAILED] is False:
         return "no row remapping pending or failed now (nvidia-smi -q)"
-    if gpu.remap_pending is None and gpu.remap_failed is None and gpu.retired_pending is False:
+    if gpu[REMAP_PENDING] is None and gpu[REMAP_FAILED] is None and gpu[RETIRED_PENDING] is False:
         return "no page retirement pending now (nvidia-smi -q)"
     return None
 

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.model.errors import StepFailed
+from fleet.model.gpu_facts import FABRIC_STATE
 from fleet.model.report import StepName, StepStatus
 from fleet.node.bounds import commands_s
 from fleet.node.budget import TimeBudget
@@ -49,7 +50,7 @@ class Board:
 
 def parse_board(text: str) -> Board:
     gpus = health.parse_all_health(text)
-    return Board(smi.parse_minor_numbers(text), any(g.fabric_state is not None for g in gpus))
+    return Board(smi.parse_minor_numbers(text), any(g[FABRIC_STATE] is not None for g in gpus))
 
 
 def _explain(result: CommandResult) -> str:

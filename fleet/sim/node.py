@@ -12,10 +12,9 @@ bin/systemctl, bin/journalctl and bin/sudo (wrappers around `fleet.sim.nvidia_sm
 requires). Everything else a command on the node uses (find over /proc, ps, kill, timeout, flock) is the real
 tool.
 
-GPU health is part of the spec (a healthy node by default): Xids in the kernel log (`xids`, and `log_xid` for one
-now), ECC and row-remapping counters, the NVSwitch fabric's state, a PCIe link trained narrow, MIG mode, and a leaked
-allocation (`leaked_mib`) that only `nvidia-smi -r` frees; the reset is refused while anything holds that GPU, as the
-real one is.
+GPU health is part of the spec (healthy by default): Xids in the kernel log (`xids`, and `log_xid` for one now), each
+fact of `fleet.model.gpu_facts`' table (ECC, row remapping, fabric, PCIe link, ...), MIG mode, and a leaked allocation
+(`leaked_mib`) that only `nvidia-smi -r` frees, refused while anything holds that GPU, as the real one is.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
+from fleet.model import gpu_facts
 from fleet.sim import journalctl, nvidia_smi, pci, state, systemctl, worker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -84,16 +83,15 @@ class NodeSpec:
     GPU health (defaults: healthy): `ecc_error_gpus` report 1 uncorrected and `ecc_corrected_gpus` 3 corrected ECC
     errors (volatile and aggregate); `remap_pending_gpus` have a row remapping pending (a reset applies it),
     `remap_failed_gpus` a remapping failure; `fabric` is every GPU's NVSwitch fabric "STATE/STATUS" ("In
-    Progress/N/A"; "N/A" for a node without NVSwitch); `narrow_pcie_gpus` run their PCIe link at x8 of x16;
-    `unread_fields` ((gpu, field), ...) print `[Unknown Error]` in that health field (`nvidia_smi.UNREAD_KEYS`);
-    `leaked_mib` ((gpu, MiB), ...) stays in memory.used with no process until `nvidia-smi -r`; `xids` ((gpu, code,
-    text), ...) are in the kernel log from the node's start, `text` what follows the code (see
-    `pci.xid_message`). The kernel log also holds a few boot messages, as every real boot's does. `journal` is
-    what journalctl can read (`journalctl.JOURNAL_MODES`: "ok", or a journalctl built without pattern matching, no
-    journal files, a user outside the journal's groups, a hang). `xid_on_kill`: a worker holding GPU memory that dies
-    from a signal makes the driver log Xid 45 (Preemptive cleanup) for it on each of its GPUs, naming its pid and
-    process name, as real drivers do for a process killed with GPU channels active (opt in: not every driver logs it
-    for every kill).
+    Progress/N/A"; "N/A": no NVSwitch); `narrow_pcie_gpus` run their PCIe link at x8 of x16; `unread_fields` ((gpu,
+    field), ...) and `smi_values` ((gpu, field, text), ...) print `[Unknown Error]` or `text` (as --query-gpu does;
+    -q adds the unit) in that field of `fleet.model.gpu_facts`' table; `leaked_mib` ((gpu, MiB), ...) stays in
+    memory.used with no process until `nvidia-smi -r`; `xids` ((gpu, code, text), ...) are in the kernel log from
+    the node's start, `text` what follows the code (`pci.xid_message`), after a few boot messages as on every real
+    boot. `journal` is what journalctl can read (`journalctl.JOURNAL_MODES`: "ok", or a journalctl built without
+    pattern matching, no journal files, a user outside the journal's groups, a hang). `xid_on_kill`: a worker holding
+    GPU memory that dies from a signal makes the driver log Xid 45 (Preemptive cleanup) for it on each of its GPUs,
+    naming its pid and process name, as real drivers do for a process killed with GPU channels active (opt in).
 
     `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in `nvidia-smi
     -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's index; empty, they are the
@@ -122,6 +120,7 @@ class NodeSpec:
     fabric: str = "Completed/Success"
     narrow_pcie_gpus: tuple[int, ...] = ()
     unread_fields: tuple[tuple[int, str], ...] = ()
+    smi_values: tuple[tuple[int, str, str], ...] = ()
     leaked_mib: tuple[tuple[int, int], ...] = ()
     xids: tuple[tuple[int, int, str], ...] = ()
     minor_numbers: tuple[int, ...] = ()
@@ -139,7 +138,9 @@ class NodeSpec:
             raise SimError(f"{self.name}: minor_numbers must give each of the {self.gpus} GPUs its own number")
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=1) + "\n"
+        """The spec, and each row of the table of GPU facts (`state.SmiField`): the fake nvidia-smi answers them."""
+        rows = [(f.query, list(f.q[0]), f.unit, f.sim) for f in gpu_facts.current()]
+        return json.dumps({**dataclasses.asdict(self), "smi_fields": rows}, indent=1) + "\n"
 
 
 TOOLS = (
@@ -185,9 +186,7 @@ class SimNode:
         self.start()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ------------------------------------------------------------ layout

@@ -18,9 +18,13 @@ until signalled; "driver-not-loaded" (exit 9), "no-devices" (6) and
 "nvml-mismatch" (18) print the real messages; "killed" is SIGKILLed at once, as
 the kernel's OOM killer ends a process (exit 137 with no bound reached); `smi_delay_s`
 makes every call take that long first (8 GPUs without persistence mode).
-`unread_fields` ((gpu, field), ...) print `[Unknown Error]` for that health field of
-that GPU in --query-gpu and `Unknown Error` at its key in -q, as the real tool prints
-NVML's error string for a value it could not read. Stdlib only: it is polled.
+The GPU facts fleet reads (config.json's `smi_fields`, written from the table of GPU facts,
+`fleet.model.gpu_facts`: each fact's --query-gpu field, -q key path, unit and healthy value) are
+answered from that table: a healthy GPU prints each row's value, the node's health knobs (ECC
+errors, remaps, the fabric, a narrow link, persistence) and `smi_values` ((gpu, field, text), ...)
+change it for a GPU, and `unread_fields` ((gpu, field), ...) print `[Unknown Error]` in
+--query-gpu and `Unknown Error` at its key in -q, as the real tool prints NVML's error string for a
+value it could not read. Stdlib only: it is polled.
 
 `-q` is rendered from q_template.txt, a real `nvidia-smi -q` of one idle H200 on driver 590.48.01
 (utkuozdemir/nvidia_gpu_exporter, MIT; the same text as
@@ -63,16 +67,6 @@ FAILURES = {
 SMI_MODES = ("ok", "hang", "killed", *FAILURES)
 # What the real tool prints for a value NVML could not read (NVML_ERROR_UNKNOWN's string; bracketed in CSV).
 UNREAD = "Unknown Error"
-# Each health field `unread_fields` may name and where -q prints the same fact (KeyPath under the GPU's section).
-UNREAD_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "ecc.errors.uncorrected.volatile.total": (("ECC Errors", "Volatile", "DRAM Uncorrectable"),),
-    "ecc.errors.corrected.volatile.total": (("ECC Errors", "Volatile", "SRAM Correctable"),),
-    "retired_pages.pending": (("Retired Pages", "Pending Page Blacklist"),),
-    "remapped_rows.pending": (("Remapped Rows", "Pending"),),
-    "remapped_rows.failure": (("Remapped Rows", "Remapping Failure Occurred"),),
-    "fabric.state": (("Fabric", "State"),),
-    "fabric.status": (("Fabric", "Status"),),
-}
 # PCI addresses of the eight GPUs of a real HGX H100 board (GPUD capture, driver 550.90.07).
 RESERVED_MIB = 479
 CUDA_VERSION = "12.4"
@@ -109,19 +103,21 @@ class Gpu(NamedTuple):
     serial: str
     total: int
     used: int | None
-    ecc: int
-    persistence: bool
     driver: str
     gpu_count: int
     timestamp: str
+    facts: Mapping[str, str]  # the table's facts, by --query-gpu field, as --query-gpu prints them (nounits)
     mig: bool = False
-    corrected: int = 0  # volatile (and aggregate) correctable ECC errors
-    remap_pending: bool = False
-    remap_failed: bool = False
-    fabric: tuple[str, str] = ("Completed", "Success")  # (state, status)
-    narrow: bool = False  # the PCIe link trained at x8 instead of x16
     minor: int | None = None  # the device file's minor number (dev/nvidia<minor>); None: the index
-    unread: frozenset[str] = frozenset()  # health fields (UNREAD_KEYS) printed as UNREAD
+
+    @property
+    def persistence(self) -> bool:
+        return self.facts.get("persistence_mode") == "Enabled"
+
+    @property
+    def ecc(self) -> str:
+        """Volatile uncorrectable ECC errors, as the summary table and the aggregate field print them."""
+        return self.facts.get("ecc.errors.uncorrected.volatile.total", "0")
 
     @property
     def free(self) -> int | None:
@@ -142,14 +138,8 @@ def yes_no(flag: bool) -> str:
     return "Yes" if flag else "No"
 
 
-FULL_LINK_WIDTH = 16
-PCIE_GEN = 5
 NARROW_LINK_WIDTH = 8
 CORRECTED_ERRORS = 3  # what a GPU of NodeSpec.ecc_corrected_gpus reports
-
-
-def link_width(gpu: Gpu) -> int:
-    return NARROW_LINK_WIDTH if gpu.narrow else FULL_LINK_WIDTH
 
 
 def fabric_of(spec: str) -> tuple[str, str]:
@@ -159,6 +149,35 @@ def fabric_of(spec: str) -> tuple[str, str]:
         return ("N/A", "N/A")
     fabric_state, _, status = spec.partition("/")
     return (fabric_state, status or "N/A")
+
+
+def modeled(config: state.NodeConfig, index: int, remap_pending: Collection[int]) -> dict[str, str]:
+    """What the node's health knobs (NodeSpec) make one GPU print, by --query-gpu field."""
+    fabric_state, fabric_status = fabric_of(config["fabric"])
+    mig = "Enabled" if index in config["mig_gpus"] else "Disabled"
+    said = {
+        "name": config["gpu_name"],
+        "driver_version": config["driver_version"],
+        "mig.mode.current": mig,
+        "mig.mode.pending": mig,
+        "persistence_mode": "Enabled" if config["protected_daemon"] else "Disabled",
+        "ecc.errors.uncorrected.volatile.total": str(int(index in config["ecc_error_gpus"])),
+        "ecc.errors.corrected.volatile.total": str(CORRECTED_ERRORS if index in config["ecc_corrected_gpus"] else 0),
+        "remapped_rows.pending": yes_no(index in remap_pending),
+        "remapped_rows.failure": yes_no(index in config["remap_failed_gpus"]),
+        "fabric.state": fabric_state,
+        "fabric.status": fabric_status,
+    }
+    return said | ({"pcie.link.width.current": str(NARROW_LINK_WIDTH)} if index in config["narrow_pcie_gpus"] else {})
+
+
+def facts_of(config: state.NodeConfig, index: int, remap_pending: Collection[int]) -> dict[str, str]:
+    """Each fact of the table (`smi_fields`) one GPU prints: the row's healthy value, what the node's knobs make
+    of it, what `smi_values` sets, `[Unknown Error]` where `unread_fields` names it."""
+    known = {field: healthy for field, _, _, healthy in config["smi_fields"]}
+    said = known | {k: v for k, v in modeled(config, index, remap_pending).items() if k in known}
+    said |= {field: text for gpu, field, text in config["smi_values"] if gpu == index}
+    return said | {field: f"[{UNREAD}]" for gpu, field in config["unread_fields"] if gpu == index}
 
 
 def temperature(gpu: Gpu) -> int:
@@ -176,7 +195,6 @@ GPU_FIELDS: dict[str, tuple[str | None, Getter]] = {
     "uuid": (None, lambda g: g.uuid),
     "pci.bus_id": (None, lambda g: g.bus_id),
     "index": (None, lambda g: g.number),
-    "persistence_mode": (None, lambda g: "Enabled" if g.persistence else "Disabled"),
     "pstate": (None, lambda g: "P0"),
     "compute_mode": (None, lambda g: "Default"),
     "mig.mode.current": (None, lambda g: "Enabled" if g.mig else "Disabled"),
@@ -186,32 +204,31 @@ GPU_FIELDS: dict[str, tuple[str | None, Getter]] = {
     "memory.free": ("MiB", lambda g: g.free),
     "utilization.gpu": ("%", lambda g: 0),
     "temperature.gpu": (None, temperature),
-    "ecc.errors.corrected.volatile.total": (None, lambda g: g.corrected),
-    "ecc.errors.uncorrected.volatile.total": (None, lambda g: g.ecc),
-    "ecc.errors.corrected.aggregate.total": (None, lambda g: g.corrected),
+    "ecc.errors.corrected.aggregate.total": (None, lambda g: g.facts.get("ecc.errors.corrected.volatile.total")),
     "ecc.errors.uncorrected.aggregate.total": (None, lambda g: g.ecc),
-    "remapped_rows.pending": (None, lambda g: yes_no(g.remap_pending)),
-    "remapped_rows.failure": (None, lambda g: yes_no(g.remap_failed)),
-    "pcie.link.width.current": (None, link_width),
-    "pcie.link.width.max": (None, lambda g: FULL_LINK_WIDTH),
-    # As the H100/H200 captures on 590.48.01 print them (tests/fixtures/nvidia-smi, query-gpu-allfields):
-    # no page retirement on a GPU with a row remapper; PCIe 5; the fabric as -q says it ("N/A" bare).
-    "retired_pages.pending": (None, lambda g: None),
-    "pcie.link.gen.current": (None, lambda g: PCIE_GEN),
-    "pcie.link.gen.max": (None, lambda g: PCIE_GEN),
-    "fabric.state": (None, lambda g: g.fabric[0]),
-    "fabric.status": (None, lambda g: g.fabric[1]),
+    # The table's facts (`smi_fields`: persistence, volatile ECC, retired pages, remapped rows, the fabric, the
+    # PCIe link) are added per node from config.json: `gpu_fields`.
 }
-
-
-def unread_or(field: str, get: Getter) -> Getter:
-    """`get`, but `[Unknown Error]` on a GPU whose `field` the node leaves unread."""
-    return lambda g: f"[{UNREAD}]" if field in g.unread else get(g)
-
-
-GPU_FIELDS |= {field: (GPU_FIELDS[field][0], unread_or(field, GPU_FIELDS[field][1])) for field in UNREAD_KEYS}
 GPU_ALIASES = {"gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}
 GPU_FIELDS |= {alias: GPU_FIELDS[field] for alias, field in GPU_ALIASES.items()}
+
+
+
+def gpu_fields(config: state.NodeConfig) -> dict[str, tuple[str | None, Getter]]:
+    """Every --query-gpu field this node knows: the fixed ones and the table's (`smi_fields`), printed as said
+    (`[N/A]`, a note, a value: never with a unit, as the fields the table reads have none with nounits)."""
+    return GPU_FIELDS | {field: (csv_unit(unit), fact_of(field)) for field, _, unit, _ in config["smi_fields"]}
+
+
+def csv_unit(unit: str) -> str | None:
+    """The unit --format=csv prints (`[W]`, `700.00 W`) for what -q prints after a value: one after a space (` W`,
+    ` MHz`); none for one written onto the number (a PCIe link's `16x`)."""
+    return unit.strip() if unit.startswith(" ") else None
+
+
+def fact_of(field: str) -> Getter:
+    return lambda g: g.facts[field]
+
 
 APP_FIELDS: dict[str, tuple[str | None, Callable[[App], object]]] = {
     "timestamp": (None, lambda a: a.gpu.timestamp),
@@ -258,19 +275,12 @@ def make_gpu(
         serial=gpu_serial(node, index),
         total=config["memory_total_mib"],
         used=used,
-        ecc=int(index in config["ecc_error_gpus"]),
-        persistence=config["protected_daemon"],
         driver=config["driver_version"],
         gpu_count=config["gpus"],
         timestamp=stamp,
+        facts=facts_of(config, index, remap_pending),
         mig=index in config["mig_gpus"],
-        corrected=CORRECTED_ERRORS if index in config["ecc_corrected_gpus"] else 0,
-        remap_pending=index in remap_pending,
-        remap_failed=index in config["remap_failed_gpus"],
-        fabric=fabric_of(config["fabric"]),
-        narrow=index in config["narrow_pcie_gpus"],
         minor=state.minor_of(config, index),
-        unread=frozenset(field for gpu, field in config["unread_fields"] if gpu == index),
     )
 
 
@@ -321,9 +331,11 @@ def parse_fields(spec: str, known: Mapping[str, object]) -> list[str]:
 
 
 def cell(value: object, unit: str | None, units: bool) -> str:
+    """A value as CSV prints it: a note (`[N/A]`, `[Requested functionality has been deprecated]`) never with a unit."""
     if value is None:
         return "[N/A]"
-    return f"{value} {unit}" if units and unit else str(value)
+    text = str(value)
+    return f"{text} {unit}" if units and unit and not text.startswith("[") else text
 
 
 def render_csv(
@@ -408,6 +420,7 @@ Q_INDENT = 4
 # -q has it at 55 on recent drivers): so print the real 535.183.01 capture
 # (tests/fixtures/nvidia-smi/8x-h100-80gb-hbm3_drv535.183.01_q_one-gpu-busy.txt) and a public 580.173.02 one.
 Q_PROCESS_KEY_WIDTH = 42
+Q_KEY_COLUMN = 55  # where the capture's other keys end
 KeyPath = tuple[str, ...]
 
 
@@ -426,17 +439,34 @@ def q_fill(
     path is in `blocks` is replaced by those lines."""
     out: list[str] = []
     path: list[str] = []
+    seen: set[KeyPath] = set()
     for line in lines:
         level = max(0, (len(line) - len(line.lstrip(" "))) // Q_INDENT - base)
         key, sep, _ = line.partition(" : ")
         del path[level:]
         path.append(key.strip())
+        seen.add(tuple(path))
         block = (blocks or {}).get(tuple(path))
         value = values.get(tuple(path)) if sep else None
         if block is not None:
             out += block
         else:
             out.append(line if value is None else f"{key} : {value}")
+    return out + q_added({p: v for p, v in values.items() if p not in seen}, base)
+
+
+def q_added(values: Mapping[KeyPath, str], base: int) -> list[str]:
+    """Lines for values at key paths the captured text lacks (a fact a registered row reads): each under its
+    sections, named once, at the end, in the capture's layout (the colon in column Q_KEY_COLUMN)."""
+    out: list[str] = []
+    opened: set[KeyPath] = set()
+    for path, value in sorted(values.items()):
+        for depth in range(1, len(path)):
+            if path[:depth] not in opened:
+                opened.add(path[:depth])
+                out.append(" " * Q_INDENT * (depth - 1 + base) + path[depth - 1])
+        key = " " * Q_INDENT * (len(path) - 1 + base) + path[-1]
+        out.append(f"{key:<{Q_KEY_COLUMN}}: {value}")
     return out
 
 
@@ -459,17 +489,20 @@ def q_processes(apps: list[App]) -> list[str]:
     return lines
 
 
-def q_values(gpu: Gpu) -> dict[KeyPath, str]:
-    """What the node puts in one GPU's -q section, by key path (the rest stays as captured)."""
+def q_text(said: str, unit: str) -> str:
+    """A --query-gpu value as -q prints it: a note bare (`[N/A]` -> `N/A`), a value with its unit (`16x`)."""
+    if said.startswith("[") and said.endswith("]"):
+        return said[1:-1]
+    return f"{said}{unit}" if said != "N/A" else said
+
+
+def q_values(gpu: Gpu, fields: Sequence[state.SmiField], header: Collection[str]) -> dict[KeyPath, str]:
+    """What the node puts in one GPU's -q section, by key path (the rest stays as captured): the table's facts
+    (`smi_fields`) where their rows say -q prints them (but the header's: `Driver Version`), and the GPU's own
+    identity and memory."""
     _, bus, device_fn = gpu.bus_id.split(":")
-    enabled = {True: "Enabled", False: "Disabled"}
     mib = {"Total": gpu.total, "Reserved": RESERVED_MIB, "Used": gpu.used, "Free": gpu.free}
-    fabric_state, fabric_status = gpu.fabric
     values: dict[KeyPath, str] = {
-        ("Product Name",): gpu.name,
-        ("Persistence Mode",): enabled[gpu.persistence],
-        ("MIG Mode", "Current"): enabled[gpu.mig],
-        ("MIG Mode", "Pending"): enabled[gpu.mig],
         ("Serial Number",): gpu.serial,
         ("GPU UUID",): gpu.uuid,
         ("Minor Number",): str(gpu.number if gpu.minor is None else gpu.minor),
@@ -479,19 +512,14 @@ def q_values(gpu: Gpu) -> dict[KeyPath, str]:
         ("PCI", "Device"): f"0x{device_fn.split('.')[0]}",
         ("PCI", "Domain"): "0x0000",
         ("PCI", "Bus Id"): gpu.bus_id,
-        ("PCI", "GPU Link Info", "Link Width", "Current"): f"{link_width(gpu)}x",
         **{("FB Memory Usage", key): "N/A" if v is None else f"{v} MiB" for key, v in mib.items()},
-        ("Remapped Rows", "Pending"): yes_no(gpu.remap_pending),
-        ("Remapped Rows", "Remapping Failure Occurred"): yes_no(gpu.remap_failed),
-        ("Fabric", "State"): fabric_state,
-        ("Fabric", "Status"): fabric_status,
+        ("ECC Errors", "Aggregate", "SRAM Correctable"): q_text(gpu.facts["ecc.errors.corrected.volatile.total"], ""),
+        ("ECC Errors", "Aggregate", "DRAM Uncorrectable"): q_text(gpu.ecc, ""),
     }
-    for scope in ("Volatile", "Aggregate"):
-        values[("ECC Errors", scope, "SRAM Correctable")] = str(gpu.corrected)
-        values[("ECC Errors", scope, "DRAM Uncorrectable")] = str(gpu.ecc)
-    if fabric_state == "N/A":  # no fabric: no clique either
+    values |= {tuple(path): q_text(gpu.facts[field], unit) for field, path, unit, _ in fields
+               if path and not (len(path) == 1 and path[0] in header)}
+    if gpu.facts.get("fabric.state") == "N/A":  # no fabric: no clique either
         values[("Fabric", "CliqueId")] = values[("Fabric", "ClusterUUID")] = "N/A"
-    values |= {key: UNREAD for field in gpu.unread for key in UNREAD_KEYS[field]}
     return values
 
 
@@ -509,7 +537,8 @@ def query(gpus_shown: list[Gpu], apps: list[App], config: state.NodeConfig) -> s
         own = [app for app in apps if app.gpu.number == gpu.number]
         # With none, the line stays as captured: "Processes : None".
         processes: dict[KeyPath, list[str]] = {("Processes",): q_processes(own)} if own else {}
-        lines += ([""] if n else []) + [f"GPU {gpu.bus_id}", *q_fill(section, q_values(gpu), 1, processes)]
+        values = q_values(gpu, config["smi_fields"], {line.partition(" : ")[0].strip() for line in head})
+        lines += ([""] if n else []) + [f"GPU {gpu.bus_id}", *q_fill(section, values, 1, processes)]
     return "".join(f"{line}\n" for line in lines)
 
 
@@ -620,9 +649,10 @@ def hang() -> None:
 def answer(root: Path, opts: dict[str, str]) -> str:
     """The text nvidia-smi prints for `opts`, or a `Failure`."""
     fmt = parse_format(opts.get("format")) if "query-gpu" in opts or "query-compute-apps" in opts else None
-    gpu_fields = parse_fields(opts["query-gpu"], GPU_FIELDS) if "query-gpu" in opts else None
-    app_fields = parse_fields(opts["query-compute-apps"], APP_FIELDS) if "query-compute-apps" in opts else None
     config = state.load_config(root)
+    known = gpu_fields(config)
+    gpu_fields_asked = parse_fields(opts["query-gpu"], known) if "query-gpu" in opts else None
+    app_fields = parse_fields(opts["query-compute-apps"], APP_FIELDS) if "query-compute-apps" in opts else None
     if config["smi_mode"] == "hang":
         hang()
     if config["smi_mode"] == "killed":
@@ -633,8 +663,8 @@ def answer(root: Path, opts: dict[str, str]) -> str:
     shown = select_gpus(gpus(root, config), opts.get("id"))
     if "reset" in opts:
         return reset(root, config, shown)
-    if gpu_fields is not None and fmt is not None:
-        return render_csv(gpu_fields, GPU_FIELDS, shown, fmt)
+    if gpu_fields_asked is not None and fmt is not None:
+        return render_csv(gpu_fields_asked, known, shown, fmt)
     if app_fields is not None and fmt is not None:
         return render_csv(app_fields, APP_FIELDS, compute_apps(root, config, shown), fmt)
     if "list" in opts:

@@ -46,6 +46,11 @@ class UnitConfig(TypedDict):
     timeout_stop_sec: float
 
 
+# One fact of the table of GPU facts (`fleet.model.gpu_facts.Field`) as config.json carries it to the fake
+# nvidia-smi: (its --query-gpu field, its -q key path, the unit -q prints after it, what a healthy GPU prints).
+SmiField = tuple[str, list[str], str, str]
+
+
 class NodeConfig(TypedDict):
     """The parts of config.json the node-side tools read."""
 
@@ -69,6 +74,8 @@ class NodeConfig(TypedDict):
     fabric: str
     narrow_pcie_gpus: list[int]
     unread_fields: list[tuple[int, str]]
+    smi_fields: list[SmiField]
+    smi_values: list[tuple[int, str, str]]
     leaked_mib: list[tuple[int, int]]
     xids: list[tuple[int, int, str]]
     journal: str

@@ -89,9 +89,10 @@ async def test_a_read_cut_short_never_passes(cut: str) -> None:
 
 
 def test_not_available_values_are_unknown_never_healthy_or_sick() -> None:
-    row = f"{BUS}, [N/A], [N/A], [Not Supported], [N/A], N/A, N/A, [N/A], [N/A], [N/A], [N/A]\n"
+    row = f"{BUS}, [N/A], [N/A], [Not Supported], [N/A], N/A, N/A, [N/A], [N/A], [N/A], [N/A]"
+    row += ", [N/A]" * (len(health.health_fields()) - 11) + "\n"  # the settings (issue 28) not said either
     (gpu,) = health.parse_facts(row) or ()
-    assert gpu == health.GpuHealth(BUS, None, None, None, None, None, None, None, None, None, None, None, None)
+    assert gpu == health.GpuHealth(BUS)
     with pytest.raises(ProbeParseError, match="no PCI bus id"):
         health.parse_facts(row.replace(BUS, "[N/A]"))
     assert health.parse_facts(UNKNOWN_FIELD) is health.FIELDS_UNKNOWN

@@ -98,14 +98,24 @@ ALL_FIELDS_CAPTURE = (FIXTURES / "nvidia-smi"
                       / "h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_idle.csv")
 
 
+def nounits(header: list[str], row: list[str]) -> dict[str, str]:
+    """A `--format=csv` capture's row as `nounits` prints it, by field: `power.limit [W]`'s `700.00 W` is
+    `power.limit`'s `700.00` (a note keeps its brackets and never had a unit)."""
+    values = {}
+    for name, value in zip(header, row, strict=True):
+        field, _, unit = name.partition(" [")
+        values[field] = value.removesuffix(" " + unit.rstrip("]")) if unit else value
+    return values
+
+
 def healthy_facts(bus_id: str) -> str:
     """The health gate's `--query-gpu` line of one healthy GPU at `bus_id`: the capture's values of those fields
-    (`--format=csv,noheader,nounits`: none of them has a unit), its bus id replaced."""
+    as `--format=csv,noheader,nounits` prints them, its bus id replaced."""
     header, row = (next(csv.reader([line], skipinitialspace=True))
                    for line in ALL_FIELDS_CAPTURE.read_text().splitlines()[:2])
-    values = dict(zip(header, row, strict=True))
+    values = nounits(header, row)
     values["pci.bus_id"] = bus_id
-    return ", ".join(values[field] for field in health.HEALTH_FIELDS) + "\n"
+    return ", ".join(values[field] for field in health.health_fields()) + "\n"
 
 
 def healthy_remaps(bus_id: str) -> str:

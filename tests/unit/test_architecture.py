@@ -175,13 +175,18 @@ def test_no_module_is_over_400_lines_but_the_named_ones() -> None:
 
 
 def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read() -> None:
-    """The health gate's checks are declared once, in `fleet.model.health_checks`: the inventory (which names them)
-    and the policy both import it, and it imports nothing of fleet but the leaf `fleet.model.outcomes` (it reads a
-    GPU's facts through its own `GpuFacts`), so neither reaches the other, nor the report layer, through it."""
+    """The health gate's checks are declared once, in `fleet.model.health_checks`, and the GPU facts they read once,
+    in `fleet.model.gpu_facts`: the inventory (which names the checks), the node's parsers, the policy and the
+    simulator import them, and they import nothing of fleet but the leaf `fleet.model.outcomes` (the facts: nothing
+    at all), so none of those reaches another, nor the report layer, through them."""
     graph = import_graph()
-    assert graph["fleet.model.health_checks"] == {"fleet", "fleet.model", "fleet.model.outcomes"}
+    assert graph["fleet.model.gpu_facts"] == set()
+    assert graph["fleet.model.health_checks"] == {"fleet", "fleet.model", "fleet.model.outcomes",
+                                                  "fleet.model.gpu_facts"}
     assert {"fleet.inventory.host", "fleet.reset.health_gate"} <= {n for n, deps in graph.items()
                                                               if "fleet.model.health_checks" in deps}
+    assert {"fleet.node.probes.health", "fleet.sim.node"} <= {n for n, deps in graph.items()
+                                                             if "fleet.model.gpu_facts" in deps}
 
 
 # The rooms, lowest first: a module imports only modules of its own room or of a lower one (every import counted).

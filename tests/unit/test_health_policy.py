@@ -14,7 +14,7 @@ from support.paths import FIXTURES, REPO
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.model.errors import InventoryError
-from fleet.model.health_checks import BY_NAME, NAMES, TABLE
+from fleet.model.health_checks import TABLE, by_name, names
 from fleet.model.report import KilledProcess
 from fleet.node.probes.health import GpuHealth, parse_health
 from fleet.node.probes.kernel_log import Xid, parse_xids
@@ -47,10 +47,10 @@ def fixture(path: Path) -> str:
     return path.read_bytes().decode()
 
 
-def gpu(**facts: object) -> GpuHealth:
-    """The real H200 idle capture's GPU, with `facts` changed."""
+def gpu(bus_id: str = BUS, /, **facts: object) -> GpuHealth:
+    """The real H200 idle capture's GPU, at `bus_id`, with `facts` changed."""
     (h200,) = parse_health(fixture(SMI / "h200_drv590.48.01_1gpu_q_idle.txt"))
-    return dataclasses.replace(h200, **facts)  # type: ignore[arg-type]  # facts: GpuHealth fields, any type
+    return dataclasses.replace(h200, bus_id=bus_id).said(**facts)
 
 
 def message_xids(name: str, at: float) -> tuple[Xid, ...]:
@@ -80,7 +80,7 @@ def only(found: Judgement, key: str = BUS) -> tuple[Finding, ...]:
 def test_each_check_is_one_row() -> None:
     """One row a check: a name of its own, why and what it reads said, a rank of its own (1 the most telling), and
     a GPU's facts read into a finding by every check but the kernel log's."""
-    assert len(set(NAMES)) == len(TABLE) and set(BY_NAME) == set(NAMES)
+    assert len(set(names())) == len(TABLE) and all(by_name(name).name == name for name in names())
     assert all(c.why.strip() and c.reads.strip() for c in TABLE)
     assert sorted(c.rank for c in TABLE) == list(range(1, len(TABLE) + 1))
     assert [c.name for c in TABLE if c.finding is None] == ["xid"]
@@ -89,18 +89,19 @@ def test_each_check_is_one_row() -> None:
 def test_the_host_variables_and_the_policy_accept_the_checks_of_the_table(tmp_path: Path) -> None:
     """`health_warn` and `health_ignore` accept every check of the table and nothing else (their error lists the
     table), and so does the policy."""
-    names = ", ".join(NAMES)
+    known = names()
+    listed = ", ".join(known)
     path = tmp_path / "inv.yaml"
-    path.write_text(f"defaults: {{health_warn: [{names}], health_ignore: [{names}]}}\nhosts: {{n1: null}}\n")
+    path.write_text(f"defaults: {{health_warn: [{listed}], health_ignore: [{listed}]}}\nhosts: {{n1: null}}\n")
     (host,) = load_inventory(path).hosts.values()
-    assert host.health_warn == host.health_ignore == NAMES
-    assert HealthPolicy.of(host) == HealthPolicy(frozenset(NAMES), frozenset(NAMES))
+    assert host.health_warn == host.health_ignore == known
+    assert HealthPolicy.of(host) == HealthPolicy(frozenset(known), frozenset(known))
     for variable in ("health_warn", "health_ignore"):
         path.write_text(f"hosts: {{n1: {{{variable}: [xid, pcie_speed]}}}}\n")
         with pytest.raises(InventoryError, match=rf"{variable}\[1\]: unknown health check 'pcie_speed' "
-                                                 rf"\(known: {names}\)"):
+                                                 rf"\(known: {listed}\)"):
             load_inventory(path)
-    with pytest.raises(ValueError, match=rf"unknown health check\(s\) pcie_speed \(known: {names}\)"):
+    with pytest.raises(ValueError, match=rf"unknown health check\(s\) pcie_speed \(known: {listed}\)"):
         HealthPolicy(ignore=frozenset({"xid", "pcie_speed"}))
 
 
@@ -179,14 +180,14 @@ def test_a100_after_xid_63_fails_on_the_pending_remap_and_the_xid() -> None:
 def test_an_xid_63_the_row_remapper_shows_resolved_warns_naming_both() -> None:
     """The same GPU after a GPU reset applied the remapping: nothing pending, nothing failed (the same -q read)."""
     (a100,) = a100_after_xid_63()
-    reset = dataclasses.replace(a100, remap_pending=False, ecc_corrected=0)
+    reset = a100.said(remap_pending=False, ecc_corrected=0)
     xids = message_xids("a100-sxm4-80gb_message_xid-63-row-remapper.log", T0)
     assert only(judged([reset], xids), a100.bus_id) == (
         Finding("xid", Level.WARN, "Xid 63 at 11:02:13: ECC page retirement or row remapping recording event; "
                                    "resolved: no row remapping pending or failed now (nvidia-smi -q)"),
     )
     assert only(judged([reset], during=xids), a100.bus_id)[0].level is Level.WARN  # logged during the reset too
-    failed = dataclasses.replace(reset, remap_failed=True)
+    failed = reset.said(remap_failed=True)
     assert [f.check for f in judged([failed], xids).gpus[a100.bus_id] if f.level is Level.FAIL] == [
         "remap_failed", "xid"]
 
@@ -266,20 +267,20 @@ def test_a_check_has_no_reset_to_log_during() -> None:
 
 def test_fallen_off_the_bus_fails_even_from_before_the_reset() -> None:
     (xid,) = message_xids("message_xid-79-fallen-off-the-bus.log", T0)
-    assert only(judged([gpu(bus_id="00000000:44:00.0")], [xid]), "00000000:44:00.0") == (
+    assert only(judged([gpu("00000000:44:00.0")], [xid]), "00000000:44:00.0") == (
         Finding("xid", Level.FAIL, "Xid 79 at 11:02:13: GPU has fallen off the bus"),
     )
 
 
 def test_an_xid_on_another_domain_joins_its_gpu() -> None:
     (xid,) = message_xids("kmsg_xid-149-netir-domain-0019.log", T0)
-    found = judged([gpu(bus_id="00000019:01:00.0")], [xid])
+    found = judged([gpu("00000019:01:00.0")], [xid])
     assert only(found, "00000019:01:00.0")[0].detail.startswith("Xid 149 at 11:02:13: NETIR Fatal XC0 i0 Link -1")
 
 
 def test_host_policy_over_xids() -> None:
     (xid,) = message_xids("message_xid-79-fallen-off-the-bus.log", T0)
-    gpus = [gpu(bus_id="00000000:44:00.0")]
+    gpus = [gpu("00000000:44:00.0")]
     warned = judged(gpus, [xid], policy=HealthPolicy(warn=frozenset({"xid"})))
     assert [f.level for f in warned.gpus["00000000:44:00.0"]] == [Level.WARN]
     assert judged(gpus, [xid], policy=HealthPolicy(ignore=frozenset({"xid"}))) == Judgement({"00000000:44:00.0": ()})
@@ -294,7 +295,7 @@ def test_the_real_xid_45_of_a_killed_process_warns_naming_it() -> None:
     """The real lines (syslog-kernel_xid-45-caused-by-previous-xid.log) logged during the reset for the pids fleet
     killed: warnings that name the process; the same lines for a pid fleet did not kill fail."""
     first, second = message_xids("syslog-kernel_xid-45-caused-by-previous-xid.log", T0 + 60)
-    gpus = [gpu(bus_id="00000000:DC:00.0"), gpu(bus_id="00000000:ED:00.0")]
+    gpus = [gpu("00000000:DC:00.0"), gpu("00000000:ED:00.0")]
     ended = Ended.of([KilledProcess(1818990, "python3", "root", "SIGTERM")])
     found = judged(gpus, during=[first, second], ended=ended)
     assert found.gpus == {
@@ -346,7 +347,7 @@ def test_the_processes_the_reset_ended_are_placed_on_gpus_by_the_apps_read_as_th
                            501: "pid 501 sglang, which the reset stopped"},
                           {"0000:83:00": (4242,), "0000:1b:00": (501,)})
     stopped = Xid(T0, "0000:1b:00", 45, "pid=501, name=sglang, Ch 00000001")
-    assert judged([gpu(bus_id="00000000:1B:00.0")], during=[stopped], ended=ended).gpus["00000000:1B:00.0"] == (
+    assert judged([gpu("00000000:1B:00.0")], during=[stopped], ended=ended).gpus["00000000:1B:00.0"] == (
         Finding("xid", Level.WARN, "Xid 45 at 11:02:13: Preemptive cleanup, due to previous errors during the "
                                    "reset: pid 501 sglang, which the reset stopped"),)
 

@@ -1,0 +1,314 @@
+"""The facts fleet reads of each GPU from nvidia-smi, one row each: the only place a fact is declared.
+
+A `Field` row says, for one fact: its name (`GpuHealth[FIELD]`, a test's keyword), the `--query-gpu` field that
+answers it (or the `-q -d` section it is read from instead), where `nvidia-smi -q` prints it (key paths as printed,
+matched without regard to case; several are summed, as the ECC counters of one kind of memory are), how its text
+reads (`Reader`), the unit `-q` prints after the value, the health check it feeds (`fleet.model.health_checks`),
+what an error note in it means, and what a healthy simulated GPU prints for it. From the table come `GpuHealth`'s
+facts, the `--query-gpu` list and the `-q` lookup (`fleet.node.probes.health`), the health gate's "read from"
+column (`fleet.model.health_checks`) and the simulated nvidia-smi's answers (`fleet.sim.nvidia_smi`).
+
+What nvidia-smi prints instead of a value (captures in tests/fixtures/nvidia-smi): `N/A` and `Not Supported`
+(bracketed in --query-gpu, bare in -q) mean the fact does not apply to this GPU: it is absent. NVML's error
+strings (`NVML_ERRORS`, bare or bracketed) and any other bracketed note mean the value was asked for and not got:
+in a `strict` field the fact was not observed and its check fails (`GpuHealth.unread`); in another it is absent.
+
+A leaf of the model: stdlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar, cast
+
+__all__ = ["FIELDS", "NOT_APPLICABLE", "NVML_ERRORS", "SETTINGS", "Field", "GpuHealth", "GpuSettings", "Reader",
+           "Unread", "count", "current", "derived", "reading", "registered", "switch", "watts", "word"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+Path = tuple[str, ...]
+
+# What nvidia-smi prints for a value that does not apply to this GPU: no page retirement on a GPU with a row
+# remapper, no fabric without NVSwitch. The fact is absent: nothing to judge.
+NOT_APPLICABLE = frozenset({"", "N/A", "Not Supported"})
+# NVML's error strings (nvmlErrorString, as the NVML headers and bindings spell them), which nvidia-smi prints in
+# place of a value it asked for and did not get: bare in -q, bracketed in --query-gpu (any bracketed note counts
+# too), and `Not Available`, which older -q output prints. The fact was not observed: never read as "fine".
+NVML_ERRORS = frozenset({
+    "Unknown Error", "GPU is lost", "Insufficient Permissions", "Not Available", "Timeout", "GPU requires reset",
+    "GPU requires restart", "Corrupted infoROM", "Corrupted InfoROM", "Driver Not Loaded", "Uninitialized",
+    "Invalid Argument", "Not Found", "Function Not Found", "Insufficient Memory", "No data", "In use by another client",
+    "Interrupt Request Issue", "IRQ Issue", "Requested functionality has been deprecated", "Deprecated", "Not Ready",
+    "GPU not found", "Invalid state", "The operating system has blocked the request",
+})
+
+
+def reading(raw: str) -> tuple[str | None, str | None]:
+    """(the value, None); (None, None) where it does not apply; (None, the note) where nvidia-smi printed an
+    error note instead (`NVML_ERRORS`, or any bracketed note but `[N/A]` and `[Not Supported]`)."""
+    value = raw.strip()
+    bracketed = value[:1] == "[" and value[-1:] == "]"
+    inner = value[1:-1] if bracketed else value
+    if inner in NOT_APPLICABLE:
+        return None, None
+    if bracketed or inner in NVML_ERRORS:
+        return None, value
+    return value, None
+
+
+# --- how a value reads ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reader(Generic[T]):
+    """A value's text (stripped, never a note) to its value; `ValueError` saying what was expected."""
+
+    what: str  # the value in an error message: "PCIe link width"
+    parse: Callable[[str], T]
+
+
+def switch(on: str, off: str) -> Reader[bool]:
+    def parse(text: str) -> bool:
+        if text != on and text != off:
+            raise ValueError(f"expected {on!r} or {off!r}")
+        return text == on
+    return Reader(f"{on!r} or {off!r}", parse)
+
+
+def count(what: str) -> Reader[int]:
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{what} is not an integer") from None
+    return Reader(what, parse)
+
+
+def word(what: str) -> Reader[str]:
+    return Reader(what, str)
+
+
+# --- the table ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Field(Generic[T]):
+    """One fact of a GPU nvidia-smi reads: see the module."""
+
+    name: str  # the fact: `GpuHealth[field]`, and a test's keyword for it
+    query: str  # its `--query-gpu` field (the simulated nvidia-smi answers it by this name)
+    q: tuple[Path, ...]  # where `nvidia-smi -q` prints it, key paths as printed (the first: where the simulator does;
+    # one key alone may be the header's, before the GPUs: `Driver Version`)
+    read: Reader[T]
+    check: str | None = None  # the health check it feeds (`fleet.model.health_checks`); None: no check reads it
+    strict: bool = False  # an error note in it is a fact not observed, failing `check`; else the fact is absent
+    display: str | None = None  # read from `nvidia-smi -q -d DISPLAY` instead of --query-gpu (a field not every
+    # driver's --query-gpu knows: one unknown field fails the whole query)
+    unit: str = ""  # what -q prints after the value ("16x"); --query-gpu with nounits prints none
+    total: bool = False  # the sum of every `q` path printed, not the first
+    sim: str = "[N/A]"  # what a healthy simulated GPU prints for it in --query-gpu (nounits)
+
+    def __post_init__(self) -> None:
+        if self.strict and self.check is None:
+            raise ValueError(f"{self.name}: a strict field names the check an error note in it fails")
+
+    @property
+    def like(self) -> str:
+        """An example of the value as -q prints it (the simulator's): `16x`."""
+        return f"{'0' if self.sim.startswith('[') else self.sim}{self.unit}"
+
+
+_LINK = ("PCI", "GPU Link Info")
+_VOLATILE = ("ECC Errors", "Volatile")
+
+PERSISTENCE = Field("persistence", "persistence_mode", (("Persistence Mode",),), switch("Enabled", "Disabled"),
+                    check="persistence", sim="Enabled")
+ECC_CORRECTED = Field(
+    "ecc_corrected", "ecc.errors.corrected.volatile.total",
+    ((*_VOLATILE, "SRAM Correctable"), (*_VOLATILE, "DRAM Correctable"), (*_VOLATILE, "Single Bit", "Total")),
+    count("ECC error count"), check="ecc_corrected", strict=True, total=True, sim="0")
+ECC_UNCORRECTED = Field(
+    "ecc_uncorrected", "ecc.errors.uncorrected.volatile.total",
+    ((*_VOLATILE, "DRAM Uncorrectable"), (*_VOLATILE, "SRAM Uncorrectable"), (*_VOLATILE, "SRAM Uncorrectable Parity"),
+     (*_VOLATILE, "SRAM Uncorrectable SEC-DED"), (*_VOLATILE, "Double Bit", "Total")),
+    count("ECC error count"), check="ecc_uncorrected", strict=True, total=True, sim="0")
+RETIRED_PENDING = Field(  # `Pending Page Blacklist` (most drivers) or `Pending Page Retirement` (newer ones)
+    "retired_pending", "retired_pages.pending",
+    (("Retired Pages", "Pending Page Blacklist"), ("Retired Pages", "Pending Page Retirement")),
+    switch("Yes", "No"), check="retired_pending", strict=True)
+REMAP_PENDING = Field("remap_pending", "remapped_rows.pending", (("Remapped Rows", "Pending"),), switch("Yes", "No"),
+                      check="remap_pending", strict=True, display="ROW_REMAPPER", sim="No")
+REMAP_FAILED = Field("remap_failed", "remapped_rows.failure", (("Remapped Rows", "Remapping Failure Occurred"),),
+                     switch("Yes", "No"), check="remap_failed", strict=True, display="ROW_REMAPPER", sim="No")
+FABRIC_STATE = Field("fabric_state", "fabric.state", (("Fabric", "State"),), word("fabric state"), check="fabric",
+                     strict=True, sim="Completed")
+FABRIC_STATUS = Field("fabric_status", "fabric.status", (("Fabric", "Status"),), word("fabric status"),
+                      check="fabric", strict=True, sim="Success")
+PCIE_GEN = Field("pcie_gen", "pcie.link.gen.current", ((*_LINK, "PCIe Generation", "Current"),),
+                 count("PCIe generation"), sim="5")
+PCIE_GEN_MAX = Field("pcie_gen_max", "pcie.link.gen.max", ((*_LINK, "PCIe Generation", "Max"),),
+                     count("PCIe generation"), sim="5")
+PCIE_WIDTH = Field("pcie_width", "pcie.link.width.current", ((*_LINK, "Link Width", "Current"),),
+                   count("PCIe link width"), check="pcie_width", unit="x", sim="16")
+PCIE_WIDTH_MAX = Field("pcie_width_max", "pcie.link.width.max", ((*_LINK, "Link Width", "Max"),),
+                       count("PCIe link width"), check="pcie_width", unit="x", sim="16")
+
+# --- the settings a last user may leave behind (issue 28 item 1): read in the same reads, recorded, not judged ---
+# From the captures in tests/fixtures/nvidia-smi (SOURCES.md): --query-gpu names and values from the 590.48.01 H100
+# all-fields capture, -q paths from the 460.32.03 A100, 535.183.01 H100 and 590.48.01 H200 captures.
+
+
+def watts(what: str) -> Reader[float]:
+    def parse(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{what} is not a number of watts") from None
+    return Reader(what, parse)
+
+
+_POWER, _OLD_POWER = "GPU Power Readings", "Power Readings"  # 535 and newer; before (460)
+_REASONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")  # 535 and newer; before (460)
+_MHZ = " MHz"
+_DEPRECATED = "[Requested functionality has been deprecated]"  # application clocks on 590 (the H100 capture)
+
+PRODUCT = Field("name", "name", (("Product Name",),), word("GPU model"), sim="NVIDIA H100 80GB HBM3")
+VBIOS = Field("vbios", "vbios_version", (("VBIOS Version",),), word("VBIOS version"), sim="96.00.A5.00.01")
+DRIVER = Field("driver", "driver_version", (("Driver Version",),), word("driver version"), sim="590.48.01")
+COMPUTE_MODE = Field("compute_mode", "compute_mode", (("Compute Mode",),), word("compute mode"), sim="Default")
+MIG = Field("mig", "mig.mode.current", (("MIG Mode", "Current"),), switch("Enabled", "Disabled"), sim="Disabled")
+MIG_PENDING = Field("mig_pending", "mig.mode.pending", (("MIG Mode", "Pending"),), switch("Enabled", "Disabled"),
+                    sim="Disabled")
+ECC = Field("ecc", "ecc.mode.current", (("ECC Mode", "Current"),), switch("Enabled", "Disabled"), sim="Enabled")
+ECC_PENDING = Field("ecc_pending", "ecc.mode.pending", (("ECC Mode", "Pending"),), switch("Enabled", "Disabled"),
+                    sim="Enabled")
+POWER_LIMIT = Field("power_limit_w", "power.limit", ((_POWER, "Requested Power Limit"), (_OLD_POWER, "Power Limit")),
+                    watts("power limit"), unit=" W", sim="700.00")
+ENFORCED_POWER_LIMIT = Field("enforced_power_limit_w", "enforced.power.limit",
+                             ((_POWER, "Current Power Limit"), (_OLD_POWER, "Enforced Power Limit")),
+                             watts("enforced power limit"), unit=" W", sim="700.00")
+DEFAULT_POWER_LIMIT = Field("default_power_limit_w", "power.default_limit",
+                            ((_POWER, "Default Power Limit"), (_OLD_POWER, "Default Power Limit")),
+                            watts("default power limit"), unit=" W", sim="700.00")
+APP_CLOCKS_SETTING = Field("app_clocks_setting", "clocks_event_reasons.applications_clocks_setting",
+                           tuple((reasons, "Applications Clocks Setting") for reasons in _REASONS),
+                           switch("Active", "Not Active"), sim="Not Active")
+APP_CLOCK_GRAPHICS = Field("app_clock_graphics_mhz", "clocks.applications.graphics",
+                           (("Applications Clocks", "Graphics"),), count("application clock"), unit=_MHZ,
+                           sim=_DEPRECATED)
+APP_CLOCK_MEMORY = Field("app_clock_memory_mhz", "clocks.applications.memory", (("Applications Clocks", "Memory"),),
+                         count("application clock"), unit=_MHZ, sim=_DEPRECATED)
+DEFAULT_APP_CLOCK_GRAPHICS = Field("default_app_clock_graphics_mhz", "clocks.default_applications.graphics",
+                                   (("Default Applications Clocks", "Graphics"),), count("application clock"),
+                                   unit=_MHZ, sim=_DEPRECATED)
+DEFAULT_APP_CLOCK_MEMORY = Field("default_app_clock_memory_mhz", "clocks.default_applications.memory",
+                                 (("Default Applications Clocks", "Memory"),), count("application clock"),
+                                 unit=_MHZ, sim=_DEPRECATED)
+SETTINGS: tuple[Field[Any], ...] = (
+    PRODUCT, VBIOS, DRIVER, PERSISTENCE, COMPUTE_MODE, MIG, MIG_PENDING, ECC, ECC_PENDING, POWER_LIMIT,
+    ENFORCED_POWER_LIMIT, DEFAULT_POWER_LIMIT, APP_CLOCKS_SETTING, APP_CLOCK_GRAPHICS, APP_CLOCK_MEMORY,
+    DEFAULT_APP_CLOCK_GRAPHICS, DEFAULT_APP_CLOCK_MEMORY,
+)
+
+# The facts, in the order --query-gpu asks them (after `pci.bus_id`): the bytes on the wire.
+FIELDS: tuple[Field[Any], ...] = (
+    PERSISTENCE, ECC_CORRECTED, ECC_UNCORRECTED, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, FABRIC_STATE,
+    FABRIC_STATUS, PCIE_GEN, PCIE_GEN_MAX, PCIE_WIDTH, PCIE_WIDTH_MAX,
+    *(fact for fact in SETTINGS if fact is not PERSISTENCE),
+)
+_current: list[tuple[Field[Any], ...]] = [FIELDS]
+
+
+def current() -> tuple[Field[Any], ...]:
+    """The table as it is now: `FIELDS` and any row `registered` (a test's, a plug's)."""
+    return _current[0]
+
+
+@contextmanager
+def registered(*rows: Field[Any]) -> Iterator[None]:
+    """The table with `rows` added after the others while the block runs."""
+    names = {f.name for f in current()} | {f.query for f in current()}
+    taken = [f.name for f in rows if f.name in names or f.query in names]
+    if taken:
+        raise ValueError(f"already in the table of GPU facts: {', '.join(taken)}")
+    before = _current[0]
+    _current[0] = (*before, *rows)
+    try:
+        yield
+    finally:
+        _current[0] = before
+
+
+def derived(build: Callable[[tuple[Field[Any], ...]], R]) -> Callable[[], R]:
+    """`build` of the current table, built again only when the table changes (a row registered)."""
+    memo: dict[int, tuple[tuple[Field[Any], ...], R]] = {}
+
+    def get() -> R:
+        table = _current[0]
+        held = memo.get(0)
+        if held is None or held[0] is not table:
+            held = memo[0] = (table, build(table))
+        return held[1]
+    return get
+
+
+# --- one GPU's facts ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A fact nvidia-smi did not give: the check it is read for, the field (as --query-gpu names it, or -q's key
+    path) and what nvidia-smi printed instead (`[Unknown Error]`)."""
+
+    check: str
+    field: str
+    note: str
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """What nvidia-smi says of one GPU: each fact of the table it gave (`gpu[PCIE_WIDTH]`; None: not said, or
+    not applicable), and the facts it printed an error note for (not observed, never "fine")."""
+
+    bus_id: str  # as nvidia-smi prints it: "00000000:83:00.0"
+    facts: Mapping[str, object] = field(default_factory=dict)  # by `Field.name`; a fact not said is not here
+    unread: tuple[Unread, ...] = ()
+
+    def __getitem__(self, fact: Field[T]) -> T | None:
+        return cast("T | None", self.facts.get(fact.name))
+
+    def said(self, **facts: object) -> GpuHealth:
+        """These facts (by `Field.name`) changed; None takes one away."""
+        merged = {**self.facts, **facts}
+        return replace(self, facts={name: value for name, value in merged.items() if value is not None})
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    """The settings of one GPU a benchmark's results depend on, as nvidia-smi said them (None: not said, not
+    applicable, or an error note): the rows of `SETTINGS`, by name. Recorded in the report; no policy judges them
+    yet (issue 28, items 2-5)."""
+
+    name: str | None = None  # the model: "NVIDIA H100 80GB HBM3"
+    vbios: str | None = None
+    driver: str | None = None
+    persistence: bool | None = None
+    compute_mode: str | None = None  # "Default", "Exclusive_Process", "Prohibited"
+    mig: bool | None = None
+    mig_pending: bool | None = None
+    ecc: bool | None = None
+    ecc_pending: bool | None = None
+    power_limit_w: float | None = None  # what was asked (nvidia-smi -pl)
+    enforced_power_limit_w: float | None = None  # what holds (the least of every limiter)
+    default_power_limit_w: float | None = None
+    app_clocks_setting: bool | None = None  # the clock event reason "Applications Clocks Setting" is active
+    app_clock_graphics_mhz: int | None = None  # nvidia-smi -ac; deprecated on 590 and later (not said)
+    app_clock_memory_mhz: int | None = None
+    default_app_clock_graphics_mhz: int | None = None
+    default_app_clock_memory_mhz: int | None = None
+
+    @classmethod
+    def of(cls, gpu: GpuHealth) -> GpuSettings:
+        return cls(**{fact.name: gpu[fact] for fact in SETTINGS})
