@@ -29,7 +29,7 @@ from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
 from fleet.model.report import RunReport
 from fleet.report import render as reporting
-from fleet.report.html_report import write_page
+from fleet.report.html_report import RunPage, write_page
 from fleet.report.tables import report_table
 from fleet.terminal import say, write
 
@@ -83,11 +83,11 @@ def start_history(logs: RunLogs, targets: Sequence[Host], options: RunOptions,
     return history
 
 
-def write_report_page(logs: RunLogs, document: dict[str, Any]) -> None:
+def write_report_page(logs: RunLogs, report: RunReport) -> None:
     """report.html beside summary.json (`fleet.report.html_report`); a page it cannot write is one warning line
     and never changes the run's outcome."""
     try:
-        write_page(logs.path, document)
+        write_page(logs.path, RunPage(report, __version__))
     except OSError as exc:
         say(f"fleet: warning: report.html not written in {logs.path}: {exc.strerror or exc}")
 
@@ -146,7 +146,7 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
     document = reporting.to_document(run_report)
     text = reporting.render(document)
     logs.write_summary(text)
-    write_report_page(logs, document)
+    write_report_page(logs, run_report)
     code = reporting.exit_code(run_report, interrupted=state.interrupted,
                                hung_up=interrupts is not None and interrupts.by is signal.SIGHUP)
     history.finish_run(list(run_report.hosts.values()), code)

@@ -24,6 +24,7 @@ from fleet.model.report import (
     HostPlan,
     HostReport,
     HostStatus,
+    KeptProcess,
     KilledProcess,
     Reason,
     SchedulerRecord,
@@ -73,6 +74,7 @@ class HostRun:
     current: StepName | None = None
     steps: list[StepResult] = field(default_factory=list)
     killed: tuple[KilledProcess, ...] = ()
+    kept: tuple[KeptProcess, ...] = ()  # GPU holders the kill left alive on purpose, each with why
     gpus: tuple[GpuReport, ...] = ()
     plan: HostPlan | None = None
     memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
@@ -103,7 +105,7 @@ class HostRun:
         start = (round(max(self.started - run_started, 0.0), 3)
                  if self.started is not None and run_started is not None else None)
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.scheduler, reason, self.memory_before, self.health, start)
+                          self.scheduler, reason, self.memory_before, self.health, start, self.kept)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
@@ -129,7 +131,7 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
         baseline, run.memory_before = await _baselines(node)
         await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
-        run.killed, spared = killed.killed, killed.spared
+        run.killed, run.kept, spared = killed.killed, killed.left_alive, killed.spared
         if killed.result.status is StepStatus.OK:
             settled = await _run_step(node, run, StepName.SETTLE,
                                       lambda: settle.settle(node, killed.kept, killed.job_pids, gpu_reset=gpu_reset))

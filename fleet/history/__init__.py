@@ -3,7 +3,7 @@
     schema.py     the file's format: its tables, times and JSON columns, `MIGRATIONS` and `PRAGMA user_version`,
                   opening it (WAL, the busy timeout; a file from a newer fleet refused, never rewritten)
     rows.py       what it holds, as Python: `RunRow`, `HostRow`, `RunRecord`, `RunKind`; a host's report as
-                  its row (pure)
+                  its row and back (pure)
     store.py      `History`: the writes a run makes, the queries `fleet runs`/`fleet show`/`--rerun-failed` make
     recorder.py   `Recorder`: a run's writes from a thread of its own, never the run's failure
     retention.py  `--keep-days`: old records and run folders removed, only when asked
@@ -30,6 +30,7 @@ from fleet.history.rows import (
     RunKind,
     RunRecord,
     RunRow,
+    host_from_row,
     host_values,
     liveness,
     not_clean,
@@ -66,6 +67,7 @@ __all__ = [
     "RunRecord",
     "RunRow",
     "history_path",
+    "host_from_row",
     "host_values",
     "liveness",
     "migrate",

@@ -29,16 +29,17 @@ from fleet.history.view import (
     log_lines,
     parse_since,
     prune_line,
-    report_from_document,
+    record_page,
     run_lines,
     tally,
     tally_line,
     terminal_columns,
     unfinished_lines,
 )
+from fleet.model.codec import Fields, run_from_document
 from fleet.model.errors import UsageError
 from fleet.report import render
-from fleet.report.html_report import REPORT_HTML, record_document, write_page
+from fleet.report.html_report import REPORT_HTML, RunPage, write_page
 from fleet.terminal import say
 
 
@@ -149,10 +150,9 @@ def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
         return "".join(f"{line}\n" for line in log_lines(text))
     summary = run_folder / "summary.json"
     if summary.is_file():
-        text = summary.read_text(encoding="utf-8")
         if as_json:
-            return text
-        report = report_from_document(json.loads(text))
+            return summary.read_text(encoding="utf-8")
+        report = read_summary(summary).report
         return "\n".join([*render.plan_lines(report), *render.human_lines(report), f"logs: {run_folder}"]) + "\n"
     with reading(folder) as history:
         record = history.get(run_id) if history else None
@@ -165,6 +165,16 @@ def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
     return "\n".join([*unfinished_lines(record), f"logs: {run_folder}"]) + "\n"
 
 
+def read_summary(path: Path) -> RunPage:
+    """A run's summary.json, read back (`fleet.model.codec`): its report and the fleet version that wrote it. One
+    that is no JSON, or a document fleet cannot read, is a UsageError naming the file (and the key)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        return RunPage(run_from_document(document), Fields(document).text("fleet_version"))
+    except ValueError as exc:  # no JSON, or a DocumentError
+        raise UsageError(f"{path}: {exc}") from None
+
+
 def shown_html(folder: Path, given: str) -> str:
     """`fleet show --html`: the path of the run's report.html, written first when it is not there: from the run's
     summary.json (a run of an older fleet), else from what the history has of it (a run killed before its end)."""
@@ -175,15 +185,15 @@ def shown_html(folder: Path, given: str) -> str:
         return f"{path}\n"
     summary = run_folder / "summary.json"
     if summary.is_file():
-        document = json.loads(summary.read_text(encoding="utf-8"))
+        shown_run = read_summary(summary)
     else:
         with reading(folder) as history:
             record = history.get(run_id) if history else None
         if record is None:
             raise UsageError(f"run {run_id} has no summary.json and no record in {history_path(folder)}")
-        document = record_document(record)
+        shown_run = record_page(record)
     try:
         run_folder.mkdir(exist_ok=True)
-        return f"{write_page(run_folder, document)}\n"
+        return f"{write_page(run_folder, shown_run)}\n"
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -1,6 +1,6 @@
 """What the history holds, as Python: a run (`RunRow`), a host's outcome in a run (`HostRow`), a run with its
 hosts (`RunRecord`), what kind of run it was (`RunKind`), and a host's report as the `hosts` table's columns
-(`host_values`). Pure: no database here (`fleet.history.store` reads and writes them)."""
+(`host_values`) and back (`host_from_row`). Pure: no database here (`fleet.history.store` reads and writes them)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any
 
 from fleet.engine.run_folder import RunLiveness
 from fleet.history.schema import json_text, parse_stamp
-from fleet.model.report import HostReport, HostStatus, SchedulerRecord, flat
+from fleet.model import codec
+from fleet.model.codec import scheduler_fields, step_document
+from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, HostStatus, Reason, flat
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,9 @@ def not_clean(record: RunRecord) -> list[str]:
 
 
 def host_values(report: HostReport) -> dict[str, Any]:
-    """A host's report as the `hosts` table's columns (but run_id and ended_at): pure."""
+    """A host's report as the `hosts` table's columns (but run_id and ended_at), each part as the JSON document
+    writes it (`fleet.model.codec`; a step without its detail, a finding with its GPU's index, every scheduler
+    field): pure."""
     gpus = report.gpus
     return {
         "host": report.name,
@@ -139,8 +143,7 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "reason": report.reason.value if report.reason is not None else None,
         "error": report.error,
         "duration_s": report.duration_s,
-        "steps": json_text([{"name": s.name.value, "status": s.status.value, "duration_s": s.duration_s}
-                            for s in report.steps]),
+        "steps": json_text([{k: v for k, v in step_document(s).items() if k != "detail"} for s in report.steps]),
         "killed_count": len(report.killed),
         "killed": json_text([flat(k) for k in report.killed]),
         "memory_before_mib": _memory_before(report),
@@ -148,14 +151,8 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "settle_s": json_text([g.settle_s for g in gpus]) if gpus else None,
         "health": json_text([{"gpu": g.index, **flat(f)} for g in gpus for f in g.health]
                             + [{"gpu": None, **flat(f)} for f in report.health]),
-        "slurm": json_text(_record(report.scheduler)) if report.scheduler is not None else None,
+        "slurm": json_text(scheduler_fields(report.scheduler)) if report.scheduler is not None else None,
     }
-
-
-def _record(record: SchedulerRecord) -> dict[str, Any]:
-    """The scheduler's record as the `slurm` column has held it since 0.1: its scheduler's name (`by`) only when
-    it is not the default one's, so that a record reads back as whose it is."""
-    return {k: v for k, v in asdict(record).items() if k != "by" or v != SchedulerRecord.by}
 
 
 def _memory_before(report: HostReport) -> str | None:
@@ -164,3 +161,34 @@ def _memory_before(report: HostReport) -> str | None:
         return json_text(list(report.memory_before_mib))
     return json_text(list(report.plan.gpu_memory_mib)) if report.plan is not None else None
 
+
+def host_from_row(row: HostRow) -> HostReport:
+    """`host_values`' inverse, as far as the row keeps the report: no step's detail, no GPU's name, no host's start
+    in the run, no kept process. A reason code of another fleet version reads as none; a column of another shape
+    raises `DocumentError` naming it."""
+    after, settle = row.memory_after_mib or [], row.settle_s or []
+    found = codec.records_from(row.health, _finding_on, "health")
+    gpus = tuple(GpuReport(i, m, settle_s=settle[i] if i < len(settle) else None,
+                           health=tuple(f for gpu, f in found if gpu == i and isinstance(f, Finding)))
+                 for i, m in enumerate(after))
+    health = tuple(f for gpu, f in found if gpu is None and isinstance(f, HostFinding))
+    before = row.memory_before_mib
+    return HostReport(
+        row.host, HostStatus(row.status), row.duration_s, row.error,
+        codec.records_from([{**s, "detail": ""} for s in row.steps], codec.step_from, "steps"),
+        codec.records_from(row.killed, codec.killed_from, "killed"), gpus,
+        scheduler=codec.scheduler_from(codec.Fields(row.slurm, "slurm")) if row.slurm is not None else None,
+        reason=_reason(row.reason), memory_before_mib=tuple(before) if before is not None else None, health=health)
+
+
+def _finding_on(fields: codec.Fields) -> tuple[int | None, Finding | HostFinding]:
+    """A finding of the health column: on a GPU (its index) or on none (the host's, with its PCI address)."""
+    gpu = fields.maybe_integer("gpu")
+    return gpu, codec.finding_from(fields) if gpu is not None else codec.host_finding_from(fields)
+
+
+def _reason(value: str | None) -> Reason | None:
+    try:
+        return Reason(value) if value else None
+    except ValueError:  # a code from another fleet version
+        return None

@@ -13,20 +13,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from fleet.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, parse_stamp
+from fleet.history import UNFINISHED, HostRow, Liveness, RunRecord, RunRow, host_from_row, parse_stamp
 from fleet.inventory.nodesets import fold
-from fleet.model import plugs
 from fleet.model.errors import UsageError
-from fleet.model.report import (
-    HostPlan,
-    HostReport,
-    HostStatus,
-    PlannedProcess,
-    Reason,
-    RunReport,
-    SchedulerRecord,
-)
-from fleet.report.render import host_from_document, human_lines
+from fleet.model.report import HostStatus, RunReport
+from fleet.report.html_report import RunPage
+from fleet.report.render import human_lines
 
 _SINCE = re.compile(r"^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # Keys every log line has, shown in their own columns (or not at all).
@@ -176,51 +168,6 @@ def one_line(text: str, width: int = FIELD_WIDTH) -> str:
 # --- fleet show -------------------------------------------------------------------------------------------------
 
 
-def report_from_document(document: Mapping[str, Any]) -> RunReport:
-    """summary.json back into a report, enough for the run's own human summary (`render.human_lines`,
-    `render.plan_lines`): statuses, reasons, errors, steps, the dry run's plan and the scheduler's part (the
-    record under its scheduler's name: `slurm`)."""
-    hosts = {name: _host_from_document(name, host) for name, host in document["hosts"].items()}
-    return RunReport(document["run_id"], document["command"], document["started_at"], float(document["duration_s"]),
-                     hosts)
-
-
-def _host_from_document(name: str, document: Mapping[str, Any]) -> HostReport:
-    try:
-        host = host_from_document(name, dict(document))
-    except (KeyError, TypeError, ValueError):  # a document of another shape: what the summary needs
-        host = HostReport(name, HostStatus(document["status"]), float(document.get("duration_s") or 0.0),
-                          document.get("error"), reason=_reason(document.get("reason")))
-    by = next((name for name in plugs.SCHEDULERS if name in document), None)  # the record's key: its scheduler
-    plan, record = document.get("plan"), document.get(by) if by is not None else None
-    if plan is not None or record is not None:
-        host = HostReport(host.name, host.status, host.duration_s, host.error, host.steps, host.killed, host.gpus,
-                          _plan(plan) if plan is not None else None,
-                          _record(record, by) if record is not None and by is not None else None,
-                          host.reason, start_s=host.start_s)
-    return host
-
-
-def _plan(document: Mapping[str, Any]) -> HostPlan:
-    return HostPlan(
-        units=tuple((str(u), str(s)) for u, s in document.get("units", {}).items()),
-        would_kill=tuple(PlannedProcess(**p) for p in document.get("would_kill", [])),
-        kept=tuple(PlannedProcess(**p) for p in document.get("kept", [])),
-        gpu_memory_mib=tuple(document.get("gpu_memory_mib", [])),
-    )
-
-
-def _record(document: Mapping[str, Any], by: str) -> SchedulerRecord:
-    return SchedulerRecord(**{**document, "jobs": tuple(document.get("jobs", ())), "by": by})
-
-
-def _reason(value: object) -> Reason | None:
-    try:
-        return Reason(str(value)) if value else None
-    except ValueError:  # a code from another fleet version
-        return None
-
-
 _NO_END: dict[str | None, str] = {
     Liveness.RUNNING: "still running: its fleet holds running.lock",
     Liveness.KILLED: "killed: its fleet process is gone, running.lock is free",
@@ -228,11 +175,22 @@ _NO_END: dict[str | None, str] = {
 }
 
 
+def record_page(record: RunRecord) -> RunPage:
+    """The report page of a run with no summary.json (killed, or still going), from what the history has of it:
+    each host on record, and the targets not on record as `not on record`."""
+    run = record.run
+    hosts = {row.host: host_from_row(row) for row in record.hosts}
+    state = "ended without a summary" if run.finished else "has no end on record (still running, or killed)"
+    return RunPage(RunReport(run.run_id, run.command, run.started_at, run.duration_s or 0.0, hosts), run.fleet_version,
+                   ended=run.finished, not_on_record=tuple(n for n in run.targets if n not in hosts),
+                   note=f"this run {state}: built from its history, {len(record.hosts)} of {len(run.targets)} hosts"
+                        " on record")
+
+
 def unfinished_lines(record: RunRecord) -> list[str]:
     """`fleet show` of a run with no summary.json (running, or killed): what the history has of it."""
     run = record.run
-    hosts = {h.host: HostReport(h.host, HostStatus(h.status), h.duration_s, h.error, reason=_reason(h.reason))
-             for h in record.hosts}
+    hosts = {h.host: host_from_row(h) for h in record.hosts}
     report = RunReport(run.run_id, run.command, run.started_at, 0.0, hosts)
     missing = [name for name in run.targets if name not in hosts]
     lines = human_lines(report)[:-1] if hosts else []

@@ -6,6 +6,7 @@ exited non-zero is data (a `CommandResult`), never an exception.
     FleetError
     ├── UsageError            exit 2: bad command line
     │   └── InventoryError    exit 2: bad inventory, names the file and key
+    ├── DocumentError         a report document (JSON) fleet cannot read: names the key (also a ValueError)
     └── TransportError        a host did not answer
         ├── ConnectError      refused, unreachable, connect timed out
         ├── AuthError         authentication failed (or sudo wants a password)
@@ -40,6 +41,10 @@ class InventoryError(UsageError):
         self.message = message
         where = f"{path}: {key}" if key else path
         super().__init__(f"{where}: {message}")
+
+
+class DocumentError(FleetError, ValueError):
+    """A host's or a run's report document (`fleet.model.codec`) that fleet cannot read: one line naming the key."""
 
 
 class TransportError(FleetError):

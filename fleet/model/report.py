@@ -41,6 +41,17 @@ class KilledProcess:
 
 
 @dataclass(frozen=True)
+class KeptProcess:
+    """A GPU holder the kill left alive on purpose, and why (its protection: `protected name nvidia-persistenced`,
+    `a Slurm job's process (job 4711, ...)`): `{"pid", "name", "user", "why"}`."""
+
+    pid: int
+    name: str
+    user: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Finding:
     """One health fact about a GPU (or the node) and what it weighs: `{"check", "level", "detail"}`."""
 
@@ -84,6 +95,7 @@ class StepOutcome:
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU (the host's)
     job_pids: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
     spared: frozenset[int] = frozenset()  # pids of every GPU holder the kill left alive on purpose (any protection)
+    left_alive: tuple[KeptProcess, ...] = ()  # the last round's kept holders, each with why (the report's `kept`)
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,7 @@ class HostReport:
     memory_before_mib: tuple[int | None, ...] | None = None  # each GPU's memory.used as a reset began
     health: tuple[HostFinding, ...] = ()  # health findings on no listed GPU (an Xid on another PCI address)
     start_s: float | None = None  # seconds from the run's start to the host's (None: it never started)
+    kept: tuple[KeptProcess, ...] = ()  # GPU holders the kill left alive on purpose, each with why
 
 
 @dataclass(frozen=True)

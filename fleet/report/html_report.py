@@ -1,16 +1,16 @@
 """report.html: a run at a glance, for the person who decides in the morning whether the benchmark can start.
 
-`page(document)` is pure: the JSON report (`render.to_document`, summary.json) in, one self-contained HTML page
-out: inline CSS and SVG, no script, no font, nothing from the network (its Content-Security-Policy forbids every
-load), every string from the document escaped. It shows the outcome folded as the summary folds it (largest group
-first), a rack grid (a row per host, a cell per GPU coloured by its memory before and after the reset, outlined
-where a health finding fails or warns; each cell's title gives the numbers), a timeline (a row per host, its
-steps as bars on one time axis, sorted by end time) and, per host, the error, what was killed and kept, the health
-findings, Slurm before and after, and the path of its JSONL log.
+`page(run)` is pure: a run's report in (`RunPage`: the `RunReport` as the run holds it, or as `fleet.model.codec`
+reads a summary.json back), one self-contained HTML page out: inline CSS and SVG, no script, no font, nothing from
+the network (its Content-Security-Policy forbids every load), every string from the report escaped. It shows the
+outcome folded as the summary folds it (largest group first), a rack grid (a row per host, a cell per GPU coloured
+by its memory before and after the reset, outlined where a health finding fails or warns; each cell's title gives
+the numbers), a timeline (a row per host, its steps as bars on one time axis, sorted by end time) and, per host,
+the error, what was killed and kept, the health findings, Slurm before and after, and the path of its JSONL log.
 
 The report keeps each step's duration and each host's start in the run (`start_s`): a host's bars are laid end to
 end from there, the time before drain (connect, lock, baselines) first, and a wait for its node's Slurm jobs
-(`slurm.waited_s`) is its own bar ending where the host started. A document without `start_s` (an older fleet's
+(`slurm.waited_s`) is its own bar ending where the host started. A report without `start_s` (an older fleet's
 summary.json, a page built from the history) has each host's bars start at the host's own start instead, and the
 page says so. `write_page` is the I/O: report.html beside summary.json, atomically.
 """
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import html
 import os
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from fleet.history import RunRecord
 from fleet.inventory.nodesets import fold
+from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, Level, RunReport, StepStatus
 from fleet.report.html_style import CSS
 from fleet.report.render import error_shape, fold_errors
 from fleet.text import printable
@@ -39,8 +38,31 @@ BUCKETS = (("m0", 16, "≤ 16 MiB"), ("m1", 1024, "≤ 1 GiB"), ("m2", 16384, "�
            ("m4", None, "> 48 GiB"))
 TICKS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
 BAR_UNITS = 1000  # a timeline row's SVG width in user units; the axis spans [0, extent] seconds
+NOT_ON_RECORD = "not on record"  # the status of a target a page built from the history has no outcome of
+NO_OUTCOME = "the history has no outcome of this host in this run"
 
-Doc = Mapping[str, Any]
+Host = HostReport | None  # a host on the page; None: a target not on record
+Hosts = Mapping[str, Host]
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """What report.html shows of a run: its report and the fleet version that wrote it. A run built from its
+    history (no summary.json: killed, or still going) has `ended` False when its end is not on record, the targets
+    not on record (`not_on_record`, shown after the hosts that are) and a `note` saying so."""
+
+    report: RunReport
+    fleet_version: str
+    ended: bool = True
+    not_on_record: tuple[str, ...] = ()
+    note: str | None = None
+
+    @property
+    def hosts(self) -> dict[str, Host]:
+        shown: dict[str, Host] = dict(self.report.hosts)
+        for name in self.not_on_record:
+            shown.setdefault(name, None)
+        return shown
 
 
 def esc(value: object) -> str:
@@ -55,13 +77,17 @@ def secs(value: object) -> str:
     return f"{value:.1f} s" if isinstance(value, int | float) else "-"
 
 
-def page(document: Doc, *, log_folder: str | None = None) -> str:
+def status_of(host: Host) -> str:
+    return host.status.value if host is not None else NOT_ON_RECORD
+
+
+def page(run: RunPage, *, log_folder: str | None = None) -> str:
     """The report page of one run. `log_folder` names the run's log folder in each host's log path (else the page's
     own folder: the logs lie beside it)."""
-    hosts: dict[str, Doc] = dict(document.get("hosts") or {})
-    title = f"fleet {document.get('command', 'run')} {document.get('run_id', '')}: {_tally(hosts)}"
-    body = [_header(document, hosts), _outcome(hosts), _grid(hosts), _timeline(hosts), _details(hosts, log_folder),
-            f"<footer>fleet {esc(document.get('fleet_version', ''))} · built from summary.json · no script, nothing"
+    hosts, report = run.hosts, run.report
+    title = f"fleet {report.command} {report.run_id}: {_tally(hosts)}"
+    body = [_header(run, hosts), _outcome(hosts), _grid(hosts), _timeline(hosts), _details(hosts, log_folder),
+            f"<footer>fleet {esc(run.fleet_version)} · built from summary.json · no script, nothing"
             " loaded from the network</footer>"]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n"
@@ -69,87 +95,66 @@ def page(document: Doc, *, log_folder: str | None = None) -> str:
             f"<style>{CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def write_page(folder: Path, document: Doc) -> Path:
+def write_page(folder: Path, run: RunPage) -> Path:
     """Write `folder/report.html` (a temporary file renamed over it: a reader never sees half a page)."""
     path = folder / REPORT_HTML
     temporary = folder / f".{REPORT_HTML}.tmp"
-    temporary.write_text(page(document, log_folder=printable(folder)), encoding="utf-8")
+    temporary.write_text(page(run, log_folder=printable(folder)), encoding="utf-8")
     os.replace(temporary, path)
     return path
-
-
-def record_document(record: RunRecord) -> dict[str, Any]:
-    """A run with no summary.json (killed, or still going) as a report document, from what the history has of it:
-    each host on record, and the targets not on record as `not on record`."""
-    run = record.run
-    hosts: dict[str, Any] = {}
-    for row in record.hosts:
-        after, settle = row.memory_after_mib or [], row.settle_s or []
-        gpus = [{"index": i, "memory_used_mib": m, "settle_s": settle[i] if i < len(settle) else None,
-                 "health": [f for f in row.health if f.get("gpu") == i]} for i, m in enumerate(after)]
-        hosts[row.host] = {"status": row.status, "reason": row.reason, "duration_s": row.duration_s,
-                           "error": row.error, "steps": row.steps, "killed": row.killed, "gpus": gpus,
-                           "health": [f for f in row.health if f.get("gpu") is None], "slurm": row.slurm,
-                           "memory_before_mib": row.memory_before_mib}
-    for name in run.targets:
-        hosts.setdefault(name, {"status": "not on record", "error": "the history has no outcome of this host in"
-                                " this run", "steps": [], "gpus": []})
-    state = "ended without a summary" if run.finished else "has no end on record (still running, or killed)"
-    return {"run_id": run.run_id, "fleet_version": run.fleet_version, "command": run.command,
-            "started_at": run.started_at, "duration_s": run.duration_s, "hosts": hosts,
-            "note": f"this run {state}: built from its history, {len(record.hosts)} of {len(run.targets)} hosts"
-                    " on record"}
 
 
 # --- header and outcome ---------------------------------------------------------------------------------------
 
 
-def _counts(hosts: Mapping[str, Doc]) -> dict[str, int]:
+def _counts(hosts: Hosts) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
     for host in hosts.values():
-        counts[str(host.get("status"))] += 1
+        counts[status_of(host)] += 1
     known = [s for s in STATUS_ORDER if counts.get(s)]
     return {s: counts[s] for s in known + sorted(set(counts) - set(STATUS_ORDER))}
 
 
-def _tally(hosts: Mapping[str, Doc]) -> str:
+def _tally(hosts: Hosts) -> str:
     return ", ".join(f"{n} {s}" for s, n in _counts(hosts).items()) or "no host"
 
 
-def _status_class(status: object) -> str:
+def _status_class(status: str) -> str:
     return f"s-{status}" if status in STATUS_ORDER else "s-other"
 
 
-def _header(document: Doc, hosts: Mapping[str, Doc]) -> str:
-    counts = _counts(hosts)
+def _header(run: RunPage, hosts: Hosts) -> str:
+    counts, report = _counts(hosts), run.report
     good = counts.get("clean", 0) + counts.get("planned", 0)
     verdict = ("no host" if not hosts else f"{len(hosts) - good} of {len(hosts)} hosts not clean"
                if good < len(hosts) else f"all {len(hosts)} hosts {'clean' if counts.get('clean') else 'planned'}")
     badges = "".join(f"<li class=\"badge {_status_class(s)}\" data-status=\"{esc(s)}\" data-count=\"{n}\">{n} {esc(s)}"
                      "</li>" for s, n in counts.items())
-    started = str(document.get("started_at", "")).replace("T", " ")
-    note = f"<p class=\"note\">{esc(document['note'])}</p>" if document.get("note") else ""
-    return (f"<header><h1>fleet {esc(document.get('command', ''))} <span class=\"id\">{esc(document.get('run_id', ''))}"
-            f"</span></h1>\n<p class=\"meta\">started {esc(started)} · took {secs(document.get('duration_s'))} ·"
+    started = report.started_at.replace("T", " ")
+    took = secs(report.duration_s) if run.ended else secs(None)
+    note = f"<p class=\"note\">{esc(run.note)}</p>" if run.note else ""
+    return (f"<header><h1>fleet {esc(report.command)} <span class=\"id\">{esc(report.run_id)}"
+            f"</span></h1>\n<p class=\"meta\">started {esc(started)} · took {took} ·"
             f" {len(hosts)} hosts</p>\n<p class=\"verdict {'ok' if good == len(hosts) else 'bad'}\">{esc(verdict)}</p>"
             f"\n<ul class=\"counts\">{badges}</ul>{note}</header>")
 
 
-def outcome_groups(hosts: Mapping[str, Doc]) -> list[tuple[str, str, list[str], str]]:
+def outcome_groups(hosts: Hosts) -> list[tuple[str, str, list[str], str]]:
     """(status, reason, hosts, error folded) per status, reason and shape of error, as the human summary folds
     them (`render.human_lines`); the largest group first."""
     groups: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)
     for name, host in hosts.items():
-        error = str(host.get("error") or "")
+        error = (host.error or "") if host is not None else NO_OUTCOME
+        reason = host.reason.value if host is not None and host.reason else ""
         shape = error_shape(error, name) if error else ""
-        groups[(str(host.get("status")), str(host.get("reason") or ""), shape)].append((name, error))
+        groups[(status_of(host), reason, shape)].append((name, error))
     order = {s: i for i, s in enumerate(STATUS_ORDER)}
     ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), order.get(kv[0][0], len(order)), kv[0]))
     return [(status, reason, [n for n, _ in members], fold_errors(members) if members[0][1] else "")
             for (status, reason, _), members in ranked]
 
 
-def _outcome(hosts: Mapping[str, Doc]) -> str:
+def _outcome(hosts: Hosts) -> str:
     rows = [f"<tr data-row=\"outcome\" data-count=\"{len(names)}\"><td class=\"num\">{len(names)}</td>"
             f"<td><span class=\"badge {_status_class(status)}\">{esc(status)}</span></td><td>{esc(reason)}</td>"
             f"<td class=\"set\">{esc(fold(names))}</td><td>{esc(error)}</td></tr>"
@@ -160,6 +165,8 @@ def _outcome(hosts: Mapping[str, Doc]) -> str:
 
 # --- the rack grid ----------------------------------------------------------------------------------------------
 
+Before = int | None | str  # a GPU's MiB before the reset: a number, unreadable (None), or not read ("")
+
 
 def bucket(value: object) -> str:
     if not isinstance(value, int):
@@ -167,64 +174,60 @@ def bucket(value: object) -> str:
     return next(name for name, most, _ in BUCKETS if most is None or value <= most)
 
 
-def gpu_cells(host: Doc) -> list[tuple[int, object, Doc | None]]:
+def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
     """(index, MiB before, the GPU's report after) per GPU: before is the n-th of `memory_before_mib` (a dry run's
     `plan.gpu_memory_mib`), paired with the n-th GPU verify listed (by index)."""
-    before = host.get("memory_before_mib")
-    if before is None:
-        before = (host.get("plan") or {}).get("gpu_memory_mib")
-    before = list(before or [])
-    after = sorted(host.get("gpus") or [], key=lambda g: g.get("index", 0))
-    cells = []
+    before: Sequence[int | None] = host.memory_before_mib if host.memory_before_mib is not None else (
+        host.plan.gpu_memory_mib if host.plan is not None else ())
+    after = sorted(host.gpus, key=lambda g: g.index)
+    cells: list[tuple[int, Before, GpuReport | None]] = []
     for n in range(max(len(before), len(after))):
         gpu = after[n] if n < len(after) else None
-        index = gpu.get("index", n) if gpu is not None else n
-        cells.append((index, before[n] if n < len(before) else "", gpu))
+        cells.append((gpu.index if gpu is not None else n, before[n] if n < len(before) else "", gpu))
     return cells
 
 
-def _worst(findings: Iterable[Doc]) -> str:
-    levels = {f.get("level") for f in findings}
-    return " hf" if "fail" in levels else " hw" if "warn" in levels else ""
+def _worst(findings: Iterable[Finding | HostFinding]) -> str:
+    levels = {f.level for f in findings}
+    return " hf" if Level.FAIL in levels else " hw" if Level.WARN in levels else ""
 
 
 def _amount(value: object) -> str:
     return str(value) if isinstance(value, int) else "n/a"
 
 
-def _cell(index: int, before: object, gpu: Doc | None, has_before: bool) -> str:
+def _cell(index: int, before: Before, gpu: GpuReport | None, has_before: bool) -> str:
     """A GPU's cell: its title says `gpu 3: 70000 → 0 MiB; settled in 1.2 s; <each health finding>`."""
-    after = gpu.get("memory_used_mib") if gpu is not None else None
-    findings = list(gpu.get("health") or []) if gpu is not None else []
+    after = gpu.memory_used_mib if gpu is not None else None
+    findings = gpu.health if gpu is not None else ()
     now = f"{_amount(after)} MiB" if gpu is not None else "not listed after"
     words = [f"gpu {index}: {_amount(before)} → {now}" if has_before else f"gpu {index}: {now}"]
-    if gpu is not None and gpu.get("settle_s") is not None:
-        words.append(f"settled in {gpu['settle_s']} s")
-    words += [f"{f.get('check')} {f.get('level')}: {f.get('detail')}" for f in findings]
+    if gpu is not None and gpu.settle_s is not None:
+        words.append(f"settled in {gpu.settle_s} s")
+    words += [f"{f.check} {f.level}: {f.detail}" for f in findings]
     halves = (f"<i class=\"b {bucket(before)}\"></i>" if has_before else "") + (
         f"<i class=\"{bucket(after) if gpu is not None else 'gone'}{'' if has_before else ' w'}\"></i>")
     return f"<td class=\"c{_worst(findings)}\" title=\"{esc('; '.join(words))}\">{halves}</td>"
 
 
-def _model(host: Doc) -> str:
+def _model(host: Host) -> str:
     """How many GPUs verify listed, the first one's model and memory: the grid row's hover text."""
-    gpus = list(host.get("gpus") or [])
-    if not gpus:
+    if host is None or not host.gpus:
         return "no GPU listed"
-    first = gpus[0]
-    total = f", {first['memory_total_mib']} MiB" if first.get("memory_total_mib") is not None else ""
-    return f"{len(gpus)} × {first.get('name') or 'GPU'}{total}"
+    first = host.gpus[0]
+    total = f", {first.memory_total_mib} MiB" if first.memory_total_mib is not None else ""
+    return f"{len(host.gpus)} × {first.name or 'GPU'}{total}"
 
 
-def _grid_row(name: str, host: Doc) -> str:
-    cells = gpu_cells(host)
+def _grid_row(name: str, host: Host) -> str:
+    cells = gpu_cells(host) if host is not None else []
     has_before = any(b != "" for _, b, _ in cells)
-    node = list(host.get("health") or [])
+    node = host.health if host is not None else ()
     words = "; ".join(_finding_words(f) for f in node)
     mark = f"<span class=\"mark{_worst(node)}\" title=\"{esc(words)}\">!</span>" if node else ""
     body = ("".join(_cell(i, b, g, has_before) for i, b, g in cells)
             or "<td class=\"none\" colspan=\"64\">no GPU read</td>")  # across the GPU columns, widening none
-    status = str(host.get("status"))
+    status = status_of(host)
     return (f"<tr data-row=\"grid\" data-host=\"{esc(name)}\" data-gpus=\"{len(cells)}\"><th title=\""
             f"{esc(_model(host))}\"><a href=\"#h-{esc(name)}\">{esc(name)}</a>{mark}</th><td class=\"st"
             f" {_status_class(status)}\">{esc(status)}</td>{body}</tr>")
@@ -240,7 +243,7 @@ def _legend() -> str:
             "</span></p>")
 
 
-def _grid(hosts: Mapping[str, Doc]) -> str:
+def _grid(hosts: Hosts) -> str:
     rows = "\n".join(_grid_row(name, host) for name, host in hosts.items())
     return (f"<section id=\"grid\"><h2>GPUs</h2>\n{_legend()}\n<table class=\"grid\"><tr><th>host</th><th>status</th>"
             f"<th colspan=\"64\">GPUs</th></tr>\n{rows}</table></section>")
@@ -248,64 +251,68 @@ def _grid(hosts: Mapping[str, Doc]) -> str:
 
 # --- the timeline -----------------------------------------------------------------------------------------------
 
+Bar = tuple[str, float, float, str]  # (class, start, length, words)
 
-def segments(host: Doc) -> list[tuple[str, float, float, str]]:
+
+def segments(host: Host) -> list[Bar]:
     """(class, start, length, words) in seconds from the host's start: the time before drain (connect, lock,
     baselines: the host's duration less its steps'), then each step that ran, end to end."""
-    steps = [s for s in host.get("steps") or [] if s.get("status") != "skipped" and s.get("duration_s")]
-    total = float(host.get("duration_s") or 0.0)
-    spent = sum(float(s["duration_s"]) for s in steps)
+    if host is None:
+        return []
+    steps = [s for s in host.steps if s.status is not StepStatus.SKIPPED and s.duration_s]
+    spent = sum(s.duration_s for s in steps)
     out = []
-    at = max(total - spent, 0.0)
+    at = max(host.duration_s - spent, 0.0)
     if at > 0:
         out.append(("pre", 0.0, at, f"before drain {at:.2f} s"))
     for step in steps:
-        length = float(step["duration_s"])
-        bad = step.get("status") in ("failed", "timeout")
-        name = str(step.get("name"))
+        name, length = step.name.value, step.duration_s
+        bad = step.status in (StepStatus.FAILED, StepStatus.TIMEOUT)
         kind = "bad" if bad else name if name in STEPS else "other"
-        out.append((kind, at, length, f"{name} {step.get('status')} {length:.2f} s"))
+        out.append((kind, at, length, f"{name} {step.status.value} {length:.2f} s"))
         at += length
     return out
 
 
-def slurm_wait(host: Doc) -> float:
+def slurm_wait(host: Host) -> float:
     """Seconds the host waited for its node's Slurm jobs before it started (`slurm.waited_s`, --slurm); else 0."""
-    waited = (host.get("slurm") or {}).get("waited_s")
-    return float(waited) if isinstance(waited, int | float) and waited > 0 else 0.0
+    waited = host.scheduler.waited_s if host is not None and host.scheduler is not None else None
+    return waited if waited is not None and waited > 0 else 0.0
 
 
-def on_run_axis(hosts: Mapping[str, Doc]) -> bool:
+def on_run_axis(hosts: Hosts) -> bool:
     """Whether every host that ran has its start in the run (`start_s`): then the timeline's axis is the run's. A
-    document without (an older fleet's summary.json, a page built from the history) has each host's bars start at
+    report without (an older fleet's summary.json, a page built from the history) has each host's bars start at
     the host's own start."""
-    return all(isinstance(h.get("start_s"), int | float) for h in hosts.values() if segments(h))
+    return all(h is not None and h.start_s is not None for h in hosts.values() if segments(h))
 
 
-def placed(host: Doc, run_axis: bool) -> list[tuple[str, float, float, str]]:
+def placed(host: Host, run_axis: bool) -> list[Bar]:
     """The host's bars on the timeline's axis: on the run's, its steps from its `start_s`, after its Slurm wait (its
     own bar, `wait`, ending where the host started); else its steps from 0 (no wait: it would lie before 0)."""
     bars = segments(host)
-    if not run_axis or not bars:
+    if not run_axis or not bars or host is None or host.start_s is None:
         return bars
-    start = float(host["start_s"])
+    start = host.start_s
     waited = slurm_wait(host)
     wait = [("wait", max(start - waited, 0.0), min(waited, start), f"Slurm wait {waited:.2f} s")] if waited else []
     return wait + [(kind, start + at, length, words) for kind, at, length, words in bars]
 
 
-def end_of(host: Doc, run_axis: bool) -> float:
+def end_of(host: Host, run_axis: bool) -> float:
     """When the host ended on the timeline's axis: its start in the run and its duration (or its duration alone)."""
-    start = float(host.get("start_s") or 0.0) if run_axis else 0.0
-    return round(start + float(host.get("duration_s") or 0.0), 3)
+    if host is None:
+        return 0.0
+    start = (host.start_s or 0.0) if run_axis else 0.0
+    return round(start + host.duration_s, 3)
 
 
 def tick_step(extent: float) -> float:
     return next((t for t in TICKS_S if extent / t <= 10), TICKS_S[-1])
 
 
-def timeline_order(hosts: Mapping[str, Doc]) -> list[str]:
-    """Hosts that ran, by end time (on the run's axis when the document has each host's start, else each host's
+def timeline_order(hosts: Hosts) -> list[str]:
+    """Hosts that ran, by end time (on the run's axis when the report has each host's start, else each host's
     duration); then those that never started, by name."""
     run_axis = on_run_axis(hosts)
     ran = {n for n, h in hosts.items() if segments(h)}
@@ -313,7 +320,7 @@ def timeline_order(hosts: Mapping[str, Doc]) -> list[str]:
             + sorted(n for n in hosts if n not in ran))
 
 
-def _bar(host: Doc, extent: float, run_axis: bool) -> str:
+def _bar(host: Host, extent: float, run_axis: bool) -> str:
     scale = BAR_UNITS / extent
     rects = "".join(f"<rect class=\"{kind}\" x=\"{start * scale:.1f}\" width=\"{max(length * scale, 0.5):.1f}\""
                     f" height=\"10\"><title>{esc(words)}</title></rect>" for kind, start, length, words
@@ -326,7 +333,11 @@ def _bar(host: Doc, extent: float, run_axis: bool) -> str:
             f" height=\"12\" data-extent=\"{extent:g}\">{rects}</svg></td>")
 
 
-def _timeline(hosts: Mapping[str, Doc]) -> str:
+def _took(host: Host) -> str:
+    return secs(host.duration_s if host is not None else None)
+
+
+def _timeline(hosts: Hosts) -> str:
     order = timeline_order(hosts)
     run_axis = on_run_axis(hosts)
     longest = max((end_of(h, run_axis) for h in hosts.values()), default=0.0)
@@ -337,8 +348,8 @@ def _timeline(hosts: Mapping[str, Doc]) -> str:
     rows = "\n".join(f"<tr data-row=\"timeline\" data-host=\"{esc(n)}\""
                      f"{_start_attribute(hosts[n], run_axis)} data-end=\"{end_of(hosts[n], run_axis):g}\">"
                      f"<th><a href=\"#h-{esc(n)}\">{esc(n)}</a></th>{_bar(hosts[n], extent, run_axis)}"
-                     f"<td class=\"num {_status_class(hosts[n].get('status'))}\">"
-                     f"{secs(hosts[n].get('duration_s'))}</td></tr>" for n in order)
+                     f"<td class=\"num {_status_class(status_of(hosts[n]))}\">{_took(hosts[n])}</td></tr>"
+                     for n in order)
     waits = run_axis and any(slurm_wait(h) and segments(h) for h in hosts.values())
     swatches = "".join(f"<span><i class=\"{k}\"></i>{w}</span>" for k, w in (
         *((("wait", "waiting for its node's Slurm jobs"),) if waits else ()),
@@ -355,48 +366,27 @@ def _timeline(hosts: Mapping[str, Doc]) -> str:
             f"{rows}</table></section>")
 
 
-def _start_attribute(host: Doc, run_axis: bool) -> str:
-    return f" data-start=\"{float(host['start_s']):g}\"" if run_axis and segments(host) else ""
+def _start_attribute(host: Host, run_axis: bool) -> str:
+    start = host.start_s if host is not None else None
+    return f" data-start=\"{start:g}\"" if run_axis and start is not None and segments(host) else ""
 
 
-def _slowest(hosts: Mapping[str, Doc], order: Sequence[str], run_axis: bool) -> str:
-    ran = [n for n in order if segments(hosts[n])]
+def _slowest(hosts: Hosts, order: Sequence[str], run_axis: bool) -> str:
+    ran = [(n, h) for n in order if (h := hosts[n]) is not None and segments(h)]
     if not ran:
         return ""
-    name, host = ran[-1], hosts[ran[-1]]
-    longest = max(((s.get("name"), s.get("duration_s") or 0) for s in host.get("steps") or []),
-                  key=lambda pair: pair[1], default=None)
+    name, host = ran[-1]
+    longest = max(((s.name.value, s.duration_s or 0) for s in host.steps), key=lambda pair: pair[1], default=None)
     step = f"longest step: {esc(longest[0])} {secs(longest[1])}" if longest else ""
-    took_it = secs(host.get("duration_s"))
+    took_it = secs(host.duration_s)
     when = (f" at {secs(end_of(host, run_axis))} into the run (it took {took_it}{'; ' + step if step else ''})"
             if run_axis else f" after {took_it}{f' ({step})' if step else ''}")
-    took = sorted(float(hosts[n].get("duration_s") or 0.0) for n in ran)
+    took = sorted(h.duration_s for _, h in ran)
     return (f"<p class=\"meta\">last to end: <a href=\"#h-{esc(name)}\">{esc(name)}</a>{when}; the median host"
             f" took {secs(took[len(took) // 2])}</p>\n")
 
 
 # --- per host ---------------------------------------------------------------------------------------------------
-
-
-_KEPT = re.compile(r"pid (\d+) (\S+) \(")
-
-
-def kept_from_detail(detail: str) -> list[tuple[str, str, str]]:
-    """(pid, name, why) of each holder the kill step's detail names as kept (`kept pid 77 x (why), pid 78 y (why)`),
-    a why's own parentheses balanced; [] for a detail of another shape."""
-    start = detail.find("kept pid ")
-    found: list[tuple[str, str, str]] = []
-    at = start + len("kept ") if start >= 0 else len(detail)
-    while (match := _KEPT.match(detail, at)) is not None:
-        depth, end = 1, match.end()
-        while end < len(detail) and depth:
-            depth += {"(": 1, ")": -1}.get(detail[end], 0)
-            end += 1
-        if depth:
-            break
-        found.append((match.group(1), match.group(2), detail[match.end():end - 1]))
-        at = end + 2 if detail.startswith(", ", end) else len(detail)
-    return found
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[object]], cls: str = "") -> str:
@@ -405,76 +395,74 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[object]], cls: str = "
     return f"<table class=\"{' '.join(('small', cls)).strip()}\"><tr>{head}</tr>{body}</table>" if body else ""
 
 
-def _finding_words(finding: Doc) -> str:
-    where = f" at {finding['pci']}" if finding.get("pci") else ""
-    return f"{finding.get('check')} {finding.get('level')}{where}: {finding.get('detail')}"
+def _finding_words(finding: HostFinding) -> str:
+    where = f" at {finding.pci}" if finding.pci else ""
+    return f"{finding.check} {finding.level}{where}: {finding.detail}"
 
 
-def _processes(host: Doc) -> list[str]:
-    parts = []
-    killed = _table(("killed pid", "name", "user", "signal"), ((k.get("pid"), k.get("name"), k.get("user"),
-                                                               k.get("signal")) for k in host.get("killed") or []))
-    kill: Doc = next((s for s in host.get("steps") or [] if s.get("name") == "kill"), {})
-    kept = _table(("kept pid", "name", "why"), kept_from_detail(str(kill.get("detail") or "")))
-    plan = host.get("plan") or {}
-    would = _table(("would kill pid", "user", "name", "MiB"), ((p.get("pid"), p.get("user"), p.get("name"),
-                                                               mib(p.get("mib"))) for p in plan.get("would_kill", [])))
+def _processes(host: HostReport) -> list[str]:
+    killed = _table(("killed pid", "name", "user", "signal"), ((k.pid, k.name, k.user, k.signal) for k in host.killed))
+    kept = _table(("kept pid", "name", "why"), ((k.pid, k.name, k.why) for k in host.kept))
+    plan = host.plan
+    would = _table(("would kill pid", "user", "name", "MiB"), (
+        (p.pid, p.user, p.name, mib(p.mib)) for p in (plan.would_kill if plan is not None else ())))
     spared = _table(("would keep pid", "user", "name", "MiB", "why"), (
-        (p.get("pid"), p.get("user"), p.get("name"), mib(p.get("mib")), p.get("kept_because"))
-        for p in plan.get("kept", [])))
-    parts += [t for t in (killed, kept, would, spared) if t]
-    return parts
+        (p.pid, p.user, p.name, mib(p.mib), p.kept_because) for p in (plan.kept if plan is not None else ())))
+    return [t for t in (killed, kept, would, spared) if t]
 
 
-def _health(host: Doc) -> str:
-    rows = [(f"gpu {g.get('index')}", f.get("check"), f.get("level"), f.get("detail"))
-            for g in host.get("gpus") or [] for f in g.get("health") or []]
-    rows += [(f"node{' ' + str(f['pci']) if f.get('pci') else ''}", f.get("check"), f.get("level"), f.get("detail"))
-             for f in host.get("health") or []]
+def _health(host: HostReport) -> str:
+    rows = [(f"gpu {g.index}", f.check, f.level, f.detail) for g in host.gpus for f in g.health]
+    rows += [(f"node{' ' + f.pci if f.pci else ''}", f.check, f.level, f.detail) for f in host.health]
     return _table(("where", "check", "level", "finding"), rows, "health")
 
 
-def _slurm(host: Doc) -> str:
+def _slurm(host: HostReport) -> str:
     """`slurm gpu-b07: before MIXED, after IDLE`, each reason in parentheses; then its jobs, plan and error."""
-    slurm = host.get("slurm")
-    if not slurm:
+    slurm = host.scheduler
+    if slurm is None:
         return ""
 
-    def state(when: str) -> str:
-        reason = slurm.get(f"reason_{when}")
-        return f"{slurm.get(f'state_{when}') or 'unknown'}" + (f" ({reason})" if reason else "")
+    def state(value: str | None, reason: str | None) -> str:
+        return f"{value or 'unknown'}" + (f" ({reason})" if reason else "")
 
-    lines = [f"slurm {slurm.get('node')}: before {state('before')}; after {state('after')}"]
-    if slurm.get("jobs"):
-        lines.append("jobs: " + ", ".join(str(j) for j in slurm["jobs"]))
-    if slurm.get("taken_over"):
-        lines.append(f"slurm: took over the drain of run {slurm['taken_over']}")
-    lines += [f"slurm {key}: {slurm[key]}" for key in ("plan", "error") if slurm.get(key)]
-    if slurm.get("abandoned"):
+    lines = [f"slurm {slurm.node}: before {state(slurm.state_before, slurm.reason_before)};"
+             f" after {state(slurm.state_after, slurm.reason_after)}"]
+    if slurm.jobs:
+        lines.append("jobs: " + ", ".join(slurm.jobs))
+    if slurm.taken_over:
+        lines.append(f"slurm: took over the drain of run {slurm.taken_over}")
+    lines += [f"slurm {key}: {value}" for key, value in (("plan", slurm.plan), ("error", slurm.error)) if value]
+    if slurm.abandoned:
         lines.append("slurm: release abandoned at the third interrupt: left drained")
     return "".join(f"<p class=\"slurm\">{esc(line)}</p>" for line in lines)
 
 
-def _host(name: str, host: Doc, log_folder: str | None) -> str:
-    status = str(host.get("status"))
-    reason = f" {host['reason']}" if host.get("reason") else ""
-    error = host.get("error")
+def _parts(host: HostReport) -> list[str]:
+    """The host's detail, but for its error and log: its steps, processes, health findings and Slurm's part."""
     steps = _table(("step", "status", "took", "detail"), (
-        (s.get("name"), s.get("status"), secs(s.get("duration_s")) if s.get("status") != "skipped" else "-",
-         s.get("detail") or "") for s in host.get("steps") or []), "steps")
+        (s.name.value, s.status.value, secs(s.duration_s) if s.status is not StepStatus.SKIPPED else "-",
+         s.detail or "") for s in host.steps), "steps")
+    return [steps, *_processes(host), _health(host), _slurm(host)]
+
+
+def _host(name: str, host: Host, log_folder: str | None) -> str:
+    status = status_of(host)
+    reason = f" {host.reason.value}" if host is not None and host.reason else ""
+    error = host.error if host is not None else NO_OUTCOME
     log = f"{log_folder.rstrip('/')}/{name}.jsonl" if log_folder else f"{name}.jsonl"
-    parts = [f"<p class=\"err\">{esc(error)}</p>" if error else "", steps, *_processes(host), _health(host),
-             _slurm(host), f"<p class=\"log\">log: <a href=\"{esc(name)}.jsonl\">{esc(log)}</a></p>"]
+    parts = [f"<p class=\"err\">{esc(error)}</p>" if error else "", *(_parts(host) if host is not None else ()),
+             f"<p class=\"log\">log: <a href=\"{esc(name)}.jsonl\">{esc(log)}</a></p>"]
     opened = "" if status in ("clean", "planned") else " open"
     return (f"<details id=\"h-{esc(name)}\" data-row=\"host\" data-host=\"{esc(name)}\"{opened}><summary>"
             f"<b>{esc(name)}</b> <span class=\"badge {_status_class(status)}\">{esc(status)}</span>{esc(reason)} ·"
-            f" {secs(host.get('duration_s'))}</summary>{''.join(p for p in parts if p)}</details>")
+            f" {_took(host)}</summary>{''.join(p for p in parts if p)}</details>")
 
 
-def _details(hosts: Mapping[str, Doc], log_folder: str | None) -> str:
+def _details(hosts: Hosts, log_folder: str | None) -> str:
     order = {s: i for i, s in enumerate(STATUS_ORDER)}
-    names = sorted(hosts, key=lambda n: (str(hosts[n].get("status")) in ("clean", "planned"),
-                                         order.get(str(hosts[n].get("status")), -1), n))
+    names = sorted(hosts, key=lambda n: (status_of(hosts[n]) in ("clean", "planned"),
+                                         order.get(status_of(hosts[n]), -1), n))
     return ("<section id=\"hosts\"><h2>Hosts</h2>\n<p class=\"legend\">hosts that did not end clean first, open;"
             " click a host to open or close it.</p>\n" + "\n".join(_host(n, hosts[n], log_folder) for n in names)
             + "</section>")

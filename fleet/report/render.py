@@ -1,30 +1,16 @@
-"""The run report: the one place JSON is produced, and the human summary for stderr."""
+"""The run report: its JSON document (each host's by `fleet.model.codec`), and the human summary for stderr."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections import defaultdict
-from dataclasses import asdict
 from typing import Any
 
 from fleet import __version__
 from fleet.inventory.nodesets import fold
-from fleet.model.report import (
-    Finding,
-    GpuReport,
-    HostFinding,
-    HostReport,
-    HostStatus,
-    KilledProcess,
-    Level,
-    Reason,
-    RunReport,
-    StepName,
-    StepResult,
-    StepStatus,
-    flat,
-)
+from fleet.model.codec import host_to_document
+from fleet.model.report import HostStatus, RunReport
 
 INTERRUPTED = 130  # SIGINT or SIGTERM cut the run
 HUNG_UP = 129  # SIGHUP (128 + 1) cut it: the operator's terminal went away
@@ -55,58 +41,6 @@ def summary(report: RunReport) -> dict[str, int]:
     return counts
 
 
-def host_document(host: HostReport) -> dict[str, Any]:
-    document: dict[str, Any] = {
-        "status": host.status.value,
-        "reason": host.reason.value if host.reason else None,
-        "duration_s": host.duration_s,
-        "start_s": host.start_s,
-        "error": host.error,
-        "steps": [
-            {"name": s.name.value, "status": s.status.value, "duration_s": s.duration_s, "detail": s.detail}
-            for s in host.steps
-        ],
-        "killed": [flat(k) for k in host.killed],
-        "gpus": [{**flat(g), "health": tuple(flat(f) for f in g.health)} for g in host.gpus],  # as asdict
-        "health": [flat(f) for f in host.health],
-    }
-    if host.memory_before_mib is not None:
-        document["memory_before_mib"] = list(host.memory_before_mib)
-    if host.plan is not None:
-        document["plan"] = {
-            "would_stop": list(host.plan.would_stop),
-            "units": dict(host.plan.units),
-            "would_kill": [asdict(p) for p in host.plan.would_kill],
-            "kept": [asdict(p) for p in host.plan.kept],
-            "gpu_memory_mib": list(host.plan.gpu_memory_mib),
-        }
-    if host.scheduler is not None:
-        optional = ("plan", "error", "abandoned", "waited_s", "taken_over")  # only when set
-        record = {k: v for k, v in asdict(host.scheduler).items() if k != "by" and (k not in optional or v)}
-        document[host.scheduler.by] = {**record, "jobs": list(host.scheduler.jobs)}
-    return document
-
-
-def host_from_document(name: str, document: dict[str, Any]) -> HostReport:
-    """`host_document`'s inverse for a reset's host (no plan, no slurm block): how a node that reset itself
-    (`--via srun`) hands its outcome to the controller. A document of another shape raises KeyError/ValueError."""
-    steps = tuple(StepResult(StepName(s["name"]), StepStatus(s["status"]), float(s["duration_s"]), s["detail"])
-                  for s in document["steps"])
-    gpus = tuple(
-        GpuReport(**{**g, "health": tuple(Finding(f["check"], Level(f["level"]), f["detail"]) for f in g["health"])})
-        for g in document["gpus"]
-    )
-    reason, before = document.get("reason"), document.get("memory_before_mib")
-    health = tuple(HostFinding(f["check"], Level(f["level"]), f["detail"], f.get("pci"))
-                   for f in document.get("health", ()))
-    start = document.get("start_s")  # absent from an older fleet's summary.json
-    return HostReport(name, HostStatus(document["status"]), float(document["duration_s"]), document["error"], steps,
-                      tuple(KilledProcess(**k) for k in document["killed"]), gpus,
-                      reason=Reason(reason) if reason else None,
-                      memory_before_mib=tuple(before) if before is not None else None, health=health,
-                      start_s=float(start) if start is not None else None)
-
-
 def to_document(report: RunReport) -> dict[str, Any]:
     """The CONTRACT's JSON report, for --json and summary.json alike."""
     return {
@@ -116,7 +50,7 @@ def to_document(report: RunReport) -> dict[str, Any]:
         "started_at": report.started_at,
         "duration_s": report.duration_s,
         "summary": summary(report),
-        "hosts": {name: host_document(h) for name, h in report.hosts.items()},
+        "hosts": {name: host_to_document(h) for name, h in report.hosts.items()},
     }
 
 

@@ -17,7 +17,17 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleet.model.report import KilledProcess, Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict, line_of
+from fleet.model.report import (
+    KeptProcess,
+    KilledProcess,
+    Reason,
+    StepName,
+    StepOutcome,
+    StepResult,
+    StepStatus,
+    Verdict,
+    line_of,
+)
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.node.poll import backoff, poll_until
@@ -167,8 +177,9 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
     kept = frozenset(h.pid for h in last.kept if h.part_of_the_machine)
     job_pids = frozenset(h.pid for h in last.kept if job_of(h) is not None)
     spared = frozenset(h.pid for r in rounds for h in r.kept)
+    left_alive = tuple(KeptProcess(h.pid, h.name, h.user, h.protected_by or "") for h in last.kept)
     return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error, reason), killed=killed,
-                       kept=kept, job_pids=job_pids, spared=spared)
+                       kept=kept, job_pids=job_pids, spared=spared, left_alive=left_alive)
 
 
 # --- what the kill decides and says (pure) -----------------------------------

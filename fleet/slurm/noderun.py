@@ -32,8 +32,8 @@ from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Connection, Host
+from fleet.model.codec import host_to_document
 from fleet.model.report import HostReport, HostStatus, Reason
-from fleet.report.render import host_document
 from fleet.slurm.frames import frames
 
 NODE_VARIABLE = "SLURMD_NODENAME"
@@ -52,7 +52,7 @@ class Lines:
         self.out.flush()
 
     def report(self, report: HostReport) -> None:
-        self.emit(report=host_document(report), fleet_version=__version__)
+        self.emit(report=host_to_document(report), fleet_version=__version__)
 
 
 class LineLogs(RunLogs):

@@ -47,6 +47,8 @@ from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import HostRun, Mode
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
+from fleet.model.codec import host_from_document
+from fleet.model.errors import DocumentError
 from fleet.model.report import (
     HostPlan,
     HostReport,
@@ -57,7 +59,6 @@ from fleet.model.report import (
     StepName,
     StepStatus,
 )
-from fleet.report.render import host_from_document
 from fleet.slurm import policy
 from fleet.slurm.cleanup import Ended, drain_failed
 from fleet.slurm.control import Slurm, SlurmError, hostlist
@@ -379,7 +380,7 @@ class SrunRun:
             try:
                 self.step.reports[node] = host_from_document(run.host.name, message["report"])
                 self.step.reported_at[node] = time.monotonic()
-            except (KeyError, TypeError, ValueError) as exc:
+            except DocumentError as exc:
                 self.step.noise.append(f"{node}: a report fleet cannot read ({exc})")
 
     def _merge(self, nodes: Sequence[str], finished: bool) -> None:
@@ -395,8 +396,8 @@ class SrunRun:
                           f"no report from {name} (srun exit status {self.step.exit_status.get(name)}): {said}"[:500],
                           Reason.NO_REPORT)
                 continue
-            run.steps, run.killed, run.gpus = list(report.steps), report.killed, report.gpus
-            run.memory_before = report.memory_before_mib
+            run.steps, run.killed, run.kept, run.gpus = list(report.steps), report.killed, report.kept, report.gpus
+            run.memory_before, run.health = report.memory_before_mib, report.health
             run.finish(report.status, report.error, report.reason)
             run.ended = self.step.reported_at.get(name, run.ended)  # as the node ended, not as the whole step did
             run.started = (run.ended or time.monotonic()) - report.duration_s

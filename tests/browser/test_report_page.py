@@ -13,9 +13,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
-from support.report_page import Page, cells_of, demo_document, png_pixels, synthetic_document
+from support.report_page import Page, cells_of, demo_document, page_of, png_pixels, synthetic_document
 
-from fleet.report.html_report import REPORT_HTML, page
+from fleet.report.html_report import REPORT_HTML
 
 CHROMIUM = Path("/usr/bin/chromium")
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"
@@ -98,7 +98,7 @@ def test_chromium_renders_the_page_with_no_console_message(which: str, tmp_path:
     screenshot shows the CSS applied: the status badges' and the memory cells' own colours are in it."""
     document = demo_document() if which == "demo" else synthetic_document()
     page_file = tmp_path / REPORT_HTML
-    page_file.write_text(page(document, log_folder=str(tmp_path)), encoding="utf-8")
+    page_file.write_text(page_of(document, log_folder=str(tmp_path)), encoding="utf-8")
     shot = tmp_path / "report.png"
     dom, console = chromium(page_file, shot)
     assert console == []

@@ -99,6 +99,8 @@ async def test_a_process_adopted_into_a_job_is_kept_and_named_with_its_job() -> 
     assert signalled(t) == [] and outcome.killed == ()
     assert tuple(cgroup_argv([HOLDER])) in t.ran
     assert HOLDER not in outcome.kept  # kept, but no part of the machine
+    assert [(k.pid, k.why) for k in outcome.left_alive] == [
+        (HOLDER, f"a Slurm job's process (job 4711, cgroup {ADOPTED})")]  # the report's kept: as data, with why
 
 
 async def test_the_same_login_without_a_jobs_cgroup_is_killed() -> None:

@@ -8,7 +8,7 @@ import pytest
 from support import scripted_node
 
 from fleet.inventory.host import Host
-from fleet.model.report import StepStatus
+from fleet.model.report import KeptProcess, StepStatus
 from fleet.node.node import Node
 from fleet.reset import kill
 from fleet.transport.scripted import Reply, ScriptedTransport
@@ -90,6 +90,7 @@ async def test_kept_holders_are_logged_with_why() -> None:
     outcome = await kill.kill(remote(t, log))
     assert outcome.result.detail == "no GPU holders to kill; kept pid 900 python3 (fleet's own session)"
     assert ("kept", {"step": "kill", "pid": 900, "name": "python3", "reason": "fleet's own session"}) in log.events
+    assert outcome.left_alive == (KeptProcess(900, "python3", "root", "fleet's own session"),)  # the report's kept
 
 
 BATCH = "0::/system.slice/batch.service"

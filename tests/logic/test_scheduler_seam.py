@@ -20,11 +20,11 @@ from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
 from fleet.engine.schedulers import Ready
 from fleet.engine.walk import HostRun
-from fleet.history.view import report_from_document
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model import plugs
+from fleet.model.codec import run_from_document
 from fleet.model.errors import UsageError
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.node.jobs import JobSide
@@ -108,7 +108,7 @@ async def test_a_fake_scheduler_runs_a_reset_through_the_seam(tmp_path: Path) ->
     assert "slurm" not in summary and summary["fake"] == {"node": "gpu-01", "state_before": "ready",
                                                            "reason_before": None, "state_after": "ready",
                                                            "reason_after": None, "jobs": []}
-    assert report_from_document(summary_of(tmp_path)).hosts["gpu-01"].scheduler == clean.scheduler  # fleet show
+    assert run_from_document(summary_of(tmp_path)).hosts["gpu-01"].scheduler == clean.scheduler  # fleet show
 
 
 def test_the_command_line_names_the_fake_and_slurm_stays_an_alias() -> None:

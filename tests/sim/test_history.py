@@ -45,7 +45,6 @@ from fleet.history.view import (
     log_lines,
     outcome,
     parse_since,
-    report_from_document,
     run_lines,
     tally,
     tally_line,
@@ -53,6 +52,7 @@ from fleet.history.view import (
     took,
 )
 from fleet.inventory.host import Host
+from fleet.model.codec import run_from_document
 from fleet.model.errors import ConnectError, UsageError
 from fleet.model.report import (
     Finding,
@@ -681,7 +681,7 @@ def test_a_summary_document_gives_back_the_run_s_own_summary_lines() -> None:
         "gpu-b03": HostReport("gpu-b03", HostStatus.FAILED, 2.0, "gpu 0 holds 4096 MiB", reason=Reason.MEMORY_HELD),
     })
     document = json.loads(render.render(render.to_document(report)))
-    again = report_from_document(document)
+    again = run_from_document(document)
     assert render.human_lines(again) == render.human_lines(report)
     assert render.plan_lines(again) == render.plan_lines(report)
     assert render.plan_lines(again) == ["gpu-b01: slurm IDLE: would drain it; would stop sglang.service"]

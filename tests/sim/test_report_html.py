@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support.report_page import DEMO_0_1, Page, cells_of, demo_document, synthetic_document
+from support.report_page import DEMO_0_1, Page, cells_of, demo_document, page_of, synthetic_document
 
 from fleet.cli.commands import main
 from fleet.engine.options import RunOptions
@@ -21,9 +21,19 @@ from fleet.engine.run import run_and_report
 from fleet.history import History, history_path
 from fleet.inventory.host import Host
 from fleet.inventory.nodesets import fold
+from fleet.model.codec import run_from_document
 from fleet.model.errors import ConnectError
-from fleet.model.report import HostReport, HostStatus, Reason
-from fleet.report.html_report import BAR_UNITS, REPORT_HTML, kept_from_detail, outcome_groups, page
+from fleet.model.report import (
+    HostReport,
+    HostStatus,
+    KeptProcess,
+    Reason,
+    RunReport,
+    StepName,
+    StepResult,
+    StepStatus,
+)
+from fleet.report.html_report import BAR_UNITS, REPORT_HTML, RunPage, outcome_groups, page
 
 SIZE_BOUND = 2_000_000  # bytes: the page of a 512-host run, to attach to a mail or a chat
 
@@ -36,7 +46,7 @@ SIZE_BOUND = 2_000_000  # bytes: the page of a 512-host run, to attach to a mail
 def test_the_demo_page_has_every_host_with_the_numbers_of_its_json() -> None:
     document = demo_document()
     hosts = document["hosts"]
-    parsed = Page(page(document, log_folder="/var/log/fleet/runs/x"))
+    parsed = Page(page_of(document, log_folder="/var/log/fleet/runs/x"))
     for kind in ("grid", "timeline", "host"):
         assert sorted(r.get("data-host") for r in parsed.of(kind)) == sorted(hosts), kind
     for row in parsed.of("grid"):
@@ -78,7 +88,7 @@ def test_the_timeline_puts_each_host_at_its_start_in_the_run_sorted_by_end() -> 
     """Each host's bars begin at its start_s and last its steps' durations, end to end; a Slurm wait is its own bar
     ending where the host started; rows by end time (start_s + duration_s), those that never started last."""
     document = synthetic_document()
-    text = page(document)
+    text = page_of(document)
     assert layout_of(text) == "run" and "seconds since the run started" in text
     assert "<i class=\"wait\"></i>waiting for its node's Slurm jobs" in text
     rows = Page(text).of("timeline")
@@ -129,7 +139,7 @@ def test_an_older_summary_without_start_s_keeps_each_hosts_own_axis() -> None:
     assert all("start_s" not in h for h in document["hosts"].values())
     document["hosts"]["gpu-b03"]["slurm"] = {"node": "gpu-b03", "state_before": "MIXED", "jobs": ["4711"],
                                              "waited_s": 4.0}
-    text = page(document)
+    text = page_of(document)
     assert layout_of(text) == "host"
     assert "seconds from each host's own start" in text and "keeps no host's start in the run" in text
     assert "<i class=\"wait\">" not in text
@@ -143,7 +153,7 @@ def test_an_older_summary_without_start_s_keeps_each_hosts_own_axis() -> None:
         assert sum(said for *_, said in bars) == pytest.approx(host["duration_s"], abs=0.02)
     one_without = synthetic_document()
     one_without["hosts"]["gpu-r01n01"].pop("start_s")  # one host that ran without its start: no run axis
-    assert layout_of(page(one_without)) == "host"
+    assert layout_of(page_of(one_without)) == "host"
 
 
 def test_the_demo_runs_hosts_start_at_once() -> None:
@@ -152,15 +162,15 @@ def test_the_demo_runs_hosts_start_at_once() -> None:
     document = demo_document()
     starts = [h["start_s"] for h in document["hosts"].values()]
     assert all(0 <= s < 1 for s in starts)
-    assert layout_of(page(document)) == "run"
+    assert layout_of(page_of(document)) == "run"
 
 
 def test_the_outcome_folds_as_the_summary_does_largest_group_first() -> None:
     document = synthetic_document()
-    groups = outcome_groups(document["hosts"])
+    groups = outcome_groups(run_from_document(document).hosts)
     sizes = [len(names) for _, _, names, _ in groups]
     assert sizes == sorted(sizes, reverse=True) and sum(sizes) == len(document["hosts"])
-    parsed = Page(page(document))
+    parsed = Page(page_of(document))
     rows = parsed.of("outcome")
     assert [int(r.get("data-count")) for r in rows] == sizes
     for row, (status, reason, names, _) in zip(rows, groups, strict=True):
@@ -173,12 +183,12 @@ def test_every_string_from_the_document_is_escaped() -> None:
     evil = '<script>alert("x")</script> & <img src=x onerror=alert(1)> "quoted" \'single\''
     document = demo_document()
     host = document["hosts"]["gpu-b16"]
-    host.update(error=evil, reason=evil)
-    host["steps"][1]["detail"] = f"killed 1 (0 on SIGTERM, 1 on SIGKILL); kept pid 7 {evil.split()[0]} ({evil})"
+    host.update(error=evil, kept=[{"pid": 7, "name": evil, "user": evil, "why": evil}])
+    host["steps"][1]["detail"] = f"killed 1 (0 on SIGTERM, 1 on SIGKILL); kept pid 7 {evil} ({evil})"
     host["gpus"][0]["health"] = [{"check": evil, "level": "warn", "detail": evil}]
     host["slurm"] = {"node": evil, "state_before": evil, "reason_before": evil, "jobs": [evil]}
     document["hosts"][evil] = host
-    text = page(document, log_folder=evil)
+    text = page_of(document, log_folder=evil)
     parsed = Page(text)
     assert parsed.tags["script"] == 0 and parsed.tags["img"] == 0
     assert evil in "".join(parsed.text)
@@ -186,7 +196,7 @@ def test_every_string_from_the_document_is_escaped() -> None:
 
 
 def test_the_page_loads_nothing_and_runs_nothing() -> None:
-    text = page(synthetic_document())
+    text = page_of(synthetic_document())
     assert "<script" not in text and "://" not in text and "src=" not in text
     assert "@import" not in text and "url(" not in text and "@font-face" not in text
     assert "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">" \
@@ -196,7 +206,7 @@ def test_the_page_loads_nothing_and_runs_nothing() -> None:
 def test_a_512_host_page_stays_under_2_mb() -> None:
     document = synthetic_document()
     assert len(document["hosts"]) == 512
-    text = page(document, log_folder="/home/operator/.local/state/fleet/runs/20261203T030000Z-5e1f00")
+    text = page_of(document, log_folder="/home/operator/.local/state/fleet/runs/20261203T030000Z-5e1f00")
     size = len(text.encode("utf-8"))
     assert size < SIZE_BOUND, f"{size} bytes for 512 hosts"
     parsed = Page(text)
@@ -212,7 +222,7 @@ def test_a_check_without_baselines_and_a_host_never_reached() -> None:
                                     "error": "no SSH session within 10 s", "gpus": [], "killed": [],
                                     "steps": [{"name": n, "status": "skipped", "duration_s": 0.0, "detail": ""}
                                               for n in ("drain", "kill", "settle", "verify")]}
-    parsed = Page(page(document))
+    parsed = Page(page_of(document))
     grid = {r.get("data-host"): r for r in parsed.of("grid")}
     assert cells_of(grid["gpu-b01"]) == [(i, None, "0") for i in range(8)]
     assert "no GPU read" in grid["gpu-b09"].text and grid["gpu-b09"].get("data-gpus") == "0"
@@ -227,22 +237,27 @@ def test_a_host_that_never_started_ends_the_timeline() -> None:
                                     "error": "stopped: more than 0 hosts failed", "gpus": [], "killed": [],
                                     "steps": [{"name": n, "status": "skipped", "duration_s": 0.0, "detail": ""}
                                               for n in ("drain", "kill", "settle", "verify")]}
-    timeline = Page(page(document)).of("timeline")
+    timeline = Page(page_of(document)).of("timeline")
     assert timeline[-1].get("data-host") == "gpu-a01" and "not started" in timeline[-1].text
 
 
-@pytest.mark.parametrize(("detail", "kept"), [
-    ("killed 1 (0 on SIGTERM, 1 on SIGKILL); kept pid 21467 nvidia-persistenced (protected name nvidia-persistenced)",
-     [("21467", "nvidia-persistenced", "protected name nvidia-persistenced")]),
-    ("no GPU holders to kill; kept pid 7 python3 (a Slurm job's process (job 4711, cgroup /a/job_4711)), pid 9"
-     " nv-hostengine (protected name nv-hostengine); holding after kill: pid 8 x",
-     [("7", "python3", "a Slurm job's process (job 4711, cgroup /a/job_4711)"),
-      ("9", "nv-hostengine", "protected name nv-hostengine")]),
-    ("killed 2 (2 on SIGTERM, 0 on SIGKILL)", []),
-    ("kept pid 7 python3 (cut short", []),
-])
-def test_kept_holders_are_read_from_the_kill_steps_detail(detail: str, kept: list[tuple[str, str, str]]) -> None:
-    assert kept_from_detail(detail) == kept
+def test_kept_holders_are_the_reports_data_never_read_from_the_kill_steps_prose() -> None:
+    """Each holder the kill left alive is a row of its own (pid, name, why) from the host's `kept`, whatever its name
+    or its why holds (spaces, parentheses); a kill step's detail that names a kept holder adds no row."""
+    kept = (KeptProcess(7, "python3", "alice", "a Slurm job's process (job 4711, cgroup /a/job_4711)"),
+            KeptProcess(9, "nv hostengine (2)", "root", "protected name nv-hostengine"))
+    steps = (StepResult(StepName.KILL, StepStatus.OK, 1.0, "no GPU holders to kill; kept pid 7 python3 (...), pid 9"
+                        " nv hostengine (2) (protected name nv-hostengine)"),)
+    hosts = {"gpu-b01": HostReport("gpu-b01", HostStatus.CLEAN, 2.0, None, steps, kept=kept),
+             "gpu-b02": HostReport("gpu-b02", HostStatus.CLEAN, 2.0, None, steps)}
+    text = page(RunPage(RunReport("r1", "reset", "2026-12-03T03:00:00+00:00", 3.0, hosts), "0.2.0"))
+    details = {r.get("data-host"): r for r in Page(text).of("host")}
+    rows = [c for c in details["gpu-b01"].children if c.tag == "tr"]
+    assert "kept pidnamewhy" in details["gpu-b01"].text
+    assert "7python3a Slurm job's process (job 4711, cgroup /a/job_4711)" in details["gpu-b01"].text
+    assert "9nv hostengine (2)protected name nv-hostengine" in details["gpu-b01"].text
+    assert len(rows) == 2 + 1 + 2  # the steps table's header and row, the kept table's header and its two rows
+    assert "kept pidnamewhy" not in details["gpu-b02"].text
 
 
 # --- written by every run, and by fleet show --html -------------------------------------------------------------
@@ -257,7 +272,7 @@ async def test_a_run_writes_its_page_beside_summary_json(tmp_path: Path) -> None
     folder = tmp_path / report.run_id
     summary = json.loads((folder / "summary.json").read_text())
     text = (folder / REPORT_HTML).read_text()
-    assert text == page(summary, log_folder=str(folder))
+    assert text == page_of(summary, log_folder=str(folder))
     assert [r.get("data-host") for r in Page(text).of("grid")] == ["gpu-b01", "gpu-b02"]
     assert not list(folder.glob(".*tmp"))
 
@@ -285,7 +300,7 @@ def test_show_html_prints_the_path_and_writes_the_page_of_an_older_run(tmp_path:
     (folder / "summary.json").write_text(json.dumps(document))
     assert main(["show", "last", "--html", "--log-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out == f"{folder / REPORT_HTML}\n"
-    assert (folder / REPORT_HTML).read_text() == page(document, log_folder=str(folder))
+    assert (folder / REPORT_HTML).read_text() == page_of(document, log_folder=str(folder))
     (folder / REPORT_HTML).write_text("kept as it is")
     assert main(["show", document["run_id"], "--html", "--log-dir", str(tmp_path)]) == 0
     assert (folder / REPORT_HTML).read_text() == "kept as it is"  # a page that is there is never rewritten

@@ -41,6 +41,7 @@ async def test_busy_fleet_with_a_stray_process_is_reset_clean(make_fleet: Any, t
         assert not node.alive(strays[name])
         assert strays[name] in {k.pid for k in host.killed}
         assert keepers[name] and all(node.alive(p) for p in keepers[name])
+        assert {(k.pid, k.why) for k in host.kept} == {(p, "protected name nvidia-persistenced") for p in keepers[name]}
         assert node.gpu_memory() == [0] * 8
         assert node.compute_pids() == set()
         assert host.memory_before_mib == (30000 + 1523,) + (30000,) * 7  # what the reset freed, GPU by GPU

@@ -266,6 +266,7 @@ async def test_via_srun_resets_through_a_real_job_step(sim: SimFleet, cluster: S
     assert [s.status.value for s in hosts["sim1"].steps] == ["ok", "ok", "ok", "ok"]
     assert hosts["sim1"].memory_before_mib is not None and hosts["sim1"].memory_before_mib[0] == 30000 + 1523
     assert {k.name for k in hosts["sim1"].killed} >= {"python3"}
+    assert [k.why for k in hosts["sim1"].kept] == ["protected name nvidia-persistenced"]  # relayed as data
     assert hosts["sim2"].status is HostStatus.SKIPPED and f"job {job}" in (hosts["sim2"].error or "")
     # the step began once sim2's wait ran out: every node that took part waited that long (report.html's bar)
     assert (slurm_of(hosts["sim1"]).waited_s or 0) >= 3 and slurm_of(hosts["sim2"]).waited_s is not None

@@ -1,5 +1,6 @@
-"""Helpers for the report.html tests: a synthetic 512-host report document, the page read back as a document
-(html.parser), and a minimal PNG reader for Chromium's screenshots (stdlib only)."""
+"""Helpers for the report.html tests: a synthetic 512-host report document, the page of a report document (read
+by the codec, as `fleet show --html` reads a summary.json), the page read back as a document (html.parser), and a
+minimal PNG reader for Chromium's screenshots (stdlib only)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from fleet.model.codec import run_from_document
+from fleet.report.html_report import RunPage, page
 from support.paths import FIXTURES
 
 REPORTS = FIXTURES / "report"
@@ -24,6 +27,11 @@ def demo_document(path: Path = DEMO) -> dict[str, Any]:
     same of fleet 0.1.0, an older summary."""
     document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return document
+
+
+def page_of(document: dict[str, Any], log_folder: str | None = None) -> str:
+    """The page of a JSON report document, read back typed as `fleet show --html` reads a summary.json."""
+    return page(RunPage(run_from_document(document), document["fleet_version"]), log_folder=log_folder)
 
 
 WAVE_S = 15.0  # the synthetic run's waves (--batch 128): four racks each, one every 15 s
@@ -67,6 +75,8 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
         "start_s": start, "error": error, "steps": steps,
         "killed": [{"pid": pid, "name": "sglang", "user": "svc", "signal": "SIGTERM"},
                    {"pid": pid + 1, "name": "python3", "user": "root", "signal": "SIGKILL"}],
+        "kept": [{"pid": pid + 2, "name": "nvidia-persistenced", "user": "root",
+                  "why": "protected name nvidia-persistenced"}],
         "gpus": gpus, "health": [], "memory_before_mib": before,
         "slurm": {"node": name, "state_before": "MIXED", "reason_before": None,
                   "state_after": "IDLE" if status == "clean" else "DRAIN",
@@ -78,11 +88,12 @@ def _host(rack: int, node: int) -> tuple[str, dict[str, Any]]:
     if k % 97 == 0:  # never reached: no GPU read, no step ran
         host.update(status="unreachable", reason="connect_timeout", error=f"no SSH session within 10 s ({name}:22)",
                     steps=[{**s, "status": "skipped", "duration_s": 0.0, "detail": ""} for s in steps], killed=[],
-                    gpus=[], duration_s=10.0)
+                    kept=[], gpus=[], duration_s=10.0)
         del host["memory_before_mib"]
     elif k % 89 == 0:  # its node's job outlived --drain-wait: never started
         error = f"slurm: job 4712 still running on {name} after 30 s: not reset"
         host.update(status="skipped", reason="jobs_running", error=error, start_s=None, duration_s=0.0, killed=[],
+                    kept=[],
                     steps=[{**s, "status": "skipped", "duration_s": 0.0, "detail": ""} for s in steps], gpus=[],
                     slurm={**host["slurm"], "jobs": ["4712"], "waited_s": 30.0, "state_after": "IDLE",
                            "reason_after": None})

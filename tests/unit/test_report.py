@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 
 import fleet
-from fleet.history.view import report_from_document
+from fleet.model.codec import host_from_document, host_to_document, run_from_document
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -39,7 +39,8 @@ def test_document_matches_the_contract_shape() -> None:
     assert doc["fleet_version"] == fleet.__version__
     assert doc["summary"] == {"total": 2, "clean": 1, "failed": 1, "unreachable": 0, "skipped": 0}
     host = doc["hosts"]["gpu-b01"]
-    assert set(host) == {"status", "reason", "duration_s", "start_s", "error", "steps", "killed", "gpus", "health"}
+    assert set(host) == {"status", "reason", "duration_s", "start_s", "error", "steps", "killed", "kept", "gpus",
+                         "health"}
     assert host["health"] == [] and host["start_s"] is None
     assert [s["name"] for s in host["steps"]] == ["drain", "kill", "settle", "verify"]
     assert set(host["steps"][0]) == {"name", "status", "duration_s", "detail"}
@@ -54,13 +55,13 @@ def test_findings_on_no_listed_gpu_are_the_hosts_health_with_their_pci_address()
     host = HostReport("gpu-b02", HostStatus.FAILED, 1.0, "PCI 0000:05:00 (no listed GPU): Xid 74 at 11:02:13: "
                       "NVLink Error", tuple(StepResult(x, StepStatus.OK) for x in StepName), reason=Reason.HEALTH,
                       health=found)
-    document = json.loads(json.dumps(reporting.host_document(host)))
+    document = json.loads(json.dumps(host_to_document(host)))
     assert document["health"] == [
         {"check": "xid", "level": "fail", "detail": "Xid 74 at 11:02:13: NVLink Error", "pci": "0000:05:00"},
         {"check": "xid", "level": "fail", "detail": "cannot read the kernel log (journalctl exited 1: No journal "
                                                     "files were found.)", "pci": None},
     ]
-    assert reporting.host_from_document("gpu-b02", document).health == found
+    assert host_from_document("gpu-b02", document).health == found
 
 
 def test_a_hosts_records_are_written_as_asdict_writes_them() -> None:
@@ -71,7 +72,7 @@ def test_a_hosts_records_are_written_as_asdict_writes_them() -> None:
     host = HostReport("gpu-b01", HostStatus.FAILED, 1.0, "gpu 0: 1 uncorrectable", reason=Reason.HEALTH, gpus=gpus,
                       killed=(KilledProcess(7713, "python3", "root", "SIGKILL"),),
                       health=(HostFinding("xid", Level.FAIL, "Xid 79", "0000:05:00"),))
-    document = reporting.host_document(host)
+    document = host_to_document(host)
     assert document["gpus"] == [asdict(g) for g in gpus]
     assert [list(g) for g in document["gpus"]] == [list(asdict(g)) for g in gpus]  # the keys in the same order
     assert document["killed"] == [asdict(k) for k in host.killed]
@@ -88,13 +89,13 @@ def test_a_hosts_start_in_the_run_comes_back_from_the_document() -> None:
     })
     document = json.loads(reporting.render(reporting.to_document(run)))
     assert [h["start_s"] for h in document["hosts"].values()] == [4.25, None]
-    assert reporting.host_from_document("gpu-b01", document["hosts"]["gpu-b01"]).start_s == 4.25
-    again = report_from_document(document)
+    assert host_from_document("gpu-b01", document["hosts"]["gpu-b01"]).start_s == 4.25
+    again = run_from_document(document)
     assert [h.start_s for h in again.hosts.values()] == [4.25, None]
     document["hosts"]["gpu-b01"]["slurm"] = {"node": "gpu-b01", "jobs": ["4711"], "waited_s": 3.0}
-    assert report_from_document(document).hosts["gpu-b01"].start_s == 4.25
+    assert run_from_document(document).hosts["gpu-b01"].start_s == 4.25
     del document["hosts"]["gpu-b01"]["start_s"]
-    assert reporting.host_from_document("gpu-b01", document["hosts"]["gpu-b01"]).start_s is None
+    assert host_from_document("gpu-b01", document["hosts"]["gpu-b01"]).start_s is None
 
 
 def test_summary_counts_equal_host_statuses() -> None:
