@@ -124,6 +124,11 @@ def reset(
         bool,
         typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify."),
     ] = False,
+    restore_settings: Annotated[
+        bool,
+        typer.Option("--restore-settings", help="After the kill, restore each GPU's gpu_settings profile (clocks,"
+                     " power limit, compute mode, persistence; MIG and ECC with --gpu-reset); a dry run lists it."),
+    ] = False,
     nodes: NodesOpt = None,
     scheduler: SchedulerOpt = None,
     slurm: SlurmOpt = False,
@@ -165,6 +170,7 @@ def reset(
         deadline_s=parse_duration(deadline) if deadline else None,
         stop_units=stop_units,
         gpu_reset=gpu_reset,
+        restore_settings=restore_settings,
         progress=True,
         scheduler=SchedulerOptions(parse_duration(drain_wait, "--drain-wait", zero=True), fan_out=via == "srun",
                                    name=chosen.scheduler) if chosen.scheduler else None,

@@ -92,7 +92,8 @@ def gpu_document(gpu: GpuReport) -> dict[str, Any]:
 def plan_document(plan: HostPlan) -> dict[str, Any]:
     return {"would_stop": list(plan.would_stop), "units": dict(plan.units),
             "would_kill": [flat(p) for p in plan.would_kill], "kept": [flat(p) for p in plan.kept],
-            "gpu_memory_mib": list(plan.gpu_memory_mib)}
+            "gpu_memory_mib": list(plan.gpu_memory_mib),
+            **({"would_restore": list(plan.would_restore)} if plan.would_restore else {})}
 
 
 def scheduler_fields(record: SchedulerRecord) -> dict[str, Any]:
@@ -280,7 +281,8 @@ def plan_from(fields: Fields) -> HostPlan:
         raise DocumentError(f"{fields.path('units')}: missing")
     return HostPlan(tuple((unit, units.text(unit)) for unit in units.document),
                     fields.items("would_kill", planned_from), fields.items("kept", planned_from),
-                    fields.values("gpu_memory_mib", (int, type(None)), "an integer or null") or ())
+                    fields.values("gpu_memory_mib", (int, type(None)), "an integer or null") or (),
+                    fields.values("would_restore", (str,), "a string", ()) or ())
 
 
 def scheduler_from(fields: Fields, by: str | None = None) -> SchedulerRecord:

@@ -47,6 +47,7 @@ class Reason(StrEnum):
     NEEDS_REBOOT = "needs_reboot"  # memory survived a GPU reset (--gpu-reset)
     GPU_MISSING = "gpu_missing"  # fewer GPUs than `gpus`
     HEALTH = "health"  # the health gate failed (Xid, ECC, remapping, fabric, PCIe...)
+    GPU_SETTINGS = "gpu_settings"  # a GPU's settings are not the host's profile, with `health_fail: [gpu_settings]`
     KERNEL_LOG = "kernel_log"  # the kernel log could not be read to its end: the Xid check cannot pass
     BLIND_SCAN = "blind_scan"  # the holder scan could not see every process
     PROBE_FAILED = "probe_failed"  # a command on the node failed or printed what fleet cannot read

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-import scripted_node
 from hypothesis import given
 from hypothesis import strategies as st
+from support import scripted_node
 from support.paths import FIXTURES
 
 from fleet.model import gpu_facts
