@@ -2,10 +2,11 @@
 
 From the differences of each GPU with the host's profile (`fleet.model.gpu_profile.differences`), each with
 `-i INDEX`: `-pm 1` (or `-pm 0`) first (a limit set without persistence mode goes when the driver unloads), `-c
-MODE`, `-pl W` (the default limit, or the profile's), `-rgc`, `-rmc`, `-rac` (locked and application clocks). A setting nvidia-smi did not say is not restored (nothing is known to
-differ). MIG and ECC modes take effect only at a GPU reset: with `--gpu-reset` their change (`-mig`, `-e`) is made
-and the GPU reset (`-r -i INDEX`); without it they are held back, said to need one. Locked clocks a profile names are
-never set: nvidia-smi does not say the locked values, so fleet cannot tell whether they differ.
+MODE`, `-pl W` (the default limit, or the profile's), `-rgc`, `-rmc`, `-rac` (locked and application clocks). A
+setting nvidia-smi did not say is not restored (nothing is known to differ). MIG and ECC modes take effect only at
+a GPU reset: with `--gpu-reset` their change (`-mig`, `-e`) is made and the GPU reset (`-r -i INDEX`); without it
+they are held back, said to need one. Locked clocks a profile names are never set: nvidia-smi does not say the
+locked values, so fleet cannot tell whether they differ.
 """
 
 from __future__ import annotations
