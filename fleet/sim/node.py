@@ -97,6 +97,10 @@ class NodeSpec:
     -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's index; empty, they are the
     same. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every nvidia-smi call takes before
     it answers (8 GPUs without persistence mode: seconds).
+
+    GPU settings a last user leaves behind (`fleet.sim.smi_settings` answers the commands that restore them):
+    `locked_clock_gpus` have locked clocks, `power_limits` ((gpu, watts), ...) a lowered power limit (the default
+    stays 700 W), `mig_gpus` MIG on; `power_limit_refused` makes `-pl` fail as for a caller without the permission.
     """
 
     name: str
@@ -128,6 +132,9 @@ class NodeSpec:
     smi_delay_s: float = 0.0
     journal: str = "ok"
     xid_on_kill: bool = False
+    locked_clock_gpus: tuple[int, ...] = ()  # a last user's `nvidia-smi -lgc`: Applications Clocks Setting Active
+    power_limits: tuple[tuple[int, float], ...] = ()  # (gpu, watts): a last user's lowered `nvidia-smi -pl`
+    power_limit_refused: bool = False  # `nvidia-smi -pl` fails: Insufficient Permissions, exit 4
 
     def __post_init__(self) -> None:
         if self.journal not in journalctl.JOURNAL_MODES:
