@@ -17,6 +17,7 @@ from fleet.cli.options import (
     RESET_EPILOG,
     ConcurrencyOpt,
     ExcludeOpt,
+    GpuResetOpt,
     GroupOpt,
     HostsArg,
     InventoryOpt,
@@ -26,8 +27,10 @@ from fleet.cli.options import (
     MetricsFileOpt,
     NodesOpt,
     PartitionOpt,
+    RestoreSettingsOpt,
     SchedulerOpt,
     SlurmOpt,
+    StopUnitsOpt,
     check_via,
 )
 from fleet.engine.interrupts import HANGUP_LINE, HungUp, hangups_unwind
@@ -116,19 +119,9 @@ def reset(
     deadline: Annotated[
         str | None, typer.Option("--deadline", metavar="DURATION", help="Bound the whole run: 90s, 10m, 1h30m.")
     ] = None,
-    stop_units: Annotated[
-        bool,
-        typer.Option("--stop-units", help="Stop the systemd unit of a holder that respawns after the kill."),
-    ] = False,
-    gpu_reset: Annotated[
-        bool,
-        typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify."),
-    ] = False,
-    restore_settings: Annotated[
-        bool,
-        typer.Option("--restore-settings", help="After the kill, restore each GPU's gpu_settings profile (clocks,"
-                     " power limit, compute mode, persistence; MIG and ECC with --gpu-reset); a dry run lists it."),
-    ] = False,
+    stop_units: StopUnitsOpt = False,
+    gpu_reset: GpuResetOpt = False,
+    restore_settings: RestoreSettingsOpt = False,
     nodes: NodesOpt = None,
     scheduler: SchedulerOpt = None,
     slurm: SlurmOpt = False,

@@ -199,7 +199,7 @@ class Host:
     gpu_settings: Annotated[
         GpuProfile,
         Var("the GPU settings every GPU is expected to have, judged by the health check `gpu_settings` and restored "
-            "by `--restore-settings` (see GPU settings)",
+            "by `--restore-settings` ([GPU settings](#gpu-settings-the-clean-slate-includes-the-gpus-settings))",
             words="mapping: `persistence`, `compute_mode`, `mig`, `power_limit`, `clocks`, `ecc`",
             shown="persistence on, `Default` compute mode, MIG off, default power limit, no locked or application "
                   "clocks, ECC not judged"),
