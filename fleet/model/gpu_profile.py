@@ -3,7 +3,8 @@
 Pure. `GpuProfile` is the expected profile (default: persistence on, compute mode Default, MIG off, the GPU's default
 power limit, no locked or application clocks; ECC not judged unless set). `differences` compares what nvidia-smi
 said of one GPU (`GpuSettings`, read in verify's reads) with it: one `Difference` per setting that differs, or that
-nvidia-smi did not say ("not observed", never "fine"). The health gate weighs them as the check `gpu_settings`
+nvidia-smi did not say ("not observed", never "fine"); `findings` are its lines, the unsaid ones folded into one.
+The health gate weighs them as the check `gpu_settings`
 (`fleet.reset.health_gate`); `fleet.reset.restore` turns them into the nvidia-smi commands that restore the profile.
 
 Persistence mode off where the profile wants it on is left to the health check `persistence`, which judges exactly
@@ -19,7 +20,8 @@ from enum import StrEnum
 
 from fleet.model.gpu_facts import GpuSettings
 
-__all__ = ["COMPUTE_MODES", "DEFAULT_PROFILE", "Clocks", "Difference", "GpuProfile", "Setting", "differences"]
+__all__ = ["COMPUTE_MODES", "DEFAULT_PROFILE", "Clocks", "Difference", "GpuProfile", "Setting", "differences",
+           "findings"]
 
 COMPUTE_MODES = ("Default", "Exclusive_Process", "Prohibited")  # as nvidia-smi prints them (and `-c` takes them)
 WATTS_SLACK = 0.5  # nvidia-smi prints limits to the hundredth of a watt; `-pl` takes whole or fractional watts
@@ -78,8 +80,11 @@ def _w(watts: float) -> str:
     return f"{watts:g} W"
 
 
+_UNSAID = " (nvidia-smi did not say it)"
+
+
 def _not_observed(setting: Setting, what: str) -> Difference:
-    return Difference(setting, f"{what} not observed (nvidia-smi did not say it)", observed=False)
+    return Difference(setting, f"{what} not observed{_UNSAID}", observed=False)
 
 
 def _persistence(profile: GpuProfile, gpu: GpuSettings) -> list[Difference]:
@@ -141,6 +146,16 @@ def _clocks(profile: GpuProfile, gpu: GpuSettings) -> list[Difference]:
         found.append(Difference(Setting.CLOCKS, "locked or application clocks in force (clock event reason "
                                                 "Applications Clocks Setting)"))
     return found
+
+
+def findings(profile: GpuProfile, gpu: GpuSettings) -> tuple[str, ...]:
+    """The health gate's lines for one GPU: each difference, and what nvidia-smi did not say folded into one
+    (`not observed: compute mode, power limit (nvidia-smi did not say them)`)."""
+    found = differences(profile, gpu)
+    unsaid = [d.detail.removesuffix(_UNSAID) for d in found if not d.observed]
+    folded = [] if not unsaid else [f"{unsaid[0]}{_UNSAID}"] if len(unsaid) == 1 else \
+        [f"not observed: {', '.join(u.removesuffix(' not observed') for u in unsaid)} (nvidia-smi did not say them)"]
+    return (*(d.detail for d in found if d.observed), *folded)
 
 
 def differences(profile: GpuProfile, gpu: GpuSettings) -> tuple[Difference, ...]:

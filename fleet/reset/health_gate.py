@@ -26,8 +26,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fleet.model import gpu_profile
 from fleet.model.gpu_facts import REMAP_FAILED, REMAP_PENDING, RETIRED_PENDING, GpuHealth, GpuSettings
-from fleet.model.gpu_profile import DEFAULT_PROFILE, GpuProfile, differences
+from fleet.model.gpu_profile import DEFAULT_PROFILE, GpuProfile
 from fleet.model.health_checks import by_name, checks, names, unread
 from fleet.model.report import Finding, HostFinding, KilledProcess, Level
 from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
@@ -233,7 +234,8 @@ def _gpu_facts(gpu: GpuHealth, profile: GpuProfile) -> Iterator[Fact]:
         if detail is not None:
             yield check.name, UNREAD if missing is not None else check.default, detail
         if check.name == SETTINGS_CHECK:
-            yield from ((check.name, check.default, d.detail) for d in differences(profile, GpuSettings.of(gpu)))
+            said = GpuSettings.of(gpu)
+            yield from ((check.name, check.default, line) for line in gpu_profile.findings(profile, said))
 
 
 @dataclass(frozen=True)

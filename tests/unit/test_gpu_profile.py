@@ -14,7 +14,7 @@ from fleet.inventory.gpu_settings import as_written, from_written
 from fleet.inventory.load import host_vars, load_inventory
 from fleet.model.errors import InventoryError
 from fleet.model.gpu_facts import GpuHealth, GpuSettings
-from fleet.model.gpu_profile import DEFAULT_PROFILE, Clocks, GpuProfile, Setting, differences
+from fleet.model.gpu_profile import DEFAULT_PROFILE, Clocks, GpuProfile, Setting, differences, findings
 from fleet.model.report import Level, Reason
 from fleet.node.probes.smi import GpuRow
 from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
@@ -141,6 +141,15 @@ def test_a_setting_nvidia_smi_did_not_say_is_not_observed_never_fine() -> None:
     assert not any(d.observed for d in found)
     no_default = dataclasses.replace(CLEAN, default_power_limit_w=None)
     assert details(DEFAULT_PROFILE, no_default) == ["default power limit not observed (nvidia-smi did not say it)"]
+
+
+def test_the_health_gate_folds_what_was_not_said_into_one_line() -> None:
+    assert findings(DEFAULT_PROFILE, dataclasses.replace(LOWERED, compute_mode=None, mig=None)) == (
+        "power limit 450 W, default 700 W",
+        "not observed: compute mode, MIG mode (nvidia-smi did not say them)")
+    assert findings(DEFAULT_PROFILE, dataclasses.replace(CLEAN, compute_mode=None)) == (
+        "compute mode not observed (nvidia-smi did not say it)",)
+    assert findings(DEFAULT_PROFILE, CLEAN) == ()
 
 
 def test_a_profile_of_its_own_is_judged_against() -> None:
