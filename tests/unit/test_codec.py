@@ -20,9 +20,19 @@ from support.report_strategies import hosts
 
 from fleet.cli.commands import main
 from fleet.history import History, history_path, host_from_row
+from fleet.model import plugs
 from fleet.model.codec import host_from_document, host_to_document, run_from_document
 from fleet.model.errors import DocumentError
-from fleet.model.report import GpuReport, HostReport, HostStatus, KeptProcess, Reason, RunReport, StepResult
+from fleet.model.report import (
+    GpuReport,
+    HostReport,
+    HostStatus,
+    KeptProcess,
+    Reason,
+    RunReport,
+    SchedulerRecord,
+    StepResult,
+)
 from fleet.report.render import render, to_document
 from fleet.slurm.frames import Assembler
 from fleet.slurm.noderun import Lines
@@ -207,3 +217,23 @@ def test_show_of_a_summary_fleet_cannot_read_is_one_line_exit_2(tmp_path: Path, 
     assert err.count("\n") == 1 and f"{folder / 'summary.json'}: hosts.gpu-b03.steps[0].status: 'half done' is no" \
                                    " StepStatus fleet knows" in err
     assert not (folder / "report.html").exists()
+
+
+def test_a_scheduler_record_is_keyed_by_its_scheduler_in_the_document_and_named_in_the_history(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record of another scheduler than Slurm: under its own name in the document (read back only where that
+    scheduler is registered), as `by` in the history's column (read back whatever is registered)."""
+    host = HostReport("gpu-b01", HostStatus.CLEAN, 1.0, None, scheduler=SchedulerRecord("b01", "ready", by="k8s"))
+    document = through_json(host_to_document(host))
+    assert "slurm" not in document and document["k8s"] == {"node": "b01", "state_before": "ready",
+                                                          "reason_before": None, "state_after": None,
+                                                          "reason_after": None, "jobs": []}
+    assert host_from_document("gpu-b01", document).scheduler is None  # no such scheduler here: not read
+    monkeypatch.setitem(plugs.SCHEDULERS, "k8s", plugs.Scheduled("k8s.plug", "k8s.jobs"))
+    assert host_from_document("gpu-b01", document) == host
+    with History.open(history_path(tmp_path)) as history:
+        history.start_run("r1", "reset", [host.name], {}, "2026-12-03T03:00:00Z", "0.2.0", tmp_path)
+        history.record_host("r1", host)
+        record = history.get("r1")
+    assert record is not None and record.hosts[0].slurm is not None and record.hosts[0].slurm["by"] == "k8s"
+    assert host_from_row(record.hosts[0]).scheduler == host.scheduler
