@@ -3,8 +3,9 @@
 Asks the node, in one command (a batch): each GPU's index and bus id and its settings (the health gate's
 `--query-gpu`; the whole `nvidia-smi -q` on a driver that lacks a field). Decides (`fleet.reset.restore_plan`, pure)
 the nvidia-smi commands that restore the profile; runs each as its own command, as root (through `sudo -n` on a
-`become` host, as the kill's signals), bounded by nvidia-smi's bound (a GPU reset by `gpu_reset_timeout`), logged as
-its own `settings_restore` event with its exit status and first line. A command the driver refuses, or one that does
+`become` host, as the kill's signals), bounded by nvidia-smi's bound (a GPU reset by `gpu_reset_timeout`) and all of
+them together by `gpu_reset_timeout` (and one command's room: the reset lock's bound counts it), logged as its own
+`settings_restore` event with its exit status and first line. A command the driver refuses, or one that does
 not end within its bound, is said per GPU with what nvidia-smi printed (`gpu 3: nvidia-smi -i 3 -pl 700 exited 4:
 Failed to set power management limit for GPU 00000000:18:00.0: Insufficient Permissions`): verify weighs it as a
 `gpu_settings` finding. Verify's own read is the read-back: a setting the restore did not take still differs there.
@@ -20,6 +21,7 @@ from fleet.model.errors import CommandTimeout, StepFailed
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import StepName
 from fleet.node.bounds import Bound, smi_bound
+from fleet.node.budget import BudgetSpent, TimeBudget
 from fleet.node.node import Node
 from fleet.node.probe import ANY_EXIT, Probe, first_line
 from fleet.node.probes import health, smi
@@ -41,11 +43,11 @@ class Restored:
 
     @property
     def detail(self) -> str:
-        """`; restored 3 settings, 1 refused, 1 held back (gpu 1: MIG mode on, ...)`: for settle's detail."""
+        """`; settings: 3 nvidia-smi changes took, 1 refused, held back: gpu 1: MIG mode on, ...`: settle's."""
         if not (self.done or self.refused or self.held):
             return ""
         refused = sum(len(r) for r in self.refused.values())
-        parts = [f"restored {len(self.done)} setting{'' if len(self.done) == 1 else 's'}"]
+        parts = [f"settings: {len(self.done)} nvidia-smi change{'' if len(self.done) == 1 else 's'} took"]
         parts += [f"{refused} refused"] if refused else []
         parts += [f"held back: {'; '.join(self.held)}"] if self.held else []
         return "; " + ", ".join(parts)
@@ -68,15 +70,16 @@ def _probe(nvidia_smi: str, change: Change) -> Probe[str]:
                  ok_exits=ANY_EXIT, driver=True)
 
 
-async def _apply(node: Node, change: Change) -> str | None:
-    """Run one change; None when it took, else why not (nvidia-smi's exit status and first line)."""
+async def _apply(node: Node, change: Change, budget: TimeBudget) -> str | None:
+    """Run one change within what is left of the restore's budget; None when it took, else why not (nvidia-smi's
+    exit status and first line, or the bound that ended it)."""
     host = node.host
     bound = Bound(host.gpu_reset_timeout, "gpu_reset_timeout") if change.reset else smi_bound(host)
     probe = _probe(host.nvidia_smi, change)
     try:
-        answers = await node.batch([(probe, bound)], step=STEP)
+        answers = await node.batch([(probe, bound)], step=STEP, budget=budget)
         result = answers.result(probe)
-    except (CommandTimeout, StepFailed) as exc:
+    except (CommandTimeout, StepFailed, BudgetSpent) as exc:
         node.log.warning("settings_restore", step=str(STEP), gpu=change.gpu, command=probe.what, error=str(exc))
         return f"{probe.what} did not take: {exc}"
     said = first_line(result.stderr) if result.exit_status != 0 and result.stderr.strip() else first_line(result.stdout)
@@ -97,10 +100,11 @@ async def restore_settings(node: Node, *, gpu_reset: bool = False,
     done: list[str] = []
     refused: dict[int, list[str]] = {}
     failed_gpus: set[int] = set()
+    budget = TimeBudget(0.0, slack=node.host.gpu_reset_timeout + node.host.command_timeout)
     for change in plan.changes:
         if change.reset and change.gpu in failed_gpus:
             continue  # its mode change was refused: nothing pending to apply
-        why = await _apply(node, change)
+        why = await _apply(node, change, budget)
         if why is None:
             done.append(change.line)
         else:

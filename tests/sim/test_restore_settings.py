@@ -40,7 +40,7 @@ async def test_a_restore_that_takes(make_fleet: Any, tmp_path: Path) -> None:
     assert settings_findings(restored) == {}
     assert restores(tmp_path, "gpu-r01") == [(2, "nvidia-smi -i 2 -rgc", 0), (2, "nvidia-smi -i 2 -rmc", 0),
                                              (2, "nvidia-smi -i 2 -rac", 0), (5, "nvidia-smi -i 5 -pl 700", 0)]
-    assert "restored 4 settings" in step(restored, StepName.SETTLE).detail
+    assert "settings: 4 nvidia-smi changes took" in step(restored, StepName.SETTLE).detail
     events = [e.get("event") for e in last_log(tmp_path, "gpu-r01")]
     assert events.index("settings_restore") > max(i for i, e in enumerate(events) if e == "step_end" and
                                                    last_log(tmp_path, "gpu-r01")[i]["step"] == "kill")
