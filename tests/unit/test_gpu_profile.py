@@ -21,6 +21,7 @@ from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
 from fleet.reset.restore_plan import restore_plan
 from fleet.reset.settle import Allowance
 from fleet.reset.verify import verify_verdict
+from fleet.slurm.noderun import host_of
 
 # An H100 as the 535.183.01 capture reads it (tests/logic/test_gpu_settings.py): the profile's defaults hold.
 CLEAN = GpuSettings(name="NVIDIA H100 80GB HBM3", vbios="96.00.74.00.01", driver="535.183.01", persistence=True,
@@ -96,14 +97,18 @@ def test_health_fail_names_known_checks(tmp_path: Path) -> None:
 
 
 def test_the_profile_as_written_reads_back(tmp_path: Path) -> None:
-    """`fleet inventory --json` and `--via srun`'s document to the node write it as the inventory would."""
+    """`fleet inventory --json` and `--via srun`'s document to the node write it as the inventory would, and the node
+    reads it back (`fleet.slurm.noderun.host_of`)."""
     profile = GpuProfile(False, "Prohibited", True, 450.0, Clocks(1980, None), False)
     assert as_written(profile) == {"persistence": "off", "compute_mode": "Prohibited", "mig": "on",
                                    "power_limit": 450.0, "clocks": {"graphics": 1980}, "ecc": "off"}
     assert from_written(as_written(profile)) == profile and from_written(as_written(DEFAULT_PROFILE)) == DEFAULT_PROFILE
     path = tmp_path / "site.yaml"
-    path.write_text("hosts: {gpu-a: {}}\n")
-    assert host_vars(load_inventory(path).hosts["gpu-a"])["gpu_settings"]["power_limit"] == "default"
+    path.write_text("hosts: {gpu-a: {gpu_settings: {power_limit: 450, mig: on}}}\n")
+    host = load_inventory(path).hosts["gpu-a"]
+    assert host_vars(host)["gpu_settings"]["power_limit"] == 450.0
+    assert host_of("gpu-a", host_vars(host)).gpu_settings == host.gpu_settings == GpuProfile(mig=True,
+                                                                                            power_limit_w=450.0)
 
 
 # ---------------------------------------------------------------- the comparison
