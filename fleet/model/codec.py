@@ -283,8 +283,9 @@ def gpu_settings_from(fields: Fields | None) -> GpuSettings | None:
     absent or null from a fleet that did not read them."""
     if fields is None:
         return None
-    readers = _SETTING_READERS
-    return GpuSettings(**{f.name: readers[str(f.type)](fields, f.name) for f in dataclasses.fields(GpuSettings)})
+    read: dict[str, Any] = {f.name: _SETTING_READERS[str(f.type)](fields, f.name)
+                            for f in dataclasses.fields(GpuSettings)}
+    return GpuSettings(**read)
 
 
 _SETTING_READERS: dict[str, Callable[[Fields, str], object]] = {
