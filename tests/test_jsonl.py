@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 import structlog
 
 from fleet.engine.run_folder import RunLogs
+from fleet.report import jsonl
 from fleet.report.jsonl import HostFile, HostLogger
 
 STAMP = re.compile(r'"timestamp": "[^"]*"')
@@ -176,3 +178,12 @@ async def test_lines_past_the_turns_bound_are_written_at_once(tmp_path: Path, mo
         assert events(path) == ["small", "big", "after"]
     finally:
         logs.close()
+
+
+@pytest.mark.parametrize("nanos", [1_764_806_400_000_000_000, 1_764_806_399_999_999_999, 1_764_806_400_000_001_000])
+def test_the_timestamp_is_isoformats(monkeypatch: pytest.MonkeyPatch, nanos: int) -> None:
+    """The stamp is TimeStamper's (`datetime.isoformat`, UTC, `Z`): no fraction on a whole second, microseconds
+    otherwise; its date made once a second, so two seconds apart never share one."""
+    monkeypatch.setattr("fleet.report.jsonl.time.time_ns", lambda: nanos)
+    when = datetime.fromtimestamp(nanos // 1000 / 1e6, tz=UTC).replace(microsecond=(nanos // 1000) % 1_000_000)
+    assert jsonl._stamp() == when.isoformat().replace("+00:00", "Z")
