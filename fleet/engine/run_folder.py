@@ -16,14 +16,13 @@ import io
 import json
 import os
 import secrets
-from contextlib import suppress
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from fleet.model.errors import UsageError
-from fleet.report.jsonl import HostFile, HostLogger, Turns
+from fleet.report.jsonl import HostLogger, write_line
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -78,8 +77,7 @@ class RunLogs:
     def __init__(self, log_dir: Path, run_id: str) -> None:
         self.run_id = run_id
         self.path = log_dir / run_id
-        self._files: dict[str, HostFile] = {}
-        self._turns = Turns()
+        self._files: dict[str, io.FileIO] = {}
         self._running: int | None = None
 
     def create(self) -> None:
@@ -96,14 +94,14 @@ class RunLogs:
 
     def relay(self, host: str, record: dict[str, Any]) -> None:
         """Append an event a node logged itself (`--via srun`) to that host's log, as it was logged there."""
-        self._file(host).add(json.dumps(record))
+        write_line(self._file(host), json.dumps(record))
 
-    def _file(self, host: str) -> HostFile:
-        """The host's log, opened once (append, unbuffered; its lines written at the end of each turn of the event
-        loop, see `fleet.report.jsonl`)."""
+    def _file(self, host: str) -> io.FileIO:
+        """The host's log, opened once (append, unbuffered: each line is on disk as soon as it is logged, even if
+        the run dies)."""
         out = self._files.get(host)
         if out is None:
-            out = self._files[host] = HostFile(io.FileIO(self.path / f"{host}.jsonl", "a"), self._turns)
+            out = self._files[host] = io.FileIO(self.path / f"{host}.jsonl", "a")
         return out
 
     def write_summary(self, text: str) -> Path:
@@ -115,10 +113,8 @@ class RunLogs:
         return target
 
     def close(self) -> None:
-        """Write every host's kept lines and close its file, then let `running.lock` go."""
         for out in self._files.values():
-            with suppress(OSError):  # a log that cannot be written: the report still says what happened
-                out.close()
+            out.close()
         self._files.clear()
         if self._running is not None:
             os.close(self._running)  # the lock goes with it

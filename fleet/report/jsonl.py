@@ -8,17 +8,11 @@ call, keys escaped once, each value encoded by its type), which counts at 10,000
 An event the shortcut does not cover (an exception's traceback, a field named like one of those five) goes
 through structlog's own processors.
 
-A host's lines go to its `HostFile`: inside an event loop they are kept until the end of the loop's turn and then
-written together, one write(2) a host a turn (`Turns`), so every line is on disk before fleet waits on anything
-(a node's answer, a timer), in the order logged; a host that logs 40 events in 6 turns costs 6 writes, not 40.
-Outside an event loop (and for a host whose turn has no loop) each line is written at once. `RunLogs.close`
-writes what is still kept, whatever ended the run (an interrupt, an error): only a process killed mid-turn
-(SIGKILL) loses that turn's lines.
+Each line is one write(2) of its own, unbuffered: on disk as soon as it is logged, even if the run dies.
 """
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import math
@@ -93,87 +87,12 @@ def _stamp() -> str:
     return f"{_SECOND[1]}.{micros:06d}Z" if micros else f"{_SECOND[1]}Z"
 
 
-# Characters of lines kept in a turn, all hosts together, past which they are written at once (a turn of 10,000
-# hosts would otherwise hold all their output of that turn).
-KEEP_CHARS = 4 << 20
-
-
-class Turns:
-    """Writes the hosts' kept lines at the end of each turn of the event loop: one callback a turn, for all of them
-    (sooner once KEEP_CHARS are kept)."""
-
-    __slots__ = ("_chars", "_kept")
-
-    def __init__(self) -> None:
-        self._kept: list[HostFile] = []
-        self._chars = 0
-
-    def keep(self, file: HostFile) -> bool:
-        """Have `file` written at the end of this turn; False outside an event loop (write it now)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        if not self._kept:
-            loop.call_soon(self.write)
-        self._kept.append(file)
-        return True
-
-    def grew(self, chars: int) -> None:
-        self._chars += chars
-        if self._chars > KEEP_CHARS:
-            self.write()
-
-    def write(self) -> None:
-        kept, self._kept, self._chars = self._kept, [], 0
-        for file in kept:
-            file.write()
-
-
-class HostFile:
-    """One host's log file (opened unbuffered, in append mode): lines added in order, written together at the end
-    of the loop's turn (`Turns`), or at once without one. A write that failed is raised by the host's next line."""
-
-    __slots__ = ("_failed", "_kept", "_out", "_turns")
-
-    def __init__(self, out: io.FileIO, turns: Turns | None = None) -> None:
-        self._out, self._turns = out, turns
-        self._kept: list[str] = []
-        self._failed: OSError | None = None
-
-    def add(self, line: str) -> None:
-        if self._failed is not None:
-            failed, self._failed = self._failed, None
-            raise failed
-        if self._out.closed:
-            raise ValueError("I/O operation on closed file")
-        turns = self._turns
-        if turns is None or not (self._kept or turns.keep(self)):
-            write_line(self._out, line)
-            return
-        self._kept.append(line)
-        turns.grew(len(line))
-
-    def write(self) -> None:
-        """Write the kept lines (one write(2)); a failure is kept for the host's next line."""
-        if self._kept and not self._out.closed:
-            text, self._kept = "\n".join(self._kept), []
-            try:
-                write_line(self._out, text)
-            except OSError as exc:
-                self._failed = exc
-
-    def close(self) -> None:
-        self.write()
-        self._out.close()
-
-
 class HostLogger:
-    """A `fleet.model.hostlog.HostLog` writing one host's lines to its `HostFile`."""
+    """A `fleet.model.hostlog.HostLog` writing one host's lines to `out` (opened unbuffered, in append mode)."""
 
     __slots__ = ("_host", "_opening", "_out", "_run_id")
 
-    def __init__(self, out: HostFile, host: str, run_id: str) -> None:
+    def __init__(self, out: io.FileIO, host: str, run_id: str) -> None:
         self._out = out
         self._host, self._run_id = host, run_id
         self._opening = f'{{"host": {_value(host)}, "run_id": {_value(run_id)}'
@@ -202,7 +121,7 @@ class HostLogger:
             chain = structlog.wrap_logger(structlog.ReturnLogger(), processors=PROCESSORS, host=self._host,
                                           run_id=self._run_id)
             line = getattr(chain, level)(event, **fields)
-        self._out.add(line)
+        write_line(self._out, line)
 
     def _line(self, level: str, event: str, fields: dict[str, Any]) -> str:
         parts = [self._opening]

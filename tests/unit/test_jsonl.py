@@ -10,14 +10,12 @@ from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.lowlevel
 import pytest
 import structlog
 
 from fleet.engine.run_folder import RunLogs
 from fleet.report import jsonl
-from fleet.report.jsonl import HostFile, HostLogger
+from fleet.report.jsonl import HostLogger
 
 STAMP = re.compile(r'"timestamp": "[^"]*"')
 # The per-node log's chain as it was written before HostLogger, spelled out here so that the pin is not the
@@ -70,7 +68,7 @@ def written(tmp_path: Path, method: str, event: str, fields: dict[str, Any]) -> 
     path = tmp_path / "gpu-b01.jsonl"
     path.unlink(missing_ok=True)
     with io.FileIO(path, "a") as out:
-        getattr(HostLogger(HostFile(out), "gpu-b01", "20261204T000000Z-abcdef"), method)(event, **fields)
+        getattr(HostLogger(out, "gpu-b01", "20261204T000000Z-abcdef"), method)(event, **fields)
     text = path.read_text(encoding="utf-8")
     assert text.endswith("\n") and text.count("\n") == 1, "one event is one line"
     return text[:-1]
@@ -115,69 +113,6 @@ def test_a_run_writes_one_file_a_host_and_relayed_lines_join_it(tmp_path: Path) 
     assert {"timestamp", "level", "event", "host", "run_id", "step"} <= lines[0].keys()
     with pytest.raises(ValueError, match="closed file"):
         log.info("after_close")
-
-
-
-def events(path: Path) -> list[str]:
-    return [json.loads(line)["event"] for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-async def test_in_an_event_loop_a_hosts_lines_are_on_disk_at_the_end_of_its_turn(tmp_path: Path) -> None:
-    """Inside the loop a host's lines are kept until the loop's turn ends, then written together, in order, before
-    the next turn: on disk before fleet waits on anything. `close` writes what a turn still kept."""
-    logs = RunLogs(tmp_path, "run-1")
-    logs.create()
-    paths = [tmp_path / "run-1" / f"{name}.jsonl" for name in ("gpu-b01", "gpu-b02")]
-    try:
-        for path in paths:
-            log = logs.host_logger(path.stem)
-            log.info("step_start", step="kill")
-            logs.relay(path.stem, {"event": "relayed", "host": path.stem})
-            log.info("step_end", step="kill")
-        assert [path.stat().st_size for path in paths] == [0, 0], "kept until the turn ends"
-        await anyio.lowlevel.checkpoint()
-        assert [events(path) for path in paths] == [["step_start", "relayed", "step_end"]] * 2
-        logs.host_logger("gpu-b01").info("host_end")
-    finally:
-        logs.close()
-    assert events(paths[0])[-1] == "host_end"
-
-
-async def test_a_write_that_failed_at_the_end_of_a_turn_is_raised_by_the_hosts_next_line(tmp_path: Path) -> None:
-    """A log that cannot be written (here: a full disk) is not dropped silently: the host's next event raises the
-    error, as a write at once would have; close still lets the run end."""
-    logs = RunLogs(tmp_path, "run-1")
-    logs.create()
-    (tmp_path / "run-1" / "gpu-b01.jsonl").symlink_to("/dev/full")
-    try:
-        log = logs.host_logger("gpu-b01")
-        log.info("step_start", step="kill")
-        await anyio.lowlevel.checkpoint()
-        with pytest.raises(OSError, match="No space left"):
-            log.info("step_end", step="kill")
-        log.info("host_end")
-    finally:
-        logs.close()
-
-
-async def test_lines_past_the_turns_bound_are_written_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A turn keeps at most KEEP_CHARS of lines, all hosts together: past it, what is kept is written then, in order
-    (10,000 hosts in one turn never hold all their output)."""
-    monkeypatch.setattr("fleet.report.jsonl.KEEP_CHARS", 1000)
-    logs = RunLogs(tmp_path, "run-1")
-    logs.create()
-    path = tmp_path / "run-1" / "gpu-b01.jsonl"
-    try:
-        log = logs.host_logger("gpu-b01")
-        log.info("small")
-        assert path.stat().st_size == 0
-        log.info("big", stdout="x" * 1000)
-        assert events(path) == ["small", "big"]
-        log.info("after")
-        await anyio.lowlevel.checkpoint()
-        assert events(path) == ["small", "big", "after"]
-    finally:
-        logs.close()
 
 
 @pytest.mark.parametrize("nanos", [1_764_806_400_000_000_000, 1_764_806_399_999_999_999, 1_764_806_400_000_001_000])
