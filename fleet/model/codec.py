@@ -18,6 +18,7 @@ What the document does not keep: a step's `error` and `reason` (the host's say i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 
 from fleet.model import plugs
 from fleet.model.errors import DocumentError
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -86,7 +88,9 @@ def step_document(step: StepResult) -> dict[str, Any]:
 
 
 def gpu_document(gpu: GpuReport) -> dict[str, Any]:
-    return {**flat(gpu), "health": tuple(flat(f) for f in gpu.health)}  # as asdict writes it
+    """A GPU as `asdict` writes it (`settings` null where verify did not read them)."""
+    settings = None if gpu.settings is None else flat(gpu.settings)
+    return {**flat(gpu), "health": tuple(flat(f) for f in gpu.health), "settings": settings}
 
 
 def plan_document(plan: HostPlan) -> dict[str, Any]:
@@ -172,6 +176,10 @@ class Fields:
 
     def boolean(self, key: str, default: bool = ABSENT) -> bool:
         return bool(self._get(key, default, (bool,), "true or false"))
+
+    def maybe_boolean(self, key: str) -> bool | None:
+        value: bool | None = self._get(key, ABSENT, (bool, type(None)), "true, false or null")
+        return value
 
     def code(self, key: str, kind: type[E]) -> E:
         return self._code(key, self.text(key), kind)
@@ -267,7 +275,26 @@ def host_finding_from(fields: Fields) -> HostFinding:
 def gpu_from(fields: Fields) -> GpuReport:
     return GpuReport(fields.integer("index"), fields.maybe_integer("memory_used_mib"), fields.maybe_text("uuid"),
                      fields.maybe_text("name"), fields.maybe_integer("memory_total_mib"),
-                     fields.maybe_number("settle_s"), fields.items("health", finding_from))
+                     fields.maybe_number("settle_s"), fields.items("health", finding_from),
+                     gpu_settings_from(fields.inner("settings")))
+
+
+def gpu_settings_from(fields: Fields | None) -> GpuSettings | None:
+    """A GPU's settings as verify read them (`fleet.model.gpu_facts.GpuSettings`): each key of its type or null;
+    absent or null from a fleet that did not read them."""
+    if fields is None:
+        return None
+    read: dict[str, Any] = {f.name: _SETTING_READERS[str(f.type)](fields, f.name)
+                            for f in dataclasses.fields(GpuSettings)}
+    return GpuSettings(**read)
+
+
+_SETTING_READERS: dict[str, Callable[[Fields, str], object]] = {
+    "str | None": lambda fields, key: fields.maybe_text(key),
+    "bool | None": lambda fields, key: fields.maybe_boolean(key),
+    "int | None": lambda fields, key: fields.maybe_integer(key),
+    "float | None": lambda fields, key: fields.maybe_number(key),
+}
 
 
 def planned_from(fields: Fields) -> PlannedProcess:

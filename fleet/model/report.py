@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.outcomes import HostStatus as HostStatus
 from fleet.model.outcomes import Level as Level
 from fleet.model.outcomes import Reason as Reason
@@ -81,6 +82,7 @@ class GpuReport:
     memory_total_mib: int | None = None
     settle_s: float | None = None  # seconds from settle start until under threshold
     health: tuple[Finding, ...] = ()  # what verify's health gate found on this GPU
+    settings: GpuSettings | None = None  # what nvidia-smi said of its settings at verify (issue 28: not judged yet)
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,7 @@ class Judgement:
     host: tuple[HostFinding, ...] = ()
     unread: HostFinding | None = None
     unread_why: str | None = None  # why the kernel log could not be read (`unread`'s detail says it too)
+    settings: Mapping[str, GpuSettings] = field(default_factory=dict)  # by bus id: what the same reads said
 
     @property
     def host_findings(self) -> tuple[HostFinding, ...]:

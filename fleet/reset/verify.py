@@ -17,6 +17,7 @@ runs this step alone.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 
 from fleet.inventory.host import Host
 from fleet.model.errors import StepFailed
+from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -96,7 +98,7 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     unplaced = [h for h in judged if h.lineage_unread]  # kept, but nobody can say whose: never clean
     kept_apps = [a for a in apps if a.pid in kept]
     apps = tuple(a for a in apps if a.pid not in kept)
-    gpus = gpu_reports(rows, settle_s or {}, findings.gpus)
+    gpus = gpu_reports(rows, settle_s or {}, findings.gpus, findings.settings)
     verdict = verify_verdict(rows, apps, host.gpus, Allowance.of(host, kept_apps), [*holders, *unplaced],
                              findings, host=host.name)
     reason, error = verdict if verdict else (None, None)
@@ -192,13 +194,14 @@ def describe_kept(kept_apps: Sequence[smi.ComputeApp]) -> str:
 
 
 def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float],
-                findings: Mapping[str, Sequence[Finding]] | None = None) -> tuple[GpuReport, ...]:
-    found = findings or {}
+                findings: Mapping[str, Sequence[Finding]] | None = None,
+                settings: Mapping[str, GpuSettings] | None = None) -> tuple[GpuReport, ...]:
+    found, said = findings or {}, settings or {}
     return tuple(
         GpuReport(
             index=r.index, memory_used_mib=r.memory_used_mib, uuid=r.uuid, name=r.name,
             memory_total_mib=r.memory_total_mib, settle_s=settle_s.get(r.index),
-            health=tuple(found.get(r.pci_bus_id or "", ())),
+            health=tuple(found.get(r.pci_bus_id or "", ())), settings=said.get(r.pci_bus_id or ""),
         )
         for r in rows
     )
@@ -239,7 +242,8 @@ class HealthReads:
         policy = HealthPolicy.of(node.host)
         gpus = await self._gpus(node, answers, budget)
         kernel = KernelReads() if self.kernel is None else self._kernel(answers, self.kernel, baseline)
-        return judge(gpus, kernel, policy, ended=ended, refused=refused)
+        said = {g.bus_id: GpuSettings.of(g) for g in gpus}
+        return dataclasses.replace(judge(gpus, kernel, policy, ended=ended, refused=refused), settings=said)
 
     @staticmethod
     def _kernel(answers: Answers, probe: Probe[str], baseline: Baseline | None) -> KernelReads:

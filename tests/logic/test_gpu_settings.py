@@ -5,17 +5,26 @@ longer says, and the simulated nvidia-smi answering the same facts both ways."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from support import scripted_node
+from support.paths import FIXTURES
+from support.sim_fleet import busy, fast_vars, reset
+from support.sim_fleet import make_fleet as make_fleet  # the fixture: fleets torn down after the test
 
 from fleet.model import gpu_facts
+from fleet.model.codec import Fields, gpu_document, gpu_from
 from fleet.model.gpu_facts import GpuHealth, GpuSettings
+from fleet.model.report import GpuReport, HostStatus
 from fleet.node.probes import health
 from fleet.sim.node import NodeSpec, SimNode
 
-SMI = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+__all__ = ["make_fleet"]  # the fixture, shared with test_reset_sim
+
+SMI = FIXTURES / "nvidia-smi"
 
 # The 590.48.01 H200's -q (idle): application clocks are "Requested functionality has been deprecated" there,
 # an NVML error string: not said, never a guess.
@@ -105,3 +114,24 @@ def test_the_simulated_nvidia_smi_says_the_same_settings_both_ways(tmp_path: Pat
     assert (plain.driver, plain.name, plain.mig, mig.mig, mig.mig_pending) == (
         "575.57.08", "NVIDIA H100 80GB HBM3", False, True, True)
     assert plain.app_clock_graphics_mhz is None and plain.power_limit_w == 700.0
+
+
+def test_the_json_report_carries_a_gpus_settings_both_ways() -> None:
+    """`gpus[].settings` where verify read them (null where it did not; a document without the key reads as
+    null), read back as the same record (the --via srun relay reads a node's report so)."""
+    read = GpuReport(0, 0, settings=H200_590)
+    document = json.loads(json.dumps(gpu_document(read)))
+    assert document["settings"]["power_limit_w"] == 700.0 and document["settings"]["driver"] == "590.48.01"
+    assert gpu_from(Fields(document)) == read
+    assert gpu_document(GpuReport(0, 0))["settings"] is None
+    older = {k: v for k, v in gpu_document(GpuReport(0, 0)).items() if k != "settings"}
+    assert gpu_from(Fields(older)) == GpuReport(0, 0)
+
+
+async def test_a_reset_records_each_gpus_settings(make_fleet: Any, tmp_path: Path) -> None:
+    sim = await make_fleet([busy("gpu-s01", driver_version="575.57.08", mig_gpus=(3,))], fast_vars(["gpu-s01"]))
+    host = (await reset(sim, tmp_path)).hosts["gpu-s01"]
+    assert host.status is HostStatus.CLEAN, host.error
+    said = [g.settings for g in host.gpus]
+    assert all(s is not None and s.driver == "575.57.08" and s.power_limit_w == 700.0 for s in said)
+    assert [i for i, s in enumerate(said) if s is not None and s.mig] == [3]

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from support import scripted_node
-from support.sim_fleet import busy, fast_vars, make_fleet, reset
+from support.sim_fleet import busy, fast_vars, reset
+from support.sim_fleet import make_fleet as make_fleet  # the fixture: fleets torn down after the test
 
 from fleet.model import gpu_facts, health_checks
 from fleet.model.gpu_facts import Field, GpuHealth, Unread, switch

@@ -31,6 +31,7 @@ FALLEN = "pid=1234, name=python3, GPU has fallen off the bus."
 # What the node puts in a GPU's -q section; every other line is the capture's.
 SUBSTITUTED = {
     ("Product Name",),
+    ("VBIOS Version",),  # the table of GPU facts' simulated value (the H100 capture's)
     ("Persistence Mode",),
     ("MIG Mode", "Current"),
     ("MIG Mode", "Pending"),
