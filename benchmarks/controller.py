@@ -10,7 +10,8 @@ same node), an unhealthy one (an uncorrected ECC error: it fails its health gate
 
 Each size runs in a process of its own (`--one`), the real `run_and_report` (logs, history, summary.json,
 the report rendered), all hosts at once, so its peak RSS is its own. Reported per size: fleet's CPU a host
-(user+sys of the run, start-up excluded), wall time, peak RSS, the bytes of the per-node logs, the history
+(user+sys of the run, start-up excluded; each beside it: sys is the kernel's, most of it creating
+the hosts' log files), wall time, peak RSS, the bytes of the per-node logs, the history
 and summary.json, and how long the run waited at its end for the history's last writes (the history writer
 is a thread: hosts never wait on it). CPU a host that stays flat from 1,000 to 10,000 shows nothing grows
 with the fleet.
@@ -179,9 +180,11 @@ async def run_size(count: int, recording: Recording, tmp: Path) -> dict[str, Any
     _, report = await run_and_report(hosts, RunOptions(mode=Mode.RESET), as_json=False, log_dir=log_dir,
                                      connector=connector)
     wall, after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    user, kernel = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    cpu = user + kernel
     wrong = [n for n in names if (report.hosts[n].status, report.hosts[n].reason) != EXPECTED[kind_of[n]]]
-    return {"hosts": count, "cpu_s": cpu, "cpu_ms_per_host": 1000 * cpu / count, "wall_s": wall,
+    return {"hosts": count, "cpu_s": cpu, "cpu_ms_per_host": 1000 * cpu / count,
+            "user_ms_per_host": 1000 * user / count, "sys_ms_per_host": 1000 * kernel / count, "wall_s": wall,
             "peak_rss_mb": after.ru_maxrss / 1024, **sizes(log_dir, report), "unexpected": len(wrong),
             "unexpected_example": _example(report, wrong)}
 
@@ -237,7 +240,8 @@ def main(sizes_: list[int], out: Path | None) -> None:
 
 
 def line(r: dict[str, Any]) -> str:
-    return (f"{r['hosts']:>6} hosts  CPU {r['cpu_s']:7.2f} s ({r['cpu_ms_per_host']:.2f} ms/host)  wall "
+    return (f"{r['hosts']:>6} hosts  CPU {r['cpu_s']:7.2f} s ({r['cpu_ms_per_host']:.2f} ms/host: user "
+            f"{r['user_ms_per_host']:.2f}, sys {r['sys_ms_per_host']:.2f})  wall "
             f"{r['wall_s']:6.1f} s  peak RSS {r['peak_rss_mb']:7.1f} MB  logs {r['logs_mb']:6.1f} MB  history "
             f"{r['history_mb']:5.1f} MB  summary.json {r['summary_mb']:5.1f} MB  unexpected {r['unexpected']}")
 

@@ -51,12 +51,6 @@ MetricsFileOpt = Annotated[
     typer.Option("--metrics-file", metavar="PATH", help="Write the run's Prometheus metrics there (atomically),"
                  " for node_exporter's textfile collector."),
 ]
-StopUnitsOpt = Annotated[
-    bool, typer.Option("--stop-units", help="Stop the systemd unit of a holder that respawns after the kill.")
-]
-GpuResetOpt = Annotated[
-    bool, typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify.")
-]
 UniformOpt = Annotated[
     bool, typer.Option("--uniform", help="Fail the hosts whose GPU settings (driver, VBIOS, model, GPU count, power"
                        " limit, clocks, MIG, ECC) differ from the run's other hosts' (reason not_uniform).")
@@ -96,3 +90,14 @@ def check_via(via: str) -> None:
     """`--via` takes ssh or srun (`fleet reset`, `fleet demo`)."""
     if via not in ("ssh", "srun"):
         raise UsageError(f"--via takes ssh or srun, not {via!r}")
+StopUnitsOpt = Annotated[
+    bool, typer.Option("--stop-units", help="Stop the systemd unit of a holder that respawns after the kill.")
+]
+GpuResetOpt = Annotated[
+    bool, typer.Option("--gpu-reset", help="Reset (nvidia-smi -r) GPUs whose memory never comes back, then verify.")
+]
+RestoreSettingsOpt = Annotated[
+    bool,
+    typer.Option("--restore-settings", help="After the kill, restore each GPU's gpu_settings profile (clocks, power"
+                 " limit, compute mode, persistence; MIG and ECC with --gpu-reset); a dry run lists it."),
+]

@@ -126,7 +126,7 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: HostLog, conne
         for note in notes_of(transport):  # what connecting saw (known_hosts lines skipped), once per host
             log.warning(note.event, **note.fields)
         await walk_host(Node(run.host, transport, log), run, options.mode, run_id, stop_units=options.stop_units,
-                        gpu_reset=options.gpu_reset)
+                        gpu_reset=options.gpu_reset, restore_settings=options.restore_settings)
     except TransportError as exc:
         run.finish(HostStatus.FAILED, exc.during(run.current), exc.reason)
         log.error("transport_error", step=str(run.current), error=str(exc))

@@ -37,6 +37,7 @@ class RunOptions:
     deadline_s: float | None = None
     stop_units: bool = False  # stop the unit of a holder that respawns (not in services, not protected)
     gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
+    restore_settings: bool = False  # give the GPUs their `gpu_settings` back after the kill (`fleet.reset.restore`)
     scheduler: SchedulerOptions | None = None  # None: no workload manager is asked
     progress: bool = False  # show the run as it goes on stderr (`fleet.report.progress`)
     uniform: bool = False  # fail the hosts whose GPU settings differ from the run's others (`fleet.report.uniform`)

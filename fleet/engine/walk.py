@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -37,7 +37,7 @@ from fleet.node.budget import BudgetSpent
 from fleet.node.node import Node
 from fleet.node.probe import Probe
 from fleet.node.probes import kernel_log, smi
-from fleet.reset import drain, kill, plan, settle, verify
+from fleet.reset import drain, kill, plan, restore, settle, verify
 from fleet.reset.lock import LockError, host_lock
 
 # What ends a step but not the host: the step says why, the host goes on to verify.
@@ -109,23 +109,25 @@ class HostRun:
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
-                    gpu_reset: bool = False) -> None:
+                    gpu_reset: bool = False, restore_settings: bool = False) -> None:
     """What `mode` does on this host, start to outcome (a reset under the node's lock)."""
     if mode is Mode.PLAN:
-        await _survey(node, run)
+        await _survey(node, run, restore_settings=restore_settings, gpu_reset=gpu_reset)
     elif mode is Mode.CHECK:
         await _walk(node, run, mode)
     else:
         try:
             async with host_lock(node, run_id):
-                await _walk(node, run, mode, stop_units=stop_units, gpu_reset=gpu_reset)
+                await _walk(node, run, mode, stop_units=stop_units, gpu_reset=gpu_reset,
+                            restore_settings=restore_settings)
         except LockError as exc:
             run.finish(HostStatus.FAILED, str(exc), exc.reason)
 
 
-async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False) -> None:
+async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False,
+                restore_settings: bool = False) -> None:
     settle_s: dict[int, float] = {}
-    baseline, spared = None, frozenset[int]()
+    baseline, spared, restored = None, frozenset[int](), restore.Restored()
     if mode is Mode.RESET:
         run.current = StepName.DRAIN  # the baselines are read as drain begins (and logged in it)
         baseline, run.memory_before = await _baselines(node)
@@ -133,11 +135,17 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
         run.killed, run.kept, spared = killed.killed, killed.left_alive, killed.spared
         if killed.result.status is StepStatus.OK:
-            settled = await _run_step(node, run, StepName.SETTLE,
-                                      lambda: settle.settle(node, killed.kept, killed.job_pids, gpu_reset=gpu_reset))
+            async def settling() -> StepOutcome:
+                nonlocal restored
+                if restore_settings:
+                    restored = (await restore.restore_settings(node, gpu_reset=gpu_reset))[1]
+                settled = await settle.settle(node, killed.kept, killed.job_pids, gpu_reset=gpu_reset)
+                result = settled.result
+                return replace(settled, result=replace(result, detail=result.detail + restored.detail))
+            settled = await _run_step(node, run, StepName.SETTLE, settling)
             settle_s = dict(settled.settle_s)
     verified = await _run_step(node, run, StepName.VERIFY,
-                               lambda: verify.verify(node, settle_s, baseline, run.killed, spared))
+                               lambda: verify.verify(node, settle_s, baseline, run.killed, spared, restored.refused))
     run.gpus, run.health = verified.gpus, verified.health
     run.current = None
     run.finish(*host_outcome(run.steps))
@@ -202,11 +210,15 @@ async def _run_step(node: Node, run: HostRun, name: StepName,
     return outcome
 
 
-async def _survey(node: Node, run: HostRun) -> None:
-    """Dry run: read the node, say per step what a reset would do, change nothing."""
+async def _survey(node: Node, run: HostRun, *, restore_settings: bool = False, gpu_reset: bool = False) -> None:
+    """Dry run: read the node, say per step what a reset would do (the settings it would restore too, asked),
+    change nothing."""
     run.current = StepName.DRAIN
     try:
         run.plan = await plan.survey(node)
+        if restore_settings:
+            would, _ = await restore.restore_settings(node, gpu_reset=gpu_reset, planned=True)
+            run.plan = replace(run.plan, would_restore=tuple(c.line for c in would.changes) + would.held)
     except STEP_ENDERS as exc:
         reason = exc.reason if isinstance(exc, StepFailed) else Reason.COMMAND_TIMEOUT
         run.finish(HostStatus.FAILED, f"dry run could not read the node: {exc}", reason)

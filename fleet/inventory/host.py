@@ -16,6 +16,7 @@ from typing import Annotated, NamedTuple
 
 from fleet.inventory import validate
 from fleet.model import health_checks, plugs
+from fleet.model.gpu_profile import DEFAULT_PROFILE, GpuProfile
 
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
@@ -80,6 +81,7 @@ class Var:
     fallback: Callable[[str], str | None] | None = None  # the value, from the host's name, when no level sets it
     shown: str = ""  # the default as the table says it, where the value itself would not
     names: Callable[[], tuple[str, ...]] | None = None  # the names a value may be, when a registry says them
+    words: str = ""  # the table's type, where the value's type would not say it (a mapping)
 
 
 def _health_check(name: str) -> str:
@@ -185,10 +187,23 @@ class Host:
         tuple[str, ...],
         Var("health checks that only warn on this host instead of failing it", check=_health_check),
     ] = ()
+    health_fail: Annotated[
+        tuple[str, ...],
+        Var("health checks that fail this host where they would only warn (`gpu_settings`, `ecc_corrected`...)",
+            check=_health_check),
+    ] = ()
     health_ignore: Annotated[
         tuple[str, ...],
         Var("health checks not judged on this host (reported nowhere)", check=_health_check),
     ] = ()
+    gpu_settings: Annotated[
+        GpuProfile,
+        Var("the GPU settings every GPU is expected to have, judged by the health check `gpu_settings` and restored "
+            "by `--restore-settings` ([GPU settings](#gpu-settings-the-clean-slate-includes-the-gpus-settings))",
+            words="mapping: `persistence`, `compute_mode`, `mig`, `power_limit`, `clocks`, `ecc`",
+            shown="persistence on, `Default` compute mode, MIG off, default power limit, no locked or application "
+                  "clocks, ECC not judged"),
+    ] = DEFAULT_PROFILE
     nvidia_smi: Annotated[str, Var("the nvidia-smi to run", check=validate.executable)] = "nvidia-smi"
     memory_threshold_mib: Annotated[
         int, Var("a GPU at or under this many MiB used is clean", ge=0, le=1_048_576)

@@ -43,7 +43,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
-from fleet.inventory import validate
+from fleet.inventory import gpu_settings, validate
 from fleet.inventory.datafile import read_data
 from fleet.inventory.host import BUILTIN_PROTECTED, Connection, Host
 from fleet.inventory.messages import one_line
@@ -51,6 +51,7 @@ from fleet.inventory.nodesets import node_order, node_set
 from fleet.inventory.variables import HOST_VARIABLES, Variable
 from fleet.model import plugs
 from fleet.model.errors import InventoryError, UsageError
+from fleet.model.gpu_profile import GpuProfile
 
 ALL = "all"
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -64,6 +65,8 @@ _CONFIG = ConfigDict(extra="forbid", strict=True, frozen=True)
 def _value_type(v: Variable) -> Any:
     """What a value, or each entry of a list, is checked against; an enum comes out as its member."""
     kind, var = v.kind, v.var
+    if kind is GpuProfile:
+        return gpu_settings.WRITTEN
     if isinstance(kind, type) and issubclass(kind, Enum):
         return Annotated[Literal.__getitem__(tuple(m.value for m in kind)), AfterValidator(kind)]
     no_inf_nan = False if kind is float else None
@@ -193,6 +196,8 @@ _TYPE_MESSAGES = {
 
 
 def _context(loc: tuple[Any, ...]) -> str:
+    if len(loc) > 2 and loc[-2] in gpu_settings.KEYS_OF:
+        return str(loc[-2])
     if len(loc) == 1:
         return "top"
     return "group" if loc[0] == "groups" and len(loc) == 3 else "vars"
@@ -203,7 +208,7 @@ def _message(error: ErrorDetails) -> str:
     if kind == "extra_forbidden":
         context = _context(loc)
         what = "variable" if context == "vars" else "key"
-        known = _KEYS_AT[context]
+        known = _KEYS_AT.get(context) or gpu_settings.KEYS_OF[context]
         return f"unknown {what}{suggest(str(loc[-1]), known)} (known: {', '.join(known)})"
     if kind == "value_error":
         return one_line(str(ctx.get("error", error["msg"])))
@@ -439,5 +444,7 @@ def host_vars(host: Host) -> dict[str, Any]:
             continue
         if isinstance(value, tuple):
             value = list(value)
+        if isinstance(value, GpuProfile):
+            value = gpu_settings.as_written(value)
         out[var.name] = str(value) if isinstance(value, Connection) else value
     return out

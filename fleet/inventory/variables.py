@@ -71,7 +71,9 @@ def _bounds(var: Var) -> str:
 def _type_text(v: Variable) -> str:
     """`integer >= 0 or null`, `list of unit names`, `` `ssh` or `local` ``: what the inventory may write."""
     kind, check = v.kind, v.var.check
-    if isinstance(kind, type) and issubclass(kind, Enum):
+    if v.var.words:
+        word = v.var.words
+    elif isinstance(kind, type) and issubclass(kind, Enum):
         word = " or ".join(f"`{member.value}`" for member in kind)
     elif v.var.names is not None:
         word = " or ".join(f"`{name}`" for name in v.var.names())

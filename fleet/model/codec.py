@@ -96,7 +96,8 @@ def gpu_document(gpu: GpuReport) -> dict[str, Any]:
 def plan_document(plan: HostPlan) -> dict[str, Any]:
     return {"would_stop": list(plan.would_stop), "units": dict(plan.units),
             "would_kill": [flat(p) for p in plan.would_kill], "kept": [flat(p) for p in plan.kept],
-            "gpu_memory_mib": list(plan.gpu_memory_mib)}
+            "gpu_memory_mib": list(plan.gpu_memory_mib),
+            **({"would_restore": list(plan.would_restore)} if plan.would_restore else {})}
 
 
 def scheduler_fields(record: SchedulerRecord) -> dict[str, Any]:
@@ -283,9 +284,9 @@ def gpu_settings_from(fields: Fields | None) -> GpuSettings | None:
     absent or null from a fleet that did not read them."""
     if fields is None:
         return None
-    readers = _SETTING_READERS
-    values: dict[str, Any] = {f.name: readers[str(f.type)](fields, f.name) for f in dataclasses.fields(GpuSettings)}
-    return GpuSettings(**values)
+    read: dict[str, Any] = {f.name: _SETTING_READERS[str(f.type)](fields, f.name)
+                            for f in dataclasses.fields(GpuSettings)}
+    return GpuSettings(**read)
 
 
 _SETTING_READERS: dict[str, Callable[[Fields, str], object]] = {
@@ -307,7 +308,8 @@ def plan_from(fields: Fields) -> HostPlan:
         raise DocumentError(f"{fields.path('units')}: missing")
     return HostPlan(tuple((unit, units.text(unit)) for unit in units.document),
                     fields.items("would_kill", planned_from), fields.items("kept", planned_from),
-                    fields.values("gpu_memory_mib", (int, type(None)), "an integer or null") or ())
+                    fields.values("gpu_memory_mib", (int, type(None)), "an integer or null") or (),
+                    fields.values("would_restore", (str,), "a string", ()) or ())
 
 
 def scheduler_from(fields: Fields, by: str | None = None) -> SchedulerRecord:

@@ -146,6 +146,10 @@ TABLE: tuple[Check, ...] = (
           "initialisation fails or runs without NVLink (Fabric Manager user guide)", 6, _fabric),
     Check("pcie_width", Level.FAIL, "the PCIe link trained narrower than the GPU can do: host transfers run at a "
           "fraction of their speed (a seating, riser or slot fault)", 7, _pcie_width),
+    Check("gpu_settings", Level.WARN, "a GPU setting a last user may leave behind is not the host's `gpu_settings` "
+          "profile (locked or application clocks, a lowered power limit, compute mode, MIG, ECC mode): the next "
+          "benchmark runs differently on that GPU; `--restore-settings` restores it", 10,
+          source="verify's nvidia-smi reads, against `gpu_settings` (below)"),
     Check("xid", Level.FAIL, "an Xid NVIDIA lists as needing a reset, reboot or RMA, or any Xid logged during the "
           "reset but an application's of a process the reset ended; other Xids since boot only warn (Xid errors); a "
           "kernel log fleet could not read fails too", 1,

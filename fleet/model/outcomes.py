@@ -48,6 +48,7 @@ class Reason(StrEnum):
     GPU_MISSING = "gpu_missing"  # fewer GPUs than `gpus`
     NOT_UNIFORM = "not_uniform"  # --uniform: the host's GPU settings differ from the run's other hosts'
     HEALTH = "health"  # the health gate failed (Xid, ECC, remapping, fabric, PCIe...)
+    GPU_SETTINGS = "gpu_settings"  # a GPU's settings are not the host's profile, with `health_fail: [gpu_settings]`
     KERNEL_LOG = "kernel_log"  # the kernel log could not be read to its end: the Xid check cannot pass
     BLIND_SCAN = "blind_scan"  # the holder scan could not see every process
     PROBE_FAILED = "probe_failed"  # a command on the node failed or printed what fleet cannot read

@@ -119,6 +119,7 @@ class HostPlan:
     would_kill: tuple[PlannedProcess, ...] = ()
     kept: tuple[PlannedProcess, ...] = ()
     gpu_memory_mib: tuple[int | None, ...] = ()
+    would_restore: tuple[str, ...] = ()  # `--restore-settings`: each nvidia-smi change, and what waits for a reset
 
     @property
     def would_stop(self) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from fleet.inventory.nodesets import fold
 from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, Level, RunReport, StepStatus
+from fleet.node.jobs import job_sides
 from fleet.report import uniform
 from fleet.report.html_style import CSS
 from fleet.report.render import error_shape, fold_errors
@@ -279,10 +280,18 @@ def segments(host: Host) -> list[Bar]:
     return out
 
 
-def slurm_wait(host: Host) -> float:
-    """Seconds the host waited for its node's Slurm jobs before it started (`slurm.waited_s`, --slurm); else 0."""
+def job_wait(host: Host) -> float:
+    """Seconds the host waited for its node's jobs before it started (its scheduler's `waited_s`); else 0."""
     waited = host.scheduler.waited_s if host is not None and host.scheduler is not None else None
     return waited if waited is not None and waited > 0 else 0.0
+
+
+def scheduler_title(host: Host) -> str:
+    """How the page names the host's scheduler: its node side's title (`Slurm`), else its name."""
+    if host is None or host.scheduler is None:
+        return ""
+    by = host.scheduler.by
+    return next((side.title for side in job_sides() if side.name == by), by)
 
 
 def on_run_axis(hosts: Hosts) -> bool:
@@ -299,8 +308,9 @@ def placed(host: Host, run_axis: bool) -> list[Bar]:
     if not run_axis or not bars or host is None or host.start_s is None:
         return bars
     start = host.start_s
-    waited = slurm_wait(host)
-    wait = [("wait", max(start - waited, 0.0), min(waited, start), f"Slurm wait {waited:.2f} s")] if waited else []
+    waited = job_wait(host)
+    wait = [("wait", max(start - waited, 0.0), min(waited, start), f"{scheduler_title(host)} wait {waited:.2f} s")
+            ] if waited else []
     return wait + [(kind, start + at, length, words) for kind, at, length, words in bars]
 
 
@@ -331,8 +341,8 @@ def _bar(host: Host, extent: float, run_axis: bool) -> str:
                     f" height=\"10\"><title>{esc(words)}</title></rect>" for kind, start, length, words
                     in placed(host, run_axis))
     if not rects:
-        waited = slurm_wait(host)
-        why = f" (waited {waited:.1f} s for its Slurm jobs)" if waited else ""
+        waited = job_wait(host)
+        why = f" (waited {waited:.1f} s for its {scheduler_title(host)} jobs)" if waited else ""
         return f"<td class=\"bar idle\">not started{why}</td>"
     return (f"<td class=\"bar\"><svg viewBox=\"0 0 {BAR_UNITS} 10\" preserveAspectRatio=\"none\" width=\"100%\""
             f" height=\"12\" data-extent=\"{extent:g}\">{rects}</svg></td>")
@@ -355,14 +365,14 @@ def _timeline(hosts: Hosts) -> str:
                      f"<th><a href=\"#h-{esc(n)}\">{esc(n)}</a></th>{_bar(hosts[n], extent, run_axis)}"
                      f"<td class=\"num {_status_class(status_of(hosts[n]))}\">{_took(hosts[n])}</td></tr>"
                      for n in order)
-    waits = run_axis and any(slurm_wait(h) and segments(h) for h in hosts.values())
+    waiting = sorted({scheduler_title(h) for h in hosts.values() if run_axis and job_wait(h) and segments(h)})
     swatches = "".join(f"<span><i class=\"{k}\"></i>{w}</span>" for k, w in (
-        *((("wait", "waiting for its node's Slurm jobs"),) if waits else ()),
+        *((("wait", f"waiting for its node's {' or '.join(waiting)} jobs"),) if waiting else ()),
         ("pre", "before drain: connect, lock, baselines"), ("drain", "drain"), ("kill", "kill"),
         ("settle", "settle"), ("verify", "verify"), ("bad", "a step that failed or timed out")))
     axis = ("seconds since the run started: each host's bars from its start in the run, end to end" if run_axis else
             "seconds from each host's own start, bars end to end: this report keeps no host's start in the run (an"
-            " older fleet's summary.json, or a page built from the history), so waves and Slurm waits are not drawn")
+            " older fleet's summary.json, or a page built from the history), so waves and job waits are not drawn")
     tick = f"--tick:{100 * step / extent:.4f}%"
     return (f"<section id=\"timeline\" data-layout=\"{'run' if run_axis else 'host'}\"><h2>Timeline</h2>\n"
             f"<p class=\"legend\">{axis}; sorted by end time, so stragglers and a slow wave stand out. {swatches}</p>"
@@ -422,24 +432,26 @@ def _health(host: HostReport) -> str:
     return _table(("where", "check", "level", "finding"), rows, "health")
 
 
-def _slurm(host: HostReport) -> str:
-    """`slurm gpu-b07: before MIXED, after IDLE`, each reason in parentheses; then its jobs, plan and error."""
+def _scheduler(host: HostReport) -> str:
+    """`slurm gpu-b07: before MIXED, after IDLE` (the scheduler's name first), each reason in parentheses; then its
+    jobs, plan and error."""
     slurm = host.scheduler
     if slurm is None:
         return ""
+    by = slurm.by
 
     def state(value: str | None, reason: str | None) -> str:
         return f"{value or 'unknown'}" + (f" ({reason})" if reason else "")
 
-    lines = [f"slurm {slurm.node}: before {state(slurm.state_before, slurm.reason_before)};"
+    lines = [f"{by} {slurm.node}: before {state(slurm.state_before, slurm.reason_before)};"
              f" after {state(slurm.state_after, slurm.reason_after)}"]
     if slurm.jobs:
         lines.append("jobs: " + ", ".join(slurm.jobs))
     if slurm.taken_over:
-        lines.append(f"slurm: took over the drain of run {slurm.taken_over}")
-    lines += [f"slurm {key}: {value}" for key, value in (("plan", slurm.plan), ("error", slurm.error)) if value]
+        lines.append(f"{by}: took over the drain of run {slurm.taken_over}")
+    lines += [f"{by} {key}: {value}" for key, value in (("plan", slurm.plan), ("error", slurm.error)) if value]
     if slurm.abandoned:
-        lines.append("slurm: release abandoned at the third interrupt: left drained")
+        lines.append(f"{by}: release abandoned at the third interrupt: left drained")
     return "".join(f"<p class=\"slurm\">{esc(line)}</p>" for line in lines)
 
 
@@ -448,7 +460,7 @@ def _parts(host: HostReport) -> list[str]:
     steps = _table(("step", "status", "took", "detail"), (
         (s.name.value, s.status.value, secs(s.duration_s) if s.status is not StepStatus.SKIPPED else "-",
          s.detail or "") for s in host.steps), "steps")
-    return [steps, *_processes(host), _health(host), _slurm(host)]
+    return [steps, *_processes(host), _health(host), _scheduler(host)]
 
 
 def _host(name: str, host: Host, log_folder: str | None) -> str:

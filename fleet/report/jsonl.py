@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import time
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -73,8 +74,17 @@ def _value(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+_SECOND: list[Any] = [None, ""]  # the last whole second stamped, and its `YYYY-MM-DDTHH:MM:SS`
+
+
 def _stamp() -> str:
-    return datetime.now(tz=UTC).isoformat().replace("+00:00", "Z")
+    """Now, as TimeStamper(fmt="iso", utc=True) writes it (`datetime.isoformat`: no fraction on a whole second);
+    the date and time of day made once a second."""
+    second, nanos = divmod(time.time_ns(), 1_000_000_000)
+    if second != _SECOND[0]:
+        _SECOND[:] = second, datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    micros = nanos // 1000
+    return f"{_SECOND[1]}.{micros:06d}Z" if micros else f"{_SECOND[1]}Z"
 
 
 class HostLogger:

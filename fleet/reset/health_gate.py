@@ -26,7 +26,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fleet.model import gpu_profile
 from fleet.model.gpu_facts import REMAP_FAILED, REMAP_PENDING, RETIRED_PENDING, GpuHealth, GpuSettings
+from fleet.model.gpu_profile import DEFAULT_PROFILE, GpuProfile
 from fleet.model.health_checks import by_name, checks, names, unread
 from fleet.model.report import Finding, HostFinding, KilledProcess, Level
 from fleet.node.probes.kernel_log import Xid, pci_of_bus_id
@@ -37,8 +39,22 @@ if TYPE_CHECKING:
     from fleet.inventory.host import Host
     from fleet.node.probes.smi import ComputeApp, GpuRow
 
-__all__ = ["XID_ACTION", "XID_APPLICATION", "XID_NAMES", "XID_RESOLVABLE", "Ended", "Finding", "HealthPolicy",
-           "HostFinding", "Judgement", "KernelReads", "Level", "fails", "judge"]
+__all__ = [
+    "SETTINGS_CHECK",
+    "XID_ACTION",
+    "XID_APPLICATION",
+    "XID_NAMES",
+    "XID_RESOLVABLE",
+    "Ended",
+    "Finding",
+    "HealthPolicy",
+    "HostFinding",
+    "Judgement",
+    "KernelReads",
+    "Level",
+    "fails",
+    "judge",
+]
 
 # Short names for well-known Xids, from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/).
 XID_NAMES: Mapping[int, str] = {
@@ -74,6 +90,7 @@ XID_APPLICATION = frozenset({13, 31, 43, 45})
 # neither pending nor failed, or, without one, no page retirement pending, they only warn, naming both facts. The
 # others (uncorrectable ECC, NVLink, the bus, the GSP, recovery actions) leave nothing nvidia-smi shows resolved.
 XID_RESOLVABLE = frozenset({63, 64})
+SETTINGS_CHECK = "gpu_settings"  # the GPU's settings against the host's profile (`fleet.model.gpu_profile`)
 # What a GPU check whose fact nvidia-smi did not give weighs (`health_warn` lowers it, `health_ignore` skips it).
 UNREAD = Level.FAIL
 
@@ -83,22 +100,28 @@ class HealthPolicy:
 
     warn: frozenset[str] = frozenset()
     ignore: frozenset[str] = frozenset()
+    fail: frozenset[str] = frozenset()
+    profile: GpuProfile = DEFAULT_PROFILE  # the GPU settings expected (`gpu_settings`)
 
     def __post_init__(self) -> None:
         known = names()
-        unknown = sorted((self.warn | self.ignore) - set(known))
+        unknown = sorted((self.warn | self.ignore | self.fail) - set(known))
         if unknown:
             raise ValueError(f"unknown health check(s) {', '.join(unknown)} (known: {', '.join(known)})")
 
     @classmethod
     def of(cls, host: Host) -> HealthPolicy:
-        """The policy the host variables `health_warn` and `health_ignore` set."""
-        return cls(warn=frozenset(host.health_warn), ignore=frozenset(host.health_ignore))
+        """The policy the host variables `health_warn`, `health_fail`, `health_ignore` and `gpu_settings` set."""
+        return cls(warn=frozenset(host.health_warn), ignore=frozenset(host.health_ignore),
+                   fail=frozenset(host.health_fail), profile=host.gpu_settings)
 
     def level(self, check: str, default: Level) -> Level | None:
-        """What a finding of `check` weighs on this host; None when the check is not judged here."""
+        """What a finding of `check` weighs on this host; None when the check is not judged here. `health_ignore`
+        wins over `health_fail`, which wins over `health_warn` (fail closed)."""
         if check in self.ignore:
             return None
+        if check in self.fail:
+            return Level.FAIL
         return Level.WARN if check in self.warn else default
 
 
@@ -162,11 +185,15 @@ class Judgement:
 
 
 def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, *,
-          ended: Ended | None = None) -> Judgement:
+          ended: Ended | None = None, refused: Mapping[str, Sequence[str]] | None = None) -> Judgement:
     """Every GPU's facts and every Xid weighed (see the module); an Xid on no listed GPU is the host's, its PCI
-    address named."""
+    address named. `refused`: the `--restore-settings` changes the driver refused, by bus id (`gpu_settings`)."""
     by_pci = {pci_of_bus_id(g.bus_id): g for g in gpus}
-    found = {g.bus_id: list(_weigh(_gpu_facts(g), policy)) for g in gpus}
+    settings = by_name(SETTINGS_CHECK)
+    found = {g.bus_id: list(_weigh(_gpu_facts(g, policy.profile), policy)) for g in gpus}
+    for bus_id, lines in (refused or {}).items():
+        facts = ((SETTINGS_CHECK, settings.default, line) for line in lines)
+        found.setdefault(bus_id, []).extend(_weigh(facts, policy))
     host: list[HostFinding] = []
     for pci, fact in _xid_facts(kernel, by_pci, ended or Ended()):
         owner = by_pci.get(pci)
@@ -197,14 +224,19 @@ def _weigh(facts: Iterator[Fact], policy: HealthPolicy) -> tuple[Finding, ...]:
     return tuple(Finding(check, level, detail) for check, level, detail in weighed if level is not None)
 
 
-def _gpu_facts(gpu: GpuHealth) -> Iterator[Fact]:
+def _gpu_facts(gpu: GpuHealth, profile: GpuProfile) -> Iterator[Fact]:
     """Each GPU check's finding on these facts, in the table's order; a check whose fact was not observed (an
-    NVML error note in its field) fails, whatever its default: unread is never "fine"."""
+    NVML error note in its field) fails, whatever its default: unread is never "fine". The GPU's settings against
+    the profile (`gpu_settings`): one finding per difference, a setting not said is "not observed" at the check's
+    level."""
     for check in checks():
         missing = unread(check, gpu)
         detail = missing if missing is not None or check.finding is None else check.finding(gpu)
         if detail is not None:
             yield check.name, UNREAD if missing is not None else check.default, detail
+        if check.name == SETTINGS_CHECK:
+            said = GpuSettings.of(gpu)
+            yield from ((check.name, check.default, line) for line in gpu_profile.findings(profile, said))
 
 
 @dataclass(frozen=True)

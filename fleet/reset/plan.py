@@ -78,5 +78,7 @@ def describe_plan(plan: HostPlan) -> dict[StepName, str]:
     unknown = len(plan.gpu_memory_mib) - len(used)
     settle = f"GPUs now hold {sum(used)} MiB in all (max {max(used, default=0)} MiB on one GPU)" + (
         f"; {unknown} GPUs report no number" if unknown else "")
+    if plan.would_restore:
+        settle += "; --restore-settings would run " + "; ".join(plan.would_restore)
     return {StepName.DRAIN: drain, StepName.KILL: kill, StepName.SETTLE: settle,
             StepName.VERIFY: f"{len(plan.gpu_memory_mib)} GPUs listed"}

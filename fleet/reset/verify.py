@@ -47,7 +47,7 @@ from fleet.node.node import Answers, Node
 from fleet.node.probe import Probe
 from fleet.node.probes import health, kernel_log, procs, smi
 from fleet.node.probes.parse import ProbeParseError
-from fleet.reset.health_gate import Ended, HealthPolicy, Judgement, KernelReads, judge
+from fleet.reset.health_gate import SETTINGS_CHECK, Ended, HealthPolicy, Judgement, KernelReads, judge
 from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance, first_of
@@ -71,13 +71,15 @@ class Baseline:
 
 
 async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseline: Baseline | None = None,
-                 killed: Sequence[KilledProcess] = (), spared: frozenset[int] = frozenset()) -> StepOutcome:
+                 killed: Sequence[KilledProcess] = (), spared: frozenset[int] = frozenset(),
+                 refused: Mapping[int, Sequence[str]] | None = None) -> StepOutcome:
     """One GPU query, one compute-apps query, one holder scan and the health gate, all in one command (the
     holders found are then described); clean only if all say so.
 
     `baseline`: the node as the reset began (None for `check`: no reset ran, the kernel log is read since boot);
     `killed`: the processes the reset killed (their application Xids during the reset only warn, as those of the
-    processes that held a GPU as it began and hold none now, but the kill's `spared`: those it kept on purpose).
+    processes that held a GPU as it began and hold none now, but the kill's `spared`: those it kept on purpose);
+    `refused`: `--restore-settings`' changes the driver refused, by GPU index (each a `gpu_settings` finding).
     """
     started, host = time.monotonic(), node.host
     budget = TimeBudget(0.0, slack=commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
@@ -86,8 +88,10 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe, *reads.last], step=StepName.VERIFY,
                                budget=budget)
     rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
+    by_index = {r.index: r.pci_bus_id or "" for r in rows}
     findings = await reads.findings(node, answers, budget, baseline,
-                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps, spared))
+                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps, spared),
+                                    {by_index.get(i, ""): tuple(lines) for i, lines in (refused or {}).items()})
     judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}
     holders = [h for h in judged if h.protected_by is None]
@@ -126,7 +130,7 @@ def verify_problems(
     if expected is not None and len(rows) != expected:
         problems.append((Reason.GPU_MISSING, f"expected {expected} GPUs, nvidia-smi lists {len(rows)}"))
     judged = findings if isinstance(findings, Judgement) else Judgement(findings or {})
-    problems += [(Reason.HEALTH, f"{_where(rows, bus_id)}{f.detail}") for bus_id, found in judged.gpus.items()
+    problems += [(_reason(f), f"{_where(rows, bus_id)}{f.detail}") for bus_id, found in judged.gpus.items()
                  for f in found if f.level is Level.FAIL]
     problems += [(Reason.HEALTH, f"{_on_pci(f)}{f.detail}") for f in judged.host if f.level is Level.FAIL]
     if judged.unread is not None and judged.unread.level is Level.FAIL:
@@ -233,13 +237,13 @@ class HealthReads:
         return [] if self.kernel is None else [self.kernel]
 
     async def findings(self, node: Node, answers: Answers, budget: TimeBudget, baseline: Baseline | None,
-                       ended: Ended) -> Judgement:
-        """What they found, judged by the host's policy."""
+                       ended: Ended, refused: Mapping[str, Sequence[str]] | None = None) -> Judgement:
+        """What they found, judged by the host's policy (with the restores the driver refused, by bus id)."""
         policy = HealthPolicy.of(node.host)
         gpus = await self._gpus(node, answers, budget)
         kernel = KernelReads() if self.kernel is None else self._kernel(answers, self.kernel, baseline)
         said = {g.bus_id: GpuSettings.of(g) for g in gpus}
-        return dataclasses.replace(judge(gpus, kernel, policy, ended=ended), settings=said)
+        return dataclasses.replace(judge(gpus, kernel, policy, ended=ended, refused=refused), settings=said)
 
     @staticmethod
     def _kernel(answers: Answers, probe: Probe[str], baseline: Baseline | None) -> KernelReads:
@@ -289,6 +293,10 @@ def read_kernel_log(answers: Answers, probe: Probe[str]) -> kernel_log.KernelLog
 def _where(rows: Sequence[smi.GpuRow], bus_id: str) -> str:
     index = next((r.index for r in rows if r.pci_bus_id == bus_id), None)
     return f"gpu {index}: " if index is not None else ("" if not bus_id else f"{bus_id}: ")
+
+
+def _reason(finding: Finding) -> Reason:
+    return Reason.GPU_SETTINGS if finding.check == SETTINGS_CHECK else Reason.HEALTH
 
 
 def _on_pci(finding: HostFinding) -> str:

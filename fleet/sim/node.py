@@ -8,9 +8,8 @@
 Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for the device nodes), bin/nvidia-smi,
 bin/systemctl, bin/journalctl and bin/sudo (wrappers around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl`,
 `fleet.sim.journalctl` and `fleet.sim.sudo`), config.json (the spec), state/ (see `fleet.sim.state`), log/
-(log/kern.log: the kernel log of this boot) and run/ (fleet's reset lock: `lock_file`; mode 0700, as fleet
-requires). Everything else a command on the node uses (find over /proc, ps, kill, timeout, flock) is the real
-tool.
+(log/kern.log: the kernel log of this boot) and run/ (fleet's reset lock: `lock_file`; mode 0700, as fleet requires).
+Everything else a command on the node uses (find over /proc, ps, kill, timeout, flock) is the real tool.
 
 GPU health is part of the spec (healthy by default): Xids in the kernel log (`xids`, and `log_xid` for one now), each
 fact of `fleet.model.gpu_facts`' table (ECC, row remapping, fabric, PCIe link, ...), MIG mode, and a leaked allocation
@@ -96,7 +95,7 @@ class NodeSpec:
     `minor_numbers` gives each GPU index its device minor number (dev/nvidia<minor>, `Minor Number` in `nvidia-smi
     -q`): real nodes number device files in the driver's probe order, not by nvidia-smi's index; empty, they are the
     same. `gpu_reset_s` is how long `nvidia-smi -r` takes; `smi_delay_s` how long every nvidia-smi call takes before
-    it answers (8 GPUs without persistence mode: seconds).
+    it answers (8 GPUs without persistence mode: seconds). The last three: GPU settings a last user left behind.
     """
 
     name: str
@@ -129,6 +128,9 @@ class NodeSpec:
     smi_delay_s: float = 0.0
     journal: str = "ok"
     xid_on_kill: bool = False
+    locked_clock_gpus: tuple[int, ...] = ()  # a last user's `nvidia-smi -lgc`: Applications Clocks Setting Active
+    power_limits: tuple[tuple[int, float], ...] = ()  # (gpu, watts): a last user's lowered `nvidia-smi -pl`
+    power_limit_refused: bool = False  # `nvidia-smi -pl` fails: Insufficient Permissions, exit 4
 
     def __post_init__(self) -> None:
         if self.journal not in journalctl.JOURNAL_MODES:
@@ -154,8 +156,7 @@ TOOLS = (
 
 def _wrapper(module: str, root: Path) -> str:
     """A fake tool's launcher: `python -S` (no site, stdlib only) starts in a third of the time."""
-    python = shlex.quote(sys.executable)
-    path = shlex.quote(str(REPO_ROOT))
+    python, path = shlex.quote(sys.executable), shlex.quote(str(REPO_ROOT))
     return f'#!/bin/sh\nPYTHONPATH={path} exec {python} -S -m {module} --node {shlex.quote(str(root))} "$@"\n'
 
 

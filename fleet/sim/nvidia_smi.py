@@ -49,7 +49,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from fleet.sim import state
+from fleet.sim import smi_settings, state
 from fleet.sim.pci import bus_id
 
 DRIVER_NOT_LOADED = (
@@ -169,15 +169,21 @@ def modeled(config: state.NodeConfig, index: int, remap_pending: Collection[int]
         "fabric.state": fabric_state,
         "fabric.status": fabric_status,
     }
-    return said | ({"pcie.link.width.current": str(NARROW_LINK_WIDTH)} if index in config["narrow_pcie_gpus"] else {})
+    said |= {"pcie.link.width.current": str(NARROW_LINK_WIDTH)} if index in config["narrow_pcie_gpus"] else {}
+    said |= {smi_settings.REASON: "Active"} if index in config["locked_clock_gpus"] else {}
+    limits = [f"{watts:.2f}" for gpu, watts in config["power_limits"] if gpu == index]
+    return said | ({"power.limit": limits[-1], "enforced.power.limit": limits[-1]} if limits else {})
 
 
-def facts_of(config: state.NodeConfig, index: int, remap_pending: Collection[int]) -> dict[str, str]:
+def facts_of(config: state.NodeConfig, index: int, remap_pending: Collection[int],
+             settings: Mapping[str, str] | None = None) -> dict[str, str]:
     """Each fact of the table (`smi_fields`) one GPU prints: the row's healthy value, what the node's knobs make
-    of it, what `smi_values` sets, `[Unknown Error]` where `unread_fields` names it."""
+    of it, what `smi_values` sets, what nvidia-smi's settings commands set since (`settings`), `[Unknown Error]`
+    where `unread_fields` names it."""
     known = {field: healthy for field, _, _, healthy in config["smi_fields"]}
     said = known | {k: v for k, v in modeled(config, index, remap_pending).items() if k in known}
     said |= {field: text for gpu, field, text in config["smi_values"] if gpu == index}
+    said |= {k: v for k, v in (settings or {}).items() if k in known}
     return said | {field: f"[{UNREAD}]" for gpu, field in config["unread_fields"] if gpu == index}
 
 
@@ -265,9 +271,11 @@ def timestamp() -> str:
 
 
 def make_gpu(
-    config: state.NodeConfig, index: int, used: int | None, stamp: str, remap_pending: Collection[int] = ()
+    config: state.NodeConfig, index: int, used: int | None, stamp: str, remap_pending: Collection[int] = (),
+    settings: Mapping[str, str] | None = None,
 ) -> Gpu:
     node = config["name"]
+    facts = facts_of(config, index, remap_pending, settings)
     return Gpu(
         number=index,
         name=config["gpu_name"],
@@ -279,8 +287,8 @@ def make_gpu(
         driver=config["driver_version"],
         gpu_count=config["gpus"],
         timestamp=stamp,
-        facts=facts_of(config, index, remap_pending),
-        mig=index in config["mig_gpus"],
+        facts=facts,
+        mig=facts.get("mig.mode.current", "Enabled" if index in config["mig_gpus"] else "") == "Enabled",
         minor=state.minor_of(config, index),
     )
 
@@ -288,8 +296,10 @@ def make_gpu(
 def gpus(root: Path, config: state.NodeConfig) -> list[Gpu]:
     """Every GPU of the node with its memory.used (and what a reset changes) right now."""
     stamp = timestamp()
-    pending = state.read_health(root, config)["remap_pending"]
-    return [make_gpu(config, i, used, stamp, pending) for i, used in enumerate(state.gpu_memory(root, config))]
+    health = state.read_health(root, config)
+    settings = state.settings_of(health)
+    return [make_gpu(config, i, used, stamp, health["remap_pending"], settings.get(i))
+            for i, used in enumerate(state.gpu_memory(root, config))]
 
 
 def compute_apps(root: Path, config: state.NodeConfig, selected: list[Gpu]) -> list[App]:
@@ -603,7 +613,12 @@ def reset(root: Path, config: state.NodeConfig, targets: list[Gpu]) -> str:
         raise in_use([g.bus_id for g in targets if g.number in busy])
     time.sleep(config["gpu_reset_s"])  # a whole HGX baseboard's reset takes far longer than a query
     state.reset_gpus(root, config, [g.number for g in targets])
+    smi_settings.applied(root, config, targets_of(targets))
     return "".join(f"GPU {g.bus_id} was successfully reset.\n" for g in targets) + "All done.\n"
+
+
+def targets_of(shown: list[Gpu]) -> list[smi_settings.Target]:
+    return [smi_settings.Target(g.number, g.bus_id, g.facts) for g in shown]
 
 
 # ---------------------------------------------------------------- command line
@@ -622,8 +637,9 @@ OPTIONS = {
     "--display": "display",
     "-r": "reset",
     "--gpu-reset": "reset",
+    **smi_settings.OPTIONS,
 }
-FLAGS = {"list", "query", "reset"}  # options without a value
+FLAGS = {"list", "query", "reset", *smi_settings.FLAGS}  # options without a value
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
@@ -664,6 +680,11 @@ def answer(root: Path, opts: dict[str, str]) -> str:
     shown = select_gpus(gpus(root, config), opts.get("id"))
     if "reset" in opts:
         return reset(root, config, shown)
+    if smi_settings.asked(opts):
+        try:
+            return smi_settings.change(root, config, opts, targets_of(shown))
+        except smi_settings.Refused as refused:
+            raise Failure(refused.text, refused.code) from None
     if gpu_fields_asked is not None and fmt is not None:
         return render_csv(gpu_fields_asked, known, shown, fmt)
     if app_fields is not None and fmt is not None:

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -81,6 +81,9 @@ class NodeConfig(TypedDict):
     xids: list[tuple[int, int, str]]
     journal: str
     xid_on_kill: bool
+    locked_clock_gpus: list[int]
+    power_limits: list[tuple[int, float]]
+    power_limit_refused: bool
     minor_numbers: list[int]
     gpu_reset_s: float
     smi_delay_s: float
@@ -111,6 +114,30 @@ class Health(TypedDict):
     leaked_mib: list[int]  # per GPU index: MiB used with no process (a leaked context)
     remap_pending: list[int]  # GPU indexes with a row remapping pending (a reset applies it)
     resets: list[int]  # GPU indexes reset so far, in order
+    settings: NotRequired[dict[str, dict[str, str]]]  # per GPU index: --query-gpu field -> what nvidia-smi set it to
+
+
+def settings_of(health: Health) -> dict[int, dict[str, str]]:
+    """The settings nvidia-smi changed (`fleet.sim.smi_settings`), per GPU index: they win over the spec's."""
+    return {int(gpu): said for gpu, said in health.get("settings", {}).items()}
+
+
+def set_settings(root: Path, config: NodeConfig, gpu: int, said: Mapping[str, str]) -> None:
+    """Record what a settings command of nvidia-smi changed on one GPU."""
+    with locked(state_dir(root) / "health.lock"):
+        health = read_health(root, config)
+        mine = health.setdefault("settings", {}).setdefault(str(gpu), {})
+        mine.update(said)
+        write_health(root, health)
+
+
+def mig_gpus(root: Path, config: NodeConfig) -> set[int]:
+    """The GPUs in MIG mode now: the spec's, as nvidia-smi's settings and resets changed them."""
+    now = set(config["mig_gpus"])
+    for gpu, said in settings_of(read_health(root, config)).items():
+        if "mig.mode.current" in said:
+            (now.add if said["mig.mode.current"] == "Enabled" else now.discard)(gpu)
+    return now
 
 
 class KernelRecord(TypedDict):
@@ -371,7 +398,7 @@ def gpu_memory(root: Path, config: NodeConfig) -> list[int | None]:
     """memory.used per GPU index as nvidia-smi reports it (None = `[N/A]`): the idle base, MIG's
     reservation, a leaked allocation (until a reset) and every live or lingering registration."""
     live, lingering = holding(root, config["linger_s"])
-    mig = set(config["mig_gpus"])
+    mig = mig_gpus(root, config)
     leaked = read_health(root, config)["leaked_mib"]
     used = [config["idle_mib"] + (MIG_IDLE_MIB if i in mig else 0) + leaked[i] for i in range(config["gpus"])]
     for reg in live + lingering:

@@ -31,6 +31,7 @@ from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
+from fleet.inventory import gpu_settings
 from fleet.inventory.host import Connection, Host
 from fleet.model.codec import host_to_document
 from fleet.model.report import HostReport, HostStatus, Reason
@@ -96,6 +97,8 @@ def host_of(name: str, variables: dict[str, Any]) -> Host:
     """The host the controller resolved (its variables as `fleet inventory --json` prints them), run locally."""
     values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in variables.items()}
     values["connection"] = Connection.LOCAL
+    if "gpu_settings" in values:
+        values["gpu_settings"] = gpu_settings.from_written(values["gpu_settings"])
     return Host(name=name, **values)
 
 
@@ -120,6 +123,7 @@ async def node_run(document: dict[str, Any], node: str, out: IO[str]) -> int:
     run_options = RunOptions(
         mode=Mode.RESET, handle_signals=True, deadline_s=options.get("deadline_s"),
         stop_units=bool(options.get("stop_units")), gpu_reset=bool(options.get("gpu_reset")),
+        restore_settings=bool(options.get("restore_settings")),
     )
     try:
         host = host_of(name, entry["vars"])

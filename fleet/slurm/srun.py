@@ -289,7 +289,7 @@ class SrunRun:
             "fleet_version": __version__,
             "run_id": self.run_id,
             "options": {"stop_units": options.stop_units, "gpu_reset": options.gpu_reset,
-                        "deadline_s": options.deadline_s},
+                        "restore_settings": options.restore_settings, "deadline_s": options.deadline_s},
             "hosts": {n: {"name": self.runs[n].host.name, "vars": host_vars(self.runs[n].host)} for n in nodes},
         }).encode() + b"\n"
 

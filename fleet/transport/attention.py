@@ -12,8 +12,11 @@ has run (`LoopLag`). A late controller only makes a run slower.
     `AttentionClock.call_at(t, fn)`  fn once the clock reads t (the primitive any lag-aware wait is built on)
 
 The lag is sampled by one timer a loop (every LAG_TICK_S, from the first time the clock is asked for, for the
-life of the loop) and brought up to date whenever the clock is read, so a reading taken just after a stall, before
-the tick that measures it has run, already leaves the stall out.
+life of the loop), and the clock stands still from the moment that tick is due until the loop runs it: the
+controller's attention is at most LAG_TICK_S a turn of the loop. A reading taken during a stall, or just after it
+before the tick has run, already leaves the stall out; so does one taken while the loop is busy, not blocked (a
+turn of 10,000 hosts' work on a starved machine lasts seconds, and each host reads the clock in it): a host waiting
+for its turn is the controller's lateness too, never time the node had.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ LAG_TICK_S = 0.25
 class LoopLag:
     """How late this event loop has run: the sum of each tick's lateness (`total` only grows).
 
-    Ticks every LAG_TICK_S once started. `catch_up()` counts a tick that is overdue now (the loop is running
-    late at this moment) without waiting for it to run.
+    Ticks every LAG_TICK_S once started. `attended(now)` is loop time `now` less the lateness, standing still from
+    the moment the next tick is due until the loop runs it (however often it is read meanwhile).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -49,12 +52,9 @@ class LoopLag:
         if self._handle is None:
             self._arm(self._loop.time())
 
-    def catch_up(self) -> None:
-        """Count the lateness of an overdue tick now, and re-arm it from now."""
-        now = self._loop.time()
-        if now > self._due and self._handle is not None:
-            self._handle.cancel()
-            self._tick()
+    def attended(self, now: float) -> float:
+        """Loop time `now` less the lateness: up to the due tick, no further, until the loop has run it."""
+        return min(now, self._due) - self.total
 
     def _arm(self, now: float) -> None:
         self._due = now + LAG_TICK_S
@@ -88,8 +88,7 @@ class AttentionClock:
         self.lag.start()
 
     def now(self) -> float:
-        self.lag.catch_up()
-        return self._loop.time() - self.lag.total
+        return self.lag.attended(self._loop.time())
 
     def call_at(self, when: float, callback: Callable[[], object]) -> Timer:
         """Call callback once this clock reads `when`: a wake-up that came late (the loop was held) looks at the

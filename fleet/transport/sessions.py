@@ -22,12 +22,13 @@ def session_members(sid: int) -> list[int]:
 
 
 def _session_of(proc_dir: str) -> int | None:
-    """The session id of the process at /proc/PID; None for a zombie or a vanished pid."""
+    """The session id of the process at /proc/PID; None for a zombie or a vanished pid. Read as bytes: the
+    process's name (its comm, before the last `)`) is any bytes another user chose."""
     try:
-        fields = Path(proc_dir, "stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(proc_dir, "stat").read_bytes().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return None if fields[0] == "Z" else int(fields[3])
+    return None if fields[0] == b"Z" else int(fields[3])
 
 
 def signal_session(sid: int, signum: int = signal.SIGKILL) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from fleet.node.budget import BudgetSpent, TimeBudget
@@ -91,6 +92,48 @@ async def test_a_step_window_that_ended_during_a_hold_is_still_open() -> None:
     block_the_loop(2.0)
     assert budget.window_left > 0
     assert budget.command_timeout(5.0) > 0
+
+
+def busy_turn(seconds: float) -> None:
+    """One task's share of a turn of a loop that is busy, not blocked (10,000 hosts' parsing on a starved
+    machine): it works for `seconds` of wall time, reading the attention clock all along, as each host does."""
+    clock, until = loop_clock(), time.monotonic() + seconds
+    while time.monotonic() < until:
+        clock.now()
+
+
+async def test_a_loop_busy_with_other_hosts_does_not_spend_a_step_budget() -> None:
+    """The bug behind 2,450 hosts failed as `kill: step budget spent` (10,000 hosts, a machine at load 15-68): the
+    loop never blocked, each of its turns lasted seconds of other hosts' work, and every read of the clock counted
+    only the little time since the last one, so the clock ran with the wall. A 2 s budget, then the loop kept busy
+    (two neighbours, 0.5 s of work each a turn) until twice its seconds have passed: still open."""
+    budget = TimeBudget(2.0)
+    started = time.monotonic()
+    done = anyio.Event()
+
+    async def neighbour() -> None:
+        while not done.is_set():
+            busy_turn(0.5)
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(neighbour)
+        tg.start_soon(neighbour)
+        while time.monotonic() - started < 2 * budget.seconds:  # the condition: the wall is past the budget
+            await anyio.lowlevel.checkpoint()
+        done.set()
+    assert budget.window_left > 0
+    assert budget.command_timeout(5.0) > 0
+
+
+async def test_a_busy_loop_still_gives_each_turn_its_attention() -> None:
+    """Fail closed: a loop that is never idle still moves the clock (up to LAG_TICK_S a turn), so every bound
+    still fires."""
+    clock = loop_clock()
+    before = clock.now()
+    while clock.now() - before < 2 * attention.LAG_TICK_S:
+        busy_turn(attention.LAG_TICK_S)
+        await anyio.lowlevel.checkpoint()
 
 
 async def test_a_budget_spent_on_attention_is_spent() -> None:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from support.processes import Children
+from support.processes import children as children  # the fixture: children killed by pid after the test
 
-from fleet.transport import reap
+from fleet.transport import reap, sessions
 from fleet.transport.base import bounded_argv
 
 
@@ -42,3 +46,16 @@ def test_find_marked_finds_exactly_the_marked_process() -> None:
 def test_parse_marked_ignores_noise() -> None:
     noise = "/proc/12/environ\nfind: '/proc/1/environ': Permission denied\n/proc/7/environ\n"
     assert reap.parse_marked(noise) == [7, 12]
+
+
+def test_a_session_is_found_whatever_bytes_a_member_names_itself(children: Children) -> None:
+    """A process of the session whose name (its comm) is not UTF-8 is still counted a member, and is not a
+    reason for the session's end to fail (another user's process chooses its name)."""
+    code = ("import sys, time; open('/proc/self/comm', 'wb').write(b'\\xff\\xfe)x (y'); print(flush=True); "
+            "time.sleep(60)")
+    child = children.track(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                            start_new_session=True))
+    assert child.stdout is not None
+    child.stdout.readline()  # renamed
+    assert Path(f"/proc/{child.pid}/comm").read_bytes() == b"\xff\xfe)x (y\n"
+    assert sessions.session_members(child.pid) == [child.pid]

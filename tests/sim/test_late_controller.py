@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 import pytest
+from support import scripted_node
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
@@ -25,11 +26,14 @@ from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
-from fleet.model.report import HostStatus, RunReport, StepName
+from fleet.model.report import HostStatus, RunReport, StepName, StepOutcome, StepStatus
+from fleet.node.node import Node
+from fleet.reset import kill
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
-from fleet.transport import Transport, connect
+from fleet.transport import Transport, attention, connect
 from fleet.transport.base import CommandResult, OpenCommand
+from fleet.transport.scripted import Reply, ScriptedTransport
 
 # Past the default connect_timeout (10 s) and past drain_timeout (4 s) below: with either bound on the wall clock,
 # the hold alone failed the host (unreachable; a unit SIGKILLed that was stopping by itself).
@@ -147,3 +151,61 @@ async def test_held_13s_inside_a_drain_window_every_host_ends_clean(fleet: SimFl
         drain = next(s for s in host.steps if s.name is StepName.DRAIN)
         assert drain.detail == "sglang.service failed", name  # ended by its own stop timeout, never by fleet
         assert not [e for e in host.steps if "SIGKILL" in e.detail]
+
+
+class BusyController:
+    """A scripted node whose every answer costs the controller `share` seconds of work (reading the attention clock
+    all along, as a host's parsing does) before the host's task waits for its next turn of the loop."""
+
+    def __init__(self, inner: ScriptedTransport, share: float) -> None:
+        self.inner, self.share = inner, share
+
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
+        clock, until = attention.loop_clock(), time.monotonic() + self.share
+        while time.monotonic() < until:
+            clock.now()
+        await anyio.lowlevel.checkpoint()  # the network wait: the next host's turn
+        return await self.inner.run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
+
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
+        return await self.inner.open_command(argv, timeout=timeout, privileged=privileged)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def one_holder_node() -> ScriptedTransport:
+    """A node with one GPU holder (pid 100, a python3 child of init) that SIGTERM ends; scans after it find none."""
+    scans = iter(["root\t/proc/100/fd/3\t/dev/nvidia0\n"])
+    return ScriptedTransport([
+        (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
+        (("ps", "-ww"), Reply(scripted_node.ps("  100     1 root     python3 -m trainer\n"))),
+        (scripted_node.EXE, scripted_node.exe_reply({100: "/usr/bin/python3.11"})),
+        (scripted_node.LINEAGE, scripted_node.lineage),
+        (("grep",), Reply("")),
+        (("sh", "-c"), scripted_node.signal()),
+    ])
+
+
+@pytest.mark.timeout(120)
+async def test_a_loop_busy_with_many_hosts_never_spends_a_hosts_kill_budget() -> None:
+    """The 10,000-host run on a machine at load 15-68 that failed 2,450 hosts as `kill: step budget spent`: the loop
+    never blocked, but each turn of it lasted seconds of the other hosts' work. Twenty hosts kill at once, each
+    answer costing 0.05 s of the controller's work: a turn lasts about 1 s, the kill step's 11 turns outlast its
+    6.1 s budget on the wall. Each host kills its holder and ends its step OK."""
+    hosts = [Host(f"gpu-b{i:02d}", "127.0.0.1", command_timeout=0.1, kill_grace=0.3) for i in range(20)]
+    outcomes: dict[str, StepOutcome] = {}
+
+    async def one(host: Host) -> None:
+        node = Node(host, BusyController(one_holder_node(), share=0.05), scripted_node.Log())
+        outcomes[host.name] = await kill.kill(node)
+
+    async with anyio.create_task_group() as tg:
+        for host in hosts:
+            tg.start_soon(one, host)
+
+    for name, outcome in outcomes.items():
+        assert (outcome.result.status, outcome.result.error) == (StepStatus.OK, None), name
+        assert [k.pid for k in outcome.killed] == [100], name
+    assert len(outcomes) == len(hosts)

@@ -31,7 +31,7 @@ def fleet_commands_on(sim: SimFleet) -> list[int]:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0].decode()
         except OSError:
             continue
         if state != "Z" and cmdline.startswith("timeout ") and any(r in cmdline for r in roots):

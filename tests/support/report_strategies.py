@@ -49,7 +49,7 @@ gpus = st.builds(GpuReport, st.integers(min_value=0, max_value=63), mib, maybe_w
 planned = st.builds(PlannedProcess, pids, words, words, mib, maybe_words)
 plans = st.builds(HostPlan, st.dictionaries(words, words, max_size=3).map(lambda d: tuple(d.items())),
                   st.lists(planned, max_size=2).map(tuple), st.lists(planned, max_size=2).map(tuple),
-                  st.lists(mib, max_size=8).map(tuple))
+                  st.lists(mib, max_size=8).map(tuple), st.lists(words, max_size=2).map(tuple))
 set_words = st.none() | st.text(min_size=1, max_size=12)  # an optional scheduler value: absent, or not empty
 schedulers = st.builds(SchedulerRecord, words, maybe_words, maybe_words, maybe_words, maybe_words,
                        st.lists(words, max_size=3).map(tuple), set_words, set_words, st.booleans(),

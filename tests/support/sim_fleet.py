@@ -37,12 +37,13 @@ def fast_vars(names: Sequence[str], **extra: Any) -> dict[str, dict[str, Any]]:
 
 
 async def reset(sim: SimFleet, tmp_path: Path, *, groups: Sequence[str] = ("sim",),
-                command: str = "reset") -> RunReport:
+                command: str = "reset", **options: Any) -> RunReport:
+    """A run of `command` through the graph; `options`: more `RunOptions` (`restore_settings=True`)."""
     hosts = select(load_inventory(sim.inventory_path), groups=list(groups))
     logs = RunLogs(tmp_path / "logs", f"run-{os.urandom(3).hex()}")
     logs.create()
     try:
-        report, _ = await run_hosts(hosts, RunOptions(mode=Mode(command)), logs)
+        report, _ = await run_hosts(hosts, RunOptions(mode=Mode(command), **options), logs)
     finally:
         logs.close()
     return report

@@ -59,12 +59,13 @@ def make_host(tmp_path: Path, sshd: Sshd, client_key: ClientKey) -> Iterator[Mak
 RUNS = iter(range(1000))
 
 
-async def run(host: Host, tmp_path: Path, mode: Mode = Mode.RESET) -> tuple[HostReport, list[dict[str, Any]]]:
-    """One run of one host; its report and its log's events."""
+async def run(host: Host, tmp_path: Path, mode: Mode = Mode.RESET,
+              **options: Any) -> tuple[HostReport, list[dict[str, Any]]]:
+    """One run of one host; its report and its log's events. `options`: more `RunOptions`."""
     logs = RunLogs(tmp_path / "logs", f"health-{mode.value}-{next(RUNS)}")
     logs.create()
     try:
-        report, _ = await run_hosts([host], RunOptions(mode=mode), logs)
+        report, _ = await run_hosts([host], RunOptions(mode=mode, **options), logs)
     finally:
         logs.close()
     events = [json.loads(line) for line in (tmp_path / "logs" / logs.run_id / f"{host.name}.jsonl").read_text()

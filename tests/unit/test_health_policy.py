@@ -79,11 +79,12 @@ def only(found: Judgement, key: str = BUS) -> tuple[Finding, ...]:
 
 def test_each_check_is_one_row() -> None:
     """One row a check: a name of its own, why and what it reads said, a rank of its own (1 the most telling), and
-    a GPU's facts read into a finding by every check but the kernel log's."""
+    a GPU's facts read into a finding by every check but the kernel log's and the settings' (judged against the
+    host's profile: tests/unit/test_gpu_profile.py)."""
     assert len(set(names())) == len(TABLE) and all(by_name(name).name == name for name in names())
     assert all(c.why.strip() and c.reads.strip() for c in TABLE)
     assert sorted(c.rank for c in TABLE) == list(range(1, len(TABLE) + 1))
-    assert [c.name for c in TABLE if c.finding is None] == ["xid"]
+    assert [c.name for c in TABLE if c.finding is None] == ["gpu_settings", "xid"]
 
 
 def test_the_host_variables_and_the_policy_accept_the_checks_of_the_table(tmp_path: Path) -> None:
@@ -108,7 +109,7 @@ def test_the_host_variables_and_the_policy_accept_the_checks_of_the_table(tmp_pa
 def test_the_policy_judges_by_the_table() -> None:
     """Each GPU check's finding weighs its row's default, and fails rank by the rows' ranks."""
     sick = gpu(ecc_uncorrected=1, ecc_corrected=1, retired_pending=True, remap_pending=True, remap_failed=True,
-               persistence=False, fabric_status="Failure", pcie_width=8)
+               persistence=False, fabric_status="Failure", pcie_width=8, power_limit_w=450.0)
     found = only(judged([sick], [Xid(T0, PCI, 79, "GPU has fallen off the bus.")]))
     assert [(f.check, f.level) for f in found] == [(c.name, c.default) for c in TABLE]
     failing = sorted((c for c in TABLE if c.default is Level.FAIL), key=lambda c: c.rank)
@@ -116,7 +117,7 @@ def test_the_policy_judges_by_the_table() -> None:
 
 
 def test_default_levels_follow_nvidia_docs() -> None:
-    warn = {"ecc_corrected", "persistence"}
+    warn = {"ecc_corrected", "persistence", "gpu_settings"}
     assert {c.name for c in TABLE if c.default is Level.WARN} == warn
     assert all(c.default is Level.FAIL for c in TABLE if c.name not in warn)
     assert {48, 63, 64, 74, 79, 92, 94, 95} <= XID_ACTION
@@ -173,6 +174,9 @@ def test_a100_after_xid_63_fails_on_the_pending_remap_and_the_xid() -> None:
     assert judged(a100_after_xid_63(), xids) == Judgement({"00000000:10:1C.0": (
         Finding("ecc_corrected", Level.WARN, "177 correctable ECC errors (volatile)"),
         Finding("remap_pending", Level.FAIL, "row remapping pending: reset the GPU to apply"),
+        Finding("gpu_settings", Level.WARN, "not observed: persistence mode, compute mode, MIG mode, power limit, "
+                                            "clock event reason Applications Clocks Setting (nvidia-smi did not say "
+                                            "them)"),  # an excerpt of -q: never read as "fine"
         Finding("xid", Level.FAIL, "Xid 63 at 11:02:13: ECC page retirement or row remapping recording event"),
     )})
 
@@ -180,7 +184,8 @@ def test_a100_after_xid_63_fails_on_the_pending_remap_and_the_xid() -> None:
 def test_an_xid_63_the_row_remapper_shows_resolved_warns_naming_both() -> None:
     """The same GPU after a GPU reset applied the remapping: nothing pending, nothing failed (the same -q read)."""
     (a100,) = a100_after_xid_63()
-    reset = a100.said(remap_pending=False, ecc_corrected=0)
+    reset = a100.said(remap_pending=False, ecc_corrected=0, persistence=True, compute_mode="Default", mig=False,
+                      power_limit_w=400.0, default_power_limit_w=400.0, app_clocks_setting=False)
     xids = message_xids("a100-sxm4-80gb_message_xid-63-row-remapper.log", T0)
     assert only(judged([reset], xids), a100.bus_id) == (
         Finding("xid", Level.WARN, "Xid 63 at 11:02:13: ECC page retirement or row remapping recording event; "
@@ -420,7 +425,8 @@ def test_each_check(facts: dict[str, object], finding: Finding) -> None:
     ],
 )
 def test_what_is_unknown_or_normal_is_no_finding(facts: dict[str, object]) -> None:
-    assert only(judged([gpu(**facts)])) == ()
+    """(A GPU setting not said is a `gpu_settings` finding, never "fine": tests/unit/test_gpu_profile.py.)"""
+    assert only(judged([gpu(**facts)], policy=HealthPolicy(ignore=frozenset({"gpu_settings"})))) == ()
 
 
 def test_downgraded_and_ignored_checks() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 import structlog
 
 from fleet.engine.run_folder import RunLogs
+from fleet.report import jsonl
 from fleet.report.jsonl import HostLogger
 
 STAMP = re.compile(r'"timestamp": "[^"]*"')
@@ -111,3 +113,12 @@ def test_a_run_writes_one_file_a_host_and_relayed_lines_join_it(tmp_path: Path) 
     assert {"timestamp", "level", "event", "host", "run_id", "step"} <= lines[0].keys()
     with pytest.raises(ValueError, match="closed file"):
         log.info("after_close")
+
+
+@pytest.mark.parametrize("nanos", [1_764_806_400_000_000_000, 1_764_806_399_999_999_999, 1_764_806_400_000_001_000])
+def test_the_timestamp_is_isoformats(monkeypatch: pytest.MonkeyPatch, nanos: int) -> None:
+    """The stamp is TimeStamper's (`datetime.isoformat`, UTC, `Z`): no fraction on a whole second, microseconds
+    otherwise; its date made once a second, so two seconds apart never share one."""
+    monkeypatch.setattr("fleet.report.jsonl.time.time_ns", lambda: nanos)
+    when = datetime.fromtimestamp(nanos // 1000 / 1e6, tz=UTC).replace(microsecond=(nanos // 1000) % 1_000_000)
+    assert jsonl._stamp() == when.isoformat().replace("+00:00", "Z")
