@@ -1,9 +1,8 @@
 """A simulated 8-GPU node in a directory: the Python API tests and the demo drive.
 
     node = SimNode(tmp_path / "gpu-a01", NodeSpec("gpu-a01", units=(UnitSpec("sglang"),)))
-    node.start()                    # setup() + units + workers + nvidia-persistenced
+    node.start()                    # setup() + units + workers + nvidia-persistenced; node.stop(): SIGKILL them all
     subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv"], env=node.env())
-    node.stop()                     # SIGKILL everything the node ever started
 
 Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for the device nodes), bin/nvidia-smi,
 bin/systemctl, bin/journalctl and bin/sudo (wrappers around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl`,
