@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -33,7 +34,7 @@ from fleet.engine.run import run_and_report
 from fleet.history import DEMO
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
-from fleet.model.report import HostStatus, RunReport
+from fleet.model.report import HostReport, HostStatus, RunReport, StepName
 from fleet.report import render as reporting
 from fleet.report.uniform import odd
 from fleet.sim import slurmcluster
@@ -54,7 +55,9 @@ def demo_specs(count: int) -> list[NodeSpec]:
     whose memory takes 2 s to come back after it dies. One node (SICK, when there are
     at least two) is unhealthy: its kernel log says GPU 5 fell off the bus (Xid 79),
     so its health gate fails it however clean its memory is. One (OLD_DRIVER's, when there are at least
-    three) runs an older driver: clean, and the odd one out of the rack compared.
+    three) runs an older driver: clean, and the odd one out of the rack compared. Two (`left_settings`, from
+    eight nodes) were left with a last user's GPU settings: a locked clock, a lowered power limit; the demo's
+    `--restore-settings` gives them back.
     """
     specs = []
     for i in range(1, count + 1):
@@ -63,8 +66,18 @@ def demo_specs(count: int) -> list[NodeSpec]:
         name = f"gpu-b{i:02d}"
         spec = NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=2.0 if i % 3 == 0 else 0.5,
                         xids=SICK_XIDS if count > 1 and name == sick(count) else ())
-        specs.append(replace(spec, driver_version=OLDER_DRIVER) if name == old_driver(count) else spec)
+        spec = replace(spec, driver_version=OLDER_DRIVER) if name == old_driver(count) else spec
+        left = left_settings(count).get(name)
+        specs.append(replace(spec, **left) if left else spec)
     return specs
+
+
+def left_settings(count: int) -> dict[str, dict[str, Any]]:
+    """The nodes a last user left GPU settings on, and which (`NodeSpec` fields): from eight nodes, gpu-b03's
+    GPU 2 with locked clocks and gpu-b05's GPU 3 with its power limit lowered to 450 W (default 700)."""
+    if count < 8:
+        return {}
+    return {"gpu-b03": {"locked_clock_gpus": (2,)}, "gpu-b05": {"power_limits": ((3, 450.0),)}}
 
 
 SICK_XIDS = ((5, 79, "pid=2718, name=sglang, GPU has fallen off the bus."),)
@@ -96,10 +109,21 @@ def as_planned(report: RunReport, count: int) -> bool:
         return False
     if older is not None and not all(why.startswith(f"driver {OLDER_DRIVER} (") for why in named[older]):
         return False
+    if not all(restored(report.hosts.get(name)) for name in left_settings(count)):
+        return False
     if count < 2:
         return not bad
     host = bad.get(sick(count))
     return list(bad) == [sick(count)] and host is not None and "Xid 79" in (host.error or "")
+
+
+def restored(host: HostReport | None) -> bool:
+    """The host ended clean, its settle says nvidia-smi changes took, and verify found nothing left to restore."""
+    if host is None or host.status is not HostStatus.CLEAN:
+        return False
+    settle = next((step for step in host.steps if step.name is StepName.SETTLE), None)
+    found = [f for gpu in host.gpus for f in gpu.health if f.check == "gpu_settings"]
+    return settle is not None and "nvidia-smi change" in (settle.detail or "") and "took" in settle.detail and not found
 
 
 def _describe(sim: SimFleet) -> None:
@@ -117,8 +141,8 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             _describe(sim)
             inventory = load_inventory(sim.inventory_path)
             targets = select(inventory, groups=["blackwell"])
-            say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell -y\n")
-            options = RunOptions(handle_signals=True, progress=True)
+            say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell --restore-settings -y\n")
+            options = RunOptions(handle_signals=True, progress=True, restore_settings=True)
             code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True,
                                                 recorded_as=DEMO)
             say("\nwhat the nodes themselves say now:")
@@ -139,6 +163,9 @@ def _verdict(report: RunReport, nodes: int, code: int = 0) -> int:
         say(f"as planned: every node clean but {sick(nodes)}, whose GPU 5 fell off the bus (Xid 79 in its kernel log)")
     if old_driver(nodes):
         say(f"as planned: {old_driver(nodes)}, on driver {OLDER_DRIVER}, named the odd one out (settings: above)")
+    if left_settings(nodes):
+        say("as planned: the settings a last user left (gpu-b03's locked clocks, gpu-b05's 450 W power limit)"
+            " restored and read back")
     return 0
 
 

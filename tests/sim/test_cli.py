@@ -261,6 +261,25 @@ def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
     assert "simulated fleet torn down" in proc.stderr
 
 
+def test_the_demo_of_eight_restores_the_settings_left_and_names_the_older_driver(tmp_path: Path) -> None:
+    """From eight nodes: gpu-b03's locked clocks and gpu-b05's lowered power limit given back (each change its own
+    event in the node's log), gpu-b07's older driver named the odd one out."""
+    proc = run_cli("demo", "--nodes", "8", "--log-dir", str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "settings: gpu-b07 driver 535.183.01 (7 others" in proc.stderr
+    assert "restored and read back" in proc.stderr
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+
+    def changes(host: str) -> list[list[str]]:
+        """The nvidia-smi commands that changed a GPU (`nvidia-smi -i N ...`), as the host's log says they ran."""
+        lines = [json.loads(line) for line in (run / f"{host}.jsonl").read_text().splitlines()]
+        return [e["argv"][1:] for e in lines if e["event"] == "command" and e["argv"][1:2] == ["-i"]]
+
+    assert changes("gpu-b03") == [["-i", "2", "-rgc"], ["-i", "2", "-rmc"], ["-i", "2", "-rac"]]
+    assert changes("gpu-b05") == [["-i", "3", "-pl", "700"]]
+    assert changes("gpu-b01") == []
+
+
 # --- Slurm's options and hosts named outright ----------------------------------------------------------
 
 
