@@ -5,6 +5,7 @@ EIO) and when its stderr is a pipe nobody reads (EPIPE). The demo's simulated wo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -140,8 +141,8 @@ def demo_workers(root: Path) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and str(root) in (entry / "cmdline").read_bytes().decode(errors="replace") \
-                    and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            if entry.name.isdigit() and os.fsencode(root) in (entry / "cmdline").read_bytes() \
+                    and (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
                 found.append(int(entry.name))
         except OSError:
             continue
@@ -152,14 +153,20 @@ async def test_the_demo_hung_up_mid_run_exits_129_and_ends_its_simulated_workers
     logs, scratch = tmp_path / "logs", tmp_path / "tmp"
     scratch.mkdir()
     argv = [sys.executable, "-m", "fleet", "demo", "--nodes", "2", "--log-dir", str(logs)]
-    with (tmp_path / "stderr.txt").open("wb") as stderr, \
-            started(argv, stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "TMPDIR": str(scratch)}) \
-            as process:
-        await until(lambda: any('"step_start"' in p.read_text() for p in logs.glob("*/*.jsonl")), "a step began")
-        assert demo_workers(scratch), "the demo's simulated workers run"
-        process.send_signal(signal.SIGHUP)
-        assert await ended(process) == 129
+    try:
+        with (tmp_path / "stderr.txt").open("wb") as stderr, \
+                started(argv, stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "TMPDIR": str(scratch)}) \
+                as process:
+            await until(lambda: any('"step_start"' in p.read_text() for p in logs.glob("*/*.jsonl")), "a step began")
+            assert demo_workers(scratch), "the demo's simulated workers run"
+            process.send_signal(signal.SIGHUP)
+            assert await ended(process) == 129
+    finally:  # a demo this test had to SIGKILL cannot end its workers: they are ended here, each by its pid
+        left = demo_workers(scratch)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     said = (tmp_path / "stderr.txt").read_text()
     assert HANGUP_LINE in said and "simulated fleet torn down" in said, said
-    assert demo_workers(scratch) == []
+    assert left == []
     assert list(logs.glob(f"*/{SUMMARY}")) and list(logs.glob(f"*/{REPORT_HTML}"))
