@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from support.demo_run import end_workers
 from support.hung_fleet import fleet_commands_on, wait_for_drain
 from support.hung_fleet import hung_fleet as hung_fleet  # the fixture: two nodes stuck in drain
 from support.paths import REPO
@@ -31,6 +32,17 @@ def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL, timeout: float =
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fleet", *args], capture_output=True, text=True, stdin=stdin,
                           timeout=timeout, check=False, env=env)
+
+
+def run_demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`fleet demo` with its temporary folder under tmp_path; workers a demo cut by the timeout left are ended by
+    pid, and the test fails naming them."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    try:
+        return run_cli("demo", *args, timeout=300, env={**os.environ, "TMPDIR": str(scratch)})
+    finally:
+        assert end_workers(scratch) == [], "the demo left simulated workers running"
 
 
 def site_home(tmp_path: Path) -> dict[str, str]:
@@ -254,7 +266,7 @@ def test_confirmation_prompt_on_a_terminal_names_count_and_groups(tmp_path: Path
 
 def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
     """`make demo`'s job, small: a simulated fleet reset over SSH, one node failed by its health gate, torn down."""
-    proc = run_cli("demo", "--nodes", "2", "--log-dir", str(tmp_path), timeout=120)
+    proc = run_demo(tmp_path, "--nodes", "2", "--log-dir", str(tmp_path / "logs"))
     assert proc.returncode == 0, proc.stderr
     assert "gpu-b01 clean" in proc.stderr
     assert "gpu-b02 failed health: gpu 5: Xid 79" in proc.stderr
@@ -264,11 +276,11 @@ def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
 def test_the_demo_of_eight_restores_the_settings_left_and_names_the_older_driver(tmp_path: Path) -> None:
     """From eight nodes: gpu-b03's locked clocks and gpu-b05's lowered power limit given back (each change its own
     event in the node's log), gpu-b07's older driver named the odd one out."""
-    proc = run_cli("demo", "--nodes", "8", "--log-dir", str(tmp_path), timeout=300)
+    proc = run_demo(tmp_path, "--nodes", "8", "--log-dir", str(tmp_path / "logs"))
     assert proc.returncode == 0, proc.stderr
     assert "settings: gpu-b07 driver 535.183.01 (7 others" in proc.stderr
     assert "restored and read back" in proc.stderr
-    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (run,) = [p for p in (tmp_path / "logs").iterdir() if p.is_dir()]
 
     def changes(host: str) -> list[list[str]]:
         """The nvidia-smi commands that changed a GPU (`nvidia-smi -i N ...`), as the host's log says they ran."""

@@ -5,7 +5,6 @@ EIO) and when its stderr is a pipe nobody reads (EPIPE). The demo's simulated wo
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import anyio
+from support.demo_run import demo_workers, end_workers
 from support.hung_fleet import fleet_commands_on, wait_for_drain
 from support.hung_fleet import hung_fleet as hung_fleet  # two nodes whose unit ignores SIGTERM: a reset sits in drain
 from support.waits import until
@@ -136,17 +136,6 @@ def _close(pipe: IO[bytes] | None) -> None:
     pipe.close()
 
 
-def demo_workers(root: Path) -> list[int]:
-    """Pids of live processes started under `root` (the demo's temporary folder): a read-only look at /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and os.fsencode(root) in (entry / "cmdline").read_bytes() \
-                    and (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 async def test_the_demo_hung_up_mid_run_exits_129_and_ends_its_simulated_workers(tmp_path: Path) -> None:
@@ -162,10 +151,7 @@ async def test_the_demo_hung_up_mid_run_exits_129_and_ends_its_simulated_workers
             process.send_signal(signal.SIGHUP)
             assert await ended(process) == 129
     finally:  # a demo this test had to SIGKILL cannot end its workers: they are ended here, each by its pid
-        left = demo_workers(scratch)
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        left = end_workers(scratch)
     said = (tmp_path / "stderr.txt").read_text()
     assert HANGUP_LINE in said and "simulated fleet torn down" in said, said
     assert left == []
