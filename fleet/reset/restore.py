@@ -62,7 +62,12 @@ async def read_settings(node: Node) -> list[tuple[int, GpuSettings]]:
     if facts is health.FIELDS_UNKNOWN:
         facts = await node.ask(health.health(nvidia_smi), step=STEP)
     by_bus = {g.bus_id: g for g in facts}
-    return [(r.index, GpuSettings.of(by_bus[r.pci_bus_id])) for r in rows if r.pci_bus_id in by_bus]
+    unread = [r.index for r in rows if r.pci_bus_id not in by_bus]
+    if unread:  # never "nothing to restore": said, and left to verify's read, which judges them not observed
+        node.log.warning("settings_unread", step=str(STEP), gpus=unread,
+                         detail="nvidia-smi's facts name no GPU at these GPUs' bus ids: their settings not read")
+    return [(r.index, GpuSettings.of(by_bus[r.pci_bus_id]) if r.pci_bus_id in by_bus else GpuSettings())
+            for r in rows]
 
 
 def _probe(nvidia_smi: str, change: Change) -> Probe[str]:

@@ -247,3 +247,11 @@ def test_nothing_is_restored_that_was_not_observed_or_that_matches() -> None:
     assert lines([(0, GpuSettings()), (1, CLEAN)]) == ([], [])
     assert restore_plan([(1, LOCKED)], GpuProfile(clocks=Clocks(1980, 2619))).changes == ()
     assert {d.setting for d in differences(DEFAULT_PROFILE, LOCKED)} == {Setting.CLOCKS}
+
+
+def test_a_gpu_whose_settings_were_not_read_gets_no_change_and_verify_says_not_observed() -> None:
+    """Settings not read (no facts for the GPU's bus id) plan nothing: no guess is restored; the profile's
+    findings name them not observed, never fine."""
+    assert restore_plan([(0, GpuSettings())], DEFAULT_PROFILE).changes == ()
+    said = findings(DEFAULT_PROFILE, GpuSettings())
+    assert said and all("not observed" in line for line in said)
