@@ -6,13 +6,11 @@ authorized_keys `environment="PATH=..."` puts the node's bin/ first on PATH.
 
 from __future__ import annotations
 
-import getpass
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.keys import ClientKey
-from support.sshd import Sshd
+from support.sshd_nodes import MakeHost
+from support.sshd_nodes import make_host as make_host  # the fixture: nodes stopped after the test
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
@@ -26,28 +24,20 @@ ALL = (0, 1, 2, 3, 4, 5, 6, 7)
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[SimNode]:
-    spec = NodeSpec(name="gpu-s01", units=(UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang"),),
-                    linger_s=1.0)
-    sim = SimNode(tmp_path / "node", spec)
-    try:
-        sim.setup()
-        sim.start()
-        yield sim
-    finally:
-        sim.stop()
+def reached(make_host: MakeHost) -> tuple[SimNode, Host]:
+    """The node, started, and the Host that reaches it through the real sshd (support.sshd_nodes)."""
+    unit = UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang")
+    return make_host(NodeSpec(name="gpu-s01", units=(unit,), linger_s=1.0))
 
 
 @pytest.fixture
-def host(sshd: Sshd, client_key: ClientKey, node: SimNode) -> Host:
-    env = node.env()
-    sshd.authorize(client_key.public_line, environment={"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"]})
-    return Host(
-        name="gpu-s01", address="127.0.0.1", port=sshd.port, user=getpass.getuser(),
-        identity_file=str(client_key.path), known_hosts=str(sshd.known_hosts), gpus=8,
-        services=("sglang.service",), devices=(node.devices_glob,), nvidia_smi=node.nvidia_smi_path,
-        drain_timeout=5, kill_grace=2, settle_timeout=15, connect_timeout=5, lock_file=node.lock_file,
-    )
+def node(reached: tuple[SimNode, Host]) -> SimNode:
+    return reached[0]
+
+
+@pytest.fixture
+def host(reached: tuple[SimNode, Host]) -> Host:
+    return reached[1]
 
 
 RUNS = iter(range(1000))

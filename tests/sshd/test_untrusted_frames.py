@@ -12,7 +12,7 @@ is nowhere another user can read it: `nobody` listing every /proc/PID/cmdline wh
 
 from __future__ import annotations
 
-import getpass
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support.keys import ClientKey
-from support.sshd import Sshd
+from support.sshd_nodes import MakeHost
+from support.sshd_nodes import make_host as make_host  # the fixture: nodes stopped after the test
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
@@ -68,26 +68,20 @@ def started() -> Iterator[Started]:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[SimNode]:
-    sim = SimNode(tmp_path / "node", NodeSpec(name="gpu-u01", units=(), linger_s=0.0))
-    try:
-        sim.setup()
-        sim.start()
-        yield sim
-    finally:
-        sim.stop()
+def reached(make_host: MakeHost) -> tuple[SimNode, Host]:
+    """The node, started, and the Host that reaches it through the real sshd (support.sshd_nodes)."""
+    node, host = make_host(NodeSpec(name="gpu-u01", units=(), linger_s=0.0))
+    return node, dataclasses.replace(host, settle_timeout=10)
 
 
 @pytest.fixture
-def host(sshd: Sshd, client_key: ClientKey, node: SimNode) -> Host:
-    env = node.env()
-    sshd.authorize(client_key.public_line, environment={"PATH": env["PATH"], "PYTHONPATH": env["PYTHONPATH"]})
-    return Host(
-        name="gpu-u01", address="127.0.0.1", port=sshd.port, user=getpass.getuser(),
-        identity_file=str(client_key.path), known_hosts=str(sshd.known_hosts), gpus=8,
-        devices=(node.devices_glob,), nvidia_smi=node.nvidia_smi_path, drain_timeout=5, kill_grace=2,
-        settle_timeout=10, connect_timeout=5, lock_file=node.lock_file,
-    )
+def node(reached: tuple[SimNode, Host]) -> SimNode:
+    return reached[0]
+
+
+@pytest.fixture
+def host(reached: tuple[SimNode, Host]) -> Host:
+    return reached[1]
 
 
 def wait_for(what: str, check: object) -> None:
