@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support.demo_run import end_workers
+from support.demo_run import demo_env
 from support.hung_fleet import fleet_commands_on, wait_for_drain
 from support.hung_fleet import hung_fleet as hung_fleet  # the fixture: two nodes stuck in drain
 from support.paths import REPO
@@ -37,12 +37,8 @@ def run_cli(*args: str, stdin: int | None = subprocess.DEVNULL, timeout: float =
 def run_demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`fleet demo` with its temporary folder under tmp_path; workers a demo cut by the timeout left are ended by
     pid, and the test fails naming them."""
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    try:
-        return run_cli("demo", *args, timeout=300, env={**os.environ, "TMPDIR": str(scratch)})
-    finally:
-        assert end_workers(scratch) == [], "the demo left simulated workers running"
+    with demo_env(tmp_path) as env:
+        return run_cli("demo", *args, timeout=300, env=env)
 
 
 def site_home(tmp_path: Path) -> dict[str, str]:

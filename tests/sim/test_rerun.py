@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from support.demo_run import demo_env
 
 from fleet.cli.commands import optional_value
 from fleet.engine.run_folder import new_run_id
@@ -100,9 +101,9 @@ async def sim(tmp_path: Path) -> AsyncIterator[SimFleet]:
         yield fleet
 
 
-def fleet_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def fleet_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fleet", *args], capture_output=True, text=True, timeout=120,
-                          check=False, stdin=subprocess.DEVNULL)
+                          check=False, stdin=subprocess.DEVNULL, env=env)
 
 
 async def test_rerun_targets_the_failed_hosts_of_the_last_run_or_of_a_named_one(sim: SimFleet,
@@ -188,7 +189,8 @@ def test_the_demo_is_recorded_as_such_and_is_never_last(tmp_path: Path) -> None:
     """`fleet demo` writes to the same history (the default log folder): its simulated hosts are never what
     `--rerun-failed last` reruns."""
     logs = str(tmp_path / "logs")
-    assert fleet_cli("demo", "--nodes", "2", "--log-dir", logs).returncode == 0
+    with demo_env(tmp_path) as env:
+        assert fleet_cli("demo", "--nodes", "2", "--log-dir", logs, env=env).returncode == 0
     with History.open(Path(logs) / HISTORY_FILE) as history:
         run_id = history.last_run_id()
         record = history.get(run_id) if run_id is not None else None

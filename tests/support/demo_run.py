@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -30,3 +31,16 @@ def end_workers(root: Path) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return left
+
+
+@contextlib.contextmanager
+def demo_env(tmp_path: Path, base: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
+    """An environment (`base`, else this process's) whose TMPDIR is a fresh folder under `tmp_path`, for a demo the
+    test runs; on leaving, workers the demo left there are ended by pid and the test fails naming them."""
+    scratch = tmp_path / "demo-tmp"
+    scratch.mkdir()
+    try:
+        yield {**(os.environ if base is None else base), "TMPDIR": str(scratch)}
+    finally:
+        left = end_workers(scratch)
+        assert left == [], f"the demo left simulated workers running: pids {left}"

@@ -16,6 +16,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from support.demo_run import demo_env
 from support.paths import REPO
 
 import fleet
@@ -28,8 +29,14 @@ NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "build", "dis
                                     ".mypy_cache", ".ruff_cache", ".bench-venv", "*.pyc")
 
 
-def run(argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "FLEET_INVENTORY")}
+def clean_env() -> dict[str, str]:
+    """This process's environment without what would point the installed fleet back at the checkout."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "FLEET_INVENTORY")}
+
+
+def run(argv: list[str], cwd: Path, timeout: float = 600,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = clean_env() if env is None else env
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     said = f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{said}"
@@ -62,7 +69,9 @@ def test_the_installed_wheel_runs_from_its_own_site_packages(installed: Path, tm
 
 def test_the_installed_wheel_resets_a_simulated_fleet(installed: Path, tmp_path: Path) -> None:
     """The demo sends the awk and sh programs the package carries to its nodes: a wheel without them fails here."""
-    proc = run([str(installed / "fleet"), "demo", "--nodes", "2", "--log-dir", str(tmp_path / "logs")], cwd=tmp_path)
+    with demo_env(tmp_path, clean_env()) as env:
+        proc = run([str(installed / "fleet"), "demo", "--nodes", "2", "--log-dir", str(tmp_path / "logs")],
+                   cwd=tmp_path, env=env)
     assert "as planned" in proc.stderr
 
 
