@@ -9,8 +9,8 @@ Reading is strict, as the relay reads bytes from a node: a key that is missing o
 status or reason code, raises `DocumentError`, one line naming the key (`gpus[2].memory_used_mib: expected an
 integer or null, got "x"`). Keys a newer fleet adds are ignored. Keys an older fleet did not write may be absent,
 each named in its reader: `start_s`, `health` and `kept` (0.1.0 wrote none), a finding's `pci`; the only-when-set
-blocks `memory_before_mib`, `fabric_manager`, `plan` and the scheduler's record (under its scheduler's name: `slurm`), and in the
-record every key but `node`.
+blocks `memory_before_mib`, `fabric_manager` (verify's read of it), `plan` and the scheduler's record (under its
+scheduler's name: `slurm`), and in the record every key but `node`.
 
 What the document does not keep: a step's `error` and `reason` (the host's say it), `would_stop` (read from the plan's
 `units`), and a scheduler's optional values (`plan`, `error`, `abandoned`, `waited_s`, `taken_over`) when empty.

@@ -3,6 +3,7 @@ values not observed (fleet.model.uniformity); the summary line, the JSON and --u
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from support.paths import FIXTURES
@@ -166,11 +167,11 @@ def test_uniform_fails_the_odd_ones_that_were_clean_and_leaves_a_failed_ones_rea
 FM = FabricManager.present("575.57.08")
 
 
-def rack(found: dict[str, FabricManager | None]) -> dict[str, dict[str, str | None]]:
+def rack(found: Mapping[str, FabricManager | None]) -> dict[str, dict[str, str | None]]:
     return {host: node_settings([H100] * 8, fabric_manager=fm) for host, fm in found.items()}
 
 
-def fabric(found: dict[str, FabricManager | None]) -> Comparison:
+def fabric(found: Mapping[str, FabricManager | None]) -> Comparison:
     return next(c for c in compare(rack(found)) if c.name == "fabric_manager")
 
 
