@@ -330,8 +330,9 @@ async def test_a_clean_become_host_costs_nine_remote_commands_four_of_them_throu
     privilege), so a batch that mixes them is two remote commands: the baselines (the kernel log through sudo,
     nvidia-smi not), drain (the stop through sudo, the unit's state not) and verify (the holder scan and the
     kernel log through sudo, four nvidia-smi queries and the fabric manager's version not) are two each; the lock,
-    kill's holder scan and settle one each. Nine where six without become, for the same fifteen probes. (A real node's lock, in /run/lock,
-    goes through sudo too: five of the nine; the simulated node's is under its own folder.)"""
+    kill's holder scan and settle one each. Nine where six without become, for the same fifteen probes. (A real
+    node's lock, in /run/lock, goes through sudo too: five of the nine; the simulated node's is under its own
+    folder.)"""
     sim = await make_fleet([busy("gpu-c03", protected_daemon=False)], fast_vars(["gpu-c03"], become=True))
     first = await reset(sim, tmp_path)
     assert first.hosts["gpu-c03"].status is HostStatus.CLEAN, first.hosts["gpu-c03"].error
