@@ -52,8 +52,3 @@ class FabricManager:
     @classmethod
     def unread(cls, why: str) -> FabricManager:
         return cls(FmState.NOT_OBSERVED, why=why)
-
-    def __str__(self) -> str:
-        if self.version is not None:
-            return self.version
-        return "none (no nv-fabricmanager)" if self.state is FmState.ABSENT else f"not observed ({self.why})"

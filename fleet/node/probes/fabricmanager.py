@@ -10,7 +10,9 @@ Read (`reading`, pure) as:
 
 - exit 0 and exactly one version line (dotted digits), any other line a `Build Info` one: present, that version;
 - exit 127 with nothing on stdout (`timeout`, and the shell, exit 127 for a command not found): absent, the node
-  has no fabric manager (no NVSwitch): not a difference from the others;
+  has no fabric manager (no NVSwitch): not a difference from the others. (A binary whose ELF interpreter is
+  missing fails to start with the same ENOENT and exit 127: it reads as absent too; its service could not run
+  either, and the GPUs' fabric state, the `fabric` health check, says so where the node has NVSwitches.)
 - anything else (another exit status, no version line or two, a line of another shape, a value that is not a
   version, a byte that was not UTF-8) and a section that timed out, was cut or never ran (`observed`): not observed,
   with why. Never guessed.
