@@ -2,9 +2,8 @@
 
 Asks the node, in one command (a batch, `Node.batch`): one GPU query (count, memory, ECC, MIG mode), one
 compute-apps query, the health gate's reads, one holder scan (`fleet.reset.holders`; a scan that could not
-see every process fails verify, never passes it) and, last, the fabric manager's version
-(`fleet.node.probes.fabricmanager`: reported, never judged here); holders it finds are then described in one more.
-Decides
+see every process fails verify, never passes it) and, last, the fabric manager's version (reported, never
+judged here: `fleet.node.probes.fabricmanager`); holders it finds are then described in one more. Decides
 (pure, below): the problems that keep the node from being clean, most telling first: a GPU count that
 differs from `gpus`, memory over the GPU's allowance (`fleet.reset.settle.Allowance`: the threshold, the
 MIG one on a MIG GPU, plus what processes fleet keeps on purpose hold), a compute app still running that
