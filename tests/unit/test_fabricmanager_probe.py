@@ -35,8 +35,9 @@ def test_the_610_build_info_line_without_a_final_newline_is_read_over() -> None:
     assert version_of(text) == "610.57.04"
 
 
-def test_a_node_without_nv_fabricmanager_has_none_absent_not_unknown() -> None:
-    said = (FM / "not-installed_stderr.txt").read_text()
+@pytest.mark.parametrize("capture", ["not-installed_stderr.txt", "h200-drv580.159.04_not-installed_stderr.txt"])
+def test_a_node_without_nv_fabricmanager_has_none_absent_not_unknown(capture: str) -> None:
+    said = (FM / capture).read_text()
     found = reading(ran(NOT_FOUND, "", said))
     assert found == FabricManager.absent() and found.state is FmState.ABSENT and found.why is None
 
