@@ -2,7 +2,8 @@
 
 One node is unhealthy on purpose (a GPU fell off the bus), and one runs an older driver than the rest: the demo
 exits 0 when the run ended as planned (every other node clean, the sick one failed by its health gate, the older
-driver's node named the odd one out in the summary's `settings:` line), 1 otherwise.
+driver's node named the odd one out in the summary's `settings:` line, by its driver and its fabric manager), 1
+otherwise.
 
 Each simulated node is served by its own SSH server on its own loopback address
 with its own host key; fleet reaches it exactly as it reaches a real node
@@ -54,10 +55,11 @@ def demo_specs(count: int) -> list[NodeSpec]:
     Every fourth node has a stray that ignores SIGTERM; every third a serving unit
     whose memory takes 2 s to come back after it dies. One node (SICK, when there are
     at least two) is unhealthy: its kernel log says GPU 5 fell off the bus (Xid 79),
-    so its health gate fails it however clean its memory is. One (OLD_DRIVER's, when there are at least
-    three) runs an older driver: clean, and the odd one out of the rack compared. Two (`left_settings`, from
-    eight nodes) were left with a last user's GPU settings: a locked clock, a lowered power limit; the demo's
-    `--restore-settings` gives them back.
+    so its health gate fails it however clean its memory is. Every node is an NVSwitch one, its fabric manager
+    on its driver's version. One (OLD_DRIVER's, when there are at least three) runs an older driver and the
+    fabric manager that goes with it: clean, and the odd one out of the rack compared, by both. Two
+    (`left_settings`, from eight nodes) were left with a last user's GPU settings: a locked clock, a lowered power
+    limit; the demo's `--restore-settings` gives them back.
     """
     specs = []
     for i in range(1, count + 1):
@@ -67,6 +69,7 @@ def demo_specs(count: int) -> list[NodeSpec]:
         spec = NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=2.0 if i % 3 == 0 else 0.5,
                         xids=SICK_XIDS if count > 1 and name == sick(count) else ())
         spec = replace(spec, driver_version=OLDER_DRIVER) if name == old_driver(count) else spec
+        spec = replace(spec, fabric_manager=spec.driver_version)  # NVSwitch nodes: FM goes with the driver
         left = left_settings(count).get(name)
         specs.append(replace(spec, **left) if left else spec)
     return specs
@@ -101,13 +104,14 @@ def old_driver(count: int) -> str | None:
 
 def as_planned(report: RunReport, count: int) -> bool:
     """Every node clean but the sick one, which failed its health gate on the Xid; the older driver's node named
-    the only odd one out, by its driver alone."""
+    the only odd one out, by its driver and its fabric manager alone."""
     bad = {n: h for n, h in report.hosts.items() if h.status is not HostStatus.CLEAN}
     older = old_driver(count)
     named = odd(report.hosts)
     if set(named) != ({older} if older else set()):
         return False
-    if older is not None and not all(why.startswith(f"driver {OLDER_DRIVER} (") for why in named[older]):
+    if older is not None and [why.split(" (")[0] for why in named[older]] != [
+            f"driver {OLDER_DRIVER}", f"fabric manager {OLDER_DRIVER}"]:
         return False
     if not all(restored(report.hosts.get(name)) for name in left_settings(count)):
         return False
@@ -162,7 +166,8 @@ def _verdict(report: RunReport, nodes: int, code: int = 0) -> int:
     if nodes > 1:
         say(f"as planned: every node clean but {sick(nodes)}, whose GPU 5 fell off the bus (Xid 79 in its kernel log)")
     if old_driver(nodes):
-        say(f"as planned: {old_driver(nodes)}, on driver {OLDER_DRIVER}, named the odd one out (settings: above)")
+        say(f"as planned: {old_driver(nodes)}, on driver and fabric manager {OLDER_DRIVER}, named the odd one out by"
+            " both (settings: above)")
     if left_settings(nodes):
         say("as planned: the settings a last user left (gpu-b03's locked clocks, gpu-b05's 450 W power limit)"
             " restored and read back")

@@ -18,6 +18,7 @@ from typing import Any
 
 from fleet.inventory.host import Host
 from fleet.model.errors import CommandTimeout, StepFailed
+from fleet.model.fabric import FabricManager
 from fleet.model.report import (
     GpuReport,
     HostFinding,
@@ -79,6 +80,7 @@ class HostRun:
     plan: HostPlan | None = None
     memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU
+    fabric_manager: FabricManager | None = None  # verify's read of the node's fabric manager
     scheduler: SchedulerRecord | None = None  # what the scheduler seam (`fleet.engine.schedulers`) decided for it
 
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
@@ -105,7 +107,8 @@ class HostRun:
         start = (round(max(self.started - run_started, 0.0), 3)
                  if self.started is not None and run_started is not None else None)
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.scheduler, reason, self.memory_before, self.health, start, self.kept)
+                          self.scheduler, reason, self.memory_before, self.health, start, self.kept,
+                          self.fabric_manager)
 
 
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
@@ -146,7 +149,7 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
             settle_s = dict(settled.settle_s)
     verified = await _run_step(node, run, StepName.VERIFY,
                                lambda: verify.verify(node, settle_s, baseline, run.killed, spared, restored.refused))
-    run.gpus, run.health = verified.gpus, verified.health
+    run.gpus, run.health, run.fabric_manager = verified.gpus, verified.health, verified.fabric_manager
     run.current = None
     run.finish(*host_outcome(run.steps))
 

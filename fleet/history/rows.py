@@ -72,6 +72,7 @@ class HostRow:
     started_at: str = ""
     command: str = ""
     settings: list[dict[str, Any] | None] | None = None  # each GPU's settings (migration 2; null before it)
+    fabric_manager: dict[str, Any] | None = None  # the node's fabric manager (migration 3; null: not read)
 
     def document(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +156,7 @@ def host_values(report: HostReport) -> dict[str, Any]:
                             + [{"gpu": None, **flat(f)} for f in report.health]),
         "slurm": json_text(scheduler_fields(report.scheduler)) if report.scheduler is not None else None,
         "settings": json_text([codec.gpu_document(g)["settings"] for g in gpus]) if gpus else None,
+        "fabric_manager": json_text(flat(report.fabric_manager)) if report.fabric_manager is not None else None,
     }
 
 
@@ -183,7 +185,9 @@ def host_from_row(row: HostRow) -> HostReport:
         codec.records_from([{**s, "detail": ""} for s in row.steps], codec.step_from, "steps"),
         codec.records_from(row.killed, codec.killed_from, "killed"), gpus,
         scheduler=codec.scheduler_from(codec.Fields(row.slurm, "slurm")) if row.slurm is not None else None,
-        reason=_reason(row.reason), memory_before_mib=tuple(before) if before is not None else None, health=health)
+        reason=_reason(row.reason), memory_before_mib=tuple(before) if before is not None else None, health=health,
+        fabric_manager=codec.fabric_manager_from(codec.Fields(row.fabric_manager, "fabric_manager")
+                                                 if row.fabric_manager is not None else None))
 
 
 def _settings(column: list[dict[str, Any] | None] | None) -> list[GpuSettings | None]:

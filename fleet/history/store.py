@@ -32,7 +32,8 @@ RERUN_STATUSES = (HostStatus.FAILED, HostStatus.UNREACHABLE)
 UNFINISHED = "unfinished"  # a run with no end on record (running, or killed), as `runs(status=...)` takes it
 
 _HOST_COLUMNS = ("run_id", "host", "status", "reason", "error", "duration_s", "steps", "killed_count", "killed",
-                 "memory_before_mib", "memory_after_mib", "settle_s", "health", "slurm", "ended_at", "settings")
+                 "memory_before_mib", "memory_after_mib", "settle_s", "health", "slurm", "ended_at", "settings",
+                 "fabric_manager")
 _UPSERT_HOST = (
     f"INSERT INTO hosts ({', '.join(_HOST_COLUMNS)}) VALUES ({', '.join('?' for _ in _HOST_COLUMNS)})"
     " ON CONFLICT (run_id, host) DO UPDATE SET "
@@ -195,7 +196,8 @@ def _run_row(row: Sequence[Any], counts: dict[str, int]) -> RunRow:
 
 def _host_row(row: Sequence[Any]) -> HostRow:
     values = dict(zip((*_HOST_COLUMNS, "started_at", "command"), row, strict=True))
-    for key in ("steps", "killed", "memory_before_mib", "memory_after_mib", "settle_s", "health", "slurm", "settings"):
+    for key in ("steps", "killed", "memory_before_mib", "memory_after_mib", "settle_s", "health", "slurm", "settings",
+                "fabric_manager"):
         values[key] = _loads(values[key])
     return HostRow(**values)
 

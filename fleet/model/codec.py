@@ -9,8 +9,8 @@ Reading is strict, as the relay reads bytes from a node: a key that is missing o
 status or reason code, raises `DocumentError`, one line naming the key (`gpus[2].memory_used_mib: expected an
 integer or null, got "x"`). Keys a newer fleet adds are ignored. Keys an older fleet did not write may be absent,
 each named in its reader: `start_s`, `health` and `kept` (0.1.0 wrote none), a finding's `pci`; the only-when-set
-blocks `memory_before_mib`, `plan` and the scheduler's record (under its scheduler's name: `slurm`), and in the
-record every key but `node`.
+blocks `memory_before_mib`, `fabric_manager` (verify's read of it), `plan` and the scheduler's record (under its
+scheduler's name: `slurm`), and in the record every key but `node`.
 
 What the document does not keep: a step's `error` and `reason` (the host's say it), `would_stop` (read from the plan's
 `units`), and a scheduler's optional values (`plan`, `error`, `abandoned`, `waited_s`, `taken_over`) when empty.
@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from fleet.model import plugs
 from fleet.model.errors import DocumentError
+from fleet.model.fabric import FabricManager, FmState
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
@@ -74,6 +75,8 @@ def host_to_document(host: HostReport) -> dict[str, Any]:
     }
     if host.memory_before_mib is not None:
         document["memory_before_mib"] = list(host.memory_before_mib)
+    if host.fabric_manager is not None:
+        document["fabric_manager"] = flat(host.fabric_manager)
     if host.plan is not None:
         document["plan"] = plan_document(host.plan)
     if host.scheduler is not None:  # under its scheduler's name: `slurm`, as 0.1 wrote it
@@ -236,7 +239,7 @@ def host_from_document(name: str, document: object, where: str = "") -> HostRepo
         fields.maybe_code("reason", Reason), fields.values("memory_before_mib", (int, type(None)),
                                                            "an integer or null", None),
         fields.items("health", host_finding_from, ()), fields.maybe_number("start_s", None),
-        fields.items("kept", kept_from, ()))
+        fields.items("kept", kept_from, ()), fabric_manager_from(fields.inner("fabric_manager")))
 
 
 def run_from_document(document: object) -> RunReport:
@@ -277,6 +280,18 @@ def gpu_from(fields: Fields) -> GpuReport:
                      fields.maybe_text("name"), fields.maybe_integer("memory_total_mib"),
                      fields.maybe_number("settle_s"), fields.items("health", finding_from),
                      gpu_settings_from(fields.inner("settings")))
+
+
+def fabric_manager_from(fields: Fields | None) -> FabricManager | None:
+    """The node's fabric manager as verify read it (`{"state", "version", "why"}`: a version only when present, a why
+    only when not observed); absent or null where it was not read."""
+    if fields is None:
+        return None
+    state, version, why = fields.code("state", FmState), fields.maybe_text("version"), fields.maybe_text("why")
+    try:
+        return FabricManager(state, version, why)
+    except ValueError as exc:
+        raise DocumentError(f"{fields.where}: {exc}") from None
 
 
 def gpu_settings_from(fields: Fields | None) -> GpuSettings | None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fleet.model.fabric import FabricManager
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.outcomes import HostStatus as HostStatus
 from fleet.model.outcomes import Level as Level
@@ -98,6 +99,7 @@ class StepOutcome:
     job_pids: frozenset[int] = frozenset()  # pids of GPU holders left alive as a Slurm job's processes
     spared: frozenset[int] = frozenset()  # pids of every GPU holder the kill left alive on purpose (any protection)
     left_alive: tuple[KeptProcess, ...] = ()  # the last round's kept holders, each with why (the report's `kept`)
+    fabric_manager: FabricManager | None = None  # verify's read of the node's fabric manager (None: not read)
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,7 @@ class HostReport:
     health: tuple[HostFinding, ...] = ()  # health findings on no listed GPU (an Xid on another PCI address)
     start_s: float | None = None  # seconds from the run's start to the host's (None: it never started)
     kept: tuple[KeptProcess, ...] = ()  # GPU holders the kill left alive on purpose, each with why
+    fabric_manager: FabricManager | None = None  # as verify read it (None: verify did not run, or did not read it)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,11 @@ the host's value not observed (None). `compare` then takes, per property, the va
 - hosts that never reached verify have no settings and take no part; fewer than two hosts with settings, nothing
   is compared.
 
-The fabric manager's version is not among the properties: verify's reads do not include it (`nv-fabricmanager
---version` would be another command on a clean host).
+The fabric manager's version is the host's own (`FABRIC_MANAGER`, from verify's `nv-fabricmanager --version`:
+`fleet.model.fabric`): its version where it runs; `ABSENT` on a host without one (no NVSwitch), which takes no
+part in that property (`absent`: neither alike nor odd, never "not observed": a rack of PCIe nodes is not
+"unobserved"); None where the binary gave no version (failed, timed out, unreadable), odd as any value not
+observed.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from fleet.model.fabric import FabricManager, FmState
 from fleet.model.gpu_facts import GpuSettings
 
-__all__ = ["PROPERTIES", "Comparison", "Property", "compare", "compare_groups", "node_settings", "odd_hosts"]
+__all__ = ["ABSENT", "FABRIC_MANAGER", "PROPERTIES", "Comparison", "Property", "compare", "compare_groups",
+           "node_settings", "odd_hosts"]
 
 Settings = Mapping[str, str | None]  # one host's: property name -> value as shown (None: not observed)
 
@@ -70,17 +75,28 @@ PROPERTIES: tuple[Property, ...] = (
     Property("ecc", "ECC", lambda g: _switch(g.ecc, g.ecc_pending)),
 )
 GPU_COUNT = Property("gpus", "GPUs", lambda g: None)  # a host's, not a GPU's: how many verify listed
-LABELS = {p.name: p.label for p in (*PROPERTIES, GPU_COUNT)}
+FABRIC_MANAGER = Property("fabric_manager", "fabric manager", lambda g: None)  # a host's: its version
+LABELS = {p.name: p.label for p in (*PROPERTIES, GPU_COUNT, FABRIC_MANAGER)}
+ABSENT = "absent"  # a host's value of a property it does not have (no fabric manager): it takes no part
 
 
-def node_settings(gpus: Sequence[GpuSettings | None], listed: int | None = None) -> dict[str, str | None]:
+def node_settings(gpus: Sequence[GpuSettings | None], listed: int | None = None,
+                  fabric_manager: FabricManager | None = None) -> dict[str, str | None]:
     """One host's settings from its GPUs' (see the module; None: a GPU whose settings verify did not read);
-    `listed`: how many GPUs verify listed (the count compared; by default how many settings there are)."""
+    `listed`: how many GPUs verify listed (the count compared; by default how many settings there are);
+    `fabric_manager`: verify's read of it (None: not read, so not observed)."""
     values: dict[str, str | None] = {GPU_COUNT.name: str(len(gpus) if listed is None else listed)}
     for prop in PROPERTIES:
         seen = [prop.of(g) if g is not None else None for g in gpus]
         values[prop.name] = _fold(seen) if seen else None
+    values[FABRIC_MANAGER.name] = _fabric_manager(fabric_manager)
     return values
+
+
+def _fabric_manager(found: FabricManager | None) -> str | None:
+    if found is None or found.state is FmState.NOT_OBSERVED:
+        return None
+    return ABSENT if found.state is FmState.ABSENT else found.version
 
 
 def _fold(seen: Sequence[str | None]) -> str | None:
@@ -100,6 +116,7 @@ class Comparison:
     alike: tuple[str, ...]
     odd: Mapping[str, str | None]
     unobserved: bool = False  # no host gave it: not compared
+    absent: tuple[str, ...] = ()  # the hosts that do not have it (no fabric manager): neither alike nor odd
 
     @property
     def tie(self) -> bool:
@@ -114,19 +131,21 @@ def compare(hosts: Mapping[str, Settings]) -> tuple[Comparison, ...]:
     """Each property compared across `hosts` (name -> settings, in the run's order); () for fewer than two."""
     if len(hosts) < 2:
         return ()
-    names = [GPU_COUNT.name, *(p.name for p in PROPERTIES)]
+    names = [GPU_COUNT.name, *(p.name for p in PROPERTIES), FABRIC_MANAGER.name]
     return tuple(_one(name, {host: values.get(name) for host, values in hosts.items()}) for name in names)
 
 
-def _one(name: str, values: Mapping[str, str | None]) -> Comparison:
+def _one(name: str, found: Mapping[str, str | None]) -> Comparison:
+    absent = tuple(host for host, value in found.items() if value == ABSENT)
+    values = {host: value for host, value in found.items() if value != ABSENT}
     counts = Counter(v for v in values.values() if v is not None)
     if not counts:
-        return Comparison(name, None, (), {}, unobserved=True)
+        return Comparison(name, None, (), {}, unobserved=bool(values), absent=absent)
     ranked = counts.most_common()
     top = ranked[0][0] if len(ranked) == 1 or ranked[0][1] > ranked[1][1] else None
     alike = tuple(host for host, value in values.items() if top is not None and value == top)
     odd = {host: value for host, value in values.items() if top is None or value != top}
-    return Comparison(name, top, alike, odd)
+    return Comparison(name, top, alike, odd, absent=absent)
 
 
 def compare_groups(hosts: Mapping[str, Settings], groups: Mapping[str, Iterable[str]]) -> dict[str, tuple[

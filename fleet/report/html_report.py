@@ -222,7 +222,7 @@ def _model(host: Host) -> str:
 
 
 def _grid_row(name: str, host: Host, odd: Sequence[str] = ()) -> str:
-    """The host's row; `odd`: why its GPU settings make it an odd one out of the run (`fleet.report.uniform`)."""
+    """The host's row; `odd`: why its settings (GPU, fabric manager) make it an odd one out (`fleet.report.uniform`)."""
     cells = gpu_cells(host) if host is not None else []
     has_before = any(b != "" for _, b, _ in cells)
     node = host.health if host is not None else ()
@@ -245,7 +245,8 @@ def _legend() -> str:
             " numbers. " + swatches +
             "<span><i class=\"na\"></i>unreadable</span><span><i class=\"gone\"></i>not listed after</span>"
             "<span><i class=\"m0 hf-s\"></i>health check failed</span><span><i class=\"m0 hw-s\"></i>health warning"
-            "</span><span><b class=\"odd\">≠</b> GPU settings unlike the run's other hosts' (hover it)</span></p>")
+            "</span><span><b class=\"odd\">≠</b> GPU settings or fabric manager unlike the run's other hosts'"
+            " (hover it)</span></p>")
 
 
 def _grid(hosts: Hosts) -> str:

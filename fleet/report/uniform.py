@@ -20,7 +20,7 @@ def host_settings(host: HostReport | None) -> dict[str, str | None] | None:
     GPU's (it never ran, or a report of a fleet that did not read them): such a host takes no part."""
     if host is None or all(g.settings is None for g in host.gpus):
         return None
-    return node_settings([g.settings for g in host.gpus], listed=len(host.gpus))
+    return node_settings([g.settings for g in host.gpus], listed=len(host.gpus), fabric_manager=host.fabric_manager)
 
 
 def _settings(hosts: Mapping[str, HostReport | None]) -> dict[str, Mapping[str, str | None]]:
@@ -40,7 +40,7 @@ def odd(hosts: Mapping[str, HostReport | None]) -> dict[str, list[str]]:
 
 def _property(c: Comparison) -> dict[str, Any]:
     return {"majority": c.majority, "alike": len(c.alike), "odd": dict(c.odd), "tie": c.tie,
-            "unobserved": c.unobserved}
+            "unobserved": c.unobserved, "absent": len(c.absent)}
 
 
 def _compared(found: Iterable[Comparison], hosts: int) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """verify: the proof. Clean only when the GPUs, the compute apps and the holder scan all say so.
 
 Asks the node, in one command (a batch, `Node.batch`): one GPU query (count, memory, ECC, MIG mode), one
-compute-apps query, the health gate's reads and one holder scan (`fleet.reset.holders`; a scan that could not
-see every process fails verify, never passes it); holders it finds are then described in one more. Decides
+compute-apps query, the health gate's reads, one holder scan (`fleet.reset.holders`; a scan that could not
+see every process fails verify, never passes it) and, last, the fabric manager's version (reported, never
+judged here: `fleet.node.probes.fabricmanager`); holders it finds are then described in one more. Decides
 (pure, below): the problems that keep the node from being clean, most telling first: a GPU count that
 differs from `gpus`, memory over the GPU's allowance (`fleet.reset.settle.Allowance`: the threshold, the
 MIG one on a MIG GPU, plus what processes fleet keeps on purpose hold), a compute app still running that
@@ -45,7 +46,7 @@ from fleet.node.bounds import commands_s
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Answers, Node
 from fleet.node.probe import Probe
-from fleet.node.probes import health, kernel_log, procs, smi
+from fleet.node.probes import fabricmanager, health, kernel_log, procs, smi
 from fleet.node.probes.parse import ProbeParseError
 from fleet.reset.health_gate import SETTINGS_CHECK, Ended, HealthPolicy, Judgement, KernelReads, judge
 from fleet.reset.holders import scan_holders
@@ -53,8 +54,8 @@ from fleet.reset.protection import Holder
 from fleet.reset.settle import Allowance, first_of
 
 # Commands verify may run, at most: its one batch (GPU query, compute apps, the health gate's reads, the holder
-# scan), the holders' description, and the scan's own second looks.
-VERIFY_COMMANDS = 9
+# scan, the fabric manager's version), the holders' description, and the scan's own second looks.
+VERIFY_COMMANDS = 10
 # Of its batch's sections, the nvidia-smi reads (GPU query, compute apps, health fields, row remapper) and the `-q`
 # that replaces the last two on an older driver: each has nvidia-smi's bound on top of the commands' room.
 VERIFY_SMI = 5
@@ -84,9 +85,10 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     started, host = time.monotonic(), node.host
     budget = TimeBudget(0.0, slack=commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
     gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
-    scan_probe, reads = procs.holder_scan(host.devices), HealthReads.of(host, baseline)
-    answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe, *reads.last], step=StepName.VERIFY,
-                               budget=budget)
+    scan_probe, reads, fm_probe = procs.holder_scan(host.devices), HealthReads.of(host, baseline), fabricmanager.probe()
+    # The fabric manager's version last: a hang of it ends only itself (it is then not observed, never a failure).
+    answers = await node.batch([gpu_probe, apps_probe, *reads.probes, scan_probe, *reads.last, fm_probe],
+                               step=StepName.VERIFY, budget=budget)
     rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
     by_index = {r.index: r.pci_bus_id or "" for r in rows}
     findings = await reads.findings(node, answers, budget, baseline,
@@ -105,7 +107,7 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps) + describe_health(rows, findings)
     status = StepStatus.FAILED if error else StepStatus.OK
     return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error, reason), gpus=gpus,
-                       health=findings.host_findings)
+                       health=findings.host_findings, fabric_manager=fabricmanager.observed(answers, fm_probe))
 
 
 def _app_label(app: smi.ComputeApp) -> str:

@@ -5,8 +5,8 @@
     subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv"], env=node.env())
 
 Under ROOT: dev/nvidia0..N-1, nvidiactl, nvidia-uvm (empty files standing for the device nodes), bin/nvidia-smi,
-bin/systemctl, bin/journalctl and bin/sudo (wrappers around `fleet.sim.nvidia_smi`, `fleet.sim.systemctl`,
-`fleet.sim.journalctl` and `fleet.sim.sudo`), config.json (the spec), state/ (see `fleet.sim.state`), log/
+bin/systemctl, bin/journalctl, bin/sudo and, on a node with a fabric manager, bin/nv-fabricmanager (wrappers around
+their `fleet.sim` modules: `fleet.sim.tools`), config.json (the spec), state/ (see `fleet.sim.state`), log/
 (log/kern.log: the kernel log of this boot) and run/ (fleet's reset lock: `lock_file`; mode 0700, as fleet requires).
 Everything else a command on the node uses (find over /proc, ps, kill, timeout, flock) is the real tool.
 
@@ -21,18 +21,16 @@ import contextlib
 import dataclasses
 import json
 import os
-import shlex
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.model import gpu_facts
-from fleet.sim import journalctl, nvidia_smi, pci, state, systemctl, worker
+from fleet.sim import journalctl, nvidia_smi, pci, state, systemctl, tools, worker
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = tools.REPO_ROOT
 START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
 PERSISTENCED = "nvidia-persistenced"
@@ -110,6 +108,7 @@ class NodeSpec:
     na_memory_gpus: tuple[int, ...] = ()
     ecc_error_gpus: tuple[int, ...] = ()
     driver_version: str = "550.90.07"
+    fabric_manager: str | None = None  # nv-fabricmanager's version (an NVSwitch node); None: no such program
     vbios_version: str = gpu_facts.VBIOS.sim  # every GPU's; with `gpu_name`, `driver_version`: the rack compared
     mig_gpus: tuple[int, ...] = ()  # GPUs in MIG mode: mig.mode.current Enabled, MIG_IDLE_MIB used when idle
     systemd_version: int = 255  # what the fake systemctl accepts (before 252: no --kill-whom=)
@@ -143,20 +142,6 @@ class NodeSpec:
         """The spec, and each row of the table of GPU facts (`state.SmiField`): the fake nvidia-smi answers them."""
         rows = [(f.query, list(f.q[0]), f.unit, f.sim) for f in gpu_facts.current()]
         return json.dumps({**dataclasses.asdict(self), "smi_fields": rows}, indent=1) + "\n"
-
-
-TOOLS = (
-    ("nvidia-smi", "fleet.sim.nvidia_smi"),
-    ("systemctl", "fleet.sim.systemctl"),
-    ("journalctl", "fleet.sim.journalctl"),
-    ("sudo", "fleet.sim.sudo"),  # `become`: sudo -n ARGV runs ARGV as it is (the node's user is its root)
-)
-
-
-def _wrapper(module: str, root: Path) -> str:
-    """A fake tool's launcher: `python -S` (no site, stdlib only) starts in a third of the time."""
-    python, path = shlex.quote(sys.executable), shlex.quote(str(REPO_ROOT))
-    return f'#!/bin/sh\nPYTHONPATH={path} exec {python} -S -m {module} --node {shlex.quote(str(root))} "$@"\n'
 
 
 def _worker_argv(root: Path, w: WorkerSpec) -> list[str]:
@@ -222,10 +207,7 @@ class SimNode:
         devices = [state.device_file(config, i) for i in range(self.spec.gpus)] + ["nvidiactl", "nvidia-uvm"]
         for device in devices:
             (self.dev_dir / device).touch()
-        for tool, module in TOOLS:
-            path = self.bin_dir / tool
-            path.write_text(_wrapper(module, self.root))
-            path.chmod(0o755)
+        tools.install(self.bin_dir, self.root, fabric_manager=self.spec.fabric_manager is not None)
         self._write_config()
         state.write_health(self.root, state.initial_health(state.load_config(self.root)))
         state.kern_log(self.root).write_text("")

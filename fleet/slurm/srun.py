@@ -398,6 +398,7 @@ class SrunRun:
                 continue
             run.steps, run.killed, run.kept, run.gpus = list(report.steps), report.killed, report.kept, report.gpus
             run.memory_before, run.health = report.memory_before_mib, report.health
+            run.fabric_manager = report.fabric_manager
             run.finish(report.status, report.error, report.reason)
             run.ended = self.step.reported_at.get(name, run.ended)  # as the node ended, not as the whole step did
             run.started = (run.ended or time.monotonic()) - report.duration_s

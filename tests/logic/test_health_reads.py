@@ -33,6 +33,7 @@ def one_gpu_node(facts: Reply, remaps: Reply, q: str | None = None) -> tuple[Nod
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
         (("find", "/proc", "-mindepth"), Reply(scripted_node.scan(""))),
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
+        scripted_node.NO_FABRIC_MANAGER,
     ])
     log = Log()
     return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, log), t, log

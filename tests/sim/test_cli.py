@@ -271,10 +271,11 @@ def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
 
 def test_the_demo_of_eight_restores_the_settings_left_and_names_the_older_driver(tmp_path: Path) -> None:
     """From eight nodes: gpu-b03's locked clocks and gpu-b05's lowered power limit given back (each change its own
-    event in the node's log), gpu-b07's older driver named the odd one out."""
+    event in the node's log), gpu-b07's older driver and fabric manager named the odd one out by both."""
     proc = run_demo(tmp_path, "--nodes", "8", "--log-dir", str(tmp_path / "logs"))
     assert proc.returncode == 0, proc.stderr
-    assert "settings: gpu-b07 driver 535.183.01 (7 others" in proc.stderr
+    assert ("settings: gpu-b07 driver 535.183.01 (7 others 550.90.07); gpu-b07 fabric manager 535.183.01 (7 others"
+            " 550.90.07)") in proc.stderr
     assert "restored and read back" in proc.stderr
     (run,) = [p for p in (tmp_path / "logs").iterdir() if p.is_dir()]
 

@@ -56,6 +56,7 @@ from fleet.history.view import (
 from fleet.inventory.host import Host
 from fleet.model.codec import run_from_document
 from fleet.model.errors import ConnectError, UsageError
+from fleet.model.fabric import FabricManager
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
@@ -216,7 +217,7 @@ def test_migration_2_adds_the_settings_column_and_keeps_the_rows_before_it(tmp_p
                        app_clock_graphics_mhz=1980)
     gpus = (GpuReport(0, 0, settings=said), GpuReport(1, 0))
     with History.open(path) as history:
-        assert history.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert history.conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         (before,) = history.host_history("gpu-b01")
         assert before.settings is None and [g.settings for g in host_from_row(before).gpus] == [None]
         record_run(history, "run-2", NOW + timedelta(hours=1), [host("gpu-b01", gpus=gpus)], 0)
@@ -224,6 +225,28 @@ def test_migration_2_adds_the_settings_column_and_keeps_the_rows_before_it(tmp_p
     assert [g.settings for g in host_from_row(after).gpus] == [said, None]
     assert json.loads(host_values(host("x", gpus=gpus))["settings"])[0]["driver"] == "570.86.15"
     assert host_values(host("x"))["settings"] is None
+
+
+def test_migration_3_adds_the_fabric_manager_column_and_keeps_the_rows_before_it(tmp_path: Path) -> None:
+    """A history of schema 2 holding a host: migrated, it reads back with no fabric manager (not read); a host
+    recorded after keeps its own both ways, each state as the JSON report writes it."""
+    path = tmp_path / HISTORY_FILE
+    with History.open(path, migrations=MIGRATIONS[:2]) as old:
+        old.start_run("run-1", "reset", ["gpu-b01"], {}, stamp(NOW), "0.3.0", "/logs")
+        old.conn.execute("INSERT INTO hosts (run_id, host, status, duration_s, steps, killed_count, killed, health,"
+                         " memory_after_mib) VALUES ('run-1', 'gpu-b01', 'clean', 1.0, '[]', 0, '[]', '[]', '[0]')")
+    found = {"gpu-b01": FabricManager.present("575.57.08"), "gpu-b02": FabricManager.absent(),
+             "gpu-b03": FabricManager.unread("nv-fabricmanager --version exited 1: x")}
+    with History.open(path) as history:
+        assert history.conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        (before,) = history.host_history("gpu-b01")
+        assert before.fabric_manager is None and host_from_row(before).fabric_manager is None
+        record_run(history, "run-2", NOW + timedelta(hours=1),
+                   [replace(host(name), fabric_manager=fm) for name, fm in found.items()], 0)
+        after = {name: next(r for r in history.host_history(name) if r.run_id == "run-2") for name in found}
+    assert {name: host_from_row(row).fabric_manager for name, row in after.items()} == found
+    assert after["gpu-b01"].fabric_manager == {"state": "present", "version": "575.57.08", "why": None}
+    assert host_values(host("x"))["fabric_manager"] is None
 
 
 def test_migrations_run_in_order_only_the_pending_ones_and_whole_or_not_at_all(tmp_path: Path) -> None:

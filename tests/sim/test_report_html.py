@@ -207,7 +207,7 @@ def test_every_string_from_the_document_is_escaped() -> None:
 
 def test_the_grid_marks_the_odd_hosts_out_naming_why_and_escaping_the_values() -> None:
     """The rack compared: the host on another driver marked in the grid (`≠`, its title why, `data-odd`); a value
-    from the document escaped; a summary.json without settings (the demo fixture's) marks none."""
+    from the document escaped; the real demo's gpu-b07, by its driver and its fabric manager."""
     document = synthetic_document()
     parsed = Page(page_of(document))
     (odd,) = [r for r in parsed.of("grid") if "data-odd" in r.attrs]
@@ -215,13 +215,16 @@ def test_the_grid_marks_the_odd_hosts_out_naming_why_and_escaping_the_values() -
     (mark,) = [e for e in odd.children if e.get("class") == "odd"]
     others = sum(1 for h in document["hosts"].values() if h["gpus"]) - 1
     assert mark.get("title") == f"settings: driver {ODD_DRIVER} ({others} others 575.57.08)"
-    assert "GPU settings unlike the run's other hosts'" in "".join(parsed.text)
+    assert "GPU settings or fabric manager unlike the run's other hosts'" in "".join(parsed.text)
     evil = '<b onclick="x">&</b>'
     document["hosts"][ODD_HOST]["gpus"] = [{**g, "settings": {**g["settings"], "vbios": evil}}
                                            for g in document["hosts"][ODD_HOST]["gpus"]]
     text = page_of(document)
     assert evil not in text and f"VBIOS {html.escape(evil)} (" in text
-    assert not [r for r in Page(page_of(demo_document())).of("grid") if "data-odd" in r.attrs]
+    (demo,) = [r for r in Page(page_of(demo_document())).of("grid") if "data-odd" in r.attrs]
+    (mark,) = [e for e in demo.children if e.get("class") == "odd"]  # the demo's gpu-b07: its driver and its FM
+    assert demo.get("data-host") == "gpu-b07" and mark.get("title") == (
+        "settings: driver 535.183.01 (15 others 550.90.07); fabric manager 535.183.01 (15 others 550.90.07)")
 
 
 def test_the_page_loads_nothing_and_runs_nothing() -> None:

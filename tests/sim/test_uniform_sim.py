@@ -1,7 +1,7 @@
 """The rack compared, end to end over simulated nodes (issue 28 items 4-5): one node on an older driver and one with
 another VBIOS among them. The summary's `settings:` line, the JSON report's `settings` and each host's, the history,
 `--uniform` failing the odd ones out with `not_uniform` (reset and check), `check` showing the same and changing
-nothing."""
+nothing. The fabric manager's version across NVSwitch nodes, one without it, one whose binary fails."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from support.sim_fleet import busy, fast_vars, fleet_cli, make_fleet
+from support.sim_fleet import busy, fast_vars, fleet_cli, last_log, make_fleet
 
 from fleet.history import History, history_path
 from fleet.sim.fleetsim import SimFleet
@@ -50,7 +50,8 @@ async def test_a_node_on_another_driver_is_named_in_the_summary_the_json_and_the
     compared = document["settings"]
     assert compared["hosts"] == 5
     assert compared["properties"]["driver"] == {"majority": USUAL, "alike": 4, "odd": {"gpu-v03": OLDER},
-                                                "tie": False, "unobserved": False}
+                                                "tie": False, "unobserved": False, "absent": 0}
+    assert compared["properties"]["fabric_manager"]["absent"] == 5  # no NVSwitch: no fabric manager, no difference
     assert compared["properties"]["vbios"]["odd"] == {"gpu-v05": "96.00.61.00.01"}
     assert {name for name, p in compared["properties"].items() if p["odd"]} == {"driver", "vbios"}
     assert compared["groups"]["sim"]["properties"]["driver"]["odd"] == {"gpu-v03": OLDER}
@@ -92,3 +93,30 @@ async def test_uniform_fails_the_odd_ones_out_and_check_shows_them_changing_noth
     assert code == 1
     assert {n for n, h in document["hosts"].items() if h["reason"] == "not_uniform"} == {"gpu-v03", "gpu-v05"}
     assert {h["status"] for n, h in document["hosts"].items() if n not in ("gpu-v03", "gpu-v05")} == {"clean"}
+
+
+async def test_the_fabric_manager_version_is_read_in_verify_and_the_odd_one_named(make_fleet: Any,
+                                                                                   tmp_path: Path) -> None:
+    """Three NVSwitch nodes (a fabric manager each, gpu-f03's older and on the older driver it goes with), a PCIe one
+    (no nv-fabricmanager: absent, no difference): the summary names both of gpu-f03's differences; each host's
+    `fabric_manager` is in the JSON report; verify still costs one remote command."""
+    names = ["gpu-f01", "gpu-f02", "gpu-f03", "gpu-f04"]
+    specs = [busy(n, driver_version=OLDER, fabric_manager=OLDER) if n == "gpu-f03" else
+             busy(n, fabric_manager=USUAL) if n != "gpu-f04" else busy(n) for n in names]
+    sim: SimFleet = await make_fleet(specs, fast_vars(names, command_timeout=30))
+    code, document, err = await run(sim, tmp_path, "reset")
+    assert code == 0, err
+    assert settings_line(err) == (f"settings: gpu-f03 driver {OLDER} (3 others {USUAL}); gpu-f03 fabric manager"
+                                  f" {OLDER} (2 others {USUAL})")
+    hosts = document["hosts"]
+    assert hosts["gpu-f01"]["fabric_manager"] == {"state": "present", "version": USUAL, "why": None}
+    assert hosts["gpu-f03"]["fabric_manager"] == {"state": "present", "version": OLDER, "why": None}
+    assert hosts["gpu-f04"]["fabric_manager"] == {"state": "absent", "version": None, "why": None}
+    assert document["settings"]["properties"]["fabric_manager"] == {
+        "majority": USUAL, "alike": 2, "odd": {"gpu-f03": OLDER}, "tie": False, "unobserved": False, "absent": 1}
+    verify = [e for e in last_log(tmp_path, "gpu-f01") if e.get("step") == "verify"]
+    first = next(e["batch"] for e in verify if e["event"] == "batch")
+    (read,) = [e for e in verify if e["event"] == "command" and e["argv"] == ["nv-fabricmanager", "--version"]]
+    assert read["batch"] == first and read["exit_status"] == 0  # a section of verify's one batch, no command more
+    in_batch = [e["argv"][0] for e in verify if e["event"] == "command" and e.get("batch") == first]
+    assert in_batch[-1] == "nv-fabricmanager"  # last: a hang of it ends no other read

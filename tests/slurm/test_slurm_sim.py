@@ -30,6 +30,7 @@ from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model.fabric import FabricManager
 from fleet.model.report import HostStatus, Reason, StepName
 from fleet.report import uniform
 from fleet.report.render import to_document
@@ -269,6 +270,7 @@ async def test_via_srun_resets_through_a_real_job_step(sim: SimFleet, cluster: S
     assert {k.name for k in hosts["sim1"].killed} >= {"python3"}
     assert [k.why for k in hosts["sim1"].kept] == ["protected name nvidia-persistenced"]  # relayed as data
     assert (uniform.host_settings(hosts["sim1"]) or {}).get("gpus") == "8"  # the GPUs' settings relayed (rack compared)
+    assert hosts["sim1"].fabric_manager == FabricManager.absent()  # its fabric manager (none) relayed too
     assert hosts["sim2"].status is HostStatus.SKIPPED and f"job {job}" in (hosts["sim2"].error or "")
     # the step began once sim2's wait ran out: every node that took part waited that long (report.html's bar)
     assert (slurm_of(hosts["sim1"]).waited_s or 0) >= 3 and slurm_of(hosts["sim2"]).waited_s is not None

@@ -10,7 +10,7 @@ import csv
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fleet.node.probes import health, kernel_log
+from fleet.node.probes import fabricmanager, health, kernel_log
 from fleet.reset import lock
 from fleet.sim.nvidia_smi import displayed
 from fleet.transport.scripted import Reply
@@ -143,12 +143,20 @@ def kernel_log_reply(*lines: str, cursor: str = CURSOR, status: int = 0, stderr:
 BEFORE = (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"), Reply("0, GPU-aaaa, 0, Disabled\n"))
 # The compute apps read with it (which GPU each process held: no process).
 APPS_BEFORE = (("nvidia-smi", "--query-compute-apps="), Reply(""))
+# verify's last section on a node without a fabric manager (no NVSwitch): the real `timeout` line, exit 127
+# (tests/fixtures/fabricmanager/not-installed_stderr.txt).
+NOT_INSTALLED = (FIXTURES / "fabricmanager" / "not-installed_stderr.txt").read_text()
+NO_FABRIC_MANAGER = (fabricmanager.ARGV, Reply("", NOT_INSTALLED, fabricmanager.NOT_FOUND))
+
+
 def healthy(bus_id: str) -> list[tuple[tuple[str, ...], Reply]]:
-    """The health gate's nvidia-smi reads of one healthy GPU at `bus_id` (`-q` too: an older driver's)."""
+    """The health gate's nvidia-smi reads of one healthy GPU at `bus_id` (`-q` too: an older driver's), and the
+    fabric manager's version read with them (none: `NO_FABRIC_MANAGER`)."""
     return [
         (tuple(health.facts_argv("nvidia-smi")), Reply(healthy_facts(bus_id))),
         (tuple(health.remaps_argv("nvidia-smi")), Reply(healthy_remaps(bus_id))),
         (("nvidia-smi", "-q"), Reply(healthy_q(bus_id))),
+        NO_FABRIC_MANAGER,
     ]
 
 

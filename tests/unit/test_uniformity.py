@@ -3,13 +3,15 @@ values not observed (fleet.model.uniformity); the summary line, the JSON and --u
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from support.paths import FIXTURES
 
+from fleet.model.fabric import FabricManager
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import GpuReport, HostReport, HostStatus, Reason, RunReport
-from fleet.model.uniformity import compare, compare_groups, node_settings, odd_hosts, why
+from fleet.model.uniformity import ABSENT, Comparison, compare, compare_groups, node_settings, odd_hosts, why
 from fleet.node.probes.health import parse_all_health
 from fleet.report import uniform
 
@@ -27,7 +29,8 @@ def node(gpu: GpuSettings = H100, count: int = 8) -> dict[str, str | None]:
 
 def test_a_node_alike_over_its_gpus_reads_as_one_value_each() -> None:
     assert node() == {"gpus": "8", "driver": "575.57.08", "vbios": "96.00.A5.00.01", "model": "NVIDIA H100 80GB HBM3",
-                      "power_limit": "700 W", "clocks": "default", "mig": "off", "ecc": "on"}
+                      "power_limit": "700 W", "clocks": "default", "mig": "off", "ecc": "on",
+                      "fabric_manager": None}  # not read: not observed
 
 
 def test_gpus_that_differ_make_a_mixed_value_and_one_unobserved_gpu_makes_the_host_unobserved() -> None:
@@ -108,10 +111,12 @@ def test_settings_from_real_captures_a_535_node_among_590_nodes() -> None:
 
 
 def report_of(settings: dict[str, list[GpuSettings | None]], failed: tuple[str, ...] = ()) -> RunReport:
-    """A run whose hosts' GPUs verify read with these settings (an empty list: no GPU read)."""
+    """A run whose hosts' GPUs verify read with these settings (an empty list: no GPU read), on nodes without a
+    fabric manager (no NVSwitch)."""
     hosts = {name: HostReport(name, HostStatus.FAILED if name in failed else HostStatus.CLEAN,
                               reason=Reason.MEMORY_HELD if name in failed else None,
-                              gpus=tuple(GpuReport(i, 0, settings=s) for i, s in enumerate(gpus)))
+                              gpus=tuple(GpuReport(i, 0, settings=s) for i, s in enumerate(gpus)),
+                              fabric_manager=FabricManager.absent())
              for name, gpus in settings.items()}
     return RunReport("r", "reset", "2026-12-04T00:00:00+00:00", 1.0, hosts, groups={"rack": tuple(settings)})
 
@@ -144,7 +149,7 @@ def test_the_json_document_per_run_and_per_group() -> None:
     document = uniform.document(report_of({"a": gpus(), "b": gpus(), "c": gpus(count=7)}))
     assert document is not None and document["hosts"] == 3
     assert document["properties"]["gpus"] == {"majority": "8", "alike": 2, "odd": {"c": "7"}, "tie": False,
-                                              "unobserved": False}
+                                              "unobserved": False, "absent": 0}
     assert document["groups"]["rack"]["properties"]["gpus"]["odd"] == {"c": "7"}
 
 
@@ -155,3 +160,65 @@ def test_uniform_fails_the_odd_ones_that_were_clean_and_leaves_a_failed_ones_rea
         "c": (HostStatus.FAILED, Reason.NOT_UNIFORM), "d": (HostStatus.FAILED, Reason.MEMORY_HELD)}
     assert report.hosts["c"].error == ("not uniform with the run's other hosts: VBIOS 96.00.61.00.01"
                                        " (3 others 96.00.A5.00.01)")
+
+
+# --- the fabric manager's version (a host's own, from verify's nv-fabricmanager --version) --------------------------
+
+FM = FabricManager.present("575.57.08")
+
+
+def rack(found: Mapping[str, FabricManager | None]) -> dict[str, dict[str, str | None]]:
+    return {host: node_settings([H100] * 8, fabric_manager=fm) for host, fm in found.items()}
+
+
+def fabric(found: Mapping[str, FabricManager | None]) -> Comparison:
+    return next(c for c in compare(rack(found)) if c.name == "fabric_manager")
+
+
+def test_the_fabric_manager_is_its_version_absent_or_not_observed() -> None:
+    assert node_settings([H100], fabric_manager=FM)["fabric_manager"] == "575.57.08"
+    assert node_settings([H100], fabric_manager=FabricManager.absent())["fabric_manager"] == ABSENT
+    assert node_settings([H100], fabric_manager=FabricManager.unread("exited 1: x"))["fabric_manager"] is None
+
+
+def test_a_host_on_an_older_fabric_manager_is_the_odd_one_out() -> None:
+    found = fabric({f"gpu-b{i:02d}": FM for i in range(1, 17)} | {"gpu-b07": FabricManager.present("535.183.01")})
+    assert found.majority == "575.57.08" and len(found.alike) == 15
+    assert dict(found.odd) == {"gpu-b07": "535.183.01"}
+    assert why(found, "535.183.01") == "fabric manager 535.183.01 (15 others 575.57.08)"
+
+
+def test_a_host_without_a_fabric_manager_is_no_difference_and_no_unknown() -> None:
+    found = fabric({"hgx-1": FM, "hgx-2": FM, "pcie-1": FabricManager.absent()})
+    assert found.majority == "575.57.08" and found.alike == ("hgx-1", "hgx-2") and not found.odd
+    assert found.absent == ("pcie-1",)
+    none = fabric({"pcie-1": FabricManager.absent(), "pcie-2": FabricManager.absent()})
+    assert not none.odd and not none.unobserved and not none.tie and none.absent == ("pcie-1", "pcie-2")
+    assert uniform.settings_line(report_of({"pcie-1": gpus(), "pcie-2": gpus()})) == "settings: 2 hosts alike"
+    unread = {n: replace(h, fabric_manager=None) for n, h in report_of({"a": gpus(), "b": gpus()}).hosts.items()}
+    assert uniform.settings_line(replace(report_of({}), hosts=unread)) == \
+        "settings: 2 hosts alike; not said by any host: fabric manager"  # a fleet that did not read it
+
+
+def test_a_fabric_manager_not_observed_equals_nothing_and_fails_closed() -> None:
+    found = fabric({"a": FM, "b": FM, "c": FabricManager.unread("nv-fabricmanager --version exited 1: x")})
+    assert found.majority == "575.57.08" and dict(found.odd) == {"c": None}
+    assert why(found, None) == "fabric manager not observed (2 others 575.57.08)"
+    two = fabric({"a": FabricManager.unread("timed out"), "b": FabricManager.unread("timed out")})
+    assert two.unobserved and not two.odd  # no host said it: not compared (and the line says so)
+
+
+def test_the_summary_line_json_and_uniform_name_the_fabric_manager() -> None:
+    report = report_of({f"gpu-b{i:02d}": gpus() for i in range(1, 5)})
+    older = FabricManager.present("535.183.01")
+    hosts = {n: replace(h, fabric_manager=older if n == "gpu-b03" else FM) for n, h in report.hosts.items()}
+    report = replace(report, hosts=hosts)
+    assert uniform.settings_line(report) == "settings: gpu-b03 fabric manager 535.183.01 (3 others 575.57.08)"
+    document = uniform.document(report)
+    assert document is not None
+    assert document["properties"]["fabric_manager"] == {"majority": "575.57.08", "alike": 3,
+                                                        "odd": {"gpu-b03": "535.183.01"}, "tie": False,
+                                                        "unobserved": False, "absent": 0}
+    assert uniform.odd(report.hosts) == {"gpu-b03": ["fabric manager 535.183.01 (3 others 575.57.08)"]}
+    failed = uniform.fail_odd(report).hosts["gpu-b03"]
+    assert failed.reason is Reason.NOT_UNIFORM and "fabric manager 535.183.01" in (failed.error or "")
