@@ -169,6 +169,7 @@ def modeled(config: state.NodeConfig, index: int, remap_pending: Collection[int]
         "fabric.state": fabric_state,
         "fabric.status": fabric_status,
     }
+    said |= smi_settings.app_clocks(config["driver_version"], config["gpu_name"])
     said |= {"pcie.link.width.current": str(NARROW_LINK_WIDTH)} if index in config["narrow_pcie_gpus"] else {}
     said |= {smi_settings.REASON: "Active"} if index in config["locked_clock_gpus"] else {}
     limits = [f"{watts:.2f}" for gpu, watts in config["power_limits"] if gpu == index]

@@ -30,6 +30,21 @@ COMPUTE_MODES = {"0": "Default", "DEFAULT": "Default", "2": "Prohibited", "PROHI
 APP_CLOCKS = ("clocks.applications.graphics", "clocks.applications.memory")
 DEFAULT_APP_CLOCKS = ("clocks.default_applications.graphics", "clocks.default_applications.memory")
 REASON = "clocks_event_reasons.applications_clocks_setting"
+# Application clocks (graphics, memory MHz) a driver before 590 prints, current and default alike, by GPU model:
+# the H100's from the 535.183.01 capture, the H200's from the 580.159.04 one. 590 prints them as deprecated (the
+# 590 captures), as does a model not listed here.
+APP_CLOCKS_DEPRECATED_FROM = 590
+APP_CLOCKS_MHZ = {"NVIDIA H100 80GB HBM3": ("1980", "2619"), "NVIDIA H200": ("1980", "3201")}
+
+
+def app_clocks(driver: str, model: str) -> dict[str, str]:
+    """The application clock fields a node on `driver` with GPUs of `model` prints (none: the table's deprecated
+    text stands)."""
+    major = driver.split(".", 1)[0]
+    mhz = APP_CLOCKS_MHZ.get(model)
+    if mhz is None or not major.isdigit() or int(major) >= APP_CLOCKS_DEPRECATED_FROM:
+        return {}
+    return dict(zip(APP_CLOCKS + DEFAULT_APP_CLOCKS, mhz + mhz, strict=True))
 
 # The options, as `nvidia-smi -h` spells them, by the key `fleet.sim.nvidia_smi.parse_args` gives them.
 OPTIONS = {

@@ -113,7 +113,8 @@ def test_the_simulated_nvidia_smi_says_the_same_settings_both_ways(tmp_path: Pat
     plain, mig = settings(whole)
     assert (plain.driver, plain.name, plain.mig, mig.mig, mig.mig_pending) == (
         "575.57.08", "NVIDIA H100 80GB HBM3", False, True, True)
-    assert plain.app_clock_graphics_mhz is None and plain.power_limit_w == 700.0
+    # Before 590 the application clocks are values (the 535 and 580 captures), the H100's 1980 and 2619 MHz.
+    assert (plain.app_clock_graphics_mhz, plain.app_clock_memory_mhz, plain.power_limit_w) == (1980, 2619, 700.0)
 
 
 def test_the_json_report_carries_a_gpus_settings_both_ways() -> None:

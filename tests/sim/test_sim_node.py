@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -428,6 +429,21 @@ def test_health_fields_print_what_the_real_h100_prints(make_node: MakeNode) -> N
     ours = dict(zip(header.split(", "), rows[0].split(", "), strict=True))  # `power.limit [W]`: with its unit
     assert len(rows) == 8 and [name.split(" [")[0] for name in ours] == list(health.health_fields())
     assert {k: v for k, v in ours.items() if k != "pci.bus_id"} == {k: real[k] for k in ours if k != "pci.bus_id"}
+
+
+H200_580_FACTS = FIXTURES / "h200_drv580.159.04_1gpu_query-gpu-health-fields_csv-noheader-nounits_idle.csv"
+
+
+def test_health_fields_print_what_the_real_h200_on_580_prints(make_node: MakeNode) -> None:
+    """fleet's own health read (nounits, no header) on a node made like the lent H200 (driver 580.159.04): the
+    real capture's bytes, its bus id aside; before 590 the application clocks are values, in `-q` too."""
+    node = make_node(NodeSpec("h200", gpus=1, gpu_name="NVIDIA H200", memory_total_mib=143771,
+                              driver_version="580.159.04", vbios_version="96.00.A5.00.1A", fabric="N/A"))
+    ours = sh(node, shlex.join(health.facts_argv("nvidia-smi"))).stdout
+    real = H200_580_FACTS.read_text()
+    assert ours.split(", ", 1)[1] == real.split(", ", 1)[1]
+    q = sh(node, "nvidia-smi -q").stdout
+    assert re.search(r"    Applications Clocks\n        Graphics +: 1980 MHz\n        Memory +: 3201 MHz\n", q), q
 
 
 def test_q_d_keeps_the_real_shape_header_then_each_gpu_with_its_section_and_a_blank_line(
