@@ -27,12 +27,12 @@ Only the lines the table asks for are read into values: a -q section's other lin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleet.model import gpu_facts
-from fleet.model.gpu_facts import Field, GpuHealth, Path, Unread, reading
+from fleet.model.gpu_facts import MAYBE_NOTE, Field, GpuHealth, Path, Unread, reading
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import ProbeParseError, lines
 from fleet.node.probes.smi import SMI_HANG, classify_smi_failure
@@ -53,34 +53,61 @@ _KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
 _BANNER = re.compile(r"=+NVSMI LOG=+")
 
 
+class _Column(NamedTuple):
+    """How one --query-gpu cell after the bus id reads: the fact's name and reader; the check a note in it leaves
+    unread (a strict fact's) and the field that check names."""
+
+    name: str
+    parse: Callable[[str], Any]
+    strict_check: str | None
+    query: str
+
+
+class _Key(NamedTuple):
+    """A -q key path the table asks about (every path a fact is read at, and the sections above them), as a tree:
+    the keys under it by name in lower case (none: nothing under it is read)."""
+
+    path: Path  # in lower case
+    read: bool  # a fact is read here, or a note here leaves one unread (a strict fact's path or a section above it)
+    under: dict[str, _Key]
+
+
 @dataclass(frozen=True)
 class _Lookup:
     """What the table asks of nvidia-smi's output, built once per table."""
 
     asked: tuple[Field[Any], ...]  # the --query-gpu fields after pci.bus_id, in order
+    columns: tuple[_Column, ...]  # how each of their cells reads
     displays: tuple[str, ...]  # the `-q -d` sections the other facts are read from
     shown: tuple[Field[Any], ...]  # the facts read from those sections
-    paths: dict[Field[Any], tuple[Path, ...]]  # each fact's -q key paths, lower case
-    at: dict[Path, Field[Any]]  # every one of them: the fact read there
-    under: frozenset[Path]  # the sections above them
+    facts: dict[str, Field[Any]]  # by name
+    paths: dict[str, tuple[Path, ...]]  # each fact's -q key paths, lower case, by its name
+    at: dict[Path, str]  # every one of them: the name of the fact read there
     noted: dict[Path, tuple[str, ...]]  # a strict fact's path, or a section's above it: the checks a note there
     # leaves unread
+    top: _Key  # the tree of the paths, from the top of a GPU's section
 
 
 def _lookup(table: tuple[Field[Any], ...]) -> _Lookup:
-    paths = {fact: tuple(tuple(part.lower() for part in printed) for printed in fact.q) for fact in table}
+    paths = {fact.name: tuple(tuple(part.lower() for part in printed) for printed in fact.q) for fact in table}
+    facts = {fact.name: fact for fact in table}
     noted: dict[Path, set[str]] = {}
-    for fact, lowered in paths.items():
-        for path in lowered if fact.strict else ():
+    for name, lowered in paths.items():
+        for path in lowered if facts[name].strict else ():
             for end in range(1, len(path) + 1):
-                noted.setdefault(path[:end], set()).add(fact.check or "")
+                noted.setdefault(path[:end], set()).add(facts[name].check or "")
     displays = tuple(dict.fromkeys(f.display for f in table if f.display is not None))
-    return _Lookup(tuple(f for f in table if f.display is None), displays,
-                   tuple(f for f in table if f.display is not None), paths,
-                   {path: fact for fact, lowered in paths.items() for path in lowered},
-                   frozenset(path[:end] for lowered in paths.values() for path in lowered
-                             for end in range(1, len(path))),
-                   {path: tuple(sorted(checks)) for path, checks in noted.items()})
+    asked = tuple(f for f in table if f.display is None)
+    columns = tuple(_Column(f.name, f.read.parse, f.check if f.strict else None, f.query) for f in asked)
+    at = {path: name for name, lowered in paths.items() for path in lowered}
+    return _Lookup(asked, columns, displays, tuple(f for f in table if f.display is not None), facts, paths, at,
+                   {path: tuple(sorted(checks)) for path, checks in noted.items()}, _tree((), at.keys() | noted.keys()))
+
+
+def _tree(path: Path, read: set[Path]) -> _Key:
+    """The key at `path` and those under it, of `read` (every path read, and every section above one)."""
+    below = {p[len(path)] for p in read if len(p) > len(path) and p[:len(path)] == path}
+    return _Key(path, path in read, {name: _tree((*path, name), read) for name in sorted(below)})
 
 
 lookup = gpu_facts.derived(_lookup)
@@ -113,11 +140,10 @@ def parse_all_health(text: str) -> tuple[GpuHealth, ...]:
 
 # One value the table asks for, as -q printed it: (line number, line, the value or None, the note or None).
 _Got = tuple[int, str, str | None, str | None]
-# A section a line is in: (its name as printed, its key path in lower case, whether the table asks for anything
-# under it).
-_Open = tuple[str, Path, bool]
-_TOP: _Open = ("", (), True)
-_PASSED: _Open = ("", (), False)  # a section nothing is read under: its lines are checked for their shape only
+# A section a line is in: its name as printed, and its key in the table's tree (None: the table asks for nothing
+# under it, and its lines are checked for their shape only).
+_Open = tuple[str, _Key | None]
+_PASSED: _Open = ("", None)
 
 
 class _Section:
@@ -138,16 +164,17 @@ class _Section:
         if rest or depth == 0 or depth > len(stack) + 1:
             raise ProbeParseError(lineno, line, f"unexpected indentation ({len(line) - len(stripped)} spaces)")
         del stack[depth - 1:]
-        parent = stack[-1] if stack else _TOP
-        if not parent[2]:
+        parent = stack[-1][1] if stack else self.ask.top
+        if parent is None:
             stack.append(_PASSED)
             return
         key, colon, raw = stripped.partition(":")
         name = key.rstrip() if colon and key else stripped.strip()
-        path = (*parent[1], name.lower())
-        if colon and key and (path in self.ask.at or path in self.ask.noted):
-            self._value(lineno, line, path, name, raw)
-        stack.append((name, path, path in self.ask.under))  # a key may have lines under it too (`Process ID`)
+        asked = parent.under.get(name.lower())
+        if asked is not None and asked.read and colon and key:
+            self._value(lineno, line, asked.path, name, raw)
+        # a key may have lines under it too (`Process ID`)
+        stack.append((name, asked if asked is not None and asked.under else None))
 
     def _value(self, lineno: int, line: str, path: Path, name: str, raw: str) -> None:
         text, note = reading(raw)
@@ -158,11 +185,11 @@ class _Section:
 
     def health(self) -> GpuHealth:
         facts = {}
-        at = self.ask.at
-        for fact in dict.fromkeys(at[p] for p in self.got if p in at):
-            value = _fact(fact, [self.got[p] for p in self.ask.paths[fact] if p in self.got])
+        ask = self.ask
+        for name in dict.fromkeys(ask.at[p] for p in self.got if p in ask.at):
+            value = _fact(ask.facts[name], [self.got[p] for p in ask.paths[name] if p in self.got])
             if value is not None:
-                facts[fact.name] = value
+                facts[name] = value
         return GpuHealth(self.bus_id, facts, tuple(self.unread))
 
 
@@ -260,36 +287,38 @@ def parse_facts(text: str) -> tuple[GpuHealth, ...] | None:
     less."""
     if _UNKNOWN_FIELD.search(text):
         return FIELDS_UNKNOWN
-    asked = lookup().asked
-    rows = [_fact_row(lineno, line, asked) for lineno, line in lines(text)]
+    columns = lookup().columns
+    rows = [_fact_row(lineno, line, columns) for lineno, line in lines(text)]
     if not rows:
         raise ProbeParseError(1, text[:80], "no GPU listed")
     return tuple(rows)
 
 
-def _fact_row(lineno: int, line: str, asked: tuple[Field[Any], ...]) -> GpuHealth:
+def _fact_row(lineno: int, line: str, columns: tuple[_Column, ...]) -> GpuHealth:
+    """One CSV row: a split, then each cell read by its column (a plain value straight to its reader; a cell
+    that may be a note through `reading`)."""
     bus, *cells = line.split(",")
-    if len(cells) != len(asked):
-        raise ProbeParseError(lineno, line, f"{len(cells) + 1} values, {len(asked) + 1} fields asked (output cut?)")
+    if len(cells) != len(columns):
+        raise ProbeParseError(lineno, line, f"{len(cells) + 1} values, {len(columns) + 1} fields asked (output cut?)")
     bus_id = bus.strip()
     if not _BUS_ID.fullmatch(bus_id):
         raise ProbeParseError(lineno, line, "no PCI bus id")
     facts: dict[str, object] = {}
     unread = []
-    for fact, cell in zip(asked, cells, strict=True):
-        text, note = reading(cell)
-        if text is not None:
-            facts[fact.name] = _csv_value(fact, lineno, line, text)
-        elif note is not None and fact.strict and fact.check is not None:
-            unread.append(Unread(fact.check, fact.query, note))
+    for (name, parse, strict_check, query), cell in zip(columns, cells, strict=True):
+        text = cell.strip()
+        if text[:1] == "[" or text in MAYBE_NOTE:
+            said, note = reading(text)
+            if said is None:
+                if note is not None and strict_check is not None:
+                    unread.append(Unread(strict_check, query, note))
+                continue
+            text = said
+        try:
+            facts[name] = parse(text)
+        except ValueError as exc:
+            raise ProbeParseError(lineno, line, str(exc)) from None
     return GpuHealth(bus_id, facts, tuple(unread))
-
-
-def _csv_value(fact: Field[Any], lineno: int, line: str, text: str) -> object:
-    try:
-        return fact.read.parse(text)
-    except ValueError as exc:
-        raise ProbeParseError(lineno, line, str(exc)) from None
 
 
 def remaps_argv(nvidia_smi: str) -> list[str]:
