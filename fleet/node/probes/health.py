@@ -51,6 +51,7 @@ _GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.
 _BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
 _KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
 _BANNER = re.compile(r"=+NVSMI LOG=+")
+_ATTACHED = re.compile(r"^Attached GPUs[^\n]*", re.MULTILINE)  # the first line that begins so
 
 
 class _Column(NamedTuple):
@@ -77,6 +78,7 @@ class _Lookup:
     """What the table asks of nvidia-smi's output, built once per table."""
 
     asked: tuple[Field[Any], ...]  # the --query-gpu fields after pci.bus_id, in order
+    query: str  # the --query-gpu field list: the bus id, then theirs
     columns: tuple[_Column, ...]  # how each of their cells reads
     displays: tuple[str, ...]  # the `-q -d` sections the other facts are read from
     shown: tuple[Field[Any], ...]  # the facts read from those sections
@@ -100,7 +102,8 @@ def _lookup(table: tuple[Field[Any], ...]) -> _Lookup:
     asked = tuple(f for f in table if f.display is None)
     columns = tuple(_Column(f.name, f.read.parse, f.check if f.strict else None, f.query) for f in asked)
     at = {path: name for name, lowered in paths.items() for path in lowered}
-    return _Lookup(asked, columns, displays, tuple(f for f in table if f.display is not None), facts, paths, at,
+    query = ",".join(("pci.bus_id", *(f.query for f in asked)))
+    return _Lookup(asked, query, columns, displays, tuple(f for f in table if f.display is not None), facts, paths, at,
                    {path: tuple(sorted(checks)) for path, checks in noted.items()}, _tree((), at.keys() | noted.keys()))
 
 
@@ -130,11 +133,12 @@ def parse_all_health(text: str) -> tuple[GpuHealth, ...]:
     """`parse_health`, and the banner's `Attached GPUs : N` must match the sections that follow: output cut
     short (a transport's bound, a tool that died mid-way) is never read as fewer GPUs to judge."""
     found = parse_health(text)
-    attached = next(((n, line) for n, line in lines(text) if line.startswith("Attached GPUs")), None)
+    attached = _ATTACHED.search(text)
     if attached is not None:
-        said = attached[1].partition(":")[2].strip()
+        said = attached[0].partition(":")[2].strip()
         if said.isdigit() and int(said) != len(found):
-            raise ProbeParseError(*attached, f"{said} GPUs attached, {len(found)} GPU sections follow (output cut?)")
+            raise ProbeParseError(text.count("\n", 0, attached.start()) + 1, attached[0].removesuffix("\r"),
+                                  f"{said} GPUs attached, {len(found)} GPU sections follow (output cut?)")
     return found
 
 
@@ -160,9 +164,10 @@ class _Section:
         """A line inside the section: a `Key : value`, or the header of a nested section."""
         stripped = line.lstrip(" ")
         stack = self.stack
-        depth, rest = divmod(len(line) - len(stripped), INDENT)
-        if rest or depth == 0 or depth > len(stack) + 1:
-            raise ProbeParseError(lineno, line, f"unexpected indentation ({len(line) - len(stripped)} spaces)")
+        indent = len(line) - len(stripped)
+        depth = indent // INDENT
+        if indent % INDENT or depth == 0 or depth > len(stack) + 1:
+            raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
         del stack[depth - 1:]
         parent = stack[-1][1] if stack else self.ask.top
         if parent is None:
@@ -171,10 +176,13 @@ class _Section:
         key, colon, raw = stripped.partition(":")
         name = key.rstrip() if colon and key else stripped.strip()
         asked = parent.under.get(name.lower())
-        if asked is not None and asked.read and colon and key:
+        if asked is None:
+            stack.append(_PASSED)
+            return
+        if asked.read and colon and key:
             self._value(lineno, line, asked.path, name, raw)
-        # a key may have lines under it too (`Process ID`)
-        stack.append((name, asked if asked is not None and asked.under else None))
+        # a key may have lines under it too (`Process ID`); a section's name is kept for the label of a note under it
+        stack.append((name, asked) if asked.under else _PASSED)
 
     def _value(self, lineno: int, line: str, path: Path, name: str, raw: str) -> None:
         text, note = reading(raw)
@@ -223,7 +231,7 @@ def _sections(text: str, ask: _Lookup) -> Iterator[GpuHealth]:
     for lineno, line in enumerate(text.split("\n"), start=1):  # `lines`, inline: -q is long
         if line[-1:] == "\r":
             line = line[:-1]
-        if not line.strip():
+        if not line or line.isspace():
             continue
         if not line[0].isspace():
             if section is not None:
@@ -274,11 +282,11 @@ _UNKNOWN_FIELD = re.compile(r'Field "[^"]+" is not a valid field to query\.')
 
 def health_fields() -> tuple[str, ...]:
     """The --query-gpu fields `facts` asks, in order: the bus id, then the table's."""
-    return ("pci.bus_id", *(f.query for f in lookup().asked))
+    return tuple(lookup().query.split(","))
 
 
 def facts_argv(nvidia_smi: str) -> list[str]:
-    return [nvidia_smi, f"--query-gpu={','.join(health_fields())}", "--format=csv,noheader,nounits"]
+    return [nvidia_smi, f"--query-gpu={lookup().query}", "--format=csv,noheader,nounits"]
 
 
 def parse_facts(text: str) -> tuple[GpuHealth, ...] | None:
