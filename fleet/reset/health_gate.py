@@ -185,12 +185,15 @@ class Judgement:
 
 
 def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, *,
-          ended: Ended | None = None, refused: Mapping[str, Sequence[str]] | None = None) -> Judgement:
+          ended: Ended | None = None, refused: Mapping[str, Sequence[str]] | None = None,
+          said: Sequence[GpuSettings] | None = None) -> Judgement:
     """Every GPU's facts and every Xid weighed (see the module); an Xid on no listed GPU is the host's, its PCI
-    address named. `refused`: the `--restore-settings` changes the driver refused, by bus id (`gpu_settings`)."""
+    address named. `refused`: the `--restore-settings` changes the driver refused, by bus id (`gpu_settings`).
+    `said`: each GPU's settings, in `gpus`' order, where the caller has them already (else read from `gpus`)."""
     by_pci = {pci_of_bus_id(g.bus_id): g for g in gpus}
     settings = by_name(SETTINGS_CHECK)
-    found = {g.bus_id: _weigh(_gpu_facts(g, policy.profile), policy) for g in gpus}
+    said = [GpuSettings.of(g) for g in gpus] if said is None else said
+    found = {g.bus_id: _weigh(_gpu_facts(g, s, policy.profile), policy) for g, s in zip(gpus, said, strict=True)}
     for bus_id, lines in (refused or {}).items():
         facts = ((SETTINGS_CHECK, settings.default, line) for line in lines)
         found.setdefault(bus_id, []).extend(_weigh(facts, policy))
@@ -228,11 +231,11 @@ def _weigh(facts: Iterable[Fact], policy: HealthPolicy) -> list[Finding]:
     return weighed
 
 
-def _gpu_facts(gpu: GpuHealth, profile: GpuProfile) -> list[Fact]:
+def _gpu_facts(gpu: GpuHealth, said: GpuSettings, profile: GpuProfile) -> list[Fact]:
     """Each GPU check's finding on these facts, in the table's order; a check whose fact was not observed (an
-    NVML error note in its field) fails, whatever its default: unread is never "fine". The GPU's settings against
-    the profile (`gpu_settings`): one finding per difference, a setting not said is "not observed" at the check's
-    level."""
+    NVML error note in its field) fails, whatever its default: unread is never "fine". The GPU's settings (`said`)
+    against the profile (`gpu_settings`): one finding per difference, a setting not said is "not observed" at the
+    check's level."""
     facts: list[Fact] = []
     for check in checks():
         missing = unread(check, gpu) if gpu.unread else None
@@ -243,7 +246,7 @@ def _gpu_facts(gpu: GpuHealth, profile: GpuProfile) -> list[Fact]:
             if detail is not None:
                 facts.append((check.name, check.default, detail))
         if check.name == SETTINGS_CHECK:
-            lines = gpu_profile.findings(profile, GpuSettings.of(gpu))
+            lines = gpu_profile.findings(profile, said)
             facts += [(check.name, check.default, line) for line in lines]
     return facts
 

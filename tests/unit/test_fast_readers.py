@@ -15,8 +15,10 @@ from support.paths import FIXTURES
 
 from fleet.model import gpu_facts
 from fleet.model.gpu_facts import MAYBE_NOTE, NOT_APPLICABLE, NVML_ERRORS, SETTINGS, GpuHealth, GpuSettings, reading
+from fleet.model.gpu_profile import GpuProfile
 from fleet.node.probes import health, smi
 from fleet.node.probes.parse import ProbeParseError, lines
+from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
 
 SMI = FIXTURES / "nvidia-smi"
 ALL_FIELDS = ("h100-80gb-hbm3_drv590.48.01_1gpu_query-gpu-allfields_csv_idle.csv",
@@ -169,3 +171,12 @@ def test_plain_mib_read_as_the_pattern_reads_them(raw: str) -> None:
 def test_settings_of_a_gpu_are_its_rows_facts(name: str) -> None:
     for gpu in health.parse_health(fixture(name)):
         assert GpuSettings.of(gpu) == GpuSettings(**{fact.name: gpu[fact] for fact in SETTINGS})
+
+
+@pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])
+def test_judging_with_the_settings_verify_read_is_judging_without(name: str) -> None:
+    gpus = health.parse_health(fixture(name))
+    policy = HealthPolicy(profile=GpuProfile(persistence=False, compute_mode="Prohibited", power_limit_w=300.0))
+    said = [GpuSettings.of(g) for g in gpus]
+    assert judge(gpus, KernelReads(), policy, said=said) == judge(gpus, KernelReads(), policy)
+    assert any(f.check == "gpu_settings" for found in judge(gpus, KernelReads(), policy).gpus.values() for f in found)
