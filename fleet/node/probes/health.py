@@ -156,40 +156,41 @@ class _Section:
     def __init__(self, bus_id: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
         self.bus_id = bus_id
         self.ask = ask
-        self.stack: list[_Open] = []  # the sections the line is in
         self.got: dict[Path, _Got] = dict(header)  # the header's values hold for every GPU (`Driver Version`)
         self.unread: list[Unread] = []
 
-    def line(self, lineno: int, line: str) -> None:
-        """A line inside the section: a `Key : value`, or the header of a nested section."""
-        stripped = line.lstrip(" ")
-        stack = self.stack
-        indent = len(line) - len(stripped)
-        depth = indent // INDENT
-        if indent % INDENT or depth == 0 or depth > len(stack) + 1:
-            raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
-        del stack[depth - 1:]
-        parent = stack[-1][1] if stack else self.ask.top
-        if parent is None:
-            stack.append(_PASSED)
-            return
-        key, colon, raw = stripped.partition(":")
-        name = key.rstrip() if colon and key else stripped.strip()
-        asked = parent.under.get(name.lower())
-        if asked is None:
-            stack.append(_PASSED)
-            return
-        if asked.read and colon and key:
-            self._value(lineno, line, asked.path, name, raw)
-        # a key may have lines under it too (`Process ID`); a section's name is kept for the label of a note under it
-        stack.append((name, asked) if asked.under else _PASSED)
+    def read(self, body: list[tuple[int, str]]) -> GpuHealth:
+        """The section's lines (numbered) below its header: each a `Key : value`, or the header of a nested section."""
+        stack: list[_Open] = []  # the sections the line is in
+        top = self.ask.top
+        for lineno, line in body:
+            stripped = line.lstrip(" ")
+            indent = len(line) - len(stripped)
+            depth = indent // INDENT
+            if indent % INDENT or depth == 0 or depth > len(stack) + 1:
+                raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
+            del stack[depth - 1:]
+            parent = stack[-1][1] if stack else top
+            if parent is None:
+                stack.append(_PASSED)
+                continue
+            key, colon, raw = stripped.partition(":")
+            name = key.rstrip() if colon and key else stripped.strip()
+            asked = parent.under.get(name.lower())
+            if asked is None:
+                stack.append(_PASSED)
+                continue
+            if asked.read and colon and key:
+                self._value(lineno, line, asked.path, (*(open_[0] for open_ in stack), name), raw)
+            # a key may have lines under it too (`Process ID`); a section's name is kept for a note's label under it
+            stack.append((name, asked) if asked.under else _PASSED)
+        return self.health()
 
-    def _value(self, lineno: int, line: str, path: Path, name: str, raw: str) -> None:
+    def _value(self, lineno: int, line: str, path: Path, names: tuple[str, ...], raw: str) -> None:
         text, note = reading(raw)
         self.got[path] = (lineno, line, text, note)
         if note is not None:
-            label = " / ".join((*(open_[0] for open_ in self.stack), name))
-            self.unread += [Unread(check, label, note) for check in self.ask.noted.get(path, ())]
+            self.unread += [Unread(check, " / ".join(names), note) for check in self.ask.noted.get(path, ())]
 
     def health(self) -> GpuHealth:
         facts = {}
@@ -225,7 +226,9 @@ def _q_value(fact: Field[Any], lineno: int, line: str, text: str) -> Any:
 
 
 def _sections(text: str, ask: _Lookup) -> Iterator[GpuHealth]:
+    """Each GPU section's header and the lines below it, read as the next section (or the end) is reached."""
     section: _Section | None = None
+    body: list[tuple[int, str]] = []
     seen: set[str] = set()
     header: dict[Path, _Got] = {}
     for lineno, line in enumerate(text.split("\n"), start=1):  # `lines`, inline: -q is long
@@ -233,19 +236,19 @@ def _sections(text: str, ask: _Lookup) -> Iterator[GpuHealth]:
             line = line[:-1]
         if not line or line.isspace():
             continue
-        if not line[0].isspace():
-            if section is not None:
-                yield section.health()
-            bus_id = _top_level(lineno, line, section is not None, seen)
-            if bus_id is None:
-                _header(lineno, line, ask, header)
-            section = None if bus_id is None else _Section(bus_id, ask, header)
-        elif section is None:
-            raise ProbeParseError(lineno, line, "indented line before the first GPU section")
-        else:
-            section.line(lineno, line)
+        if line[0].isspace():
+            if section is None:
+                raise ProbeParseError(lineno, line, "indented line before the first GPU section")
+            body.append((lineno, line))
+            continue
+        if section is not None:
+            yield section.read(body)
+        bus_id = _top_level(lineno, line, section is not None, seen)
+        if bus_id is None:
+            _header(lineno, line, ask, header)
+        section, body = None if bus_id is None else _Section(bus_id, ask, header), []
     if section is not None:
-        yield section.health()
+        yield section.read(body)
 
 
 def _header(lineno: int, line: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
