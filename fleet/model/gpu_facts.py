@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["FIELDS", "NOT_APPLICABLE", "NVML_ERRORS", "SETTINGS", "Field", "GpuHealth", "GpuSettings", "Reader",
-           "Unread", "count", "current", "derived", "reading", "registered", "switch", "watts", "word"]
+__all__ = ["FIELDS", "MAYBE_NOTE", "NOT_APPLICABLE", "NVML_ERRORS", "SETTINGS", "Field", "GpuHealth", "GpuSettings",
+           "Reader", "Unread", "count", "current", "derived", "reading", "registered", "switch", "watts", "word"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -43,6 +43,10 @@ NVML_ERRORS = frozenset({
     "Interrupt Request Issue", "IRQ Issue", "Requested functionality has been deprecated", "Deprecated", "Not Ready",
     "GPU not found", "Invalid state", "The operating system has blocked the request",
 })
+
+# Every text `reading` may take for a note or for "not applicable", but those that begin with "[": any other text is
+# a plain value (the parsers' fast path: a cell that is neither is read without `reading`).
+MAYBE_NOTE = NOT_APPLICABLE | NVML_ERRORS
 
 
 def reading(raw: str) -> tuple[str | None, str | None]:
@@ -311,4 +315,8 @@ class GpuSettings:
 
     @classmethod
     def of(cls, gpu: GpuHealth) -> GpuSettings:
-        return cls(**{fact.name: gpu[fact] for fact in SETTINGS})
+        facts: Mapping[str, Any] = gpu.facts  # each by its row's reader: the field's type
+        return cls(**{name: facts.get(name) for name in _SETTING_NAMES})
+
+
+_SETTING_NAMES = tuple(fact.name for fact in SETTINGS)

@@ -22,7 +22,7 @@ zone is not known here.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -185,19 +185,22 @@ class Judgement:
 
 
 def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, *,
-          ended: Ended | None = None, refused: Mapping[str, Sequence[str]] | None = None) -> Judgement:
+          ended: Ended | None = None, refused: Mapping[str, Sequence[str]] | None = None,
+          said: Sequence[GpuSettings] | None = None) -> Judgement:
     """Every GPU's facts and every Xid weighed (see the module); an Xid on no listed GPU is the host's, its PCI
-    address named. `refused`: the `--restore-settings` changes the driver refused, by bus id (`gpu_settings`)."""
+    address named. `refused`: the `--restore-settings` changes the driver refused, by bus id (`gpu_settings`).
+    `said`: each GPU's settings, in `gpus`' order, where the caller has them already (else read from `gpus`)."""
     by_pci = {pci_of_bus_id(g.bus_id): g for g in gpus}
     settings = by_name(SETTINGS_CHECK)
-    found = {g.bus_id: list(_weigh(_gpu_facts(g, policy.profile), policy)) for g in gpus}
+    said = [GpuSettings.of(g) for g in gpus] if said is None else said
+    found = {g.bus_id: _weigh(_gpu_facts(g, s, policy.profile), policy) for g, s in zip(gpus, said, strict=True)}
     for bus_id, lines in (refused or {}).items():
         facts = ((SETTINGS_CHECK, settings.default, line) for line in lines)
         found.setdefault(bus_id, []).extend(_weigh(facts, policy))
     host: list[HostFinding] = []
     for pci, fact in _xid_facts(kernel, by_pci, ended or Ended()):
         owner = by_pci.get(pci)
-        for finding in _weigh(iter([fact]), policy):
+        for finding in _weigh([fact], policy):
             if owner is not None:
                 found[owner.bus_id].append(finding)
             else:
@@ -219,24 +222,33 @@ def fails(findings: Judgement | Mapping[str, Sequence[Finding]]) -> list[Finding
 Fact = tuple[str, Level, str]  # (check, default level, detail)
 
 
-def _weigh(facts: Iterator[Fact], policy: HealthPolicy) -> tuple[Finding, ...]:
-    weighed = ((check, policy.level(check, default), detail) for check, default, detail in facts)
-    return tuple(Finding(check, level, detail) for check, level, detail in weighed if level is not None)
+def _weigh(facts: Iterable[Fact], policy: HealthPolicy) -> list[Finding]:
+    weighed = []
+    for check, default, detail in facts:
+        level = policy.level(check, default)
+        if level is not None:
+            weighed.append(Finding(check, level, detail))
+    return weighed
 
 
-def _gpu_facts(gpu: GpuHealth, profile: GpuProfile) -> Iterator[Fact]:
+def _gpu_facts(gpu: GpuHealth, said: GpuSettings, profile: GpuProfile) -> list[Fact]:
     """Each GPU check's finding on these facts, in the table's order; a check whose fact was not observed (an
-    NVML error note in its field) fails, whatever its default: unread is never "fine". The GPU's settings against
-    the profile (`gpu_settings`): one finding per difference, a setting not said is "not observed" at the check's
-    level."""
+    NVML error note in its field) fails, whatever its default: unread is never "fine". The GPU's settings (`said`)
+    against the profile (`gpu_settings`): one finding per difference, a setting not said is "not observed" at the
+    check's level."""
+    facts: list[Fact] = []
     for check in checks():
-        missing = unread(check, gpu)
-        detail = missing if missing is not None or check.finding is None else check.finding(gpu)
-        if detail is not None:
-            yield check.name, UNREAD if missing is not None else check.default, detail
+        missing = unread(check, gpu) if gpu.unread else None
+        if missing is not None:
+            facts.append((check.name, UNREAD, missing))
+        elif check.finding is not None:
+            detail = check.finding(gpu)
+            if detail is not None:
+                facts.append((check.name, check.default, detail))
         if check.name == SETTINGS_CHECK:
-            said = GpuSettings.of(gpu)
-            yield from ((check.name, check.default, line) for line in gpu_profile.findings(profile, said))
+            lines = gpu_profile.findings(profile, said)
+            facts += [(check.name, check.default, line) for line in lines]
+    return facts
 
 
 @dataclass(frozen=True)

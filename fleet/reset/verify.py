@@ -244,8 +244,9 @@ class HealthReads:
         policy = HealthPolicy.of(node.host)
         gpus = await self._gpus(node, answers, budget)
         kernel = KernelReads() if self.kernel is None else self._kernel(answers, self.kernel, baseline)
-        said = {g.bus_id: GpuSettings.of(g) for g in gpus}
-        return dataclasses.replace(judge(gpus, kernel, policy, ended=ended, refused=refused), settings=said)
+        said = [GpuSettings.of(g) for g in gpus]
+        judged = judge(gpus, kernel, policy, ended=ended, refused=refused, said=said)
+        return dataclasses.replace(judged, settings={g.bus_id: s for g, s in zip(gpus, said, strict=True)})
 
     @staticmethod
     def _kernel(answers: Answers, probe: Probe[str], baseline: Baseline | None) -> KernelReads:

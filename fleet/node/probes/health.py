@@ -27,12 +27,12 @@ Only the lines the table asks for are read into values: a -q section's other lin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleet.model import gpu_facts
-from fleet.model.gpu_facts import Field, GpuHealth, Path, Unread, reading
+from fleet.model.gpu_facts import MAYBE_NOTE, Field, GpuHealth, Path, Unread, reading
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import ProbeParseError, lines
 from fleet.node.probes.smi import SMI_HANG, classify_smi_failure
@@ -51,6 +51,26 @@ _GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.
 _BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
 _KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
 _BANNER = re.compile(r"=+NVSMI LOG=+")
+_ATTACHED = re.compile(r"^Attached GPUs[^\n]*", re.MULTILINE)  # the first line that begins so
+
+
+class _Column(NamedTuple):
+    """How one --query-gpu cell after the bus id reads: the fact's name and reader; the check a note in it leaves
+    unread (a strict fact's) and the field that check names."""
+
+    name: str
+    parse: Callable[[str], Any]
+    strict_check: str | None
+    query: str
+
+
+class _Key(NamedTuple):
+    """A -q key path the table asks about (every path a fact is read at, and the sections above them), as a tree:
+    the keys under it by name in lower case (none: nothing under it is read)."""
+
+    path: Path  # in lower case
+    read: bool  # a fact is read here, or a note here leaves one unread (a strict fact's path or a section above it)
+    under: dict[str, _Key]
 
 
 @dataclass(frozen=True)
@@ -58,29 +78,39 @@ class _Lookup:
     """What the table asks of nvidia-smi's output, built once per table."""
 
     asked: tuple[Field[Any], ...]  # the --query-gpu fields after pci.bus_id, in order
+    query: str  # the --query-gpu field list: the bus id, then theirs
+    columns: tuple[_Column, ...]  # how each of their cells reads
     displays: tuple[str, ...]  # the `-q -d` sections the other facts are read from
     shown: tuple[Field[Any], ...]  # the facts read from those sections
-    paths: dict[Field[Any], tuple[Path, ...]]  # each fact's -q key paths, lower case
-    at: dict[Path, Field[Any]]  # every one of them: the fact read there
-    under: frozenset[Path]  # the sections above them
+    facts: dict[str, Field[Any]]  # by name
+    paths: dict[str, tuple[Path, ...]]  # each fact's -q key paths, lower case, by its name
+    at: dict[Path, str]  # every one of them: the name of the fact read there
     noted: dict[Path, tuple[str, ...]]  # a strict fact's path, or a section's above it: the checks a note there
     # leaves unread
+    top: _Key  # the tree of the paths, from the top of a GPU's section
 
 
 def _lookup(table: tuple[Field[Any], ...]) -> _Lookup:
-    paths = {fact: tuple(tuple(part.lower() for part in printed) for printed in fact.q) for fact in table}
+    paths = {fact.name: tuple(tuple(part.lower() for part in printed) for printed in fact.q) for fact in table}
+    facts = {fact.name: fact for fact in table}
     noted: dict[Path, set[str]] = {}
-    for fact, lowered in paths.items():
-        for path in lowered if fact.strict else ():
+    for name, lowered in paths.items():
+        for path in lowered if facts[name].strict else ():
             for end in range(1, len(path) + 1):
-                noted.setdefault(path[:end], set()).add(fact.check or "")
+                noted.setdefault(path[:end], set()).add(facts[name].check or "")
     displays = tuple(dict.fromkeys(f.display for f in table if f.display is not None))
-    return _Lookup(tuple(f for f in table if f.display is None), displays,
-                   tuple(f for f in table if f.display is not None), paths,
-                   {path: fact for fact, lowered in paths.items() for path in lowered},
-                   frozenset(path[:end] for lowered in paths.values() for path in lowered
-                             for end in range(1, len(path))),
-                   {path: tuple(sorted(checks)) for path, checks in noted.items()})
+    asked = tuple(f for f in table if f.display is None)
+    columns = tuple(_Column(f.name, f.read.parse, f.check if f.strict else None, f.query) for f in asked)
+    at = {path: name for name, lowered in paths.items() for path in lowered}
+    query = ",".join(("pci.bus_id", *(f.query for f in asked)))
+    return _Lookup(asked, query, columns, displays, tuple(f for f in table if f.display is not None), facts, paths, at,
+                   {path: tuple(sorted(checks)) for path, checks in noted.items()}, _tree((), at.keys() | noted.keys()))
+
+
+def _tree(path: Path, read: set[Path]) -> _Key:
+    """The key at `path` and those under it, of `read` (every path read, and every section above one)."""
+    below = {p[len(path)] for p in read if len(p) > len(path) and p[:len(path)] == path}
+    return _Key(path, path in read, {name: _tree((*path, name), read) for name in sorted(below)})
 
 
 lookup = gpu_facts.derived(_lookup)
@@ -103,21 +133,21 @@ def parse_all_health(text: str) -> tuple[GpuHealth, ...]:
     """`parse_health`, and the banner's `Attached GPUs : N` must match the sections that follow: output cut
     short (a transport's bound, a tool that died mid-way) is never read as fewer GPUs to judge."""
     found = parse_health(text)
-    attached = next(((n, line) for n, line in lines(text) if line.startswith("Attached GPUs")), None)
+    attached = _ATTACHED.search(text)
     if attached is not None:
-        said = attached[1].partition(":")[2].strip()
+        said = attached[0].partition(":")[2].strip()
         if said.isdigit() and int(said) != len(found):
-            raise ProbeParseError(*attached, f"{said} GPUs attached, {len(found)} GPU sections follow (output cut?)")
+            raise ProbeParseError(text.count("\n", 0, attached.start()) + 1, attached[0].removesuffix("\r"),
+                                  f"{said} GPUs attached, {len(found)} GPU sections follow (output cut?)")
     return found
 
 
 # One value the table asks for, as -q printed it: (line number, line, the value or None, the note or None).
 _Got = tuple[int, str, str | None, str | None]
-# A section a line is in: (its name as printed, its key path in lower case, whether the table asks for anything
-# under it).
-_Open = tuple[str, Path, bool]
-_TOP: _Open = ("", (), True)
-_PASSED: _Open = ("", (), False)  # a section nothing is read under: its lines are checked for their shape only
+# A section a line is in: its name as printed, and its key in the table's tree (None: the table asks for nothing
+# under it, and its lines are checked for their shape only).
+_Open = tuple[str, _Key | None]
+_PASSED: _Open = ("", None)
 
 
 class _Section:
@@ -126,43 +156,49 @@ class _Section:
     def __init__(self, bus_id: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
         self.bus_id = bus_id
         self.ask = ask
-        self.stack: list[_Open] = []  # the sections the line is in
         self.got: dict[Path, _Got] = dict(header)  # the header's values hold for every GPU (`Driver Version`)
         self.unread: list[Unread] = []
 
-    def line(self, lineno: int, line: str) -> None:
-        """A line inside the section: a `Key : value`, or the header of a nested section."""
-        stripped = line.lstrip(" ")
-        stack = self.stack
-        depth, rest = divmod(len(line) - len(stripped), INDENT)
-        if rest or depth == 0 or depth > len(stack) + 1:
-            raise ProbeParseError(lineno, line, f"unexpected indentation ({len(line) - len(stripped)} spaces)")
-        del stack[depth - 1:]
-        parent = stack[-1] if stack else _TOP
-        if not parent[2]:
-            stack.append(_PASSED)
-            return
-        key, colon, raw = stripped.partition(":")
-        name = key.rstrip() if colon and key else stripped.strip()
-        path = (*parent[1], name.lower())
-        if colon and key and (path in self.ask.at or path in self.ask.noted):
-            self._value(lineno, line, path, name, raw)
-        stack.append((name, path, path in self.ask.under))  # a key may have lines under it too (`Process ID`)
+    def read(self, body: list[tuple[int, str]]) -> GpuHealth:
+        """The section's lines (numbered) below its header: each a `Key : value`, or the header of a nested section."""
+        stack: list[_Open] = []  # the sections the line is in
+        top = self.ask.top
+        for lineno, line in body:
+            stripped = line.lstrip(" ")
+            indent = len(line) - len(stripped)
+            depth = indent // INDENT
+            if indent % INDENT or depth == 0 or depth > len(stack) + 1:
+                raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
+            del stack[depth - 1:]
+            parent = stack[-1][1] if stack else top
+            if parent is None:
+                stack.append(_PASSED)
+                continue
+            key, colon, raw = stripped.partition(":")
+            name = key.rstrip() if colon and key else stripped.strip()
+            asked = parent.under.get(name.lower())
+            if asked is None:
+                stack.append(_PASSED)
+                continue
+            if asked.read and colon and key:
+                self._value(lineno, line, asked.path, (*(open_[0] for open_ in stack), name), raw)
+            # a key may have lines under it too (`Process ID`); a section's name is kept for a note's label under it
+            stack.append((name, asked) if asked.under else _PASSED)
+        return self.health()
 
-    def _value(self, lineno: int, line: str, path: Path, name: str, raw: str) -> None:
+    def _value(self, lineno: int, line: str, path: Path, names: tuple[str, ...], raw: str) -> None:
         text, note = reading(raw)
         self.got[path] = (lineno, line, text, note)
         if note is not None:
-            label = " / ".join((*(open_[0] for open_ in self.stack), name))
-            self.unread += [Unread(check, label, note) for check in self.ask.noted.get(path, ())]
+            self.unread += [Unread(check, " / ".join(names), note) for check in self.ask.noted.get(path, ())]
 
     def health(self) -> GpuHealth:
         facts = {}
-        at = self.ask.at
-        for fact in dict.fromkeys(at[p] for p in self.got if p in at):
-            value = _fact(fact, [self.got[p] for p in self.ask.paths[fact] if p in self.got])
+        ask = self.ask
+        for name in dict.fromkeys(ask.at[p] for p in self.got if p in ask.at):
+            value = _fact(ask.facts[name], [self.got[p] for p in ask.paths[name] if p in self.got])
             if value is not None:
-                facts[fact.name] = value
+                facts[name] = value
         return GpuHealth(self.bus_id, facts, tuple(self.unread))
 
 
@@ -190,27 +226,29 @@ def _q_value(fact: Field[Any], lineno: int, line: str, text: str) -> Any:
 
 
 def _sections(text: str, ask: _Lookup) -> Iterator[GpuHealth]:
+    """Each GPU section's header and the lines below it, read as the next section (or the end) is reached."""
     section: _Section | None = None
+    body: list[tuple[int, str]] = []
     seen: set[str] = set()
     header: dict[Path, _Got] = {}
     for lineno, line in enumerate(text.split("\n"), start=1):  # `lines`, inline: -q is long
         if line[-1:] == "\r":
             line = line[:-1]
-        if not line.strip():
+        if not line or line.isspace():
             continue
-        if not line[0].isspace():
-            if section is not None:
-                yield section.health()
-            bus_id = _top_level(lineno, line, section is not None, seen)
-            if bus_id is None:
-                _header(lineno, line, ask, header)
-            section = None if bus_id is None else _Section(bus_id, ask, header)
-        elif section is None:
-            raise ProbeParseError(lineno, line, "indented line before the first GPU section")
-        else:
-            section.line(lineno, line)
+        if line[0].isspace():
+            if section is None:
+                raise ProbeParseError(lineno, line, "indented line before the first GPU section")
+            body.append((lineno, line))
+            continue
+        if section is not None:
+            yield section.read(body)
+        bus_id = _top_level(lineno, line, section is not None, seen)
+        if bus_id is None:
+            _header(lineno, line, ask, header)
+        section, body = None if bus_id is None else _Section(bus_id, ask, header), []
     if section is not None:
-        yield section.health()
+        yield section.read(body)
 
 
 def _header(lineno: int, line: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
@@ -247,11 +285,11 @@ _UNKNOWN_FIELD = re.compile(r'Field "[^"]+" is not a valid field to query\.')
 
 def health_fields() -> tuple[str, ...]:
     """The --query-gpu fields `facts` asks, in order: the bus id, then the table's."""
-    return ("pci.bus_id", *(f.query for f in lookup().asked))
+    return tuple(lookup().query.split(","))
 
 
 def facts_argv(nvidia_smi: str) -> list[str]:
-    return [nvidia_smi, f"--query-gpu={','.join(health_fields())}", "--format=csv,noheader,nounits"]
+    return [nvidia_smi, f"--query-gpu={lookup().query}", "--format=csv,noheader,nounits"]
 
 
 def parse_facts(text: str) -> tuple[GpuHealth, ...] | None:
@@ -260,36 +298,38 @@ def parse_facts(text: str) -> tuple[GpuHealth, ...] | None:
     less."""
     if _UNKNOWN_FIELD.search(text):
         return FIELDS_UNKNOWN
-    asked = lookup().asked
-    rows = [_fact_row(lineno, line, asked) for lineno, line in lines(text)]
+    columns = lookup().columns
+    rows = [_fact_row(lineno, line, columns) for lineno, line in lines(text)]
     if not rows:
         raise ProbeParseError(1, text[:80], "no GPU listed")
     return tuple(rows)
 
 
-def _fact_row(lineno: int, line: str, asked: tuple[Field[Any], ...]) -> GpuHealth:
+def _fact_row(lineno: int, line: str, columns: tuple[_Column, ...]) -> GpuHealth:
+    """One CSV row: a split, then each cell read by its column (a plain value straight to its reader; a cell
+    that may be a note through `reading`)."""
     bus, *cells = line.split(",")
-    if len(cells) != len(asked):
-        raise ProbeParseError(lineno, line, f"{len(cells) + 1} values, {len(asked) + 1} fields asked (output cut?)")
+    if len(cells) != len(columns):
+        raise ProbeParseError(lineno, line, f"{len(cells) + 1} values, {len(columns) + 1} fields asked (output cut?)")
     bus_id = bus.strip()
     if not _BUS_ID.fullmatch(bus_id):
         raise ProbeParseError(lineno, line, "no PCI bus id")
     facts: dict[str, object] = {}
     unread = []
-    for fact, cell in zip(asked, cells, strict=True):
-        text, note = reading(cell)
-        if text is not None:
-            facts[fact.name] = _csv_value(fact, lineno, line, text)
-        elif note is not None and fact.strict and fact.check is not None:
-            unread.append(Unread(fact.check, fact.query, note))
+    for (name, parse, strict_check, query), cell in zip(columns, cells, strict=True):
+        text = cell.strip()
+        if text[:1] == "[" or text in MAYBE_NOTE:
+            said, note = reading(text)
+            if said is None:
+                if note is not None and strict_check is not None:
+                    unread.append(Unread(strict_check, query, note))
+                continue
+            text = said
+        try:
+            facts[name] = parse(text)
+        except ValueError as exc:
+            raise ProbeParseError(lineno, line, str(exc)) from None
     return GpuHealth(bus_id, facts, tuple(unread))
-
-
-def _csv_value(fact: Field[Any], lineno: int, line: str, text: str) -> object:
-    try:
-        return fact.read.parse(text)
-    except ValueError as exc:
-        raise ProbeParseError(lineno, line, str(exc)) from None
 
 
 def remaps_argv(nvidia_smi: str) -> list[str]:

@@ -6,8 +6,10 @@ bracketed notes, or leaves them empty: all of those parse as None.
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fleet.node.probe import Probe
@@ -81,6 +83,8 @@ def parse_mib(raw: str | None) -> int | None:
     """A memory value: `123` or `123 MiB`; anything else (N/A, ...) is None."""
     if raw is None:
         return None
+    if raw.isdecimal():  # the common case, as the pattern reads it
+        return int(raw)
     match = _MIB.fullmatch(raw.strip())
     return int(match.group(1)) if match else None
 
@@ -111,24 +115,39 @@ def parse_gpu_query(text: str, fields: Sequence[str]) -> tuple[GpuRow, ...]:
     """Rows of `--query-gpu=FIELDS --format=csv,noheader,nounits`."""
     if "index" not in fields:
         raise ValueError("the field list must contain 'index'")
+    pick = _row_picker(tuple(fields))
     rows = []
     for lineno, line in lines(text):
-        columns = split_csv(line, lineno, len(fields))
-        values = {name: field_value(raw) for name, raw in zip(fields, columns, strict=True)}
-        rows.append(_gpu_row(values, lineno, line))
+        values = [field_value(raw) for raw in split_csv(line, lineno, len(fields))]
+        values.append(None)  # what a field not asked reads as
+        rows.append(_gpu_row(pick(values), lineno, line))
     return tuple(rows)
 
 
-def _gpu_row(values: dict[str, str | None], lineno: int, line: str) -> GpuRow:
+# The fields a `GpuRow` is made of, in `_gpu_row`'s order.
+_ROW_FIELDS = ("index", "memory.used", "uuid", "pci.bus_id", "name", "memory.total",
+               "ecc.errors.uncorrected.volatile.total", "mig.mode.current")
+
+
+@functools.lru_cache(maxsize=16)
+def _row_picker(fields: tuple[str, ...]) -> Callable[[list[str | None]], tuple[str | None, ...]]:
+    """Of a row's values (and a None after them), those `_gpu_row` takes, in its order: a field not asked is the
+    None. One per field list (the few the probes ask)."""
+    at = {name: i for i, name in enumerate(fields)}  # a field listed twice: its last value, as a dict of them read
+    return operator.itemgetter(*(at.get(name, len(fields)) for name in _ROW_FIELDS))
+
+
+def _gpu_row(values: tuple[str | None, ...], lineno: int, line: str) -> GpuRow:
+    index, used, uuid, bus_id, name, total, ecc, mig = values
     return GpuRow(
-        index=parse_int(values["index"] or "", lineno, line, "GPU index"),
-        memory_used_mib=parse_mib(values.get("memory.used")),
-        uuid=values.get("uuid"),
-        pci_bus_id=values.get("pci.bus_id"),
-        name=values.get("name"),
-        memory_total_mib=parse_mib(values.get("memory.total")),
-        ecc_uncorrected=_optional_int(values.get("ecc.errors.uncorrected.volatile.total")),
-        mig=values.get("mig.mode.current") == "Enabled",
+        index=parse_int(index or "", lineno, line, "GPU index"),
+        memory_used_mib=parse_mib(used),
+        uuid=uuid,
+        pci_bus_id=bus_id,
+        name=name,
+        memory_total_mib=parse_mib(total),
+        ecc_uncorrected=_optional_int(ecc),
+        mig=mig == "Enabled",
     )
 
 
