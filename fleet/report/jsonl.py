@@ -61,11 +61,14 @@ def _float(value: float) -> str:
 
 def _list(value: list[Any]) -> str:
     """A list of strings (an argv) item by item, a short one remembered; any other list as the encoder writes it."""
-    if not all(type(item) is str for item in value):
+    if not _ONLY_STR.issuperset(map(type, value)):  # exact strings only: a tuple of them is the text it encodes
         return _ENCODER.encode(value)
     if sum(map(len, value)) > _REMEMBERED_CHARS:
         return _strings(tuple(value))
     return _remembered(tuple(value))
+
+
+_ONLY_STR = frozenset({str})
 
 
 def _strings(items: tuple[str, ...]) -> str:
