@@ -17,10 +17,10 @@ import io
 import json
 import math
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
 from json.encoder import encode_basestring_ascii
-from collections.abc import Callable
 from typing import Any
 
 import structlog

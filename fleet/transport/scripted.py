@@ -45,10 +45,8 @@ def _matches(prefix: Sequence[str], argv: Sequence[str]) -> bool:
     """Element-wise prefix match; a script element ending in "=" matches any value after it."""
     if len(argv) < len(prefix):
         return False
-    for p, a in zip(prefix, argv, strict=False):
-        if a != p and not (p.endswith("=") and a.startswith(p)):
-            return False
-    return True
+    return not prefix or all(a == p or (p.endswith("=") and a.startswith(p))
+                             for p, a in zip(prefix, argv, strict=False))
 
 
 @dataclass
