@@ -4,7 +4,8 @@ Each event is the line structlog's chain `add_log_level, TimeStamper(fmt="iso", 
 JSONRenderer()` over a logger bound to `host` and `run_id` writes, byte for byte: the bound fields, the event's
 fields in the order given, then `event`, `level` and `timestamp`, as `json.dumps` separates and escapes them
 (tests/unit/test_jsonl.py holds the two side by side). It costs a fraction of the chain (no context copy, no bind a
-call, keys escaped once, each value encoded by its type), which counts at 10,000 hosts of about 40 events each.
+call, keys escaped once, each value encoded by its exact type, an argv logged before written as it was then),
+which counts at 10,000 hosts of about 40 events each.
 An event the shortcut does not cover (an exception's traceback, a field named like one of those five) goes
 through structlog's own processors.
 
@@ -77,7 +78,7 @@ def _strings(items: tuple[str, ...]) -> str:
 
 # A list of strings as JSON, remembered by its exact items: the same argv (a long shell script, a batch's program
 # and lines) is logged for every host, most of its text the same for all. At most 256 lists of up to 16 k
-# characters each: a few MB.
+# characters each, kept with their JSON: 8 MB at most.
 _remembered = lru_cache(maxsize=256)(_strings)
 _REMEMBERED_CHARS = 16_384
 
