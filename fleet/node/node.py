@@ -201,25 +201,17 @@ class Node:
     def _log_result(self, result: CommandResult, step: StepName | None, timeout: float, *, timed_out: bool,
                     note: str | None = None, batch: int | None = None, bound: str | None = None) -> None:
         """A `command` event; one that timed out names the bound that ended it (`bound`), when known."""
-        where: dict[str, object] = {"step": str(step)} if step is not None else {}
+        fields: dict[str, object] = {"step": str(step)} if step is not None else {}
         if note:
-            where["note"] = note
+            fields["note"] = note
         if bound is not None:
-            where["bound"] = bound
+            fields["bound"] = bound
         if batch is not None:
-            where["batch"] = batch
-        self.log.info(
-            "command",
-            **where,
-            argv=list(result.argv),
-            exit_status=result.exit_status,
-            signal=result.signal,
-            timed_out=timed_out,
-            timeout_s=round(timeout, 3),
-            duration_s=round(result.duration_s, 4),
-            stdout=clip(result.stdout, LOG_OUTPUT_LIMIT),
-            stderr=clip(result.stderr, LOG_OUTPUT_LIMIT),
-        )
+            fields["batch"] = batch
+        fields.update(argv=list(result.argv), exit_status=result.exit_status, signal=result.signal,
+                      timed_out=timed_out, timeout_s=round(timeout, 3), duration_s=round(result.duration_s, 4),
+                      stdout=clip(result.stdout, LOG_OUTPUT_LIMIT), stderr=clip(result.stderr, LOG_OUTPUT_LIMIT))
+        self.log.info("command", **fields)
 
 
 @dataclass(frozen=True)

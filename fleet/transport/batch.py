@@ -72,8 +72,14 @@ def batch_argv(parts: Sequence[tuple[float, Sequence[str]]]) -> tuple[str, ...]:
     for bound, argv in parts:
         if not argv:
             raise ValueError("empty argv in a batch")
-        words += [bound_word(bound), shlex.join(argv)]
+        words += [bound_word(bound), _joined(tuple(argv))]
     return ("sh", "-c", PROGRAM, "fleet-batch", *words)
+
+
+@lru_cache(maxsize=512)
+def _joined(argv: tuple[str, ...]) -> str:
+    """shlex.join, remembered: every host's batches run the same lines (shlex is slow)."""
+    return shlex.join(argv)
 
 
 def batch_input(tag: str) -> str:

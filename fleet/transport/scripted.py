@@ -45,7 +45,8 @@ def _matches(prefix: Sequence[str], argv: Sequence[str]) -> bool:
     """Element-wise prefix match; a script element ending in "=" matches any value after it."""
     if len(argv) < len(prefix):
         return False
-    return all(a == p or (p.endswith("=") and a.startswith(p)) for p, a in zip(prefix, argv, strict=False))
+    return not prefix or all(a == p or (p.endswith("=") and a.startswith(p))
+                             for p, a in zip(prefix, argv, strict=False))
 
 
 @dataclass

@@ -55,6 +55,7 @@ EVENTS: list[tuple[str, str, dict[str, Any]]] = [
                                "flag": True, "float_sub": Size.BIG / 2}),
     ("error", "names_the_chain", {"host": "someone-else", "level": "mine", "timestamp": "then", "step": "kill"}),
     ("info", "\u00fcnicode_event", {"\u00e9": "key", "k\"ey": 1}),
+    ("info", "long_argv", {"argv": ["sh", "-c", 'printf "%s\\n" \u00e9\n' * 2000, "--", *map(str, range(3000))]}),
 ]
 
 
@@ -81,6 +82,13 @@ def test_a_line_is_what_structlog_wrote(tmp_path: Path, method: str, event: str,
     ours, theirs = written(tmp_path, method, event, fields), expected(method, event, fields)
     assert STAMP.sub("T", ours) == STAMP.sub("T", theirs)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z", json.loads(ours)["timestamp"])
+
+
+def test_an_argv_logged_again_is_the_same_line(tmp_path: Path) -> None:
+    """An argv written before (remembered, as every host logs the same ones) is written as the chain writes it."""
+    fields = {"argv": ["sh", "-c", 'a "b"\n\tc\\d', "\u00e9"], "exit_status": 0}
+    first, again = written(tmp_path, "info", "command", fields), written(tmp_path, "info", "command", dict(fields))
+    assert STAMP.sub("T", first) == STAMP.sub("T", again) == STAMP.sub("T", expected("info", "command", fields))
 
 
 def test_an_exception_is_logged_with_its_traceback_as_structlog_does(tmp_path: Path) -> None:
