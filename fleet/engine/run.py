@@ -31,6 +31,7 @@ from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
 from fleet.model.report import RunReport
 from fleet.report import render as reporting
+from fleet.report import uniform
 from fleet.report.html_report import RunPage, write_page
 from fleet.report.tables import report_table
 from fleet.report.uniform import fail_odd
@@ -110,11 +111,11 @@ def heap_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def write_report_page(logs: RunLogs, report: RunReport) -> None:
+def write_report_page(logs: RunLogs, report: RunReport, rack: uniform.Rack | None = None) -> None:
     """report.html beside summary.json (`fleet.report.html_report`); a page it cannot write is one warning line
     and never changes the run's outcome."""
     try:
-        write_page(logs.path, RunPage(report, __version__))
+        write_page(logs.path, RunPage(report, __version__, rack=rack))
     except OSError as exc:
         say(f"fleet: warning: report.html not written in {logs.path}: {exc.strerror or exc}")
 
@@ -172,10 +173,11 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
         logs.close()
     with heap_frozen():
         run_report = compared(run_report, targets, uniform=options.uniform)
-        document = reporting.to_document(run_report)
+        rack = uniform.rack(run_report.hosts)  # the rack compared once, for the three parts that show it
+        document = reporting.to_document(run_report, rack)
         text = reporting.render(document)
         logs.write_summary(text)
-        write_report_page(logs, run_report)
+        write_report_page(logs, run_report, rack)
         code = reporting.exit_code(run_report, interrupted=state.interrupted,
                                    hung_up=interrupts is not None and interrupts.by is signal.SIGHUP)
         history.finish_run(list(run_report.hosts.values()), code)
@@ -185,7 +187,7 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
             report_table(run_report)
         for line in reporting.plan_lines(run_report):
             say(line)
-        for line in reporting.human_lines(run_report):
+        for line in reporting.human_lines(run_report, rack):
             say(line)
         say(f"logs: {logs.path}")
         if state.interrupted:

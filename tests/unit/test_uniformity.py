@@ -6,12 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from support.paths import FIXTURES
+from support.report_page import ODD_HOST, demo_document, synthetic_document
 
+from fleet.model.codec import run_from_document
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import GpuReport, HostReport, HostStatus, Reason, RunReport
 from fleet.model.uniformity import compare, compare_groups, node_settings, odd_hosts, why
 from fleet.node.probes.health import parse_all_health
 from fleet.report import uniform
+from fleet.report.html_report import RunPage, page
+from fleet.report.render import human_lines, render, to_document
 
 SMI = FIXTURES / "nvidia-smi"
 
@@ -155,3 +159,19 @@ def test_uniform_fails_the_odd_ones_that_were_clean_and_leaves_a_failed_ones_rea
         "c": (HostStatus.FAILED, Reason.NOT_UNIFORM), "d": (HostStatus.FAILED, Reason.MEMORY_HELD)}
     assert report.hosts["c"].error == ("not uniform with the run's other hosts: VBIOS 96.00.61.00.01"
                                        " (3 others 96.00.A5.00.01)")
+
+
+def test_the_rack_compared_once_shows_what_each_part_computing_it_shows() -> None:
+    """A run compares its rack once (`uniform.rack`) for the JSON report, the summary and the page: each the same,
+    byte for byte, as when it compares the rack itself (a synthetic 512-host report with an odd host, and the
+    demo's summary.json)."""
+    for document in (synthetic_document(), demo_document()):
+        report = run_from_document(document)
+        rack = uniform.rack(report.hosts)
+        assert render(to_document(report, rack)) == render(to_document(report))
+        assert human_lines(report, rack) == human_lines(report)
+        assert page(RunPage(report, "0", rack=rack)) == page(RunPage(report, "0"))
+        assert uniform.odd(report.hosts, rack) == uniform.odd(report.hosts)
+    assert uniform.odd(report.hosts) == {} and uniform.settings_line(report) is None  # the demo's: no settings read
+    odd = uniform.odd(run_from_document(synthetic_document()).hosts)
+    assert list(odd) == [ODD_HOST]
