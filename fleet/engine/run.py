@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import resource
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, fields, is_dataclass, replace
 from enum import Enum
 from functools import partial
@@ -29,6 +31,7 @@ from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
 from fleet.model.report import RunReport
 from fleet.report import render as reporting
+from fleet.report import uniform
 from fleet.report.html_report import RunPage, write_page
 from fleet.report.tables import report_table
 from fleet.report.uniform import fail_odd
@@ -95,11 +98,24 @@ def compared(report: RunReport, targets: Sequence[Host], *, uniform: bool) -> Ru
     return fail_odd(report) if uniform else report
 
 
-def write_report_page(logs: RunLogs, report: RunReport) -> None:
+@contextmanager
+def heap_frozen() -> Iterator[None]:
+    """The objects alive now (every host's report and records: 160,000 at 2,000 hosts) kept out of the
+    garbage collector's full collections while the report is built, and given back to it after (`gc.freeze`):
+    building summary.json and the page allocates much and made the collector scan them all again (about a
+    fifth of a millisecond a host). Nothing is left uncollected: they only wait for the next full collection."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def write_report_page(logs: RunLogs, report: RunReport, rack: uniform.Rack | None = None) -> None:
     """report.html beside summary.json (`fleet.report.html_report`); a page it cannot write is one warning line
     and never changes the run's outcome."""
     try:
-        write_page(logs.path, RunPage(report, __version__))
+        write_page(logs.path, RunPage(report, __version__, rack=rack))
     except OSError as exc:
         say(f"fleet: warning: report.html not written in {logs.path}: {exc.strerror or exc}")
 
@@ -155,33 +171,35 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
         raise
     finally:
         logs.close()
-    run_report = compared(run_report, targets, uniform=options.uniform)
-    document = reporting.to_document(run_report)
-    text = reporting.render(document)
-    logs.write_summary(text)
-    write_report_page(logs, run_report)
-    code = reporting.exit_code(run_report, interrupted=state.interrupted,
-                               hung_up=interrupts is not None and interrupts.by is signal.SIGHUP)
-    history.finish_run(list(run_report.hosts.values()), code)
-    if as_json:
-        write(sys.stdout, text)
-    if table:
-        report_table(run_report)
-    for line in reporting.plan_lines(run_report):
-        say(line)
-    for line in reporting.human_lines(run_report):
-        say(line)
-    say(f"logs: {logs.path}")
-    if state.interrupted:
-        say("fleet: interrupted; in-flight commands were ended, the report above is complete")
-        abandoned = [h.scheduler.node for h in run_report.hosts.values() if h.scheduler and h.scheduler.abandoned]
-        if abandoned:
-            say(f"fleet: left drained at the third interrupt (reason 'fleet: run {logs.run_id}'):"
-                f" {fold(abandoned)}")
-    elif state.deadline.hit:
-        say(f"fleet: {state.cut_short()}; in-flight commands were ended, the report above is complete")
-    elif state.stopped:
-        say(f"fleet: stopped starting hosts: {state.stopped}")
+    with heap_frozen():
+        run_report = compared(run_report, targets, uniform=options.uniform)
+        rack = uniform.rack(run_report.hosts)  # the rack compared once, for the three parts that show it
+        document = reporting.to_document(run_report, rack)
+        text = reporting.render(document)
+        logs.write_summary(text)
+        write_report_page(logs, run_report, rack)
+        code = reporting.exit_code(run_report, interrupted=state.interrupted,
+                                   hung_up=interrupts is not None and interrupts.by is signal.SIGHUP)
+        history.finish_run(list(run_report.hosts.values()), code)
+        if as_json:
+            write(sys.stdout, text)
+        if table:
+            report_table(run_report)
+        for line in reporting.plan_lines(run_report):
+            say(line)
+        for line in reporting.human_lines(run_report, rack):
+            say(line)
+        say(f"logs: {logs.path}")
+        if state.interrupted:
+            say("fleet: interrupted; in-flight commands were ended, the report above is complete")
+            abandoned = [h.scheduler.node for h in run_report.hosts.values() if h.scheduler and h.scheduler.abandoned]
+            if abandoned:
+                say(f"fleet: left drained at the third interrupt (reason 'fleet: run {logs.run_id}'):"
+                    f" {fold(abandoned)}")
+        elif state.deadline.hit:
+            say(f"fleet: {state.cut_short()}; in-flight commands were ended, the report above is complete")
+        elif state.stopped:
+            say(f"fleet: stopped starting hosts: {state.stopped}")
     await anyio.to_thread.run_sync(history.close)
     return code, run_report
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,10 @@ from fleet.model.report import HostReport
 
 # Seconds a run waits, at its end, for its last history writes (a lock held past the busy timeout included).
 CLOSE_TIMEOUT_S = BUSY_TIMEOUT_S + 5.0
+# Seconds the writer lets writes gather after the first one it is woken for, before it writes them all in one
+# transaction: hosts that end together cost one commit, not one each (and the run's loop one wake-up of the
+# thread, not one a host). A host is on record at most this much later than it ended.
+GATHER_S = 0.2
 
 Op = Callable[[History], None]
 
@@ -26,8 +32,8 @@ class Recorder:
     """Writes one run's history from a thread of its own (see the module docstring). Every method returns at
     once; `close` waits, bounded, for what is queued. A failure is reported once through `warn`."""
 
-    def __init__(self, path: Path, run_id: str, warn: Callable[[str], None]) -> None:
-        self.path, self.run_id, self._warn = path, run_id, warn
+    def __init__(self, path: Path, run_id: str, warn: Callable[[str], None], gather_s: float = GATHER_S) -> None:
+        self.path, self.run_id, self._warn, self._gather_s = path, run_id, warn, gather_s
         self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
         self._warned = False
         self._closed = False
@@ -48,9 +54,10 @@ class Recorder:
     def finish_run(self, reports: Sequence[HostReport], exit_code: int) -> None:
         """Every host's final report (those that never started included), and the run's end. A host whose
         report is the one `host_ended` queued is not written again: the same values, and its first `ended_at`
-        is kept either way (reports are frozen, all the way down)."""
+        is kept either way (reports are frozen, all the way down). The host's start in the run (`start_s`), which
+        only the final report has, is not in its row: a report that differs only in it is the same row."""
         ended_at = now_stamp()
-        changed = [report for report in reports if self._ended.get(report.name) != report]
+        changed = [report for report in reports if not self._written(report)]
 
         def finish(history: History) -> None:
             for report in changed:
@@ -58,6 +65,11 @@ class Recorder:
             history.finish_run(self.run_id, ended_at, exit_code)
 
         self._put(finish)
+
+    def _written(self, report: HostReport) -> bool:
+        """Whether `host_ended` queued this host's row as `report` would write it."""
+        ended = self._ended.get(report.name)
+        return ended is not None and (ended == report or ended == replace(report, start_s=ended.start_s))
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Wait up to `timeout_s` for the queued writes, then let the thread go (it is a daemon)."""
@@ -98,9 +110,12 @@ class Recorder:
                     self._warn_once(f"run history not fully recorded in {self.path}: {type(exc).__name__}: {exc}")
 
     def _next_batch(self) -> tuple[list[Op], bool]:
-        """Everything queued now (at least one item): written in one transaction; True once close was asked."""
+        """Everything queued within `gather_s` of the first item (at least one item): written in one transaction;
+        True once close was asked (a close asked during the pause waits for its end, at most `gather_s`)."""
         ops: list[Op] = []
         item = self._queue.get()
+        if item is not None and not self._closed:
+            self._pause()
         while True:
             if item is None:
                 return ops, True
@@ -109,6 +124,9 @@ class Recorder:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return ops, False
+
+    def _pause(self) -> None:
+        time.sleep(self._gather_s)
 
     def _warn_once(self, line: str) -> None:
         if not self._warned:

@@ -155,7 +155,7 @@ def host_values(report: HostReport) -> dict[str, Any]:
         "health": json_text([{"gpu": g.index, **flat(f)} for g in gpus for f in g.health]
                             + [{"gpu": None, **flat(f)} for f in report.health]),
         "slurm": json_text(scheduler_fields(report.scheduler)) if report.scheduler is not None else None,
-        "settings": json_text([codec.gpu_document(g)["settings"] for g in gpus]) if gpus else None,
+        "settings": json_text([codec.settings_document(g) for g in gpus]) if gpus else None,
         "fabric_manager": json_text(flat(report.fabric_manager)) if report.fabric_manager is not None else None,
     }
 

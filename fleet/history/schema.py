@@ -96,9 +96,12 @@ def parse_stamp(text: str) -> datetime:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps' own defaults, made once instead of each call
+
+
 def json_text(value: object) -> str:
     """The one format every JSON column has (compact)."""
-    return json.dumps(value, separators=(",", ":"))
+    return _COMPACT.encode(value)
 
 
 def open_database(path: Path, *, busy_timeout_s: float = BUSY_TIMEOUT_S,

@@ -92,8 +92,12 @@ def step_document(step: StepResult) -> dict[str, Any]:
 
 def gpu_document(gpu: GpuReport) -> dict[str, Any]:
     """A GPU as `asdict` writes it (`settings` null where verify did not read them)."""
-    settings = None if gpu.settings is None else flat(gpu.settings)
-    return {**flat(gpu), "health": tuple(flat(f) for f in gpu.health), "settings": settings}
+    return {**flat(gpu), "health": tuple(flat(f) for f in gpu.health), "settings": settings_document(gpu)}
+
+
+def settings_document(gpu: GpuReport) -> dict[str, Any] | None:
+    """The GPU's `settings` as its document has them (null where verify did not read them)."""
+    return None if gpu.settings is None else flat(gpu.settings)
 
 
 def plan_document(plan: HostPlan) -> dict[str, Any]:

@@ -100,10 +100,12 @@ def _fabric_manager(found: FabricManager | None) -> str | None:
 
 
 def _fold(seen: Sequence[str | None]) -> str | None:
-    if any(value is None for value in seen):
+    distinct = set(seen)
+    if None in distinct:
         return None
-    distinct = sorted({v for v in seen if v is not None})
-    return distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
+    if len(distinct) == 1:
+        return distinct.pop()
+    return "mixed: " + ", ".join(sorted(v for v in distinct if v is not None))
 
 
 @dataclass(frozen=True)

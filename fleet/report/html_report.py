@@ -58,6 +58,7 @@ class RunPage:
     ended: bool = True
     not_on_record: tuple[str, ...] = ()
     note: str | None = None
+    rack: uniform.Rack | None = None  # `uniform.rack(report.hosts)` when the caller has it
 
     @property
     def hosts(self) -> dict[str, Host]:
@@ -88,7 +89,7 @@ def page(run: RunPage, *, log_folder: str | None = None) -> str:
     own folder: the logs lie beside it)."""
     hosts, report = run.hosts, run.report
     title = f"fleet {report.command} {report.run_id}: {_tally(hosts)}"
-    body = [_header(run, hosts), _outcome(hosts), _grid(hosts), _timeline(hosts), _details(hosts, log_folder),
+    body = [_header(run, hosts), _outcome(hosts), _grid(hosts, run.rack), _timeline(hosts), _details(hosts, log_folder),
             f"<footer>fleet {esc(run.fleet_version)} · built from summary.json · no script, nothing"
             " loaded from the network</footer>"]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -249,8 +250,8 @@ def _legend() -> str:
             " (hover it)</span></p>")
 
 
-def _grid(hosts: Hosts) -> str:
-    odd = uniform.odd(hosts)
+def _grid(hosts: Hosts, rack: uniform.Rack | None = None) -> str:
+    odd = uniform.odd(hosts, rack)
     rows = "\n".join(_grid_row(name, host, odd.get(name, ())) for name, host in hosts.items())
     return (f"<section id=\"grid\"><h2>GPUs</h2>\n{_legend()}\n<table class=\"grid\"><tr><th>host</th><th>status</th>"
             f"<th colspan=\"64\">GPUs</th></tr>\n{rows}</table></section>")

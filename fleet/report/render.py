@@ -42,8 +42,9 @@ def summary(report: RunReport) -> dict[str, int]:
     return counts
 
 
-def to_document(report: RunReport) -> dict[str, Any]:
-    """The CONTRACT's JSON report, for --json and summary.json alike."""
+def to_document(report: RunReport, rack: uniform.Rack | None = None) -> dict[str, Any]:
+    """The CONTRACT's JSON report, for --json and summary.json alike; `rack`: `uniform.rack(report.hosts)` when the
+    caller has it."""
     document = {
         "run_id": report.run_id,
         "fleet_version": __version__,
@@ -53,7 +54,7 @@ def to_document(report: RunReport) -> dict[str, Any]:
         "summary": summary(report),
         "hosts": {name: host_to_document(h) for name, h in report.hosts.items()},
     }
-    compared = uniform.document(report)
+    compared = uniform.document(report, rack)
     if compared is not None:  # two hosts' settings or more read: the rack compared
         document["settings"] = compared
     return document
@@ -97,9 +98,10 @@ def _range(values: tuple[str, ...]) -> str:
     return f"{min(values, key=key)}-{max(values, key=key)}"
 
 
-def human_lines(report: RunReport) -> list[str]:
+def human_lines(report: RunReport, rack: uniform.Rack | None = None) -> list[str]:
     """Hosts with the same outcome folded into node-set notation: one line per status, reason and shape of error
-    (`gpu-b[03,07,11] failed memory_held: gpu 0 holds 1523-4096 MiB after 60 s`), so 500 hosts stay readable."""
+    (`gpu-b[03,07,11] failed memory_held: gpu 0 holds 1523-4096 MiB after 60 s`), so 500 hosts stay readable.
+    `rack` as `to_document`'s."""
     groups: dict[tuple[HostStatus, str, str], list[tuple[str, str]]] = defaultdict(list)
     for name, host in report.hosts.items():
         shape = error_shape(host.error, name) if host.error else ""
@@ -113,7 +115,7 @@ def human_lines(report: RunReport) -> list[str]:
         lines.append(f"{fold([n for n, _ in members])} {status.value}{code}{suffix}")
     counts = summary(report)
     tally = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "total" and v)
-    settings = uniform.settings_line(report)
+    settings = uniform.settings_line(report, rack)
     if settings is not None:
         lines.append(settings)
     lines.append(f"{report.command} of {counts['total']} hosts in {report.duration_s:.1f} s: {tally}")

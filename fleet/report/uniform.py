@@ -5,14 +5,14 @@ which fails them with reason `not_uniform`. Pure: reports in, reports and lines 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fleet.inventory.nodesets import fold
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport
 from fleet.model.uniformity import Comparison, compare, compare_groups, node_settings, odd_hosts, why
 
-__all__ = ["comparisons", "document", "fail_odd", "host_settings", "odd", "settings_line"]
+__all__ = ["Rack", "comparisons", "document", "fail_odd", "host_settings", "odd", "rack", "settings_line"]
 
 
 def host_settings(host: HostReport | None) -> dict[str, str | None] | None:
@@ -28,14 +28,29 @@ def _settings(hosts: Mapping[str, HostReport | None]) -> dict[str, Mapping[str, 
     return {name: values for name, values in found.items() if values is not None}
 
 
+@dataclass(frozen=True)
+class Rack:
+    """A run's hosts' settings (those verify read) and each property compared across them: made once a report
+    (`rack`) for the JSON report, the summary's line and the page, which each show it."""
+
+    read: Mapping[str, Mapping[str, str | None]]
+    found: tuple[Comparison, ...]
+
+
+def rack(hosts: Mapping[str, HostReport | None]) -> Rack:
+    read = _settings(hosts)
+    return Rack(read, compare(read))
+
+
 def comparisons(hosts: Mapping[str, HostReport | None]) -> tuple[Comparison, ...]:
     """Each property compared across the hosts whose settings verify read; () for fewer than two."""
-    return compare(_settings(hosts))
+    return rack(hosts).found
 
 
-def odd(hosts: Mapping[str, HostReport | None]) -> dict[str, list[str]]:
-    """The odd hosts out, each with why (`driver 570.86.15 (15 others 575.57.08)`, one a property)."""
-    return odd_hosts(comparisons(hosts))
+def odd(hosts: Mapping[str, HostReport | None], compared: Rack | None = None) -> dict[str, list[str]]:
+    """The odd hosts out, each with why (`driver 570.86.15 (15 others 575.57.08)`, one a property); `compared`:
+    `rack(hosts)` when the caller has it."""
+    return odd_hosts((compared or rack(hosts)).found)
 
 
 def _property(c: Comparison) -> dict[str, Any]:
@@ -47,11 +62,10 @@ def _compared(found: Iterable[Comparison], hosts: int) -> dict[str, Any]:
     return {"hosts": hosts, "properties": {c.name: _property(c) for c in found}}
 
 
-def document(report: RunReport) -> dict[str, Any] | None:
+def document(report: RunReport, compared: Rack | None = None) -> dict[str, Any] | None:
     """The JSON report's `settings`: the run's comparison and each inventory group's; None when fewer than two
-    hosts' settings were read (nothing compared)."""
-    read = _settings(report.hosts)
-    found = compare(read)
+    hosts' settings were read (nothing compared). `compared`: `rack(report.hosts)` when the caller has it."""
+    read, found = _read_and_found(report, compared)
     if not found:
         return None
     groups = compare_groups(read, report.groups)
@@ -59,11 +73,10 @@ def document(report: RunReport) -> dict[str, Any] | None:
             "groups": {g: _compared(c, sum(1 for h in report.groups[g] if h in read)) for g, c in groups.items()}}
 
 
-def settings_line(report: RunReport) -> str | None:
+def settings_line(report: RunReport, compared: Rack | None = None) -> str | None:
     """`settings: gpu-b07 driver 570.86.15 (15 others 575.57.08)`, odd hosts of one value folded; `settings: 16
-    hosts alike` (and what no host said); None when nothing was compared."""
-    read = _settings(report.hosts)
-    found = compare(read)
+    hosts alike` (and what no host said); None when nothing was compared. `compared` as `document`'s."""
+    read, found = _read_and_found(report, compared)
     if not found:
         return None
     parts = []
@@ -75,6 +88,12 @@ def settings_line(report: RunReport) -> str | None:
     unsaid = [c.label for c in found if c.unobserved]
     tail = f"; not said by any host: {', '.join(unsaid)}" if unsaid else ""
     return f"settings: {'; '.join(parts) if parts else f'{len(read)} hosts alike'}{tail}"
+
+
+def _read_and_found(report: RunReport, compared: Rack | None) -> tuple[Mapping[str, Mapping[str, str | None]],
+                                                                       tuple[Comparison, ...]]:
+    made = compared or rack(report.hosts)
+    return made.read, made.found
 
 
 def fail_odd(report: RunReport) -> RunReport:

@@ -9,8 +9,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +42,7 @@ from fleet.history import (
     run_kind,
     stamp,
 )
+from fleet.history.recorder import GATHER_S
 from fleet.history.schema import MIGRATIONS
 from fleet.history.view import (
     log_line,
@@ -350,7 +352,8 @@ def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp
     recorder.host_ended(host("gpu-b02"))
     released = host("gpu-b02", HostStatus.FAILED, "release failed", Reason.SLURM)  # changed after it ended
     never = host("gpu-b03", HostStatus.SKIPPED, "stopped", Reason.STOPPED)
-    recorder.finish_run([host("gpu-b01"), released, never], 1)  # an equal report, not the same object
+    # an equal report, not the same object; with its start in the run, which only the final report has (no column)
+    recorder.finish_run([host("gpu-b01", start_s=0.25), released, never], 1)
     recorder.close()
     assert warnings == []
     assert written == [("gpu-b01", "clean"), ("gpu-b02", "clean"), ("gpu-b02", "failed"), ("gpu-b03", "skipped")]
@@ -359,6 +362,45 @@ def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp
     assert record is not None
     assert [(h.host, h.status) for h in record.hosts] == [("gpu-b01", "clean"), ("gpu-b02", "failed"),
                                                           ("gpu-b03", "skipped")]
+
+
+def test_the_writes_queued_while_the_recorder_gathers_are_one_transaction(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts that end while the writer pauses after its first write (`GATHER_S`) cost one commit together."""
+    pausing, queued, batches = threading.Event(), threading.Event(), []
+    paused: list[float] = []
+
+    def pause(self: Recorder) -> None:  # the gathering pause, held until every write below is queued
+        paused.append(self._gather_s)
+        pausing.set()
+        assert queued.wait(30)
+
+    original = History.batch
+
+    @contextmanager
+    def counted(self: History) -> Iterator[None]:
+        batches.append(1)
+        with original(self):
+            yield
+
+    monkeypatch.setattr(Recorder, "_pause", pause)
+    monkeypatch.setattr(History, "batch", counted)
+    warnings: list[str] = []
+    recorder = Recorder(tmp_path / HISTORY_FILE, "run-1", warnings.append)
+    recorder.start_run("reset", ["gpu-b01", "gpu-b02", "gpu-b03"], {}, stamp(NOW), "0.1.0", tmp_path)
+    assert pausing.wait(30)  # the writer took the run's start and pauses
+    for name in ("gpu-b01", "gpu-b02", "gpu-b03"):
+        recorder.host_ended(host(name))
+    queued.set()
+    recorder.finish_run([host(n) for n in ("gpu-b01", "gpu-b02", "gpu-b03")], 0)
+    recorder.close()
+    assert warnings == []
+    assert paused[0] == GATHER_S
+    assert len(batches) <= 2  # the start and the three hosts in one; the end in the same or the next
+    with History.open(tmp_path / HISTORY_FILE) as history:
+        record = history.get("run-1")
+    assert record is not None and record.run.exit_code == 0
+    assert [h.host for h in record.hosts] == ["gpu-b01", "gpu-b02", "gpu-b03"]
 
 
 # --- two writers at once --------------------------------------------------------------------------------------

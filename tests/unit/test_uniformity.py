@@ -7,13 +7,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from support.paths import FIXTURES
+from support.report_page import ODD_HOST, demo_document, synthetic_document
 
+from fleet.model.codec import run_from_document
 from fleet.model.fabric import FabricManager
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import GpuReport, HostReport, HostStatus, Reason, RunReport
 from fleet.model.uniformity import ABSENT, Comparison, compare, compare_groups, node_settings, odd_hosts, why
 from fleet.node.probes.health import parse_all_health
 from fleet.report import uniform
+from fleet.report.html_report import RunPage, page
+from fleet.report.render import human_lines, render, to_document
 
 SMI = FIXTURES / "nvidia-smi"
 
@@ -222,3 +226,18 @@ def test_the_summary_line_json_and_uniform_name_the_fabric_manager() -> None:
     assert uniform.odd(report.hosts) == {"gpu-b03": ["fabric manager 535.183.01 (3 others 575.57.08)"]}
     failed = uniform.fail_odd(report).hosts["gpu-b03"]
     assert failed.reason is Reason.NOT_UNIFORM and "fabric manager 535.183.01" in (failed.error or "")
+def test_the_rack_compared_once_shows_what_each_part_computing_it_shows() -> None:
+    """A run compares its rack once (`uniform.rack`) for the JSON report, the summary and the page: each the same,
+    byte for byte, as when it compares the rack itself (a synthetic 512-host report with an odd host, and the
+    demo's summary.json)."""
+    for document in (synthetic_document(), demo_document()):
+        report = run_from_document(document)
+        rack = uniform.rack(report.hosts)
+        assert render(to_document(report, rack)) == render(to_document(report))
+        assert human_lines(report, rack) == human_lines(report)
+        assert page(RunPage(report, "0", rack=rack)) == page(RunPage(report, "0"))
+        assert uniform.odd(report.hosts, rack) == uniform.odd(report.hosts)
+    assert uniform.odd(report.hosts) == {"gpu-b07": ["driver 535.183.01 (15 others 550.90.07)",  # the demo's
+                                                     "fabric manager 535.183.01 (15 others 550.90.07)"]}
+    odd = uniform.odd(run_from_document(synthetic_document()).hosts)
+    assert list(odd) == [ODD_HOST]
