@@ -22,7 +22,8 @@ from fleet.model.report import HostReport
 CLOSE_TIMEOUT_S = BUSY_TIMEOUT_S + 5.0
 # Seconds the writer lets writes gather after the first one it is woken for, before it writes them all in one
 # transaction: hosts that end together cost one commit, not one each (and the run's loop one wake-up of the
-# thread, not one a host). A host is on record at most this much later than it ended.
+# thread, not one a host). A host is on record at most this much later than it ended. The run's start is written
+# at once, never gathered: a run killed in its first moments is still on record (unfinished).
 GATHER_S = 0.2
 
 Op = Callable[[History], None]
@@ -38,6 +39,7 @@ class Recorder:
         self._warned = False
         self._closed = False
         self._ended: dict[str, HostReport] = {}  # each host's report as `host_ended` queued it
+        self._gathering = False  # the first write (the run's start) is not gathered
         self._thread = threading.Thread(target=self._serve, name="fleet-history", daemon=True)
         self._thread.start()
 
@@ -114,8 +116,9 @@ class Recorder:
         True once close was asked (a close asked during the pause waits for its end, at most `gather_s`)."""
         ops: list[Op] = []
         item = self._queue.get()
-        if item is not None and not self._closed:
+        if item is not None and not self._closed and self._gathering:
             self._pause()
+        self._gathering = True
         while True:
             if item is None:
                 return ops, True

@@ -366,8 +366,9 @@ def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp
 
 def test_the_writes_queued_while_the_recorder_gathers_are_one_transaction(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hosts that end while the writer pauses after its first write (`GATHER_S`) cost one commit together."""
-    pausing, queued, batches = threading.Event(), threading.Event(), []
+    """Hosts that end while the writer pauses after the first of them (`GATHER_S`) cost one commit together; the
+    run's start was written at once, before any pause."""
+    pausing, queued, committed, batches = threading.Event(), threading.Event(), threading.Event(), []
     paused: list[float] = []
 
     def pause(self: Recorder) -> None:  # the gathering pause, held until every write below is queued
@@ -382,21 +383,26 @@ def test_the_writes_queued_while_the_recorder_gathers_are_one_transaction(tmp_pa
         batches.append(1)
         with original(self):
             yield
+        committed.set()
 
     monkeypatch.setattr(Recorder, "_pause", pause)
     monkeypatch.setattr(History, "batch", counted)
     warnings: list[str] = []
     recorder = Recorder(tmp_path / HISTORY_FILE, "run-1", warnings.append)
     recorder.start_run("reset", ["gpu-b01", "gpu-b02", "gpu-b03"], {}, stamp(NOW), "0.1.0", tmp_path)
-    assert pausing.wait(30)  # the writer took the run's start and pauses
-    for name in ("gpu-b01", "gpu-b02", "gpu-b03"):
+    assert committed.wait(30) and not pausing.is_set()  # the run's start: written at once, no pause
+    with History.open(tmp_path / HISTORY_FILE) as started:
+        assert started.get("run-1") is not None
+    recorder.host_ended(host("gpu-b01"))
+    assert pausing.wait(30)  # the writer took the first host's write and pauses
+    for name in ("gpu-b02", "gpu-b03"):
         recorder.host_ended(host(name))
     queued.set()
     recorder.finish_run([host(n) for n in ("gpu-b01", "gpu-b02", "gpu-b03")], 0)
     recorder.close()
     assert warnings == []
     assert paused[0] == GATHER_S
-    assert len(batches) <= 2  # the start and the three hosts in one; the end in the same or the next
+    assert len(batches) <= 3  # the start alone; the three hosts in one; the end in the same or the next
     with History.open(tmp_path / HISTORY_FILE) as history:
         record = history.get("run-1")
     assert record is not None and record.run.exit_code == 0
