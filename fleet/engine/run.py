@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import resource
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, fields, is_dataclass, replace
 from enum import Enum
 from functools import partial
@@ -19,9 +17,10 @@ import anyio
 
 from fleet import __version__
 from fleet.engine import schedulers
+from fleet.engine.collector import heap_frozen, paced_collection
 from fleet.engine.graph import Connector, run_hosts
 from fleet.engine.interrupts import Interrupts
-from fleet.engine.options import RunOptions
+from fleet.engine.options import RunOptions, RunState
 from fleet.engine.run_folder import RunLogs, default_log_dir, new_run_id
 from fleet.engine.walk import Mode
 from fleet.engine.waves import Amount
@@ -98,19 +97,6 @@ def compared(report: RunReport, targets: Sequence[Host], *, uniform: bool) -> Ru
     return fail_odd(report) if uniform else report
 
 
-@contextmanager
-def heap_frozen() -> Iterator[None]:
-    """The objects alive now (every host's report and records: 160,000 at 2,000 hosts) kept out of the
-    garbage collector's full collections while the report is built, and given back to it after (`gc.freeze`):
-    building summary.json and the page allocates much and made the collector scan them all again (about a
-    fifth of a millisecond a host). Nothing is left uncollected: they only wait for the next full collection."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def write_report_page(logs: RunLogs, report: RunReport, rack: uniform.Rack | None = None) -> None:
     """report.html beside summary.json (`fleet.report.html_report`); a page it cannot write is one warning line
     and never changes the run's outcome."""
@@ -146,6 +132,20 @@ async def run_and_report(
     return outcome
 
 
+async def _hosts(targets: Sequence[Host], options: RunOptions, logs: RunLogs, history: Recorder,
+                 interrupts: Interrupts | None, connector: Connector | None) -> tuple[RunReport, RunState]:
+    """The hosts' part of the run: run here, or (a scheduler's fan-out) by the scheduler."""
+    chosen = schedulers.plug(options.scheduler.name) if options.scheduler is not None else None
+    if chosen is not None and options.scheduler is not None and options.scheduler.fan_out:
+        if chosen.run_via is None:
+            raise UsageError(f"scheduler {options.scheduler.name} cannot run the reset itself (--via)")
+        return await chosen.run_via(targets, options, logs, on_host_end=history.host_ended, interrupts=interrupts)
+    extra: dict[str, Any] = {"connector": connector} if connector else {}
+    if chosen is not None:
+        extra["scheduler"] = chosen.lifecycle(options, logs, interrupts)
+    return await run_hosts(targets, options, logs, on_host_end=history.host_ended, interrupts=interrupts, **extra)
+
+
 async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrupts: Interrupts | None,
                           as_json: bool, log_dir: Path | None, table: bool,
                           connector: Connector | None, recorded_as: str | None = None) -> tuple[int, RunReport]:
@@ -154,18 +154,8 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
     logs.create()
     history = start_history(logs, targets, options, recorded_as)
     try:
-        chosen = schedulers.plug(options.scheduler.name) if options.scheduler is not None else None
-        if chosen is not None and options.scheduler is not None and options.scheduler.fan_out:
-            if chosen.run_via is None:
-                raise UsageError(f"scheduler {options.scheduler.name} cannot run the reset itself (--via)")
-            run_report, state = await chosen.run_via(targets, options, logs, on_host_end=history.host_ended,
-                                                     interrupts=interrupts)
-        else:
-            extra: dict[str, Any] = {"connector": connector} if connector else {}
-            if chosen is not None:
-                extra["scheduler"] = chosen.lifecycle(options, logs, interrupts)
-            run_report, state = await run_hosts(targets, options, logs, on_host_end=history.host_ended,
-                                                interrupts=interrupts, **extra)
+        with paced_collection():
+            run_report, state = await _hosts(targets, options, logs, history, interrupts, connector)
     except BaseException:
         history.close()
         raise
