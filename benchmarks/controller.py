@@ -3,7 +3,8 @@
 What one admin node spends per host besides SSH (`percommand.py` measures that part): the task graph, the
 steps and their parsers, the per-node JSONL logs, the run history (SQLite) and the report. Every host's
 commands are answered by the in-process scripted transport, replaying the real answers of simulated 8-GPU
-nodes recorded once at the start (over SSH, `fleet.sim`): a busy node (a serving unit on all 8 GPUs and a
+nodes recorded once at the start (over SSH, `fleet.sim`), each in a later turn of the event loop as over a real
+connection: a busy node (a serving unit on all 8 GPUs and a
 stray python3 on GPU 0: drain, kill, settle polls, verify), an already clean one (the second reset of the
 same node), an unhealthy one (an uncorrected ECC error: it fails its health gate) and an unreachable one
 (the connection is refused). Hosts are 49% busy, 48% clean, 2% unhealthy, 1% unreachable.
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from fleet.engine.options import RunOptions
 from fleet.engine.run import run_and_report
@@ -158,6 +160,27 @@ def replayer(answers: list[tuple[list[str], dict[str, Any]]]) -> ScriptedTranspo
     return ScriptedTransport([((), answer)])
 
 
+class OverTheWire:
+    """A replaying transport whose every answer comes in a later turn of the event loop, as over a real
+    connection (the scripted transport answers within the turn that asked): what a host does between two
+    answers, and so what its log writes at a turn's end, is what it does over SSH."""
+
+    def __init__(self, inner: ScriptedTransport) -> None:
+        self.inner = inner
+
+    async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
+                  stdin: str | None = None) -> CommandResult:
+        await anyio.lowlevel.checkpoint()
+        return await self.inner.run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
+
+    async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
+        await anyio.lowlevel.checkpoint()
+        return await self.inner.open_command(argv, timeout=timeout, privileged=privileged)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
 def kinds(count: int) -> list[str]:
     """Each host's kind, the MIX spread evenly."""
     pattern = [kind for kind in KINDS for _ in range(MIX[kind])]
@@ -170,10 +193,10 @@ async def run_size(count: int, recording: Recording, tmp: Path) -> dict[str, Any
     kind_of = dict(zip(names, kinds(count), strict=True))
     hosts = [dataclasses.replace(recording[_recorded(kind_of[n])][0], name=n, address=n) for n in names]
 
-    async def connector(host: Host) -> ScriptedTransport:
+    async def connector(host: Host) -> OverTheWire:
         if kind_of[host.name] == "unreachable":
             raise ConnectError(f"connection refused ({host.address}:22)")
-        return replayer(recording[kind_of[host.name]][1])
+        return OverTheWire(replayer(recording[kind_of[host.name]][1]))
 
     log_dir = tmp / "logs"
     before, started = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
