@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.model.errors import UsageError
-from fleet.report.jsonl import HostLogger, LogFile
+from fleet.report.jsonl import HostLogger, write_line
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -77,7 +77,7 @@ class RunLogs:
     def __init__(self, log_dir: Path, run_id: str) -> None:
         self.run_id = run_id
         self.path = log_dir / run_id
-        self._files: dict[str, LogFile] = {}
+        self._files: dict[str, io.FileIO] = {}
         self._running: int | None = None
 
     def create(self) -> None:
@@ -94,14 +94,14 @@ class RunLogs:
 
     def relay(self, host: str, record: dict[str, Any]) -> None:
         """Append an event a node logged itself (`--via srun`) to that host's log, as it was logged there."""
-        self._file(host).append(f"{json.dumps(record)}\n")
+        write_line(self._file(host), json.dumps(record))
 
-    def _file(self, host: str) -> LogFile:
-        """The host's log, opened once (append, unbuffered: each turn of the event loop's lines on disk at the end
-        of that turn, even if the run then dies; `fleet.report.jsonl.LogFile`)."""
+    def _file(self, host: str) -> io.FileIO:
+        """The host's log, opened once (append, unbuffered: each line is on disk as soon as it is logged, even if
+        the run dies)."""
         out = self._files.get(host)
         if out is None:
-            out = self._files[host] = LogFile(io.FileIO(self.path / f"{host}.jsonl", "a"))
+            out = self._files[host] = io.FileIO(self.path / f"{host}.jsonl", "a")
         return out
 
     def write_summary(self, text: str) -> Path:

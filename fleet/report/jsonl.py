@@ -9,16 +9,11 @@ which counts at 10,000 hosts of about 40 events each.
 An event the shortcut does not cover (an exception's traceback, a field named like one of those five) goes
 through structlog's own processors.
 
-A host's lines go to its `LogFile`: inside the event loop, the lines a turn of the loop logs for a host are
-written together, in one write(2) at the end of that turn (before the loop waits on anything again; a host's
-burst is 3 to 6 lines, a tenth of its writes); outside a loop each line at once. Nothing is kept in memory past
-the loop's turn, so a line is on disk within a turn of being logged, even if the run then dies (only a SIGKILL
-in that turn loses it).
+Each line is one write(2) of its own, unbuffered: on disk as soon as it is logged, even if the run dies.
 """
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import math
@@ -118,59 +113,12 @@ def _stamp() -> str:
     return f"{_SECOND[1]}.{micros:06d}Z" if micros else f"{_SECOND[1]}Z"
 
 
-class LogFile:
-    """One host's log file (opened unbuffered, in append mode) and the lines logged to it in this turn of the event
-    loop, written in one write(2) when the turn ends. Every writer of the file appends here, so its lines stay in
-    the order they were logged. A write that failed raises on the next append (the host's next event), as the
-    write itself would have (OSError; ValueError once the file is closed)."""
-
-    __slots__ = ("_failed", "_out", "_pending")
-
-    def __init__(self, out: io.FileIO) -> None:
-        self._out = out
-        self._pending: list[str] = []
-        self._failed: OSError | ValueError | None = None
-
-    def append(self, text: str) -> None:
-        """`text` (whole lines) written at the end of the loop's turn; at once where no event loop runs."""
-        if self._failed is not None:
-            raise self._failed
-        if self._pending:
-            self._pending.append(text)
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            write_text(self._out, text)
-            return
-        self._pending.append(text)
-        loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        """Write what this turn logged, in one write(2)."""
-        if not self._pending:
-            return
-        text = "".join(self._pending) if len(self._pending) > 1 else self._pending[0]
-        self._pending.clear()
-        try:
-            write_text(self._out, text)
-        except (OSError, ValueError) as exc:  # ValueError: the file was closed (the run's end)
-            self._failed = exc
-
-    def close(self) -> None:
-        """Write what is left, and close the file."""
-        try:
-            self.flush()
-        finally:
-            self._out.close()
-
-
 class HostLogger:
-    """A `fleet.model.hostlog.HostLog` writing one host's lines to its `LogFile`."""
+    """A `fleet.model.hostlog.HostLog` writing one host's lines to `out` (opened unbuffered, in append mode)."""
 
     __slots__ = ("_host", "_opening", "_out", "_run_id")
 
-    def __init__(self, out: LogFile, host: str, run_id: str) -> None:
+    def __init__(self, out: io.FileIO, host: str, run_id: str) -> None:
         self._out = out
         self._host, self._run_id = host, run_id
         self._opening = f'{{"host": {_value(host)}, "run_id": {_value(run_id)}'
@@ -199,7 +147,7 @@ class HostLogger:
             chain = structlog.wrap_logger(structlog.ReturnLogger(), processors=PROCESSORS, host=self._host,
                                           run_id=self._run_id)
             text = f"{getattr(chain, level)(event, **fields)}\n"
-        self._out.append(text)
+        write_text(self._out, text)
 
     def _line(self, level: str, event: str, fields: dict[str, Any]) -> str:
         """The event's line, its newline included."""
@@ -207,6 +155,11 @@ class HostLogger:
                  for name, value in fields.items()]
         return (f'{self._opening}{"".join(pairs)}, "event": {_value(event)}, "level": "{level}", '
                 f'"timestamp": "{_stamp()}"}}\n')
+
+
+def write_line(out: io.FileIO, line: str) -> None:
+    """`line` and its newline in one write(2) (more only if the kernel takes part of it)."""
+    write_text(out, f"{line}\n")
 
 
 def write_text(out: io.FileIO, text: str) -> None:
