@@ -13,6 +13,7 @@ Pure: `command_bound`, `smi_bound`, `of`, `within` and the budgets sized from th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from fleet.inventory.host import Host
 from fleet.node.budget import TimeBudget
@@ -37,12 +38,18 @@ class Bound:
 
 
 def command_bound(host: Host) -> Bound:
-    return Bound(host.command_timeout, COMMAND)
+    return _named(host.command_timeout, COMMAND)
 
 
 def smi_bound(host: Host) -> Bound:
     """nvidia-smi's bound: SMI_FACTOR x command_timeout (an 8-GPU node without persistence mode is slow, not dead)."""
-    return Bound(SMI_FACTOR * host.command_timeout, SMI)
+    return _named(SMI_FACTOR * host.command_timeout, SMI)
+
+
+@lru_cache(maxsize=256, typed=True)  # typed: 10 and 10.0 log apart
+def _named(seconds: float, name: str) -> Bound:
+    """A bound made once for all the commands and hosts that share it (a Bound is a value: frozen)."""
+    return Bound(seconds, name)
 
 
 def of(host: Host, driver: bool) -> Bound:
