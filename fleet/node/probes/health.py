@@ -51,6 +51,7 @@ _GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.
 _BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
 _KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
 _BANNER = re.compile(r"=+NVSMI LOG=+")
+_UNINDENTED = re.compile(r"\n\S")  # the end of the line before an unindented one (faster than `^\S`, MULTILINE)
 _ATTACHED = re.compile(r"^Attached GPUs[^\n]*", re.MULTILINE)  # the first line that begins so
 
 
@@ -159,16 +160,19 @@ class _Section:
         self.got: dict[Path, _Got] = dict(header)  # the header's values hold for every GPU (`Driver Version`)
         self.unread: list[Unread] = []
 
-    def read(self, body: list[tuple[int, str]]) -> GpuHealth:
-        """The section's lines (numbered) below its header: each a `Key : value`, or the header of a nested section."""
+    def read(self, rows: list[str], lineno: int) -> GpuHealth:
+        """The section's lines below its header, the first one line `lineno`: each a `Key : value`, or the header
+        of a nested section (blank ones passed over)."""
         stack: list[_Open] = []  # the sections the line is in
         top = self.ask.top
-        for lineno, line in body:
+        for at, line in enumerate(rows, lineno):
             stripped = line.lstrip(" ")
+            if not stripped or stripped.isspace():
+                continue
             indent = len(line) - len(stripped)
             depth = indent // INDENT
             if indent % INDENT or depth == 0 or depth > len(stack) + 1:
-                raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
+                raise ProbeParseError(at, line, f"unexpected indentation ({indent} spaces)")
             del stack[depth - 1:]
             parent = stack[-1][1] if stack else top
             if parent is None:
@@ -181,16 +185,19 @@ class _Section:
                 stack.append(_PASSED)
                 continue
             if asked.read and colon and key:
-                self._value(lineno, line, asked.path, (*(open_[0] for open_ in stack), name), raw)
+                self._value(at, line, asked.path, raw, (stack, name))
             # a key may have lines under it too (`Process ID`); a section's name is kept for a note's label under it
             stack.append((name, asked) if asked.under else _PASSED)
         return self.health()
 
-    def _value(self, lineno: int, line: str, path: Path, names: tuple[str, ...], raw: str) -> None:
+    def _value(self, lineno: int, line: str, path: Path, raw: str, within: tuple[list[_Open], str]) -> None:
+        """The value at `path`; `within`: the sections the line is in and its key, as printed (a note's label)."""
         text, note = reading(raw)
         self.got[path] = (lineno, line, text, note)
         if note is not None:
-            self.unread += [Unread(check, " / ".join(names), note) for check in self.ask.noted.get(path, ())]
+            stack, name = within
+            label = " / ".join((*(open_[0] for open_ in stack), name))
+            self.unread += [Unread(check, label, note) for check in self.ask.noted.get(path, ())]
 
     def health(self) -> GpuHealth:
         facts = {}
@@ -226,29 +233,48 @@ def _q_value(fact: Field[Any], lineno: int, line: str, text: str) -> Any:
 
 
 def _sections(text: str, ask: _Lookup) -> Iterator[GpuHealth]:
-    """Each GPU section's header and the lines below it, read as the next section (or the end) is reached."""
+    """Each GPU section: its header (an unindented line) and the lines below it, up to the next unindented line (a
+    search for each of those, not a test of every line), read as the next one (or the end) is reached."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").removesuffix("\r")  # each line without its "\r", as `lines` reads it
     section: _Section | None = None
-    body: list[tuple[int, str]] = []
     seen: set[str] = set()
     header: dict[Path, _Got] = {}
-    for lineno, line in enumerate(text.split("\n"), start=1):  # `lines`, inline: -q is long
-        if line[-1:] == "\r":
-            line = line[:-1]
-        if not line or line.isspace():
-            continue
-        if line[0].isspace():
-            if section is None:
-                raise ProbeParseError(lineno, line, "indented line before the first GPU section")
-            body.append((lineno, line))
-            continue
+    at, lineno = 0, 1  # where the lines below the last unindented one begin, and the number of the first
+    for start in _unindented(text):
+        rows = text[at:start].split("\n")
         if section is not None:
-            yield section.read(body)
+            yield section.read(rows, lineno)
+        else:
+            _nothing_above(rows, lineno)
+        lineno += len(rows) - 1
+        end = text.find("\n", start)
+        line = text[start:] if end < 0 else text[start:end]
         bus_id = _top_level(lineno, line, section is not None, seen)
         if bus_id is None:
             _header(lineno, line, ask, header)
-        section, body = None if bus_id is None else _Section(bus_id, ask, header), []
+        section = None if bus_id is None else _Section(bus_id, ask, header)
+        at, lineno = len(text) if end < 0 else end + 1, lineno + 1
+    rows = text[at:].split("\n")
     if section is not None:
-        yield section.read(body)
+        yield section.read(rows, lineno)
+    else:
+        _nothing_above(rows, lineno)
+
+
+def _unindented(text: str) -> Iterator[int]:
+    """Where each unindented line begins."""
+    if text[:1] and not text[:1].isspace():
+        yield 0
+    for found in _UNINDENTED.finditer(text):
+        yield found.start() + 1
+
+
+def _nothing_above(rows: list[str], lineno: int) -> None:
+    """Lines before the first GPU section, below an unindented one (the first line `lineno`): blank, or none."""
+    for at, line in enumerate(rows, lineno):
+        if line and not line.isspace():
+            raise ProbeParseError(at, line, "indented line before the first GPU section")
 
 
 def _header(lineno: int, line: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
