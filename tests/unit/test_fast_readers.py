@@ -17,6 +17,7 @@ from fleet.model import gpu_facts
 from fleet.model.gpu_facts import MAYBE_NOTE, NOT_APPLICABLE, NVML_ERRORS, SETTINGS, GpuHealth, GpuSettings, reading
 from fleet.model.gpu_profile import GpuProfile
 from fleet.node.probes import health, smi
+from fleet.node.probes.asked import Key
 from fleet.node.probes.parse import ProbeParseError, lines
 from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
 
@@ -115,8 +116,8 @@ def key_paths(text: str) -> list[tuple[str, ...]]:
     return found
 
 
-def tree_key(path: tuple[str, ...]) -> health._Key | None:
-    key: health._Key | None = health.lookup().top
+def tree_key(path: tuple[str, ...]) -> Key | None:
+    key: Key | None = health.lookup().top
     for name in path:
         key = None if key is None else key.under.get(name)
     return key
