@@ -89,10 +89,17 @@ class _Section:
             self.unread += [Unread(check, label, note) for check in self.ask.noted.get(path, ())]
 
     def health(self) -> GpuHealth:
+        """Each fact from the values read at its paths, in the order first read: at its one path, that value as its
+        row reads it; at several, `_fact` of them."""
+        ask, got = self.ask, self.got
         facts = {}
-        ask = self.ask
-        for name in dict.fromkeys(ask.at[p] for p in self.got if p in ask.at):
-            value = _fact(ask.facts[name], [self.got[p] for p in ask.paths[name] if p in self.got])
+        for name in dict.fromkeys([ask.at[p] for p in got if p in ask.at]):
+            paths = ask.paths[name]
+            if len(paths) == 1:
+                lineno, line, text, _ = got[paths[0]]
+                value = None if text is None else _q_value(ask.facts[name], lineno, line, text)
+            else:
+                value = _fact(ask.facts[name], [got[p] for p in paths if p in got])
             if value is not None:
                 facts[name] = value
         return GpuHealth(self.bus_id, facts, tuple(self.unread))
