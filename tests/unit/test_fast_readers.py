@@ -162,6 +162,20 @@ def test_the_picker_reads_the_captures_as_their_names_do(name: str, fields: tupl
     assert smi.parse_gpu_query(text, fields) == rows_by_name(text, fields)
 
 
+@given(st.lists(st.lists(st.sampled_from([*smi.NULL_VALUES, "[x", "x]", " [N/A] ", "a[b]", "0", "7", "12 MiB", "Enabled",
+                                          "Disabled", "GPU-1", "00000000:19:00.0", "-1", " 5 "]),
+                         min_size=len(smi.VERIFY_FIELDS), max_size=len(smi.VERIFY_FIELDS)), min_size=1, max_size=3))
+def test_a_row_without_a_marker_reads_as_each_value_through_field_value(rows: list[list[str]]) -> None:
+    text = "\n".join(", ".join(cells) for cells in rows) + "\n"
+    outcomes = []
+    for read in (lambda: smi.parse_gpu_query(text, smi.VERIFY_FIELDS), lambda: rows_by_name(text, smi.VERIFY_FIELDS)):
+        try:
+            outcomes.append(read())
+        except ValueError:  # an index that is no integer (the straightforward reading's int(), not parse_int)
+            outcomes.append("unreadable")
+    assert outcomes[0] == outcomes[1]
+
+
 @given(st.one_of(st.integers(-10**6, 10**6).map(str), st.text("0123456789-MiB \u0661\u00b2", max_size=8)))
 def test_plain_mib_read_as_the_pattern_reads_them(raw: str) -> None:
     match = smi._MIB.fullmatch(raw.strip())

@@ -118,7 +118,9 @@ def parse_gpu_query(text: str, fields: Sequence[str]) -> tuple[GpuRow, ...]:
     pick = _row_picker(tuple(fields))
     rows = []
     for lineno, line in lines(text):
-        values = [field_value(raw) for raw in split_csv(line, lineno, len(fields))]
+        values: list[str | None] = [raw.strip() for raw in split_csv(line, lineno, len(fields))]
+        if "[" in line or not NULL_VALUES.isdisjoint(values):  # a value that may be a marker: each through field_value
+            values = [field_value(raw or "") for raw in values]
         values.append(None)  # what a field not asked reads as
         rows.append(_gpu_row(pick(values), lineno, line))
     return tuple(rows)
