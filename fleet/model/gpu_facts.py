@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar, cast
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Generic, TypeVar
 
 __all__ = ["FIELDS", "MAYBE_NOTE", "NOT_APPLICABLE", "NVML_ERRORS", "SETTINGS", "Field", "GpuHealth", "GpuSettings",
            "Reader", "Unread", "count", "current", "derived", "reading", "registered", "switch", "watts", "word"]
@@ -281,7 +281,8 @@ class GpuHealth:
     unread: tuple[Unread, ...] = ()
 
     def __getitem__(self, fact: Field[T]) -> T | None:
-        return cast("T | None", self.facts.get(fact.name))
+        # its row's reader made it a T (not `cast`: a call, and this is read per GPU and check)
+        return self.facts.get(fact.name)  # type: ignore[return-value]
 
     def said(self, **facts: object) -> GpuHealth:
         """These facts (by `Field.name`) changed; None takes one away."""
@@ -315,8 +316,11 @@ class GpuSettings:
 
     @classmethod
     def of(cls, gpu: GpuHealth) -> GpuSettings:
+        """Its settings' facts, by position: `SETTINGS`' order is the fields' (checked below)."""
         facts: Mapping[str, Any] = gpu.facts  # each by its row's reader: the field's type
-        return cls(**{name: facts.get(name) for name in _SETTING_NAMES})
+        return cls(*[facts.get(name) for name in _SETTING_NAMES])
 
 
 _SETTING_NAMES = tuple(fact.name for fact in SETTINGS)
+if tuple(f.name for f in fields(GpuSettings)) != _SETTING_NAMES:
+    raise TypeError("GpuSettings' fields are not SETTINGS' rows, in their order")
