@@ -17,7 +17,7 @@ from fleet.model import gpu_facts
 from fleet.model.gpu_facts import MAYBE_NOTE, NOT_APPLICABLE, NVML_ERRORS, SETTINGS, GpuHealth, GpuSettings, reading
 from fleet.model.gpu_profile import GpuProfile
 from fleet.node.probes import health, smi
-from fleet.node.probes.asked import Key
+from fleet.node.probes.asked import Key, lookup
 from fleet.node.probes.parse import ProbeParseError, lines
 from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
 
@@ -46,7 +46,7 @@ def captured_values(name: str) -> dict[str, str]:
 
 def facts_one_by_one(text: str) -> tuple[GpuHealth, ...]:
     """`parse_facts` the straightforward way: every cell through `reading`, then its field's reader."""
-    asked = health.lookup().asked
+    asked = lookup().asked
     found = []
     for lineno, line in lines(text):
         bus, *cells = line.split(",")
@@ -91,6 +91,20 @@ def test_the_columns_read_any_cell_as_each_row_does(cells: list[str]) -> None:
     assert got == expected
 
 
+@pytest.mark.parametrize("text", ["0", "16", "-3", " 7 ", "1_0", "\u0663", "1.5", "700.00", "inf", "nan", "x", "",
+                                  "Enabled", "Disabled", "Yes", "No", "Active", "Not Active", "enabled"])
+@pytest.mark.parametrize("fact", gpu_facts.FIELDS, ids=lambda fact: fact.name)
+def test_a_rows_builtin_reader_reads_as_its_own(fact: gpu_facts.Field[Any], text: str) -> None:
+    """`Reader.fast` (the --query-gpu row's fast path) gives what `parse` gives, and refuses what it refuses."""
+    outcomes = []
+    for read, refusals in ((fact.read.parse, ValueError), (fact.read.fast, (ValueError, KeyError))):
+        try:
+            outcomes.append(repr(read(text)))
+        except refusals:
+            outcomes.append("refused")
+    assert outcomes[0] == outcomes[1]
+
+
 @pytest.mark.parametrize("value", [*NOTES, "", "0", "[0", "0]", "Enabled", " [N/A] "])
 def test_what_may_be_a_note_covers_every_text_reading_takes_for_one(value: str) -> None:
     plain = value.strip()[:1] != "[" and value.strip() not in MAYBE_NOTE
@@ -117,7 +131,7 @@ def key_paths(text: str) -> list[tuple[str, ...]]:
 
 
 def tree_key(path: tuple[str, ...]) -> Key | None:
-    key: Key | None = health.lookup().top
+    key: Key | None = lookup().top
     for name in path:
         key = None if key is None else key.under.get(name)
     return key
@@ -125,7 +139,7 @@ def tree_key(path: tuple[str, ...]) -> Key | None:
 
 @pytest.mark.parametrize("name", Q_CAPTURES)
 def test_the_tree_asks_of_each_key_what_the_table_does(name: str) -> None:
-    ask = health.lookup()
+    ask = lookup()
     read = ask.at.keys() | ask.noted.keys()
     sections = {path[:end] for path in read for end in range(1, len(path))}
     for path in key_paths(fixture(name)):
@@ -162,15 +176,18 @@ def test_the_picker_reads_the_captures_as_their_names_do(name: str, fields: tupl
     assert smi.parse_gpu_query(text, fields) == rows_by_name(text, fields)
 
 
-@given(st.lists(st.lists(st.sampled_from([*smi.NULL_VALUES, "[x", "x]", " [N/A] ", "a[b]", "0", "7", "12 MiB", "Enabled",
-                                          "Disabled", "GPU-1", "00000000:19:00.0", "-1", " 5 "]),
-                         min_size=len(smi.VERIFY_FIELDS), max_size=len(smi.VERIFY_FIELDS)), min_size=1, max_size=3))
+CELLS = [*sorted(smi.NULL_VALUES), "[x", "x]", " [N/A] ", "a[b]", "0", "7", "12 MiB", "Enabled", "Disabled", "GPU-1",
+         "00000000:19:00.0", "-1", " 5 "]
+
+
+@given(st.lists(st.lists(st.sampled_from(CELLS), min_size=len(smi.VERIFY_FIELDS), max_size=len(smi.VERIFY_FIELDS)),
+                min_size=1, max_size=3))
 def test_a_row_without_a_marker_reads_as_each_value_through_field_value(rows: list[list[str]]) -> None:
     text = "\n".join(", ".join(cells) for cells in rows) + "\n"
-    outcomes = []
-    for read in (lambda: smi.parse_gpu_query(text, smi.VERIFY_FIELDS), lambda: rows_by_name(text, smi.VERIFY_FIELDS)):
+    outcomes: list[object] = []
+    for read in (smi.parse_gpu_query, rows_by_name):
         try:
-            outcomes.append(read())
+            outcomes.append(read(text, smi.VERIFY_FIELDS))
         except ValueError:  # an index that is no integer (the straightforward reading's int(), not parse_int)
             outcomes.append("unreadable")
     assert outcomes[0] == outcomes[1]

@@ -41,7 +41,7 @@ class Lookup:
     query: str  # the --query-gpu field list: the bus id, then theirs
     columns: tuple[Column, ...]  # how each of their cells reads
     names: tuple[str, ...]  # the columns' names, and their readers, apart: a row's values read in one comprehension
-    readers: tuple[Callable[[str], Any], ...]
+    readers: tuple[Callable[[str], Any], ...]  # each `Reader.fast`: a builtin where there is one
     displays: tuple[str, ...]  # the `-q -d` sections the other facts are read from
     shown: tuple[Field[Any], ...]  # the facts read from those sections
     facts: dict[str, Field[Any]]  # by name
@@ -65,7 +65,7 @@ def _lookup(table: tuple[Field[Any], ...]) -> Lookup:
     columns = tuple(Column(f.name, f.read.parse, f.check if f.strict else None, f.query) for f in asked)
     at = {path: name for name, lowered in paths.items() for path in lowered}
     query = ",".join(("pci.bus_id", *(f.query for f in asked)))
-    return Lookup(asked, query, columns, tuple(c.name for c in columns), tuple(c.parse for c in columns),
+    return Lookup(asked, query, columns, tuple(c.name for c in columns), tuple(f.read.fast for f in asked),
                    displays, tuple(f for f in table if f.display is not None), facts, paths, at,
                    {path: tuple(sorted(checks)) for path, checks in noted.items()}, _tree((), at.keys() | noted.keys()))
 

@@ -117,9 +117,21 @@ def _fact_row(lineno: int, line: str, ask: Lookup) -> GpuHealth:
     try:
         facts = {name: read(text) for name, read, text in zip(ask.names, ask.readers, texts, strict=True)
                  if text is not None}
-    except ValueError as exc:  # the first cell, in the columns' order, its reader refuses
-        raise ProbeParseError(lineno, line, str(exc)) from None
+    except (ValueError, KeyError):  # a text a builtin reader refuses: read again by the rows' own, for the message
+        facts = _read_each(lineno, line, texts, ask.columns)
     return GpuHealth(bus_id, facts, unread)
+
+
+def _read_each(lineno: int, line: str, texts: list[str | None], columns: tuple[Column, ...]) -> dict[str, object]:
+    """A row's values, each by its row's `Reader.parse`: the first it refuses, in the columns' order, is the error."""
+    facts: dict[str, object] = {}
+    for column, text in zip(columns, texts, strict=True):
+        if text is not None:
+            try:
+                facts[column.name] = column.parse(text)
+            except ValueError as exc:
+                raise ProbeParseError(lineno, line, str(exc)) from None
+    return facts
 
 
 def _maybe_notes(line: str, texts: list[str | None]) -> list[int]:
