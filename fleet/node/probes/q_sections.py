@@ -34,10 +34,8 @@ _UNINDENTED = re.compile(r"\n\S")  # the end of the line before an unindented on
 
 # One value the table asks for, as -q printed it: (line number, line, the value or None, the note or None).
 _Got = tuple[int, str, str | None, str | None]
-# A section a line is in: its name as printed, and its key in the table's tree (None: the table asks for nothing
-# under it, and its lines are checked for their shape only).
-_Open = tuple[str, Key | None]
-_PASSED: _Open = ("", None)
+# A section a line is in, that the table asks about: its name as printed, and its key in the table's tree.
+_Open = tuple[str, Key]
 
 
 class _Section:
@@ -51,32 +49,35 @@ class _Section:
 
     def read(self, rows: list[str], lineno: int) -> GpuHealth:
         """The section's lines below its header, the first one line `lineno`: each a `Key : value`, or the header
-        of a nested section (blank ones passed over)."""
+        of a nested section (blank ones passed over). Below a key the table asks nothing under, a line is checked
+        for its indentation only."""
         stack: list[_Open] = []  # the sections the line is in
         top = self.ask.top
+        last = 0  # the depth of the line before
+        passed = 0  # the depth of the last key the table asks nothing under, while the lines below it follow
         for at, line in enumerate(rows, lineno):
             stripped = line.lstrip(" ")
             if not stripped or stripped.isspace():
                 continue
             indent = len(line) - len(stripped)
             depth = indent // INDENT
-            if indent % INDENT or depth == 0 or depth > len(stack) + 1:
+            if indent % INDENT or depth == 0 or depth > last + 1:
                 raise ProbeParseError(at, line, f"unexpected indentation ({indent} spaces)")
-            del stack[depth - 1:]
-            parent = stack[-1][1] if stack else top
-            if parent is None:
-                stack.append(_PASSED)
+            last = depth
+            if passed and depth > passed:
                 continue
+            del stack[depth - 1:]
             key, colon, raw = stripped.partition(":")
             name = key.rstrip() if colon and key else stripped.strip()
-            asked = parent.under.get(name.lower())
-            if asked is None:
-                stack.append(_PASSED)
-                continue
-            if asked.read and colon and key:
+            asked = (stack[-1][1] if stack else top).under.get(name.lower())
+            if asked is not None and asked.read and colon and key:
                 self._value(at, line, asked.path, raw, (stack, name))
             # a key may have lines under it too (`Process ID`); a section's name is kept for a note's label under it
-            stack.append((name, asked) if asked.under else _PASSED)
+            if asked is not None and asked.under:
+                stack.append((name, asked))
+                passed = 0
+            else:
+                passed = depth
         return self.health()
 
     def _value(self, lineno: int, line: str, path: Path, raw: str, within: tuple[list[_Open], str]) -> None:
