@@ -149,6 +149,46 @@ def test_the_tree_asks_of_each_key_what_the_table_does(name: str) -> None:
         assert (key is not None and bool(key.under)) == (within and path in sections), path
 
 
+def facts_path_by_path(text: str) -> list[dict[str, object]]:
+    """`parse_health`'s facts the straightforward way: every line's key path in full (no tree, no line passed over),
+    then each fact from the values at its paths (the first, or a total's sum; none where a total has a note)."""
+    gpus: list[dict[tuple[str, ...], str]] = []
+    header: dict[tuple[str, ...], str] = {}
+    stack: list[str] = []
+    for _, line in lines(text):
+        depth = (len(line) - len(line.lstrip(" "))) // health.INDENT
+        key, colon, value = line.strip().partition(":")
+        if depth == 0:
+            if line.startswith("GPU "):
+                gpus.append(dict(header))
+            elif colon:
+                header[(key.strip().lower(),)] = value
+            stack = []
+            continue
+        del stack[depth - 1:]
+        stack.append((key.rstrip() if colon and key else line.strip()).lower())
+        if colon and key:
+            gpus[-1][tuple(stack)] = value
+    return [{fact.name: said for fact in gpu_facts.current()
+             if (said := fact_of(fact, [reading(values[p]) for p in lookup().paths[fact.name] if p in values]))
+             is not None} for values in gpus]
+
+
+def fact_of(fact: gpu_facts.Field[Any], printed: list[tuple[str | None, str | None]]) -> object:
+    values = [fact.read.parse(text.removesuffix(fact.unit) if fact.unit else text) for text, _ in printed if text]
+    if not values or (fact.total and any(note is not None for _, note in printed)):
+        return None
+    return sum(values) if fact.total else values[0]
+
+
+@pytest.mark.parametrize("name", [*(n for n in Q_CAPTURES if "excerpt" not in n),
+                                  *(f"h200_drv580.159.04_1gpu_{what}.txt"
+                                    for what in ("q-d-row-remapper_idle", "q_idle", "q_load-1proc"))])
+def test_the_walk_along_the_tree_reads_the_captures_as_every_path_read_in_full(name: str) -> None:
+    text = fixture(name)
+    assert [dict(gpu.facts) for gpu in health.parse_health(text)] == facts_path_by_path(text)
+
+
 # --- a GPU row's fields, and a GPU's settings ----------------------------------------------------------------------
 
 
