@@ -140,17 +140,10 @@ def _row_picker(fields: tuple[str, ...]) -> Callable[[list[str | None]], tuple[s
 
 
 def _gpu_row(values: tuple[str | None, ...], lineno: int, line: str) -> GpuRow:
+    """`GpuRow`'s fields by position, in its order (fewer calls than by keyword: a row of every GPU, every poll)."""
     index, used, uuid, bus_id, name, total, ecc, mig = values
-    return GpuRow(
-        index=parse_int(index or "", lineno, line, "GPU index"),
-        memory_used_mib=parse_mib(used),
-        uuid=uuid,
-        pci_bus_id=bus_id,
-        name=name,
-        memory_total_mib=parse_mib(total),
-        ecc_uncorrected=_optional_int(ecc),
-        mig=mig == "Enabled",
-    )
+    return GpuRow(parse_int(index or "", lineno, line, "GPU index"), parse_mib(used), uuid, bus_id, name,
+                  parse_mib(total), _optional_int(ecc), mig == "Enabled")
 
 
 # --- nvidia-smi --query-compute-apps -----------------------------------------
