@@ -29,7 +29,7 @@ INDENT = 4
 _GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
 _KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
 _BANNER = re.compile(r"=+NVSMI LOG=+")
-_UNINDENTED = re.compile(r"\n\S")  # the end of the line before an unindented one (faster than `^\S`, MULTILINE)
+_UNINDENTED = re.compile(r"\n(?=\S)")  # the end of a line before an unindented one (faster than `^\S`, MULTILINE)
 
 
 # One value the table asks for, as -q printed it: (line number, line, the value or None, the note or None).
@@ -130,41 +130,29 @@ def _q_value(fact: Field[Any], lineno: int, line: str, text: str) -> Any:
 
 
 def sections(text: str, ask: Lookup) -> Iterator[GpuHealth]:
-    """Each GPU section: its header (an unindented line) and the lines below it, up to the next unindented line (a
-    search for each of those, not a test of every line), read as the next one (or the end) is reached."""
+    """Each GPU section: its header (an unindented line) and the lines below it, up to the next unindented line (the
+    text cut before each of those in one split, not a test of every line), read in turn."""
     if "\r" in text:
         text = text.replace("\r\n", "\n").removesuffix("\r")  # each line without its "\r", as `lines` reads it
+    chunks = _UNINDENTED.split(text)  # each an unindented line and the lines below it; the first maybe none
+    lineno = 1
+    if not chunks[0][:1] or chunks[0][:1].isspace():  # lines before the first unindented one
+        above = chunks.pop(0).split("\n")
+        _nothing_above(above, lineno)
+        lineno += len(above)
     section: _Section | None = None
     seen: set[str] = set()
     header: dict[Path, _Got] = {}
-    at, lineno = 0, 1  # where the lines below the last unindented one begin, and the number of the first
-    for start in _unindented(text):
-        rows = text[at:start].split("\n")
-        if section is not None:
-            yield section.read(rows, lineno)
-        else:
-            _nothing_above(rows, lineno)
-        lineno += len(rows) - 1
-        end = text.find("\n", start)
-        line = text[start:] if end < 0 else text[start:end]
+    for chunk in chunks:
+        line, *rows = chunk.split("\n")
         bus_id = _top_level(lineno, line, section is not None, seen)
         if bus_id is None:
             _header(lineno, line, ask, header)
-        section = None if bus_id is None else _Section(bus_id, ask, header)
-        at, lineno = len(text) if end < 0 else end + 1, lineno + 1
-    rows = text[at:].split("\n")
-    if section is not None:
-        yield section.read(rows, lineno)
-    else:
-        _nothing_above(rows, lineno)
-
-
-def _unindented(text: str) -> Iterator[int]:
-    """Where each unindented line begins."""
-    if text[:1] and not text[:1].isspace():
-        yield 0
-    for found in _UNINDENTED.finditer(text):
-        yield found.start() + 1
+            _nothing_above(rows, lineno + 1)
+        else:
+            section = _Section(bus_id, ask, header)
+            yield section.read(rows, lineno + 1)
+        lineno += len(rows) + 1
 
 
 def _nothing_above(rows: list[str], lineno: int) -> None:
