@@ -144,12 +144,10 @@ def key(argv: Sequence[str]) -> tuple[str, ...]:
     return ("fleet-lock",) if lock.is_lock_argv(argv) else tuple(argv)
 
 
-def replayer(answers: list[tuple[list[str], dict[str, Any]]]) -> ScriptedTransport:
-    """A scripted transport answering each command with its recorded answers in order (the last one again
-    once they are used up: a poll that asks once more)."""
-    queues: dict[tuple[str, ...], deque[Reply]] = {}
-    for argv, reply in answers:
-        queues.setdefault(key(argv), deque()).append(Reply(**reply))
+def replayer(answers: dict[tuple[str, ...], tuple[Reply, ...]]) -> ScriptedTransport:
+    """A scripted transport answering each command with its recorded answers (`replies`) in order (the last one
+    again once they are used up: a poll that asks once more)."""
+    queues = {command: deque(replies) for command, replies in answers.items()}
 
     def answer(argv: Sequence[str]) -> Reply:
         queue = queues.get(key(argv))
@@ -160,10 +158,18 @@ def replayer(answers: list[tuple[list[str], dict[str, Any]]]) -> ScriptedTranspo
     return ScriptedTransport([((), answer)])
 
 
+def replies(answers: list[tuple[list[str], dict[str, Any]]]) -> dict[tuple[str, ...], tuple[Reply, ...]]:
+    """A recording's answers by command, in the order asked: made once, every host of its kind replays them."""
+    by_command: dict[tuple[str, ...], list[Reply]] = {}
+    for argv, reply in answers:
+        by_command.setdefault(key(argv), []).append(Reply(**reply))
+    return {command: tuple(them) for command, them in by_command.items()}
+
+
 class OverTheWire:
     """A replaying transport whose every answer comes in a later turn of the event loop, as over a real
-    connection (the scripted transport answers within the turn that asked): what a host does between two
-    answers, and so what its log writes at a turn's end, is what it does over SSH."""
+    connection (the scripted transport answers within the turn that asked): the loop's turns, and a host's work
+    between two answers, are as over SSH."""
 
     def __init__(self, inner: ScriptedTransport) -> None:
         self.inner = inner
@@ -192,11 +198,12 @@ async def run_size(count: int, recording: Recording, tmp: Path) -> dict[str, Any
     names = [f"n{i:05d}" for i in range(count)]
     kind_of = dict(zip(names, kinds(count), strict=True))
     hosts = [dataclasses.replace(recording[_recorded(kind_of[n])][0], name=n, address=n) for n in names]
+    answers = {kind: replies(recorded) for kind, (_, recorded) in recording.items()}
 
     async def connector(host: Host) -> OverTheWire:
         if kind_of[host.name] == "unreachable":
             raise ConnectError(f"connection refused ({host.address}:22)")
-        return OverTheWire(replayer(recording[kind_of[host.name]][1]))
+        return OverTheWire(replayer(answers[kind_of[host.name]]))
 
     log_dir = tmp / "logs"
     before, started = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar, cast
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Generic, TypeVar
 
 __all__ = ["FIELDS", "MAYBE_NOTE", "NOT_APPLICABLE", "NVML_ERRORS", "SETTINGS", "Field", "GpuHealth", "GpuSettings",
            "Reader", "Unread", "count", "current", "derived", "reading", "registered", "switch", "watts", "word"]
@@ -67,10 +67,17 @@ def reading(raw: str) -> tuple[str | None, str | None]:
 
 @dataclass(frozen=True)
 class Reader(Generic[T]):
-    """A value's text (stripped, never a note) to its value; `ValueError` saying what was expected."""
+    """A value's text (stripped, never a note) to its value; `ValueError` saying what was expected. `plain`: the
+    same reading by a builtin where there is one (`int`, `float`, a dict's lookup: no call of Python a value), for
+    the parsers' fast path; whatever it raises, the text is read again by `parse`, for its message."""
 
     what: str  # the value in an error message: "PCIe link width"
     parse: Callable[[str], T]
+    plain: Callable[[str], T] | None = None  # None: `parse`
+
+    @property
+    def fast(self) -> Callable[[str], T]:
+        return self.parse if self.plain is None else self.plain
 
 
 def switch(on: str, off: str) -> Reader[bool]:
@@ -78,7 +85,7 @@ def switch(on: str, off: str) -> Reader[bool]:
         if text != on and text != off:
             raise ValueError(f"expected {on!r} or {off!r}")
         return text == on
-    return Reader(f"{on!r} or {off!r}", parse)
+    return Reader(f"{on!r} or {off!r}", parse, {on: True, off: False}.__getitem__)
 
 
 def count(what: str) -> Reader[int]:
@@ -87,7 +94,7 @@ def count(what: str) -> Reader[int]:
             return int(text)
         except ValueError:
             raise ValueError(f"{what} is not an integer") from None
-    return Reader(what, parse)
+    return Reader(what, parse, int)
 
 
 def word(what: str) -> Reader[str]:
@@ -170,7 +177,7 @@ def watts(what: str) -> Reader[float]:
             return float(text)
         except ValueError:
             raise ValueError(f"{what} is not a number of watts") from None
-    return Reader(what, parse)
+    return Reader(what, parse, float)
 
 
 _POWER, _OLD_POWER = "GPU Power Readings", "Power Readings"  # 535 and newer; before (460)
@@ -281,7 +288,8 @@ class GpuHealth:
     unread: tuple[Unread, ...] = ()
 
     def __getitem__(self, fact: Field[T]) -> T | None:
-        return cast("T | None", self.facts.get(fact.name))
+        # its row's reader made it a T (not `cast`: a call, and this is read per GPU and check)
+        return self.facts.get(fact.name)  # type: ignore[return-value]
 
     def said(self, **facts: object) -> GpuHealth:
         """These facts (by `Field.name`) changed; None takes one away."""
@@ -315,8 +323,11 @@ class GpuSettings:
 
     @classmethod
     def of(cls, gpu: GpuHealth) -> GpuSettings:
+        """Its settings' facts, by position: `SETTINGS`' order is the fields' (checked below)."""
         facts: Mapping[str, Any] = gpu.facts  # each by its row's reader: the field's type
-        return cls(**{name: facts.get(name) for name in _SETTING_NAMES})
+        return cls(*[facts.get(name) for name in _SETTING_NAMES])
 
 
 _SETTING_NAMES = tuple(fact.name for fact in SETTINGS)
+if tuple(f.name for f in fields(GpuSettings)) != _SETTING_NAMES:
+    raise TypeError("GpuSettings' fields are not SETTINGS' rows, in their order")

@@ -138,7 +138,7 @@ def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tup
         start = at + len(head)
         close = f"\n{tag} {index} " if with_status else f"\n{tag} {index}\n"
         closed = stream.find(close, start)
-        if closed < 0 or tag in stream[start:closed]:
+        if closed < 0 or stream.find(tag, start, closed) >= 0:
             break
         after = closed + len(close)
         status, ran = 0, None
@@ -184,6 +184,16 @@ def _split(line: str) -> tuple[str, ...]:
 def frame(tag: str, answers: Sequence[tuple[int, str, str]]) -> tuple[str, str]:
     """What batch.sh prints for sections that answered (exit status, stdout, stderr), in order; without the run
     time (a node that cannot say it: a 137 then counts as its bound's)."""
-    out = "".join(f"{tag} {i}\n{stdout}\n{tag} {i} {status}\n" for i, (status, stdout, _) in enumerate(answers))
-    err = "".join(f"{tag} {i}\n{stderr}\n{tag} {i}\n" for i, (_, _, stderr) in enumerate(answers))
-    return out, err
+    out, err = _between_tags(tuple(answers))
+    return tag.join(out), tag.join(err)
+
+
+@lru_cache(maxsize=256)
+def _between_tags(answers: tuple[tuple[int, str, str], ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The frames of `answers` on stdout and on stderr, cut where the tag stands (the tag joins them again):
+    remembered, as fakes answer the same sections for every host, each with its own tag."""
+    out, err = [""], [""]
+    for i, (status, stdout, stderr) in enumerate(answers):
+        out += [f" {i}\n{stdout}\n", f" {i} {status}\n"]
+        err += [f" {i}\n{stderr}\n", f" {i}\n"]
+    return tuple(out), tuple(err)

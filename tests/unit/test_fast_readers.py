@@ -17,6 +17,7 @@ from fleet.model import gpu_facts
 from fleet.model.gpu_facts import MAYBE_NOTE, NOT_APPLICABLE, NVML_ERRORS, SETTINGS, GpuHealth, GpuSettings, reading
 from fleet.model.gpu_profile import GpuProfile
 from fleet.node.probes import health, smi
+from fleet.node.probes.asked import Key, lookup
 from fleet.node.probes.parse import ProbeParseError, lines
 from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
 
@@ -45,7 +46,7 @@ def captured_values(name: str) -> dict[str, str]:
 
 def facts_one_by_one(text: str) -> tuple[GpuHealth, ...]:
     """`parse_facts` the straightforward way: every cell through `reading`, then its field's reader."""
-    asked = health.lookup().asked
+    asked = lookup().asked
     found = []
     for lineno, line in lines(text):
         bus, *cells = line.split(",")
@@ -90,6 +91,20 @@ def test_the_columns_read_any_cell_as_each_row_does(cells: list[str]) -> None:
     assert got == expected
 
 
+@pytest.mark.parametrize("text", ["0", "16", "-3", " 7 ", "1_0", "\u0663", "1.5", "700.00", "inf", "nan", "x", "",
+                                  "Enabled", "Disabled", "Yes", "No", "Active", "Not Active", "enabled"])
+@pytest.mark.parametrize("fact", gpu_facts.FIELDS, ids=lambda fact: fact.name)
+def test_a_rows_builtin_reader_reads_as_its_own(fact: gpu_facts.Field[Any], text: str) -> None:
+    """`Reader.fast` (the --query-gpu row's fast path) gives what `parse` gives, and refuses what it refuses."""
+    outcomes = []
+    for read, refusals in ((fact.read.parse, ValueError), (fact.read.fast, (ValueError, KeyError))):
+        try:
+            outcomes.append(repr(read(text)))
+        except refusals:
+            outcomes.append("refused")
+    assert outcomes[0] == outcomes[1]
+
+
 @pytest.mark.parametrize("value", [*NOTES, "", "0", "[0", "0]", "Enabled", " [N/A] "])
 def test_what_may_be_a_note_covers_every_text_reading_takes_for_one(value: str) -> None:
     plain = value.strip()[:1] != "[" and value.strip() not in MAYBE_NOTE
@@ -115,8 +130,8 @@ def key_paths(text: str) -> list[tuple[str, ...]]:
     return found
 
 
-def tree_key(path: tuple[str, ...]) -> health._Key | None:
-    key: health._Key | None = health.lookup().top
+def tree_key(path: tuple[str, ...]) -> Key | None:
+    key: Key | None = lookup().top
     for name in path:
         key = None if key is None else key.under.get(name)
     return key
@@ -124,7 +139,7 @@ def tree_key(path: tuple[str, ...]) -> health._Key | None:
 
 @pytest.mark.parametrize("name", Q_CAPTURES)
 def test_the_tree_asks_of_each_key_what_the_table_does(name: str) -> None:
-    ask = health.lookup()
+    ask = lookup()
     read = ask.at.keys() | ask.noted.keys()
     sections = {path[:end] for path in read for end in range(1, len(path))}
     for path in key_paths(fixture(name)):
@@ -132,6 +147,46 @@ def test_the_tree_asks_of_each_key_what_the_table_does(name: str) -> None:
         key = tree_key(path)
         assert (key is not None and key.read) == (within and path in read), path
         assert (key is not None and bool(key.under)) == (within and path in sections), path
+
+
+def facts_path_by_path(text: str) -> list[dict[str, object]]:
+    """`parse_health`'s facts the straightforward way: every line's key path in full (no tree, no line passed over),
+    then each fact from the values at its paths (the first, or a total's sum; none where a total has a note)."""
+    gpus: list[dict[tuple[str, ...], str]] = []
+    header: dict[tuple[str, ...], str] = {}
+    stack: list[str] = []
+    for _, line in lines(text):
+        depth = (len(line) - len(line.lstrip(" "))) // health.INDENT
+        key, colon, value = line.strip().partition(":")
+        if depth == 0:
+            if line.startswith("GPU "):
+                gpus.append(dict(header))
+            elif colon:
+                header[(key.strip().lower(),)] = value
+            stack = []
+            continue
+        del stack[depth - 1:]
+        stack.append((key.rstrip() if colon and key else line.strip()).lower())
+        if colon and key:
+            gpus[-1][tuple(stack)] = value
+    return [{fact.name: said for fact in gpu_facts.current()
+             if (said := fact_of(fact, [reading(values[p]) for p in lookup().paths[fact.name] if p in values]))
+             is not None} for values in gpus]
+
+
+def fact_of(fact: gpu_facts.Field[Any], printed: list[tuple[str | None, str | None]]) -> object:
+    values = [fact.read.parse(text.removesuffix(fact.unit) if fact.unit else text) for text, _ in printed if text]
+    if not values or (fact.total and any(note is not None for _, note in printed)):
+        return None
+    return sum(values) if fact.total else values[0]
+
+
+@pytest.mark.parametrize("name", [*(n for n in Q_CAPTURES if "excerpt" not in n),
+                                  *(f"h200_drv580.159.04_1gpu_{what}.txt"
+                                    for what in ("q-d-row-remapper_idle", "q_idle", "q_load-1proc"))])
+def test_the_walk_along_the_tree_reads_the_captures_as_every_path_read_in_full(name: str) -> None:
+    text = fixture(name)
+    assert [dict(gpu.facts) for gpu in health.parse_health(text)] == facts_path_by_path(text)
 
 
 # --- a GPU row's fields, and a GPU's settings ----------------------------------------------------------------------
@@ -159,6 +214,23 @@ def test_the_picker_reads_the_captures_as_their_names_do(name: str, fields: tupl
     values = captured_values(name)
     text = "\n".join(", ".join(str(i) if f == "index" else values[f] for f in fields) for i in range(8))
     assert smi.parse_gpu_query(text, fields) == rows_by_name(text, fields)
+
+
+CELLS = [*sorted(smi.NULL_VALUES), "[x", "x]", " [N/A] ", "a[b]", "0", "7", "12 MiB", "Enabled", "Disabled", "GPU-1",
+         "00000000:19:00.0", "-1", " 5 "]
+
+
+@given(st.lists(st.lists(st.sampled_from(CELLS), min_size=len(smi.VERIFY_FIELDS), max_size=len(smi.VERIFY_FIELDS)),
+                min_size=1, max_size=3))
+def test_a_row_without_a_marker_reads_as_each_value_through_field_value(rows: list[list[str]]) -> None:
+    text = "\n".join(", ".join(cells) for cells in rows) + "\n"
+    outcomes: list[object] = []
+    for read in (smi.parse_gpu_query, rows_by_name):
+        try:
+            outcomes.append(read(text, smi.VERIFY_FIELDS))
+        except ValueError:  # an index that is no integer (the straightforward reading's int(), not parse_int)
+            outcomes.append("unreadable")
+    assert outcomes[0] == outcomes[1]
 
 
 @given(st.one_of(st.integers(-10**6, 10**6).map(str), st.text("0123456789-MiB \u0661\u00b2", max_size=8)))

@@ -1,6 +1,8 @@
 """The probes fleet runs on a node: each module builds argvs, parses their output purely, and declares its probes.
 
 * `smi`: nvidia-smi GPU and compute-app queries, null values, why nvidia-smi failed;
+* `health` (+ `asked`, `q_sections`): GPU health facts as the table of GPU facts asks them: `--query-gpu`'s CSV,
+  `-q`'s GPU sections;
 * `procs`: the holder scan (who holds the device files), ps, exe, alive, kill;
 * `units`: systemd unit state, stop, kill, Restart=, and the unit a process runs in;
 * `lineage` (+ `lineage.awk`): processes' ancestors and fleet's own process chain;

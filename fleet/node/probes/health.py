@@ -20,100 +20,29 @@
   said and the GPU's `unread` names the check, the field and the note (the health gate fails that check).
 The kernel log's Xid events are `fleet.node.probes.kernel_log`'s.
 
-Only the lines the table asks for are read into values: a -q section's other lines are checked for their shape
-(indentation, `Key : value`) and passed over.
+The -q text is read by `fleet.node.probes.q_sections`: only the lines the table asks for are read into values, a
+section's other lines are checked for their shape (indentation, `Key : value`) and passed over.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, NamedTuple
 
-from fleet.model import gpu_facts
-from fleet.model.gpu_facts import MAYBE_NOTE, Field, GpuHealth, Path, Unread, reading
+from fleet.model.gpu_facts import MAYBE_NOTE, GpuHealth, Unread, reading
 from fleet.node.probe import Probe
+from fleet.node.probes.asked import Column, Lookup, lookup
 from fleet.node.probes.parse import ProbeParseError, lines
+from fleet.node.probes.q_sections import INDENT, sections
 from fleet.node.probes.smi import SMI_HANG, classify_smi_failure
 from fleet.transport.base import CommandResult
 
-__all__ = ["FIELDS_UNKNOWN", "GpuHealth", "Unread", "facts", "facts_argv", "health", "health_argv", "health_fields",
-           "joined", "parse_all_health", "parse_facts", "parse_health", "remaps", "remaps_argv"]
+__all__ = ["FIELDS_UNKNOWN", "INDENT", "GpuHealth", "Unread", "facts", "facts_argv", "health", "health_argv",
+           "health_fields", "joined", "parse_all_health", "parse_facts", "parse_health", "remaps", "remaps_argv"]
 
-# What -q prints, unindented, for a GPU it cannot read (the others' sections may follow).
-_UNREADABLE_GPU = ("Unable to determine the device handle", "GPU is lost", "fallen off the bus")
-
-# `-q`'s indentation step.
-INDENT = 4
-
-_GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
 _BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
-_KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
-_BANNER = re.compile(r"=+NVSMI LOG=+")
 _ATTACHED = re.compile(r"^Attached GPUs[^\n]*", re.MULTILINE)  # the first line that begins so
 
 
-class _Column(NamedTuple):
-    """How one --query-gpu cell after the bus id reads: the fact's name and reader; the check a note in it leaves
-    unread (a strict fact's) and the field that check names."""
-
-    name: str
-    parse: Callable[[str], Any]
-    strict_check: str | None
-    query: str
-
-
-class _Key(NamedTuple):
-    """A -q key path the table asks about (every path a fact is read at, and the sections above them), as a tree:
-    the keys under it by name in lower case (none: nothing under it is read)."""
-
-    path: Path  # in lower case
-    read: bool  # a fact is read here, or a note here leaves one unread (a strict fact's path or a section above it)
-    under: dict[str, _Key]
-
-
-@dataclass(frozen=True)
-class _Lookup:
-    """What the table asks of nvidia-smi's output, built once per table."""
-
-    asked: tuple[Field[Any], ...]  # the --query-gpu fields after pci.bus_id, in order
-    query: str  # the --query-gpu field list: the bus id, then theirs
-    columns: tuple[_Column, ...]  # how each of their cells reads
-    displays: tuple[str, ...]  # the `-q -d` sections the other facts are read from
-    shown: tuple[Field[Any], ...]  # the facts read from those sections
-    facts: dict[str, Field[Any]]  # by name
-    paths: dict[str, tuple[Path, ...]]  # each fact's -q key paths, lower case, by its name
-    at: dict[Path, str]  # every one of them: the name of the fact read there
-    noted: dict[Path, tuple[str, ...]]  # a strict fact's path, or a section's above it: the checks a note there
-    # leaves unread
-    top: _Key  # the tree of the paths, from the top of a GPU's section
-
-
-def _lookup(table: tuple[Field[Any], ...]) -> _Lookup:
-    paths = {fact.name: tuple(tuple(part.lower() for part in printed) for printed in fact.q) for fact in table}
-    facts = {fact.name: fact for fact in table}
-    noted: dict[Path, set[str]] = {}
-    for name, lowered in paths.items():
-        for path in lowered if facts[name].strict else ():
-            for end in range(1, len(path) + 1):
-                noted.setdefault(path[:end], set()).add(facts[name].check or "")
-    displays = tuple(dict.fromkeys(f.display for f in table if f.display is not None))
-    asked = tuple(f for f in table if f.display is None)
-    columns = tuple(_Column(f.name, f.read.parse, f.check if f.strict else None, f.query) for f in asked)
-    at = {path: name for name, lowered in paths.items() for path in lowered}
-    query = ",".join(("pci.bus_id", *(f.query for f in asked)))
-    return _Lookup(asked, query, columns, displays, tuple(f for f in table if f.display is not None), facts, paths, at,
-                   {path: tuple(sorted(checks)) for path, checks in noted.items()}, _tree((), at.keys() | noted.keys()))
-
-
-def _tree(path: Path, read: set[Path]) -> _Key:
-    """The key at `path` and those under it, of `read` (every path read, and every section above one)."""
-    below = {p[len(path)] for p in read if len(p) > len(path) and p[:len(path)] == path}
-    return _Key(path, path in read, {name: _tree((*path, name), read) for name in sorted(below)})
-
-
-lookup = gpu_facts.derived(_lookup)
 
 
 # --- nvidia-smi -q ------------------------------------------------------------
@@ -126,7 +55,7 @@ def health_argv(nvidia_smi: str) -> list[str]:
 
 def parse_health(text: str) -> tuple[GpuHealth, ...]:
     """One `GpuHealth` per `GPU <bus id>` section of `nvidia-smi -q`, in order."""
-    return tuple(_sections(text, lookup()))
+    return tuple(sections(text, lookup()))
 
 
 def parse_all_health(text: str) -> tuple[GpuHealth, ...]:
@@ -141,139 +70,6 @@ def parse_all_health(text: str) -> tuple[GpuHealth, ...]:
                                   f"{said} GPUs attached, {len(found)} GPU sections follow (output cut?)")
     return found
 
-
-# One value the table asks for, as -q printed it: (line number, line, the value or None, the note or None).
-_Got = tuple[int, str, str | None, str | None]
-# A section a line is in: its name as printed, and its key in the table's tree (None: the table asks for nothing
-# under it, and its lines are checked for their shape only).
-_Open = tuple[str, _Key | None]
-_PASSED: _Open = ("", None)
-
-
-class _Section:
-    """One GPU's -q section, line by line: the values the table asks for, and the notes that leave a fact unread."""
-
-    def __init__(self, bus_id: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
-        self.bus_id = bus_id
-        self.ask = ask
-        self.got: dict[Path, _Got] = dict(header)  # the header's values hold for every GPU (`Driver Version`)
-        self.unread: list[Unread] = []
-
-    def read(self, body: list[tuple[int, str]]) -> GpuHealth:
-        """The section's lines (numbered) below its header: each a `Key : value`, or the header of a nested section."""
-        stack: list[_Open] = []  # the sections the line is in
-        top = self.ask.top
-        for lineno, line in body:
-            stripped = line.lstrip(" ")
-            indent = len(line) - len(stripped)
-            depth = indent // INDENT
-            if indent % INDENT or depth == 0 or depth > len(stack) + 1:
-                raise ProbeParseError(lineno, line, f"unexpected indentation ({indent} spaces)")
-            del stack[depth - 1:]
-            parent = stack[-1][1] if stack else top
-            if parent is None:
-                stack.append(_PASSED)
-                continue
-            key, colon, raw = stripped.partition(":")
-            name = key.rstrip() if colon and key else stripped.strip()
-            asked = parent.under.get(name.lower())
-            if asked is None:
-                stack.append(_PASSED)
-                continue
-            if asked.read and colon and key:
-                self._value(lineno, line, asked.path, (*(open_[0] for open_ in stack), name), raw)
-            # a key may have lines under it too (`Process ID`); a section's name is kept for a note's label under it
-            stack.append((name, asked) if asked.under else _PASSED)
-        return self.health()
-
-    def _value(self, lineno: int, line: str, path: Path, names: tuple[str, ...], raw: str) -> None:
-        text, note = reading(raw)
-        self.got[path] = (lineno, line, text, note)
-        if note is not None:
-            self.unread += [Unread(check, " / ".join(names), note) for check in self.ask.noted.get(path, ())]
-
-    def health(self) -> GpuHealth:
-        facts = {}
-        ask = self.ask
-        for name in dict.fromkeys(ask.at[p] for p in self.got if p in ask.at):
-            value = _fact(ask.facts[name], [self.got[p] for p in ask.paths[name] if p in self.got])
-            if value is not None:
-                facts[name] = value
-        return GpuHealth(self.bus_id, facts, tuple(self.unread))
-
-
-def _fact(fact: Field[Any], printed: list[_Got]) -> object:
-    """The fact from the values -q printed at its paths: the first, or (a total) their sum; None when none was
-    printed, or (a total) one of them is a note."""
-    if not printed or (fact.total and any(note is not None for *_, note in printed)):
-        return None
-    values = [_q_value(fact, lineno, line, text) for lineno, line, text, _ in printed if text is not None]
-    if not values:
-        return None
-    return sum(values) if fact.total else values[0]
-
-
-def _q_value(fact: Field[Any], lineno: int, line: str, text: str) -> Any:
-    """A -q value as its row reads it, after the unit -q prints (`16x`)."""
-    if fact.unit:
-        if not text.endswith(fact.unit):
-            raise ProbeParseError(lineno, line, f"{fact.read.what} is not like {fact.like!r}")
-        text = text[:-len(fact.unit)]
-    try:
-        return fact.read.parse(text)
-    except ValueError as exc:
-        raise ProbeParseError(lineno, line, str(exc)) from None
-
-
-def _sections(text: str, ask: _Lookup) -> Iterator[GpuHealth]:
-    """Each GPU section's header and the lines below it, read as the next section (or the end) is reached."""
-    section: _Section | None = None
-    body: list[tuple[int, str]] = []
-    seen: set[str] = set()
-    header: dict[Path, _Got] = {}
-    for lineno, line in enumerate(text.split("\n"), start=1):  # `lines`, inline: -q is long
-        if line[-1:] == "\r":
-            line = line[:-1]
-        if not line or line.isspace():
-            continue
-        if line[0].isspace():
-            if section is None:
-                raise ProbeParseError(lineno, line, "indented line before the first GPU section")
-            body.append((lineno, line))
-            continue
-        if section is not None:
-            yield section.read(body)
-        bus_id = _top_level(lineno, line, section is not None, seen)
-        if bus_id is None:
-            _header(lineno, line, ask, header)
-        section, body = None if bus_id is None else _Section(bus_id, ask, header), []
-    if section is not None:
-        yield section.read(body)
-
-
-def _header(lineno: int, line: str, ask: _Lookup, header: dict[Path, _Got]) -> None:
-    """A `Key : value` line before the first GPU whose key a fact is read at."""
-    key, colon, raw = line.partition(":")
-    path = (key.strip().lower(),)
-    if colon and path in ask.at:
-        header[path] = (lineno, line, *reading(raw))
-
-
-def _top_level(lineno: int, line: str, in_gpu: bool, seen: set[str]) -> str | None:
-    """An unindented line: a GPU section's header, or (before the first one) the banner and `Key : value`."""
-    header = _GPU_HEADER.fullmatch(line.rstrip())
-    if header is not None:
-        if header.group(1) in seen:
-            raise ProbeParseError(lineno, line, "GPU listed twice")
-        seen.add(header.group(1))
-        return header.group(1)
-    if line.startswith("GPU "):
-        raise ProbeParseError(lineno, line, "GPU section header without a PCI bus id")
-    if any(needle in line for needle in _UNREADABLE_GPU):
-        raise ProbeParseError(lineno, line, "nvidia-smi names a GPU it cannot read")
-    if not in_gpu and (_BANNER.fullmatch(line.strip()) or _KEY_VALUE.fullmatch(line)):
-        return None
-    raise ProbeParseError(lineno, line, "expected a 'GPU <bus id>' section header")
 
 
 # --- --query-gpu's fields and -q -d ROW_REMAPPER ------------------------------------------------------------
@@ -298,38 +94,70 @@ def parse_facts(text: str) -> tuple[GpuHealth, ...] | None:
     less."""
     if _UNKNOWN_FIELD.search(text):
         return FIELDS_UNKNOWN
-    columns = lookup().columns
-    rows = [_fact_row(lineno, line, columns) for lineno, line in lines(text)]
+    ask = lookup()
+    rows = [_fact_row(lineno, line, ask) for lineno, line in lines(text)]
     if not rows:
         raise ProbeParseError(1, text[:80], "no GPU listed")
     return tuple(rows)
 
 
-def _fact_row(lineno: int, line: str, columns: tuple[_Column, ...]) -> GpuHealth:
-    """One CSV row: a split, then each cell read by its column (a plain value straight to its reader; a cell
-    that may be a note through `reading`)."""
+def _fact_row(lineno: int, line: str, ask: Lookup) -> GpuHealth:
+    """One CSV row: a split, the cells stripped, those that may be a note read through `reading` (a search of the
+    row for one first), then each value by its column's reader, in one comprehension."""
     bus, *cells = line.split(",")
-    if len(cells) != len(columns):
-        raise ProbeParseError(lineno, line, f"{len(cells) + 1} values, {len(columns) + 1} fields asked (output cut?)")
+    if len(cells) != len(ask.columns):
+        raise ProbeParseError(lineno, line, f"{len(cells) + 1} values, {len(ask.columns) + 1} fields asked "
+                                            "(output cut?)")
     bus_id = bus.strip()
     if not _BUS_ID.fullmatch(bus_id):
         raise ProbeParseError(lineno, line, "no PCI bus id")
+    texts: list[str | None] = [cell.strip() for cell in cells]
+    unread = _notes(texts, _maybe_notes(line, texts), ask.columns) if "[" in line or not MAYBE_NOTE.isdisjoint(texts) \
+        else ()
+    try:
+        facts = {name: read(text) for name, read, text in zip(ask.names, ask.readers, texts, strict=True)
+                 if text is not None}
+    except (ValueError, KeyError):  # a text a builtin reader refuses: read again by the rows' own, for the message
+        facts = _read_each(lineno, line, texts, ask.columns)
+    return GpuHealth(bus_id, facts, unread)
+
+
+def _read_each(lineno: int, line: str, texts: list[str | None], columns: tuple[Column, ...]) -> dict[str, object]:
+    """A row's values, each by its row's `Reader.parse`: the first it refuses, in the columns' order, is the error."""
     facts: dict[str, object] = {}
+    for column, text in zip(columns, texts, strict=True):
+        if text is not None:
+            try:
+                facts[column.name] = column.parse(text)
+            except ValueError as exc:
+                raise ProbeParseError(lineno, line, str(exc)) from None
+    return facts
+
+
+def _maybe_notes(line: str, texts: list[str | None]) -> list[int]:
+    """Which of a row's cells (after the bus id) may be a note, in order: those `MAYBE_NOTE` holds, and those that
+    begin with "[" (found by a search of the row for "[": a cell's index is the commas before it, less the bus id's)."""
+    found = MAYBE_NOTE.intersection(texts)
+    maybe = {i for i, text in enumerate(texts) if text in found} if found else set()
+    at = line.find("[")
+    while at >= 0:
+        i = line.count(",", 0, at) - 1
+        if i >= 0 and (texts[i] or "")[:1] == "[":
+            maybe.add(i)
+        at = line.find("[", at + 1)
+    return sorted(maybe)
+
+
+def _notes(texts: list[str | None], maybe: list[int], columns: tuple[Column, ...]) -> tuple[Unread, ...]:
+    """Each cell that may be a note (`maybe`) through `reading`: replaced in `texts` by the value it says (None:
+    none); a note in a strict column is a fact unread."""
     unread = []
-    for (name, parse, strict_check, query), cell in zip(columns, cells, strict=True):
-        text = cell.strip()
-        if text[:1] == "[" or text in MAYBE_NOTE:
-            said, note = reading(text)
-            if said is None:
-                if note is not None and strict_check is not None:
-                    unread.append(Unread(strict_check, query, note))
-                continue
-            text = said
-        try:
-            facts[name] = parse(text)
-        except ValueError as exc:
-            raise ProbeParseError(lineno, line, str(exc)) from None
-    return GpuHealth(bus_id, facts, tuple(unread))
+    for i in maybe:
+        texts[i], note = reading(texts[i] or "")
+        check = columns[i].strict_check
+        if note is not None and check is not None:
+            unread.append(Unread(check, columns[i].query, note))
+    return tuple(unread)
 
 
 def remaps_argv(nvidia_smi: str) -> list[str]:

@@ -118,7 +118,9 @@ def parse_gpu_query(text: str, fields: Sequence[str]) -> tuple[GpuRow, ...]:
     pick = _row_picker(tuple(fields))
     rows = []
     for lineno, line in lines(text):
-        values = [field_value(raw) for raw in split_csv(line, lineno, len(fields))]
+        values: list[str | None] = [raw.strip() for raw in split_csv(line, lineno, len(fields))]
+        if "[" in line or not NULL_VALUES.isdisjoint(values):  # a value that may be a marker: each through field_value
+            values = [field_value(raw or "") for raw in values]
         values.append(None)  # what a field not asked reads as
         rows.append(_gpu_row(pick(values), lineno, line))
     return tuple(rows)
@@ -138,17 +140,10 @@ def _row_picker(fields: tuple[str, ...]) -> Callable[[list[str | None]], tuple[s
 
 
 def _gpu_row(values: tuple[str | None, ...], lineno: int, line: str) -> GpuRow:
+    """`GpuRow`'s fields by position, in its order (fewer calls than by keyword: a row of every GPU, every poll)."""
     index, used, uuid, bus_id, name, total, ecc, mig = values
-    return GpuRow(
-        index=parse_int(index or "", lineno, line, "GPU index"),
-        memory_used_mib=parse_mib(used),
-        uuid=uuid,
-        pci_bus_id=bus_id,
-        name=name,
-        memory_total_mib=parse_mib(total),
-        ecc_uncorrected=_optional_int(ecc),
-        mig=mig == "Enabled",
-    )
+    return GpuRow(parse_int(index or "", lineno, line, "GPU index"), parse_mib(used), uuid, bus_id, name,
+                  parse_mib(total), _optional_int(ecc), mig == "Enabled")
 
 
 # --- nvidia-smi --query-compute-apps -----------------------------------------
