@@ -23,7 +23,7 @@ from pathlib import Path
 from fleet.inventory.nodesets import fold
 from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, Level, RunReport, StepStatus
 from fleet.report import uniform
-from fleet.report.html_rows import STATUS_ORDER, Host, Hosts, Row, esc, rows, secs, status_class, status_of
+from fleet.report.html_rows import STATUS_ORDER, Escaped, Host, Hosts, Row, esc, rows, secs, status_class, status_of
 from fleet.report.html_style import CSS
 from fleet.report.html_timeline import BAR_UNITS, timeline
 from fleet.report.render import error_shape, fold_errors
@@ -68,9 +68,10 @@ def page(run: RunPage, *, log_folder: str | None = None) -> str:
     """The report page of one run. `log_folder` names the run's log folder in each host's log path (else the page's
     own folder: the logs lie beside it)."""
     hosts, report = run.hosts, run.report
-    shown = rows(hosts)
+    shown, escaped = rows(hosts), Escaped()
     title = f"fleet {report.command} {report.run_id}: {_tally(hosts)}"
-    body = [_header(run, hosts), _outcome(hosts), _grid(shown, run.rack), timeline(shown), _details(shown, log_folder),
+    body = [_header(run, hosts), _outcome(hosts), _grid(shown, escaped, run.rack), timeline(shown),
+            _details(shown, escaped, log_folder),
             f"<footer>fleet {esc(run.fleet_version)} · built from summary.json · no script, nothing"
             " loaded from the network</footer>"]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -179,22 +180,19 @@ def _amount(value: object) -> str:
     return str(value) if isinstance(value, int) else "n/a"
 
 
-def _cell(index: int, before: Before, gpu: GpuReport | None, has_before: bool) -> str:
-    """A GPU's cell: its title says `gpu 3: 70000 → 0 MiB; settled in 1.2 s; <each health finding>` (numbers, and
-    the findings' words escaped)."""
-    findings: tuple[Finding, ...] = ()
+def _cell(index: int, before: Before, gpu: GpuReport | None, has_before: bool, e: Escaped) -> str:
+    """A GPU's cell: its title says `gpu 3: 70000 → 0 MiB; settled in 1.2 s; <each health finding>` (the findings'
+    words escaped), its halves the buckets of its memory before (`has_before`: the strip on top) and after."""
+    was, top = (f"{_amount(before)} → ", f"<i class=\"b {bucket(before)}\"></i>") if has_before else ("", "")
+    wide = "" if has_before else " w"
     if gpu is None:
-        now, after = "not listed after", "gone"
-    else:
-        now, after, findings = f"{_amount(gpu.memory_used_mib)} MiB", bucket(gpu.memory_used_mib), gpu.health
-    title = f"gpu {index}: {_amount(before)} → {now}" if has_before else f"gpu {index}: {now}"
-    if gpu is not None and gpu.settle_s is not None:
-        title += f"; settled in {gpu.settle_s} s"
+        return f"<td class=\"c\" title=\"gpu {index}: {was}not listed after\">{top}<i class=\"gone{wide}\"></i></td>"
+    used, findings = gpu.memory_used_mib, gpu.health
+    said = f"; settled in {gpu.settle_s} s" if gpu.settle_s is not None else ""
     for f in findings:
-        title += f"; {esc(f.check)} {f.level}: {esc(f.detail)}"
-    top = f"<i class=\"b {bucket(before)}\"></i>" if has_before else ""
-    return (f"<td class=\"c{_worst(findings) if findings else ''}\" title=\"{title}\">{top}"
-            f"<i class=\"{after}{'' if has_before else ' w'}\"></i></td>")
+        said += f"; {e[f.check]} {f.level}: {e[f.detail]}"
+    return (f"<td class=\"c{_worst(findings) if findings else ''}\" title=\"gpu {index}: {was}{_amount(used)} MiB"
+            f"{said}\">{top}<i class=\"{bucket(used)}{wide}\"></i></td>")
 
 
 def _model(host: Host) -> str:
@@ -206,7 +204,7 @@ def _model(host: Host) -> str:
     return f"{len(host.gpus)} × {esc(first.name or 'GPU')}{total}"
 
 
-def _grid_row(row: Row, odd: Sequence[str] = ()) -> str:
+def _grid_row(row: Row, e: Escaped, odd: Sequence[str] = ()) -> str:
     """The host's row; `odd`: why its settings (GPU, fabric manager) make it an odd one out (`fleet.report.uniform`)."""
     host = row.host
     cells = gpu_cells(host) if host is not None else []
@@ -215,7 +213,7 @@ def _grid_row(row: Row, odd: Sequence[str] = ()) -> str:
     words = "; ".join(_finding_words(f) for f in node)
     mark = f"<span class=\"mark{_worst(node)}\" title=\"{esc(words)}\">!</span>" if node else ""
     mark += f"<span class=\"odd\" title=\"settings: {esc('; '.join(odd))}\">≠</span>" if odd else ""
-    body = ("".join(_cell(i, b, g, has_before) for i, b, g in cells)
+    body = ("".join(_cell(i, b, g, has_before, e) for i, b, g in cells)
             or "<td class=\"none\" colspan=\"64\">no GPU read</td>")  # across the GPU columns, widening none
     return (f"<tr data-row=\"grid\" data-host=\"{row.name}\" data-gpus=\"{len(cells)}\"{' data-odd' if odd else ''}>"
             f"<th title=\"{_model(host)}\"><a href=\"#h-{row.name}\">{row.name}</a>{mark}</th><td class=\"st"
@@ -233,9 +231,9 @@ def _legend() -> str:
             " (hover it)</span></p>")
 
 
-def _grid(shown: Mapping[str, Row], rack: uniform.Rack | None = None) -> str:
+def _grid(shown: Mapping[str, Row], e: Escaped, rack: uniform.Rack | None = None) -> str:
     odd = uniform.odd({name: row.host for name, row in shown.items()}, rack)
-    lines = "\n".join(_grid_row(row, odd.get(name, ())) for name, row in shown.items())
+    lines = "\n".join(_grid_row(row, e, odd.get(name, ())) for name, row in shown.items())
     return (f"<section id=\"grid\"><h2>GPUs</h2>\n{_legend()}\n<table class=\"grid\"><tr><th>host</th><th>status</th>"
             f"<th colspan=\"64\">GPUs</th></tr>\n{lines}</table></section>")
 
@@ -264,11 +262,10 @@ def _finding_words(finding: HostFinding) -> str:
     return f"{finding.check} {finding.level}{where}: {finding.detail}"
 
 
-def _processes(host: HostReport) -> list[str]:
-    killed = _table(KILLED_HEAD, (f"<tr><td>{k.pid}</td><td>{esc(k.name)}</td><td>{esc(k.user)}</td><td>"
-                                  f"{esc(k.signal)}</td></tr>" for k in host.killed))
-    kept = _table(KEPT_HEAD, (f"<tr><td>{k.pid}</td><td>{esc(k.name)}</td><td>{esc(k.why)}</td></tr>"
-                              for k in host.kept))
+def _processes(host: HostReport, e: Escaped) -> list[str]:
+    killed = _table(KILLED_HEAD, (f"<tr><td>{k.pid}</td><td>{e[k.name]}</td><td>{e[k.user]}</td><td>{e[k.signal]}"
+                                  "</td></tr>" for k in host.killed))
+    kept = _table(KEPT_HEAD, (f"<tr><td>{k.pid}</td><td>{e[k.name]}</td><td>{e[k.why]}</td></tr>" for k in host.kept))
     plan = host.plan
     would = _table(WOULD_HEAD, (f"<tr><td>{p.pid}</td><td>{esc(p.user)}</td><td>{esc(p.name)}</td><td>{mib(p.mib)}"
                                 "</td></tr>" for p in (plan.would_kill if plan is not None else ())))
@@ -278,8 +275,8 @@ def _processes(host: HostReport) -> list[str]:
     return [t for t in (killed, kept, would, spared) if t]
 
 
-def _health(host: HostReport) -> str:
-    rows_html = [f"<tr><td>gpu {g.index}</td><td>{esc(f.check)}</td><td>{f.level}</td><td>{esc(f.detail)}</td></tr>"
+def _health(host: HostReport, e: Escaped) -> str:
+    rows_html = [f"<tr><td>gpu {g.index}</td><td>{e[f.check]}</td><td>{f.level}</td><td>{e[f.detail]}</td></tr>"
                  for g in host.gpus for f in g.health]
     rows_html += [f"<tr><td>{esc(f'node {f.pci}' if f.pci else 'node')}</td><td>{esc(f.check)}</td><td>{f.level}"
                   f"</td><td>{esc(f.detail)}</td></tr>" for f in host.health]
@@ -307,20 +304,20 @@ def _scheduler(host: HostReport) -> str:
     return "".join(f"<p class=\"slurm\">{esc(line)}</p>" for line in lines)
 
 
-def _parts(host: HostReport) -> list[str]:
+def _parts(host: HostReport, e: Escaped) -> list[str]:
     """The host's detail, but for its error and log: its steps, processes, health findings and Slurm's part."""
     steps = _table(STEPS_HEAD, (f"<tr><td>{s.name.value}</td><td>{s.status.value}</td><td>"
                                 f"{secs(s.duration_s) if s.status is not StepStatus.SKIPPED else '-'}</td><td>"
-                                f"{esc(s.detail or '')}</td></tr>" for s in host.steps), "small steps")
-    return [steps, *_processes(host), _health(host), _scheduler(host)]
+                                f"{e[s.detail or '']}</td></tr>" for s in host.steps), "small steps")
+    return [steps, *_processes(host, e), _health(host, e), _scheduler(host)]
 
 
-def _host(row: Row, log_folder: str) -> str:
+def _host(row: Row, e: Escaped, log_folder: str) -> str:
     """The host's details; `log_folder`: its log's folder as HTML, with its closing slash (or none)."""
     host, name = row.host, row.name
     reason = f" {host.reason.value}" if host is not None and host.reason else ""
     error = host.error if host is not None else NO_OUTCOME
-    parts = [f"<p class=\"err\">{esc(error)}</p>" if error else "", *(_parts(host) if host is not None else ()),
+    parts = [f"<p class=\"err\">{esc(error)}</p>" if error else "", *(_parts(host, e) if host is not None else ()),
              f"<p class=\"log\">log: <a href=\"{name}.jsonl\">{log_folder}{name}.jsonl</a></p>"]
     opened = "" if row.status in ("clean", "planned") else " open"
     took = secs(host.duration_s if host is not None else None)
@@ -329,10 +326,10 @@ def _host(row: Row, log_folder: str) -> str:
             f"{''.join(p for p in parts if p)}</details>")
 
 
-def _details(shown: Mapping[str, Row], log_folder: str | None) -> str:
+def _details(shown: Mapping[str, Row], e: Escaped, log_folder: str | None) -> str:
     order = {s: i for i, s in enumerate(STATUS_ORDER)}
     names = sorted(shown, key=lambda n: (shown[n].status in ("clean", "planned"), order.get(shown[n].status, -1), n))
     folder = f"{esc(log_folder.rstrip('/'))}/" if log_folder else ""
     return ("<section id=\"hosts\"><h2>Hosts</h2>\n<p class=\"legend\">hosts that did not end clean first, open;"
-            " click a host to open or close it.</p>\n" + "\n".join(_host(shown[n], folder) for n in names)
+            " click a host to open or close it.</p>\n" + "\n".join(_host(shown[n], e, folder) for n in names)
             + "</section>")

@@ -3,7 +3,9 @@ name as HTML, its status and the status's class, and its bars on the timeline (`
 
 Escaping: every string from a report is escaped (`esc`) once, where the page takes it in; what fleet itself writes
 (a number, a status or step name: an enum's value, seconds formatted here) holds no markup and is written as is.
-`esc` maps character by character, so the escape of a concatenation is the concatenation of the escapes."""
+`esc` maps character by character, so the escape of a concatenation is the concatenation of the escapes. The words
+of hosts' reports repeat (every GPU's `persistence mode off`, every host's `sglang.service inactive`): a page
+escapes each distinct one once (`Escaped`)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,14 @@ _BAD = (StepStatus.FAILED, StepStatus.TIMEOUT)
 
 def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+class Escaped(dict[str, str]):
+    """One page's strings as HTML, each distinct one escaped once (`esc` depends on the string alone): `e[text]`."""
+
+    def __missing__(self, text: str) -> str:
+        self[text] = escaped = esc(text)
+        return escaped
 
 
 def secs(value: object) -> str:
