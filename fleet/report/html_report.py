@@ -15,9 +15,11 @@ atomically.
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from fleet.inventory.nodesets import fold
@@ -147,15 +149,17 @@ def _outcome(hosts: Hosts) -> str:
 # --- the rack grid ----------------------------------------------------------------------------------------------
 
 Before = int | None | str  # a GPU's MiB before the reset: a number, unreadable (None), or not read ("")
+_INDEX = attrgetter("index")
+_FAIL, _WARN = Level.FAIL, Level.WARN
+
+
+_MOST = tuple(most for _, most, _ in BUCKETS if most is not None)  # the buckets' bounds, ascending
+_NAMES = tuple(name for name, _, _ in BUCKETS)
 
 
 def bucket(value: object) -> str:
-    if not isinstance(value, int):
-        return "na"
-    for name, most, _ in BUCKETS:
-        if most is None or value <= most:
-            return name
-    return "na"  # unreachable: the last bucket takes every amount
+    """The memory bucket of an amount of MiB (the first whose bound it is at or under); `na`: not a number."""
+    return _NAMES[bisect_left(_MOST, value)] if isinstance(value, int) else "na"
 
 
 def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
@@ -163,7 +167,7 @@ def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
     `plan.gpu_memory_mib`), paired with the n-th GPU verify listed (by index)."""
     before: Sequence[int | None] = host.memory_before_mib if host.memory_before_mib is not None else (
         host.plan.gpu_memory_mib if host.plan is not None else ())
-    after = sorted(host.gpus, key=lambda g: g.index)
+    after = sorted(host.gpus, key=_INDEX)
     cells: list[tuple[int, Before, GpuReport | None]] = []
     for n in range(max(len(before), len(after))):
         gpu = after[n] if n < len(after) else None
@@ -173,7 +177,7 @@ def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
 
 def _worst(findings: Iterable[Finding | HostFinding]) -> str:
     levels = {f.level for f in findings}
-    return " hf" if Level.FAIL in levels else " hw" if Level.WARN in levels else ""
+    return " hf" if _FAIL in levels else " hw" if _WARN in levels else ""
 
 
 def _amount(value: object) -> str:
