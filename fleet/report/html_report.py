@@ -176,8 +176,14 @@ def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
 
 
 def _worst(findings: Iterable[Finding | HostFinding]) -> str:
-    levels = {f.level for f in findings}
-    return " hf" if _FAIL in levels else " hw" if _WARN in levels else ""
+    """The outline of the worst finding: ` hf` a failed check, ` hw` a warning, else none."""
+    worst = ""
+    for f in findings:
+        if f.level == _FAIL:
+            return " hf"
+        if f.level == _WARN:
+            worst = " hw"
+    return worst
 
 
 def _amount(value: object) -> str:
@@ -310,7 +316,7 @@ def _scheduler(host: HostReport) -> str:
 
 def _parts(host: HostReport, e: Escaped) -> list[str]:
     """The host's detail, but for its error and log: its steps, processes, health findings and Slurm's part."""
-    steps = _table(STEPS_HEAD, (f"<tr><td>{s.name.value}</td><td>{s.status.value}</td><td>"
+    steps = _table(STEPS_HEAD, (f"<tr><td>{s.name}</td><td>{s.status}</td><td>"
                                 f"{secs(s.duration_s) if s.status is not StepStatus.SKIPPED else '-'}</td><td>"
                                 f"{e[s.detail or '']}</td></tr>" for s in host.steps), "small steps")
     return [steps, *_processes(host, e), _health(host, e), _scheduler(host)]

@@ -2,7 +2,8 @@
 name as HTML, its status and the status's class, and its bars on the timeline (`segments`).
 
 Escaping: every string from a report is escaped (`esc`) once, where the page takes it in; what fleet itself writes
-(a number, a status or step name: an enum's value, seconds formatted here) holds no markup and is written as is.
+(a number, a status or step name: a StrEnum, whose str and format are its value; seconds formatted here) holds no
+markup and is written as is.
 `esc` maps character by character, so the escape of a concatenation is the concatenation of the escapes. The words
 of hosts' reports repeat (every GPU's `persistence mode off`, every host's `sglang.service inactive`): a page
 escapes each distinct one once (`Escaped`)."""
@@ -43,7 +44,7 @@ def secs(value: object) -> str:
 
 
 def status_of(host: Host) -> str:
-    return host.status.value if host is not None else NOT_ON_RECORD
+    return str(host.status) if host is not None else NOT_ON_RECORD  # a StrEnum's str: its value
 
 
 def status_class(status: str) -> str:
@@ -59,9 +60,9 @@ def segments(host: Host) -> list[Bar]:
     at = max(host.duration_s - sum(s.duration_s for s in steps), 0.0)
     out = [("pre", 0.0, at, f"before drain {at:.2f} s")] if at > 0 else []
     for step in steps:
-        name, length = step.name.value, step.duration_s
+        name, length = str(step.name), step.duration_s
         kind = "bad" if step.status in _BAD else name if name in STEPS else "other"
-        out.append((kind, at, length, f"{name} {step.status.value} {length:.2f} s"))
+        out.append((kind, at, length, f"{name} {step.status} {length:.2f} s"))
         at += length
     return out
 
