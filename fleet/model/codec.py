@@ -92,7 +92,10 @@ def step_document(step: StepResult) -> dict[str, Any]:
 
 def gpu_document(gpu: GpuReport) -> dict[str, Any]:
     """A GPU as `asdict` writes it (`settings` null where verify did not read them)."""
-    return {**flat(gpu), "health": tuple(flat(f) for f in gpu.health), "settings": settings_document(gpu)}
+    document = flat(gpu)  # health and settings replaced where they stand
+    document["health"] = tuple([flat(f) for f in gpu.health])
+    document["settings"] = settings_document(gpu)
+    return document
 
 
 def settings_document(gpu: GpuReport) -> dict[str, Any] | None:

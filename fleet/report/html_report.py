@@ -7,44 +7,35 @@ outcome folded as the summary folds it (largest group first), a rack grid (a row
 by its memory before and after the reset, outlined where a health finding fails or warns; each cell's title gives
 the numbers), a timeline (a row per host, its steps as bars on one time axis, sorted by end time) and, per host,
 the error, what was killed and kept, the health findings, Slurm before and after, and the path of its JSONL log.
-
-The report keeps each step's duration and each host's start in the run (`start_s`): a host's bars are laid end to
-end from there, the time before drain (connect, lock, baselines) first, and a wait for its node's Slurm jobs
-(`slurm.waited_s`) is its own bar ending where the host started. A report without `start_s` (an older fleet's
-summary.json, a page built from the history) has each host's bars start at the host's own start instead, and the
-page says so. `write_page` is the I/O: report.html beside summary.json, atomically.
+Each host's name, status and bars are worked out once for all parts (`fleet.report.html_rows`, which says what is
+escaped); the timeline is `fleet.report.html_timeline`. `write_page` is the I/O: report.html beside summary.json,
+atomically.
 """
 
 from __future__ import annotations
 
-import html
 import os
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from fleet.inventory.nodesets import fold
 from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, Level, RunReport, StepStatus
-from fleet.node.jobs import job_sides
 from fleet.report import uniform
+from fleet.report.html_rows import STATUS_ORDER, Escaped, Host, Hosts, Row, esc, rows, secs, status_class, status_of
 from fleet.report.html_style import CSS
+from fleet.report.html_timeline import BAR_UNITS, timeline
 from fleet.report.render import error_shape, fold_errors
 from fleet.text import printable
 
 REPORT_HTML = "report.html"
-STATUS_ORDER = ("clean", "failed", "unreachable", "skipped", "planned")
-STEPS = ("drain", "kill", "settle", "verify")
 # Memory buckets of a grid cell: (class, the most MiB it takes, the legend's words).
 BUCKETS = (("m0", 16, "≤ 16 MiB"), ("m1", 1024, "≤ 1 GiB"), ("m2", 16384, "≤ 16 GiB"), ("m3", 49152, "≤ 48 GiB"),
            ("m4", None, "> 48 GiB"))
-TICKS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
-BAR_UNITS = 1000  # a timeline row's SVG width in user units; the axis spans [0, extent] seconds
-NOT_ON_RECORD = "not on record"  # the status of a target a page built from the history has no outcome of
 NO_OUTCOME = "the history has no outcome of this host in this run"
-
-Host = HostReport | None  # a host on the page; None: a target not on record
-Hosts = Mapping[str, Host]
 
 
 @dataclass(frozen=True)
@@ -68,28 +59,21 @@ class RunPage:
         return shown
 
 
-def esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
+__all__ = ["BAR_UNITS", "REPORT_HTML", "RunPage", "outcome_groups", "page", "write_page"]
 
 
 def mib(value: object) -> str:
     return f"{value} MiB" if isinstance(value, int) else "n/a"
 
 
-def secs(value: object) -> str:
-    return f"{value:.1f} s" if isinstance(value, int | float) else "-"
-
-
-def status_of(host: Host) -> str:
-    return host.status.value if host is not None else NOT_ON_RECORD
-
-
 def page(run: RunPage, *, log_folder: str | None = None) -> str:
     """The report page of one run. `log_folder` names the run's log folder in each host's log path (else the page's
     own folder: the logs lie beside it)."""
     hosts, report = run.hosts, run.report
+    shown, escaped = rows(hosts), Escaped()
     title = f"fleet {report.command} {report.run_id}: {_tally(hosts)}"
-    body = [_header(run, hosts), _outcome(hosts), _grid(hosts, run.rack), _timeline(hosts), _details(hosts, log_folder),
+    body = [_header(run, hosts), _outcome(hosts), _grid(shown, escaped, run.rack), timeline(shown),
+            _details(shown, escaped, log_folder),
             f"<footer>fleet {esc(run.fleet_version)} · built from summary.json · no script, nothing"
             " loaded from the network</footer>"]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -122,16 +106,12 @@ def _tally(hosts: Hosts) -> str:
     return ", ".join(f"{n} {s}" for s, n in _counts(hosts).items()) or "no host"
 
 
-def _status_class(status: str) -> str:
-    return f"s-{status}" if status in STATUS_ORDER else "s-other"
-
-
 def _header(run: RunPage, hosts: Hosts) -> str:
     counts, report = _counts(hosts), run.report
     good = counts.get("clean", 0) + counts.get("planned", 0)
     verdict = ("no host" if not hosts else f"{len(hosts) - good} of {len(hosts)} hosts not clean"
                if good < len(hosts) else f"all {len(hosts)} hosts {'clean' if counts.get('clean') else 'planned'}")
-    badges = "".join(f"<li class=\"badge {_status_class(s)}\" data-status=\"{esc(s)}\" data-count=\"{n}\">{n} {esc(s)}"
+    badges = "".join(f"<li class=\"badge {status_class(s)}\" data-status=\"{esc(s)}\" data-count=\"{n}\">{n} {esc(s)}"
                      "</li>" for s, n in counts.items())
     started = report.started_at.replace("T", " ")
     took = secs(report.duration_s) if run.ended else secs(None)
@@ -159,7 +139,7 @@ def outcome_groups(hosts: Hosts) -> list[tuple[str, str, list[str], str]]:
 
 def _outcome(hosts: Hosts) -> str:
     rows = [f"<tr data-row=\"outcome\" data-count=\"{len(names)}\"><td class=\"num\">{len(names)}</td>"
-            f"<td><span class=\"badge {_status_class(status)}\">{esc(status)}</span></td><td>{esc(reason)}</td>"
+            f"<td><span class=\"badge {status_class(status)}\">{esc(status)}</span></td><td>{esc(reason)}</td>"
             f"<td class=\"set\">{esc(fold(names))}</td><td>{esc(error)}</td></tr>"
             for status, reason, names, error in outcome_groups(hosts)]
     return ("<section id=\"outcome\"><h2>Outcome</h2>\n<table class=\"outcome\"><tr><th>hosts</th><th>status</th>"
@@ -169,12 +149,17 @@ def _outcome(hosts: Hosts) -> str:
 # --- the rack grid ----------------------------------------------------------------------------------------------
 
 Before = int | None | str  # a GPU's MiB before the reset: a number, unreadable (None), or not read ("")
+_INDEX = attrgetter("index")
+_FAIL, _WARN = Level.FAIL, Level.WARN
+
+
+_MOST = tuple(most for _, most, _ in BUCKETS if most is not None)  # the buckets' bounds, ascending
+_NAMES = tuple(name for name, _, _ in BUCKETS)
 
 
 def bucket(value: object) -> str:
-    if not isinstance(value, int):
-        return "na"
-    return next(name for name, most, _ in BUCKETS if most is None or value <= most)
+    """The memory bucket of an amount of MiB (the first whose bound it is at or under); `na`: not a number."""
+    return _NAMES[bisect_left(_MOST, value)] if isinstance(value, int) else "na"
 
 
 def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
@@ -182,7 +167,7 @@ def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
     `plan.gpu_memory_mib`), paired with the n-th GPU verify listed (by index)."""
     before: Sequence[int | None] = host.memory_before_mib if host.memory_before_mib is not None else (
         host.plan.gpu_memory_mib if host.plan is not None else ())
-    after = sorted(host.gpus, key=lambda g: g.index)
+    after = sorted(host.gpus, key=_INDEX)
     cells: list[tuple[int, Before, GpuReport | None]] = []
     for n in range(max(len(before), len(after))):
         gpu = after[n] if n < len(after) else None
@@ -191,52 +176,58 @@ def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
 
 
 def _worst(findings: Iterable[Finding | HostFinding]) -> str:
-    levels = {f.level for f in findings}
-    return " hf" if Level.FAIL in levels else " hw" if Level.WARN in levels else ""
+    """The outline of the worst finding: ` hf` a failed check, ` hw` a warning, else none."""
+    worst = ""
+    for f in findings:
+        if f.level == _FAIL:
+            return " hf"
+        if f.level == _WARN:
+            worst = " hw"
+    return worst
 
 
 def _amount(value: object) -> str:
     return str(value) if isinstance(value, int) else "n/a"
 
 
-def _cell(index: int, before: Before, gpu: GpuReport | None, has_before: bool) -> str:
-    """A GPU's cell: its title says `gpu 3: 70000 → 0 MiB; settled in 1.2 s; <each health finding>`."""
-    after = gpu.memory_used_mib if gpu is not None else None
-    findings = gpu.health if gpu is not None else ()
-    now = f"{_amount(after)} MiB" if gpu is not None else "not listed after"
-    words = [f"gpu {index}: {_amount(before)} → {now}" if has_before else f"gpu {index}: {now}"]
-    if gpu is not None and gpu.settle_s is not None:
-        words.append(f"settled in {gpu.settle_s} s")
-    words += [f"{f.check} {f.level}: {f.detail}" for f in findings]
-    halves = (f"<i class=\"b {bucket(before)}\"></i>" if has_before else "") + (
-        f"<i class=\"{bucket(after) if gpu is not None else 'gone'}{'' if has_before else ' w'}\"></i>")
-    return f"<td class=\"c{_worst(findings)}\" title=\"{esc('; '.join(words))}\">{halves}</td>"
+def _cell(index: int, before: Before, gpu: GpuReport | None, has_before: bool, e: Escaped) -> str:
+    """A GPU's cell: its title says `gpu 3: 70000 → 0 MiB; settled in 1.2 s; <each health finding>` (the findings'
+    words escaped), its halves the buckets of its memory before (`has_before`: the strip on top) and after."""
+    was, top = (f"{_amount(before)} → ", f"<i class=\"b {bucket(before)}\"></i>") if has_before else ("", "")
+    wide = "" if has_before else " w"
+    if gpu is None:
+        return f"<td class=\"c\" title=\"gpu {index}: {was}not listed after\">{top}<i class=\"gone{wide}\"></i></td>"
+    used, findings = gpu.memory_used_mib, gpu.health
+    said = f"; settled in {gpu.settle_s} s" if gpu.settle_s is not None else ""
+    for f in findings:
+        said += f"; {e[f.check]} {f.level}: {e[f.detail]}"
+    return (f"<td class=\"c{_worst(findings) if findings else ''}\" title=\"gpu {index}: {was}{_amount(used)} MiB"
+            f"{said}\">{top}<i class=\"{bucket(used)}{wide}\"></i></td>")
 
 
 def _model(host: Host) -> str:
-    """How many GPUs verify listed, the first one's model and memory: the grid row's hover text."""
+    """How many GPUs verify listed, the first one's model and memory: the grid row's hover text (as HTML)."""
     if host is None or not host.gpus:
         return "no GPU listed"
     first = host.gpus[0]
     total = f", {first.memory_total_mib} MiB" if first.memory_total_mib is not None else ""
-    return f"{len(host.gpus)} × {first.name or 'GPU'}{total}"
+    return f"{len(host.gpus)} × {esc(first.name or 'GPU')}{total}"
 
 
-def _grid_row(name: str, host: Host, odd: Sequence[str] = ()) -> str:
+def _grid_row(row: Row, e: Escaped, odd: Sequence[str] = ()) -> str:
     """The host's row; `odd`: why its settings (GPU, fabric manager) make it an odd one out (`fleet.report.uniform`)."""
+    host = row.host
     cells = gpu_cells(host) if host is not None else []
     has_before = any(b != "" for _, b, _ in cells)
     node = host.health if host is not None else ()
     words = "; ".join(_finding_words(f) for f in node)
     mark = f"<span class=\"mark{_worst(node)}\" title=\"{esc(words)}\">!</span>" if node else ""
     mark += f"<span class=\"odd\" title=\"settings: {esc('; '.join(odd))}\">≠</span>" if odd else ""
-    body = ("".join(_cell(i, b, g, has_before) for i, b, g in cells)
+    body = ("".join(_cell(i, b, g, has_before, e) for i, b, g in cells)
             or "<td class=\"none\" colspan=\"64\">no GPU read</td>")  # across the GPU columns, widening none
-    status = status_of(host)
-    return (f"<tr data-row=\"grid\" data-host=\"{esc(name)}\" data-gpus=\"{len(cells)}\"{' data-odd' if odd else ''}>"
-            f"<th title=\""
-            f"{esc(_model(host))}\"><a href=\"#h-{esc(name)}\">{esc(name)}</a>{mark}</th><td class=\"st"
-            f" {_status_class(status)}\">{esc(status)}</td>{body}</tr>")
+    return (f"<tr data-row=\"grid\" data-host=\"{row.name}\" data-gpus=\"{len(cells)}\"{' data-odd' if odd else ''}>"
+            f"<th title=\"{_model(host)}\"><a href=\"#h-{row.name}\">{row.name}</a>{mark}</th><td class=\"st"
+            f" {row.css}\">{row.status}</td>{body}</tr>")
 
 
 def _legend() -> str:
@@ -250,166 +241,30 @@ def _legend() -> str:
             " (hover it)</span></p>")
 
 
-def _grid(hosts: Hosts, rack: uniform.Rack | None = None) -> str:
-    odd = uniform.odd(hosts, rack)
-    rows = "\n".join(_grid_row(name, host, odd.get(name, ())) for name, host in hosts.items())
+def _grid(shown: Mapping[str, Row], e: Escaped, rack: uniform.Rack | None = None) -> str:
+    odd = uniform.odd({name: row.host for name, row in shown.items()}, rack)
+    lines = "\n".join(_grid_row(row, e, odd.get(name, ())) for name, row in shown.items())
     return (f"<section id=\"grid\"><h2>GPUs</h2>\n{_legend()}\n<table class=\"grid\"><tr><th>host</th><th>status</th>"
-            f"<th colspan=\"64\">GPUs</th></tr>\n{rows}</table></section>")
+            f"<th colspan=\"64\">GPUs</th></tr>\n{lines}</table></section>")
 
 
-# --- the timeline -----------------------------------------------------------------------------------------------
-
-Bar = tuple[str, float, float, str]  # (class, start, length, words)
+# --- per host: a table's rows each one template, what fleet wrote (numbers, enum values) not escaped -------------
 
 
-def segments(host: Host) -> list[Bar]:
-    """(class, start, length, words) in seconds from the host's start: the time before drain (connect, lock,
-    baselines: the host's duration less its steps'), then each step that ran, end to end."""
-    if host is None:
-        return []
-    steps = [s for s in host.steps if s.status is not StepStatus.SKIPPED and s.duration_s]
-    spent = sum(s.duration_s for s in steps)
-    out = []
-    at = max(host.duration_s - spent, 0.0)
-    if at > 0:
-        out.append(("pre", 0.0, at, f"before drain {at:.2f} s"))
-    for step in steps:
-        name, length = step.name.value, step.duration_s
-        bad = step.status in (StepStatus.FAILED, StepStatus.TIMEOUT)
-        kind = "bad" if bad else name if name in STEPS else "other"
-        out.append((kind, at, length, f"{name} {step.status.value} {length:.2f} s"))
-        at += length
-    return out
+def _head(*names: str) -> str:
+    return "".join(f"<th>{esc(name)}</th>" for name in names)
 
 
-def job_wait(host: Host) -> float:
-    """Seconds the host waited for its node's jobs before it started (its scheduler's `waited_s`); else 0."""
-    waited = host.scheduler.waited_s if host is not None and host.scheduler is not None else None
-    return waited if waited is not None and waited > 0 else 0.0
+STEPS_HEAD, KILLED_HEAD, KEPT_HEAD = _head("step", "status", "took", "detail"), _head(
+    "killed pid", "name", "user", "signal"), _head("kept pid", "name", "why")
+WOULD_HEAD, SPARED_HEAD = _head("would kill pid", "user", "name", "MiB"), _head(
+    "would keep pid", "user", "name", "MiB", "why")
+HEALTH_HEAD = _head("where", "check", "level", "finding")
 
 
-def scheduler_title(host: Host) -> str:
-    """How the page names the host's scheduler: its node side's title (`Slurm`), else its name."""
-    if host is None or host.scheduler is None:
-        return ""
-    by = host.scheduler.by
-    return next((side.title for side in job_sides() if side.name == by), by)
-
-
-def on_run_axis(hosts: Hosts) -> bool:
-    """Whether every host that ran has its start in the run (`start_s`): then the timeline's axis is the run's. A
-    report without (an older fleet's summary.json, a page built from the history) has each host's bars start at
-    the host's own start."""
-    return all(h is not None and h.start_s is not None for h in hosts.values() if segments(h))
-
-
-def placed(host: Host, run_axis: bool) -> list[Bar]:
-    """The host's bars on the timeline's axis: on the run's, its steps from its `start_s`, after its Slurm wait (its
-    own bar, `wait`, ending where the host started); else its steps from 0 (no wait: it would lie before 0)."""
-    bars = segments(host)
-    if not run_axis or not bars or host is None or host.start_s is None:
-        return bars
-    start = host.start_s
-    waited = job_wait(host)
-    wait = [("wait", max(start - waited, 0.0), min(waited, start), f"{scheduler_title(host)} wait {waited:.2f} s")
-            ] if waited else []
-    return wait + [(kind, start + at, length, words) for kind, at, length, words in bars]
-
-
-def end_of(host: Host, run_axis: bool) -> float:
-    """When the host ended on the timeline's axis: its start in the run and its duration (or its duration alone)."""
-    if host is None:
-        return 0.0
-    start = (host.start_s or 0.0) if run_axis else 0.0
-    return round(start + host.duration_s, 3)
-
-
-def tick_step(extent: float) -> float:
-    return next((t for t in TICKS_S if extent / t <= 10), TICKS_S[-1])
-
-
-def timeline_order(hosts: Hosts) -> list[str]:
-    """Hosts that ran, by end time (on the run's axis when the report has each host's start, else each host's
-    duration); then those that never started, by name."""
-    run_axis = on_run_axis(hosts)
-    ran = {n for n, h in hosts.items() if segments(h)}
-    return (sorted(ran, key=lambda n: (end_of(hosts[n], run_axis), n))
-            + sorted(n for n in hosts if n not in ran))
-
-
-def _bar(host: Host, extent: float, run_axis: bool) -> str:
-    scale = BAR_UNITS / extent
-    rects = "".join(f"<rect class=\"{kind}\" x=\"{start * scale:.1f}\" width=\"{max(length * scale, 0.5):.1f}\""
-                    f" height=\"10\"><title>{esc(words)}</title></rect>" for kind, start, length, words
-                    in placed(host, run_axis))
-    if not rects:
-        waited = job_wait(host)
-        why = f" (waited {waited:.1f} s for its {scheduler_title(host)} jobs)" if waited else ""
-        return f"<td class=\"bar idle\">not started{why}</td>"
-    return (f"<td class=\"bar\"><svg viewBox=\"0 0 {BAR_UNITS} 10\" preserveAspectRatio=\"none\" width=\"100%\""
-            f" height=\"12\" data-extent=\"{extent:g}\">{rects}</svg></td>")
-
-
-def _took(host: Host) -> str:
-    return secs(host.duration_s if host is not None else None)
-
-
-def _timeline(hosts: Hosts) -> str:
-    order = timeline_order(hosts)
-    run_axis = on_run_axis(hosts)
-    longest = max((end_of(h, run_axis) for h in hosts.values()), default=0.0)
-    step = tick_step(longest or 1.0)
-    extent = step * max(1, -(-longest // step))
-    ticks = "".join(f"<span style=\"left:{100 * k * step / extent:.2f}%\">{k * step:g} s</span>"
-                    for k in range(round(extent / step) + 1))
-    rows = "\n".join(f"<tr data-row=\"timeline\" data-host=\"{esc(n)}\""
-                     f"{_start_attribute(hosts[n], run_axis)} data-end=\"{end_of(hosts[n], run_axis):g}\">"
-                     f"<th><a href=\"#h-{esc(n)}\">{esc(n)}</a></th>{_bar(hosts[n], extent, run_axis)}"
-                     f"<td class=\"num {_status_class(status_of(hosts[n]))}\">{_took(hosts[n])}</td></tr>"
-                     for n in order)
-    waiting = sorted({scheduler_title(h) for h in hosts.values() if run_axis and job_wait(h) and segments(h)})
-    swatches = "".join(f"<span><i class=\"{k}\"></i>{w}</span>" for k, w in (
-        *((("wait", f"waiting for its node's {' or '.join(waiting)} jobs"),) if waiting else ()),
-        ("pre", "before drain: connect, lock, baselines"), ("drain", "drain"), ("kill", "kill"),
-        ("settle", "settle"), ("verify", "verify"), ("bad", "a step that failed or timed out")))
-    axis = ("seconds since the run started: each host's bars from its start in the run, end to end" if run_axis else
-            "seconds from each host's own start, bars end to end: this report keeps no host's start in the run (an"
-            " older fleet's summary.json, or a page built from the history), so waves and job waits are not drawn")
-    tick = f"--tick:{100 * step / extent:.4f}%"
-    return (f"<section id=\"timeline\" data-layout=\"{'run' if run_axis else 'host'}\"><h2>Timeline</h2>\n"
-            f"<p class=\"legend\">{axis}; sorted by end time, so stragglers and a slow wave stand out. {swatches}</p>"
-            f"\n{_slowest(hosts, order, run_axis)}<table class=\"timeline\" style=\"{tick}\">"
-            f"<tr class=\"axis\"><th></th><td><div class=\"ticks\">{ticks}</div></td><td></td></tr>\n"
-            f"{rows}</table></section>")
-
-
-def _start_attribute(host: Host, run_axis: bool) -> str:
-    start = host.start_s if host is not None else None
-    return f" data-start=\"{start:g}\"" if run_axis and start is not None and segments(host) else ""
-
-
-def _slowest(hosts: Hosts, order: Sequence[str], run_axis: bool) -> str:
-    ran = [(n, h) for n in order if (h := hosts[n]) is not None and segments(h)]
-    if not ran:
-        return ""
-    name, host = ran[-1]
-    longest = max(((s.name.value, s.duration_s or 0) for s in host.steps), key=lambda pair: pair[1], default=None)
-    step = f"longest step: {esc(longest[0])} {secs(longest[1])}" if longest else ""
-    took_it = secs(host.duration_s)
-    when = (f" at {secs(end_of(host, run_axis))} into the run (it took {took_it}{'; ' + step if step else ''})"
-            if run_axis else f" after {took_it}{f' ({step})' if step else ''}")
-    took = sorted(h.duration_s for _, h in ran)
-    return (f"<p class=\"meta\">last to end: <a href=\"#h-{esc(name)}\">{esc(name)}</a>{when}; the median host"
-            f" took {secs(took[len(took) // 2])}</p>\n")
-
-
-# --- per host ---------------------------------------------------------------------------------------------------
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[object]], cls: str = "") -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table class=\"{' '.join(('small', cls)).strip()}\"><tr>{head}</tr>{body}</table>" if body else ""
+def _table(head: str, rows_html: Iterable[str], cls: str = "small") -> str:
+    body = "".join(rows_html)
+    return f"<table class=\"{cls}\"><tr>{head}</tr>{body}</table>" if body else ""
 
 
 def _finding_words(finding: HostFinding) -> str:
@@ -417,23 +272,25 @@ def _finding_words(finding: HostFinding) -> str:
     return f"{finding.check} {finding.level}{where}: {finding.detail}"
 
 
-def _processes(host: HostReport) -> list[str]:
-    killed = _table(("killed pid", "name", "user", "signal"), ((k.pid, k.name, k.user, k.signal) for k in host.killed))
-    kept = _table(("kept pid", "name", "why"), ((k.pid, k.name, k.why) for k in host.kept))
+def _processes(host: HostReport, e: Escaped) -> list[str]:
+    killed = _table(KILLED_HEAD, (f"<tr><td>{k.pid}</td><td>{e[k.name]}</td><td>{e[k.user]}</td><td>{e[k.signal]}"
+                                  "</td></tr>" for k in host.killed))
+    kept = _table(KEPT_HEAD, (f"<tr><td>{k.pid}</td><td>{e[k.name]}</td><td>{e[k.why]}</td></tr>" for k in host.kept))
     plan = host.plan
-    would = _table(("would kill pid", "user", "name", "MiB"), (
-        (p.pid, p.user, p.name, mib(p.mib)) for p in (plan.would_kill if plan is not None else ())))
-    spared = _table(("would keep pid", "user", "name", "MiB", "why"), (
-        (p.pid, p.user, p.name, mib(p.mib), p.kept_because) for p in (plan.kept if plan is not None else ())))
+    would = _table(WOULD_HEAD, (f"<tr><td>{p.pid}</td><td>{esc(p.user)}</td><td>{esc(p.name)}</td><td>{mib(p.mib)}"
+                                "</td></tr>" for p in (plan.would_kill if plan is not None else ())))
+    spared = _table(SPARED_HEAD, (f"<tr><td>{p.pid}</td><td>{esc(p.user)}</td><td>{esc(p.name)}</td><td>"
+                                  f"{mib(p.mib)}</td><td>{esc(p.kept_because)}</td></tr>"
+                                  for p in (plan.kept if plan is not None else ())))
     return [t for t in (killed, kept, would, spared) if t]
 
 
-def _health(host: HostReport) -> str:
-    rows = [(f"gpu {g.index}", f.check, f.level, f.detail) for g in host.gpus for f in g.health]
-    rows += [(f"node{' ' + f.pci if f.pci else ''}", f.check, f.level, f.detail) for f in host.health]
-    return _table(("where", "check", "level", "finding"), rows, "health")
-
-
+def _health(host: HostReport, e: Escaped) -> str:
+    rows_html = [f"<tr><td>gpu {g.index}</td><td>{e[f.check]}</td><td>{f.level}</td><td>{e[f.detail]}</td></tr>"
+                 for g in host.gpus for f in g.health]
+    rows_html += [f"<tr><td>{esc(f'node {f.pci}' if f.pci else 'node')}</td><td>{esc(f.check)}</td><td>{f.level}"
+                  f"</td><td>{esc(f.detail)}</td></tr>" for f in host.health]
+    return _table(HEALTH_HEAD, rows_html, "small health")
 def _scheduler(host: HostReport) -> str:
     """`slurm gpu-b07: before MIXED, after IDLE` (the scheduler's name first), each reason in parentheses; then its
     jobs, plan and error."""
@@ -457,31 +314,32 @@ def _scheduler(host: HostReport) -> str:
     return "".join(f"<p class=\"slurm\">{esc(line)}</p>" for line in lines)
 
 
-def _parts(host: HostReport) -> list[str]:
+def _parts(host: HostReport, e: Escaped) -> list[str]:
     """The host's detail, but for its error and log: its steps, processes, health findings and Slurm's part."""
-    steps = _table(("step", "status", "took", "detail"), (
-        (s.name.value, s.status.value, secs(s.duration_s) if s.status is not StepStatus.SKIPPED else "-",
-         s.detail or "") for s in host.steps), "steps")
-    return [steps, *_processes(host), _health(host), _scheduler(host)]
+    steps = _table(STEPS_HEAD, (f"<tr><td>{s.name}</td><td>{s.status}</td><td>"
+                                f"{secs(s.duration_s) if s.status is not StepStatus.SKIPPED else '-'}</td><td>"
+                                f"{e[s.detail or '']}</td></tr>" for s in host.steps), "small steps")
+    return [steps, *_processes(host, e), _health(host, e), _scheduler(host)]
 
 
-def _host(name: str, host: Host, log_folder: str | None) -> str:
-    status = status_of(host)
+def _host(row: Row, e: Escaped, log_folder: str) -> str:
+    """The host's details; `log_folder`: its log's folder as HTML, with its closing slash (or none)."""
+    host, name = row.host, row.name
     reason = f" {host.reason.value}" if host is not None and host.reason else ""
     error = host.error if host is not None else NO_OUTCOME
-    log = f"{log_folder.rstrip('/')}/{name}.jsonl" if log_folder else f"{name}.jsonl"
-    parts = [f"<p class=\"err\">{esc(error)}</p>" if error else "", *(_parts(host) if host is not None else ()),
-             f"<p class=\"log\">log: <a href=\"{esc(name)}.jsonl\">{esc(log)}</a></p>"]
-    opened = "" if status in ("clean", "planned") else " open"
-    return (f"<details id=\"h-{esc(name)}\" data-row=\"host\" data-host=\"{esc(name)}\"{opened}><summary>"
-            f"<b>{esc(name)}</b> <span class=\"badge {_status_class(status)}\">{esc(status)}</span>{esc(reason)} ·"
-            f" {_took(host)}</summary>{''.join(p for p in parts if p)}</details>")
+    parts = [f"<p class=\"err\">{esc(error)}</p>" if error else "", *(_parts(host, e) if host is not None else ()),
+             f"<p class=\"log\">log: <a href=\"{name}.jsonl\">{log_folder}{name}.jsonl</a></p>"]
+    opened = "" if row.status in ("clean", "planned") else " open"
+    took = secs(host.duration_s if host is not None else None)
+    return (f"<details id=\"h-{name}\" data-row=\"host\" data-host=\"{name}\"{opened}><summary>"
+            f"<b>{name}</b> <span class=\"badge {row.css}\">{row.status}</span>{reason} · {took}</summary>"
+            f"{''.join(p for p in parts if p)}</details>")
 
 
-def _details(hosts: Hosts, log_folder: str | None) -> str:
+def _details(shown: Mapping[str, Row], e: Escaped, log_folder: str | None) -> str:
     order = {s: i for i, s in enumerate(STATUS_ORDER)}
-    names = sorted(hosts, key=lambda n: (status_of(hosts[n]) in ("clean", "planned"),
-                                         order.get(status_of(hosts[n]), -1), n))
+    names = sorted(shown, key=lambda n: (shown[n].status in ("clean", "planned"), order.get(shown[n].status, -1), n))
+    folder = f"{esc(log_folder.rstrip('/'))}/" if log_folder else ""
     return ("<section id=\"hosts\"><h2>Hosts</h2>\n<p class=\"legend\">hosts that did not end clean first, open;"
-            " click a host to open or close it.</p>\n" + "\n".join(_host(n, hosts[n], log_folder) for n in names)
+            " click a host to open or close it.</p>\n" + "\n".join(_host(shown[n], e, folder) for n in names)
             + "</section>")

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+import pickle
+from dataclasses import asdict, fields, replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+from support import report_strategies
+from support.report_page import demo_document
 
 import fleet
 from fleet.model.codec import host_from_document, host_to_document, run_from_document
+from fleet.model.fabric import FabricManager
 from fleet.model.report import (
     Finding,
     GpuReport,
@@ -20,6 +27,7 @@ from fleet.model.report import (
     StepName,
     StepResult,
     StepStatus,
+    flat,
 )
 from fleet.report import render as reporting
 
@@ -169,3 +177,28 @@ def test_render_is_the_document_with_a_host_a_line() -> None:
 def test_render_keeps_empty_and_nested_values() -> None:
     document = {"hosts": {}, "summary": {"total": 0}, "note": None, "list": [1, {"a": [2]}]}
     assert json.loads(reporting.render(document)) == document
+
+
+def _records(host: HostReport) -> list[object]:
+    """Every record of a host's report that the report and the history flatten (`flat`)."""
+    plan = host.plan
+    return [*host.killed, *host.kept, *host.health, *host.gpus, *(f for g in host.gpus for f in g.health),
+            *(g.settings for g in host.gpus if g.settings is not None),
+            *((host.fabric_manager,) if host.fabric_manager is not None else ()),
+            *((*plan.would_kill, *plan.kept) if plan is not None else ())]
+
+
+def _by_fields(record: object) -> list[tuple[str, object]]:
+    return [(f.name, getattr(record, f.name)) for f in fields(record)]  # type: ignore[arg-type]
+
+
+@given(report_strategies.hosts, st.none() | st.builds(FabricManager.present, st.text(max_size=8)))
+def test_flat_is_each_field_in_its_order_however_the_record_was_made(host: HostReport,
+                                                                      fm: FabricManager | None) -> None:
+    """`flat` copies a record's attributes: they are its fields, in their order, as the record was built, replaced
+    or read back (pickled: the report crosses process bounds), on drawn reports and the real demo's."""
+    demo = run_from_document(demo_document())
+    for found in (replace(host, fabric_manager=fm), *list(demo.hosts.values())[:4]):
+        for record in _records(found):
+            for copy in (record, replace(record), pickle.loads(pickle.dumps(record))):  # type: ignore[type-var]
+                assert list(flat(copy).items()) == _by_fields(record)
