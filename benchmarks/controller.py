@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -147,13 +146,16 @@ def key(argv: Sequence[str]) -> tuple[str, ...]:
 def replayer(answers: dict[tuple[str, ...], tuple[Reply, ...]]) -> ScriptedTransport:
     """A scripted transport answering each command with its recorded answers (`replies`) in order (the last one
     again once they are used up: a poll that asks once more)."""
-    queues = {command: deque(replies) for command, replies in answers.items()}
+    asked: dict[tuple[str, ...], int] = {}  # how often each command was answered
 
     def answer(argv: Sequence[str]) -> Reply:
-        queue = queues.get(key(argv))
-        if queue is None:
+        command = key(argv)
+        replies = answers.get(command)
+        if replies is None:
             raise AssertionError(f"no recorded answer for {list(argv)[:4]}")
-        return queue.popleft() if len(queue) > 1 else queue[0]
+        times = asked.get(command, 0)
+        asked[command] = times + 1
+        return replies[times] if times < len(replies) else replies[-1]
 
     return ScriptedTransport([((), answer)])
 

@@ -128,6 +128,12 @@ def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tup
     a section's text that holds the tag anywhere (a doubled or forged frame) is no answer: from there on, None.
     A stream where the tag stands more often than the frames read account for (and the head of a section cut
     short) had a frame forged somewhere: none of its sections is an answer."""
+    whole = _whole(stream.split(tag), count, with_status=with_status) if tag else None
+    return whole if whole is not None else _each_frame(stream, tag, count, with_status=with_status)
+
+
+def _each_frame(stream: str, tag: str, count: int, *, with_status: bool) -> list[tuple[str, int, float | None] | None]:
+    """`_frames`, a frame at a time: how far the stream is framed, and whether a frame was forged."""
     found: list[tuple[str, int, float | None] | None] = []
     first = f"{tag} 0\n"
     at = 0 if stream.startswith(first) else stream.find("\n" + first) + 1  # 0 when there is none: no frame
@@ -156,6 +162,30 @@ def _frames(stream: str, tag: str, count: int, *, with_status: bool) -> list[tup
     if stream.count(tag) != 2 * len(found) + cut:
         return [None] * count  # the tag stands where no frame of ours does: a frame was forged
     return found + [None] * (count - len(found))
+
+
+def _whole(parts: list[str], count: int, *, with_status: bool) -> list[tuple[str, int, float | None] | None] | None:
+    """`_frames` of a stream framed whole (every section, nothing after the last close), from the stream cut where
+    the tag stands: before the first, nothing or a line's end; then each section's head and text, and its close.
+    None for any other stream (`_frames` then reads it frame by frame, and says which sections it can)."""
+    if len(parts) != 2 * count + 1 or (parts[0] and parts[0][-1] != "\n"):
+        return None
+    found: list[tuple[str, int, float | None] | None] = []
+    for index in range(count):
+        head, body, close = f" {index}\n", parts[2 * index + 1], parts[2 * index + 2]
+        if len(body) <= len(head) or not body.startswith(head) or body[-1] != "\n":
+            return None
+        status, ran = 0, None
+        if with_status:
+            said = close[len(head):-1] if close.startswith(f" {index} ") and close.find("\n") == len(close) - 1 else ""
+            closing = _status(said) if said else None
+            if closing is None:
+                return None
+            status, ran = closing
+        elif close != head:
+            return None
+        found.append((body[len(head):-1], status, ran))
+    return found
 
 
 # --- the node's side, for fakes (the scripted transport, the in-process simulated node) ----------------------

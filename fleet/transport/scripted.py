@@ -39,6 +39,7 @@ class Reply:
 
 
 Answer = Reply | Callable[[Sequence[str]], Reply]
+_TIMED_OUT = min(TIMEOUT_EXIT_STATUSES)  # what a section batch.sh's `timeout` ended exits with
 
 
 def _matches(prefix: Sequence[str], argv: Sequence[str]) -> bool:
@@ -67,7 +68,7 @@ class ScriptedTransport:
     def _lookup(self, argv: Sequence[str]) -> Reply:
         self.ran.append(tuple(argv))
         for prefix, answer in self.script:
-            if _matches(prefix, argv):
+            if not prefix or _matches(prefix, argv):  # an empty prefix answers every command
                 return answer(argv) if callable(answer) else answer
         raise AssertionError(f"unscripted command: {list(argv)}")
 
@@ -105,7 +106,7 @@ class ScriptedTransport:
                 await anyio.sleep(took)
             left -= took
             hung = reply.delay_s > bound
-            done.append((min(TIMEOUT_EXIT_STATUSES) if hung else reply.exit_status, reply.stdout, reply.stderr))
+            done.append((_TIMED_OUT if hung else reply.exit_status, reply.stdout, reply.stderr))
             if hung:
                 break  # as batch.sh: the rest are not run
         out, err = batch.frame(tag, done)

@@ -177,9 +177,12 @@ def joined(facts: tuple[GpuHealth, ...], remaps: tuple[GpuHealth, ...]) -> tuple
 
 
 def _with_shown(facts: GpuHealth, section: GpuHealth, names: set[str], checks: set[str | None]) -> GpuHealth:
-    said = {name: value for name, value in section.facts.items() if name in names}
-    unread = tuple(u for u in section.unread if u.check in checks)
-    return GpuHealth(facts.bus_id, {**facts.facts, **said}, (*facts.unread, *unread))
+    merged = dict(facts.facts)
+    for name, value in section.facts.items():
+        if name in names:
+            merged[name] = value
+    unread = (*facts.unread, *(u for u in section.unread if u.check in checks)) if section.unread else facts.unread
+    return GpuHealth(facts.bus_id, merged, unread)
 
 
 # --- the probes -------------------------------------------------------------
