@@ -10,7 +10,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +68,10 @@ class Recorder:
         self._put(finish)
 
     def _written(self, report: HostReport) -> bool:
-        """Whether `host_ended` queued this host's row as `report` would write it."""
+        """Whether `host_ended` queued this host's row as `report` would write it: every field the same but the
+        start (`ended == replace(report, start_s=ended.start_s)`, without building that report)."""
         ended = self._ended.get(report.name)
-        return ended is not None and (ended == report or ended == replace(report, start_s=ended.start_s))
+        return ended is not None and but_start(ended) == but_start(report)
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Wait up to `timeout_s` for the queued writes, then let the thread go (it is a daemon)."""
@@ -135,3 +135,8 @@ class Recorder:
         if not self._warned:
             self._warned = True
             self._warn(" ".join(line.split()))
+
+
+def but_start(report: HostReport) -> dict[str, Any]:
+    """The report's fields (a frozen dataclass's attributes) but its start in the run (`start_s`)."""
+    return {name: value for name, value in vars(report).items() if name != "start_s"}

@@ -188,4 +188,5 @@ def flat(record: Any) -> dict[str, Any]:
     10,000 hosts at once. It is a copy of the record's own attributes: a dataclass's `__init__` sets each field, in
     their order, and these records (frozen, no `__slots__`) hold nothing else (`tests/unit/test_report.py` checks
     each record class against `fields`)."""
-    return dict(record.__dict__)
+    attributes: dict[str, Any] = record.__dict__
+    return attributes.copy()  # a copy of its own (of an instance dict, the quickest: dict() goes item by item)

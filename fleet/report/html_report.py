@@ -157,17 +157,25 @@ _MOST = tuple(most for _, most, _ in BUCKETS if most is not None)  # the buckets
 _NAMES = tuple(name for name, _, _ in BUCKETS)
 
 
-def bucket(value: object) -> str:
-    """The memory bucket of an amount of MiB (the first whose bound it is at or under); `na`: not a number."""
-    return _NAMES[bisect_left(_MOST, value)] if isinstance(value, int) else "na"
+def memory(value: object) -> tuple[str, str]:
+    """An amount of MiB as a cell's title says it, and its bucket (the first whose bound it is at or under); `n/a`
+    and `na` where it is not a number (unreadable, not read)."""
+    return (str(value), _NAMES[bisect_left(_MOST, value)]) if isinstance(value, int) else ("n/a", "na")
+
+
+def memory_before(host: HostReport) -> Sequence[int | None]:
+    """Each GPU's MiB as the reset began: `memory_before_mib` (a dry run's `plan.gpu_memory_mib`); () not read."""
+    if host.memory_before_mib is not None:
+        return host.memory_before_mib
+    return host.plan.gpu_memory_mib if host.plan is not None else ()
 
 
 def gpu_cells(host: HostReport) -> list[tuple[int, Before, GpuReport | None]]:
-    """(index, MiB before, the GPU's report after) per GPU: before is the n-th of `memory_before_mib` (a dry run's
-    `plan.gpu_memory_mib`), paired with the n-th GPU verify listed (by index)."""
-    before: Sequence[int | None] = host.memory_before_mib if host.memory_before_mib is not None else (
-        host.plan.gpu_memory_mib if host.plan is not None else ())
-    after = sorted(host.gpus, key=_INDEX)
+    """(index, MiB before, the GPU's report after) per GPU: before is the n-th of `memory_before`, paired with the
+    n-th GPU verify listed (by index)."""
+    before, after = memory_before(host), sorted(host.gpus, key=_INDEX)
+    if len(before) == len(after):  # each GPU with its baseline, or no baseline and no GPU
+        return [(gpu.index, was, gpu) for was, gpu in zip(before, after, strict=True)]
     cells: list[tuple[int, Before, GpuReport | None]] = []
     for n in range(max(len(before), len(after))):
         gpu = after[n] if n < len(after) else None
@@ -186,23 +194,23 @@ def _worst(findings: Iterable[Finding | HostFinding]) -> str:
     return worst
 
 
-def _amount(value: object) -> str:
-    return str(value) if isinstance(value, int) else "n/a"
-
-
 def _cell(index: int, before: Before, gpu: GpuReport | None, has_before: bool, e: Escaped) -> str:
     """A GPU's cell: its title says `gpu 3: 70000 → 0 MiB; settled in 1.2 s; <each health finding>` (the findings'
     words escaped), its halves the buckets of its memory before (`has_before`: the strip on top) and after."""
-    was, top = (f"{_amount(before)} → ", f"<i class=\"b {bucket(before)}\"></i>") if has_before else ("", "")
+    if has_before:
+        amount, kind = memory(before)
+        was, top = f"{amount} → ", f"<i class=\"b {kind}\"></i>"
+    else:
+        was = top = ""
     wide = "" if has_before else " w"
     if gpu is None:
         return f"<td class=\"c\" title=\"gpu {index}: {was}not listed after\">{top}<i class=\"gone{wide}\"></i></td>"
-    used, findings = gpu.memory_used_mib, gpu.health
+    (used, kind), findings = memory(gpu.memory_used_mib), gpu.health
     said = f"; settled in {gpu.settle_s} s" if gpu.settle_s is not None else ""
     for f in findings:
         said += f"; {e[f.check]} {f.level}: {e[f.detail]}"
-    return (f"<td class=\"c{_worst(findings) if findings else ''}\" title=\"gpu {index}: {was}{_amount(used)} MiB"
-            f"{said}\">{top}<i class=\"{bucket(used)}{wide}\"></i></td>")
+    return (f"<td class=\"c{_worst(findings) if findings else ''}\" title=\"gpu {index}: {was}{used} MiB"
+            f"{said}\">{top}<i class=\"{kind}{wide}\"></i></td>")
 
 
 def _model(host: Host) -> str:
@@ -218,7 +226,7 @@ def _grid_row(row: Row, e: Escaped, odd: Sequence[str] = ()) -> str:
     """The host's row; `odd`: why its settings (GPU, fabric manager) make it an odd one out (`fleet.report.uniform`)."""
     host = row.host
     cells = gpu_cells(host) if host is not None else []
-    has_before = any(b != "" for _, b, _ in cells)
+    has_before = host is not None and bool(memory_before(host))  # a baseline: a strip on top of each cell
     node = host.health if host is not None else ()
     words = "; ".join(_finding_words(f) for f in node)
     mark = f"<span class=\"mark{_worst(node)}\" title=\"{esc(words)}\">!</span>" if node else ""
@@ -277,11 +285,13 @@ def _processes(host: HostReport, e: Escaped) -> list[str]:
                                   "</td></tr>" for k in host.killed))
     kept = _table(KEPT_HEAD, (f"<tr><td>{k.pid}</td><td>{e[k.name]}</td><td>{e[k.why]}</td></tr>" for k in host.kept))
     plan = host.plan
+    if plan is None:  # a reset's: what it killed and kept
+        return [t for t in (killed, kept) if t]
     would = _table(WOULD_HEAD, (f"<tr><td>{p.pid}</td><td>{esc(p.user)}</td><td>{esc(p.name)}</td><td>{mib(p.mib)}"
-                                "</td></tr>" for p in (plan.would_kill if plan is not None else ())))
+                                "</td></tr>" for p in plan.would_kill))
     spared = _table(SPARED_HEAD, (f"<tr><td>{p.pid}</td><td>{esc(p.user)}</td><td>{esc(p.name)}</td><td>"
                                   f"{mib(p.mib)}</td><td>{esc(p.kept_because)}</td></tr>"
-                                  for p in (plan.kept if plan is not None else ())))
+                                  for p in plan.kept))
     return [t for t in (killed, kept, would, spared) if t]
 
 
