@@ -2,7 +2,8 @@
 every kind of string made markup, equal the pages fleet wrote before the page was rebuilt for speed (session 6:
 each host's words worked out once, fleet's own numbers and enum values no longer escaped, each distinct string
 escaped once). The golden pages are `tests/fixtures/report/*.html`; the browser and sim tiers check what they
-show."""
+show. A deliberate change to the page (its style, a new part) writes new goldens: look at the old and new page in
+a browser, then write each `PAGES[name]()` over its file, in the same commit as the change."""
 
 from __future__ import annotations
 
