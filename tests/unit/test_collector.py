@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from fleet.engine.collector import heap_frozen, paced_collection
+from fleet.engine.collector import MIDDLE_EVERY, YOUNG_EVERY, heap_frozen, paced_collection
 
 
 class Node:
@@ -78,3 +78,18 @@ def test_an_error_in_the_hosts_part_still_gives_everything_back() -> None:
         failing_hosts()
     assert gc.get_freeze_count() == 0
     assert gc.callbacks == callbacks  # the pacer is gone with it
+
+
+def test_the_young_generations_are_sized_for_hosts_in_flight_and_put_back_after() -> None:
+    before = gc.get_threshold()
+    with paced_collection():
+        young, middle, oldest = gc.get_threshold()
+        assert (young, middle, oldest) == (YOUNG_EVERY, MIDDLE_EVERY, before[2])
+    assert gc.get_threshold() == before
+
+
+def test_an_error_in_the_hosts_part_still_puts_the_thresholds_back() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError, match="boom"), paced_collection():
+        raise RuntimeError("boom")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
