@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from fleet.engine.collector import heap_frozen, paced_collection
+from fleet.engine.collector import YOUNG_OBJECTS, heap_frozen, paced_collection
 
 
 class Node:
@@ -67,8 +67,20 @@ def test_cyclic_garbage_set_aside_is_freed_once_the_heap_has_doubled() -> None:
     assert gc.get_freeze_count() == 0
 
 
+def test_young_objects_are_collected_less_often_during_the_hosts_part_only() -> None:
+    before = gc.get_threshold()
+    with paced_collection():
+        assert gc.get_threshold() == (YOUNG_OBJECTS, *before[1:])
+        doomed = Node()
+        gone = weakref.ref(doomed)
+        del doomed
+        gc.collect(0)  # a young collection still frees a young cycle
+        assert gone() is None
+    assert gc.get_threshold() == before
+
+
 def test_an_error_in_the_hosts_part_still_gives_everything_back() -> None:
-    callbacks = list(gc.callbacks)
+    callbacks, thresholds = list(gc.callbacks), gc.get_threshold()
     def failing_hosts() -> None:
         with paced_collection():
             gc.collect()
@@ -78,3 +90,4 @@ def test_an_error_in_the_hosts_part_still_gives_everything_back() -> None:
         failing_hosts()
     assert gc.get_freeze_count() == 0
     assert gc.callbacks == callbacks  # the pacer is gone with it
+    assert gc.get_threshold() == thresholds
