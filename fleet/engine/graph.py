@@ -158,11 +158,23 @@ def _log_end(log: HostLog | None, report: HostReport) -> None:
                      duration_s=report.duration_s)
 
 
+class Unlimited:
+    """The limiter of a run whose hosts may all have remote work in flight at once (no `--concurrency` below their
+    number): no host ever waits, so none asks a CapacityLimiter (each acquire costs a turn of the event loop); a
+    host whose run was cut short before it began still never begins."""
+
+    async def __aenter__(self) -> None:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
 @dataclass
 class Gate:
     """What decides whether a host may start: the concurrency limiter and the failure budget."""
 
-    limiter: anyio.CapacityLimiter
+    limiter: anyio.CapacityLimiter | Unlimited
     budget: FailureBudget
     state: RunState
 
@@ -225,7 +237,8 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
 
 async def _run_waves(runs: list[HostRun], options: RunOptions, logs: RunLogs, connector: Connector,
                      state: RunState, scheduler: Scheduler | None, on_host_end: HostEnded | None = None) -> None:
-    limiter = anyio.CapacityLimiter(max(1, options.concurrency or len(runs) or 1))
+    width = options.concurrency or len(runs)
+    limiter = anyio.CapacityLimiter(max(1, width)) if width < len(runs) else Unlimited()
     gate = Gate(limiter, FailureBudget(tolerated(options.max_fail, len(runs))), state)
     waves = split_waves(runs, options.batch, options.canary)
     async with anyio.create_task_group() as group:
