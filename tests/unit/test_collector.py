@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import pytest
 
@@ -67,9 +69,11 @@ def test_cyclic_garbage_set_aside_is_freed_once_the_heap_has_doubled() -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_young_objects_are_collected_less_often_during_the_hosts_part_only() -> None:
+@pytest.mark.parametrize("part", [paced_collection, heap_frozen], ids=["the hosts' part", "the report's part"])
+def test_young_objects_are_collected_less_often_during_a_run_only(part: Callable[[], AbstractContextManager[None]]
+                                                                  ) -> None:
     before = gc.get_threshold()
-    with paced_collection():
+    with part():
         assert gc.get_threshold() == (YOUNG_OBJECTS, *before[1:])
         doomed = Node()
         gone = weakref.ref(doomed)
