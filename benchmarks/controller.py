@@ -2,7 +2,7 @@
 
 What one admin node spends per host besides SSH (`percommand.py` measures that part): the task graph, the
 steps and their parsers, the per-node JSONL logs, the run history (SQLite) and the report. Every host's
-commands are answered by the in-process scripted transport, replaying the real answers of simulated 8-GPU
+commands are answered in-process (`Replay`), replaying the real answers of simulated 8-GPU
 nodes recorded once at the start (over SSH, `fleet.sim`), each in a later turn of the event loop as over a real
 connection: a busy node (a serving unit on all 8 GPUs and a
 stray python3 on GPU 0: drain, kill, settle polls, verify), an already clean one (the second reset of the
@@ -35,12 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import types
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 
 from fleet.engine.options import RunOptions
 from fleet.engine.run import run_and_report
@@ -55,7 +55,7 @@ from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.transport import batch, connect
 from fleet.transport.base import CommandResult, OpenCommand, Transport
-from fleet.transport.scripted import Reply, ScriptedTransport
+from fleet.transport.scripted import Reply
 
 ALL = (0, 1, 2, 3, 4, 5, 6, 7)
 KINDS = ("busy", "clean", "unhealthy", "unreachable")
@@ -74,7 +74,7 @@ Recording = dict[str, tuple[Host, list[tuple[list[str], dict[str, Any]]]]]
 
 class Recorder:
     """A transport that passes every command through and records each (argv, answer); a batch section by
-    section, as the scripted transport will answer it."""
+    section, as the replay will answer it."""
 
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
@@ -143,24 +143,10 @@ def key(argv: Sequence[str]) -> tuple[str, ...]:
     return ("fleet-lock",) if lock.is_lock_argv(argv) else tuple(argv)
 
 
-def replayer(answers: dict[tuple[str, ...], tuple[Reply, ...]]) -> ScriptedTransport:
-    """A scripted transport answering each command with its recorded answers (`replies`) in order (the last one
-    again once they are used up: a poll that asks once more)."""
-    asked: dict[tuple[str, ...], int] = {}  # how often each command was answered
-
-    def answer(argv: Sequence[str]) -> Reply:
-        command = key(argv)
-        replies = answers.get(command)
-        if replies is None:
-            raise AssertionError(f"no recorded answer for {list(argv)[:4]}")
-        times = asked.get(command, 0)
-        asked[command] = times + 1
-        return replies[times] if times < len(replies) else replies[-1]
-
-    return ScriptedTransport([((), answer)])
+Answers = dict[tuple[str, ...], tuple[Reply, ...]]
 
 
-def replies(answers: list[tuple[list[str], dict[str, Any]]]) -> dict[tuple[str, ...], tuple[Reply, ...]]:
+def replies(answers: list[tuple[list[str], dict[str, Any]]]) -> Answers:
     """A recording's answers by command, in the order asked: made once, every host of its kind replays them."""
     by_command: dict[tuple[str, ...], list[Reply]] = {}
     for argv, reply in answers:
@@ -168,25 +154,76 @@ def replies(answers: list[tuple[list[str], dict[str, Any]]]) -> dict[tuple[str, 
     return {command: tuple(them) for command, them in by_command.items()}
 
 
-class OverTheWire:
-    """A replaying transport whose every answer comes in a later turn of the event loop, as over a real
-    connection (the scripted transport answers within the turn that asked): the loop's turns, and a host's work
-    between two answers, are as over SSH."""
+@types.coroutine
+def next_turn() -> Generator[None, None, None]:
+    """Give the event loop one turn, as a real connection's answer does (what `anyio.lowlevel.checkpoint` comes
+    to on asyncio, `asyncio.sleep(0)`, without its layers)."""
+    yield
 
-    def __init__(self, inner: ScriptedTransport) -> None:
-        self.inner = inner
+
+# A batch's argv -> its sections' commands (`key`), None for a command that is no batch: every host asks the same
+# batches, unbatched once (the harness's own bookkeeping, not fleet's: the same for every run).
+_SECTIONS: dict[tuple[str, ...], tuple[tuple[str, ...], ...] | None] = {}
+
+
+def sections_of(argv: tuple[str, ...]) -> tuple[tuple[str, ...], ...] | None:
+    found = _SECTIONS.get(argv, ())
+    if found == ():
+        parts = batch.unbatch(argv)
+        found = _SECTIONS[argv] = None if parts is None else tuple(key(part) for _, part in parts)
+    return found
+
+
+class Replay:
+    """One host's transport: each command answered with its kind's recorded answers (`replies`) in order, the last
+    one again once they are used up (a poll that asks once more); a batch section by section, framed with its tag
+    as batch.sh frames it. Every answer comes in a later turn of the event loop, as over a real connection (the
+    loop's turns, and a host's work between two answers, are as over SSH), and costs about what a transport's
+    handing over of the bytes does: none of the scripted transport's bookkeeping (`sent`, `ran`, prefixes)."""
+
+    def __init__(self, answers: Answers) -> None:
+        self.answers = answers
+        self.asked: dict[tuple[str, ...], int] = {}  # how often each command was answered
+
+    def reply(self, command: tuple[str, ...]) -> Reply:
+        replies = self.answers.get(command)
+        if replies is None:
+            raise AssertionError(f"no recorded answer for {list(command)[:4]}")
+        times = self.asked.get(command, 0)
+        self.asked[command] = times + 1
+        return replies[times] if times < len(replies) else replies[-1]
 
     async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
                   stdin: str | None = None) -> CommandResult:
-        await anyio.lowlevel.checkpoint()
-        return await self.inner.run(argv, timeout=timeout, privileged=privileged, stdin=stdin)
+        await next_turn()
+        asked = tuple(argv)
+        parts = sections_of(asked)
+        if parts is None:
+            reply = self.reply(key(asked))
+            return CommandResult(asked, reply.exit_status, reply.stdout, reply.stderr, 0.0)
+        tag = batch.tag_of(stdin)
+        if tag is None:  # as batch.sh: no tag on stdin, nothing run
+            return CommandResult(asked, 2, "", "", 0.0)
+        answered = [self.reply(part) for part in parts]
+        out, err = batch.frame(tag, [(r.exit_status, r.stdout, r.stderr) for r in answered])
+        return CommandResult(asked, 0, out, err, 0.0)
 
     async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
-        await anyio.lowlevel.checkpoint()
-        return await self.inner.open_command(argv, timeout=timeout, privileged=privileged)
+        await next_turn()
+        asked = tuple(argv)
+        reply = self.reply(key(asked))
+        first = reply.stdout.split("\n", 1)[0]
+        ended = CommandResult(asked, reply.exit_status, reply.stdout, reply.stderr, 0.0)
+        if reply.exit_status == 0 and first:
+            return OpenCommand(first, release=lambda: _released(ended))
+        return OpenCommand(first, ended)
 
     async def close(self) -> None:
-        await self.inner.close()
+        pass
+
+
+async def _released(result: CommandResult) -> CommandResult:
+    return result
 
 
 def kinds(count: int) -> list[str]:
@@ -202,10 +239,10 @@ async def run_size(count: int, recording: Recording, tmp: Path) -> dict[str, Any
     hosts = [dataclasses.replace(recording[_recorded(kind_of[n])][0], name=n, address=n) for n in names]
     answers = {kind: replies(recorded) for kind, (_, recorded) in recording.items()}
 
-    async def connector(host: Host) -> OverTheWire:
+    async def connector(host: Host) -> Replay:
         if kind_of[host.name] == "unreachable":
             raise ConnectError(f"connection refused ({host.address}:22)")
-        return OverTheWire(replayer(answers[kind_of[host.name]]))
+        return Replay(answers[kind_of[host.name]])
 
     log_dir = tmp / "logs"
     before, started = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()

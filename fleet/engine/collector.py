@@ -4,22 +4,21 @@ A run's heap grows with every host it ends (its report, its records: about 60 KB
 full collection each time the objects that survived the last one have grown by a quarter: each scans the whole
 heap again, so a run of 10,000 hosts spent 4.9 s of its 72 s in 15 full collections, 0.5 ms a host.
 
-`paced_collection` (the hosts' part of a run) sizes the young generations for a heap that holds every host in
-flight: a host's objects (its coroutines, connection, records) live as long as its reset, seconds and many turns
-of the loop, so CPython's young collection every 700 new objects scanned each of them again and again, in vain
-(10,000 hosts: 3,756 young and 341 middle collections, 4.9 s of CPU). During the hosts' part the youngest
-generation is collected every 50,000 new objects and the middle one every 20 of those: 46 and 1 at 10,000 hosts,
-the collector's CPU 1.03 -> 0.16 ms a host (all generations, one pair of runs), peak RSS the same (713 against 711
-MB). Garbage in a cycle among young objects waits at most 50,000 allocations (a few MB). The thresholds in force
-before are put back after.
-
-After each full collection the objects it kept are set aside
+`paced_collection` (the hosts' part of a run): after each full collection the objects it kept are set aside
 (frozen), so the next one scans only what was made since. A frozen object that later becomes garbage held in a
 cycle waits; once the frozen objects have doubled since they were last all scanned, they are given back and the
 next full collection scans them all once more. Every object is still scanned, each a few times at most (a
 geometric series: twice the final heap, where the quarter rule scans it about five times), and cyclic garbage
 waits at most one doubling of the heap. `heap_frozen` (the report's part): everything set aside while the report
 is built, and given back after.
+
+`paced_collection` also collects the young objects less often. CPython looks for cycles among them each time 700
+more have been made than freed, and a run's hosts keep many alive across each turn of the loop (their coroutines,
+their steps' records): each of those collections scanned objects still in use and moved them on to the next
+generation, whose collections scanned them again (0.47 ms a host of 4.9 in all collections, measured at 3,000
+hosts; 0.18 ms so). Every YOUNG_OBJECTS instead: most of a host's short-lived objects are freed (by their count of
+references) before a collection comes, and one held in a cycle waits at most that many allocations. `heap_frozen`
+does the same while the report is built.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ from contextlib import contextmanager
 from typing import Any
 
 OLDEST = 2  # CPython's oldest generation: a collection of it is a full one
-YOUNG_EVERY = 50_000  # new objects between two collections of the youngest generation (CPython: 700)
-MIDDLE_EVERY = 20  # young collections between two of the middle generation (CPython: 10)
+# Objects made (and not yet freed) between two collections of the youngest generation during a run (CPython's: 700).
+YOUNG_OBJECTS = 50_000
 
 
 class _Pacer:
@@ -56,18 +55,15 @@ class _Pacer:
 
 @contextmanager
 def paced_collection() -> Iterator[None]:
-    """Young collections sized for hosts in flight, full collections that scan what is new, and everything again
-    only once the heap has doubled; the thresholds before put back, and every object given back to the collector,
-    after."""
+    """Young collections every YOUNG_OBJECTS; full collections that scan what is new, and everything again only
+    once the heap has doubled; after, the collector as it was, every object given back to it."""
     pacer = _Pacer()
-    before = gc.get_threshold()
-    gc.set_threshold(YOUNG_EVERY, MIDDLE_EVERY, before[OLDEST])
     gc.callbacks.append(pacer)
     try:
-        yield
+        with _young_less_often():
+            yield
     finally:
         gc.callbacks.remove(pacer)
-        gc.set_threshold(*before)
         gc.unfreeze()
 
 
@@ -76,9 +72,22 @@ def heap_frozen() -> Iterator[None]:
     """The objects alive now (every host's report and records: 160,000 at 2,000 hosts) kept out of the
     garbage collector's full collections while the report is built, and given back to it after (`gc.freeze`):
     building summary.json and the page allocates much and made the collector scan them all again (about a
-    fifth of a millisecond a host). Nothing is left uncollected: they only wait for the next full collection."""
+    fifth of a millisecond a host). Nothing is left uncollected: they only wait for the next full collection. The
+    young objects collected every YOUNG_OBJECTS, as during the hosts' part."""
     gc.freeze()
+    try:
+        with _young_less_often():
+            yield
+    finally:
+        gc.unfreeze()
+
+
+@contextmanager
+def _young_less_often() -> Iterator[None]:
+    """The youngest generation collected every YOUNG_OBJECTS for the block; the thresholds as they were after."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(YOUNG_OBJECTS, *thresholds[1:])
     try:
         yield
     finally:
-        gc.unfreeze()
+        gc.set_threshold(*thresholds)

@@ -51,7 +51,7 @@ CLOSE_TIMEOUT_S = 5.0
 async def _close(transport: Transport, log: HostLog) -> None:
     """Close the host's session (shielded, bounded); a close that fails is logged, never the host's outcome."""
     try:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_S):
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             await transport.close()
     except Exception:
         log.exception("close_error")
@@ -86,7 +86,9 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
         cut = gate.state.cut_short(), gate.state.cut_reason()
         if scheduler is not None:
             await _release(scheduler, run, run.report(*cut), log or NoLog())
-        report = run.report(*cut)  # after the release: the Slurm state it left
+        report = run.report(*cut, run_started=gate.state.started)  # after the release: the Slurm state it left
+        if run.status is not None:
+            run.final = report  # it ended: the run's report has it so (one cut short waits for what cut the run)
         _log_end(log, report)
         if on_host_end is not None:
             with suppress(Exception):  # the history is never the host's outcome
@@ -156,11 +158,23 @@ def _log_end(log: HostLog | None, report: HostReport) -> None:
                      duration_s=report.duration_s)
 
 
+class Unlimited:
+    """The limiter of a run whose hosts may all have remote work in flight at once (no `--concurrency` below their
+    number): no host ever waits, so none asks a CapacityLimiter (each acquire costs a turn of the event loop); a
+    host whose run was cut short before it began still never begins."""
+
+    async def __aenter__(self) -> None:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
 @dataclass
 class Gate:
     """What decides whether a host may start: the concurrency limiter and the failure budget."""
 
-    limiter: anyio.CapacityLimiter
+    limiter: anyio.CapacityLimiter | Unlimited
     budget: FailureBudget
     state: RunState
 
@@ -195,7 +209,7 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
     `interrupts`: the caller's (which handles the signals until its report is written); without one, with
     `options.handle_signals`, the run handles them itself while it runs."""
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
-    state = RunState(Deadline(options.deadline_s))
+    state = RunState(Deadline(options.deadline_s), started=t0)
     async with anyio.create_task_group() as outer:
         if interrupts is None and options.handle_signals:
             interrupts = Interrupts()
@@ -215,14 +229,16 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
     report = RunReport(
         run_id=run_id, command=options.mode.command, started_at=started_at,
         duration_s=round(time.monotonic() - t0, 3),
-        hosts={r.host.name: r.report(cut_short, cut_reason, run_started=t0) for r in runs},
+        hosts={r.host.name: r.final if r.final is not None else r.report(cut_short, cut_reason, run_started=t0)
+               for r in runs},
     )
     return report, state
 
 
 async def _run_waves(runs: list[HostRun], options: RunOptions, logs: RunLogs, connector: Connector,
                      state: RunState, scheduler: Scheduler | None, on_host_end: HostEnded | None = None) -> None:
-    limiter = anyio.CapacityLimiter(max(1, options.concurrency or len(runs) or 1))
+    width = options.concurrency or len(runs)
+    limiter = anyio.CapacityLimiter(max(1, width)) if width < len(runs) else Unlimited()
     gate = Gate(limiter, FailureBudget(tolerated(options.max_fail, len(runs))), state)
     waves = split_waves(runs, options.batch, options.canary)
     async with anyio.create_task_group() as group:

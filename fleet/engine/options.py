@@ -71,6 +71,7 @@ class RunState:
     deadline: Deadline = field(default_factory=Deadline)
     interrupted: bool = False
     stopped: str | None = None  # why no new host starts: the failure budget or the canary
+    started: float | None = None  # when the run started (monotonic clock): each host's start is said from it
 
     def cut_short(self) -> str:
         """What ends unfinished hosts: the run deadline once it has passed, else an interrupt."""

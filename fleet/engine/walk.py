@@ -85,6 +85,7 @@ class HostRun:
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU
     fabric_manager: FabricManager | None = None  # verify's read of the node's fabric manager
     scheduler: SchedulerRecord | None = None  # what the scheduler seam (`fleet.engine.schedulers`) decided for it
+    final: HostReport | None = None  # its report, made once as it ended (the task graph's `_host_task`)
 
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
         self.status, self.error, self.reason, self.ended = status, error, reason, time.monotonic()
@@ -146,8 +147,10 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
                 if restore_settings:
                     restored = (await restore.restore_settings(node, gpu_reset=gpu_reset))[1]
                 settled = await settle.settle(node, killed.kept, killed.job_pids, gpu_reset=gpu_reset)
-                result = settled.result
-                return replace(settled, result=replace(result, detail=result.detail + restored.detail))
+                said = restored.detail
+                if not said:  # nothing restored, or not asked: settle's own result
+                    return settled
+                return replace(settled, result=replace(settled.result, detail=settled.result.detail + said))
             settled = await _run_step(node, run, StepName.SETTLE, settling)
             settle_s = dict(settled.settle_s)
     verified = await _run_step(node, run, StepName.VERIFY,

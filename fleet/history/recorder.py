@@ -71,7 +71,7 @@ class Recorder:
         """Whether `host_ended` queued this host's row as `report` would write it: every field the same but the
         start (`ended == replace(report, start_s=ended.start_s)`, without building that report)."""
         ended = self._ended.get(report.name)
-        return ended is not None and but_start(ended) == but_start(report)
+        return ended is report or (ended is not None and but_start(ended) == but_start(report))
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Wait up to `timeout_s` for the queued writes, then let the thread go (it is a daemon)."""

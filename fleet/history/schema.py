@@ -16,7 +16,6 @@ order, each in its own transaction; a file from a newer fleet is refused, never 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fleet import __version__
+from fleet.model.codec import json_writer
 from fleet.model.errors import UsageError
 
 HISTORY_FILE = "history.sqlite"
@@ -96,12 +96,12 @@ def parse_stamp(text: str) -> datetime:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps' own defaults, made once instead of each call
+_COMPACT = json_writer(",", ":")  # json.dumps', its encoder made once instead of each call
 
 
 def json_text(value: object) -> str:
     """The one format every JSON column has (compact)."""
-    return _COMPACT.encode(value)
+    return _COMPACT(value)
 
 
 def open_database(path: Path, *, busy_timeout_s: float = BUSY_TIMEOUT_S,

@@ -19,7 +19,9 @@ What the document does not keep: a step's `error` and `reason` (the host's say i
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from _json import make_encoder
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from enum import StrEnum
@@ -57,6 +59,22 @@ SCHEDULER_WHEN_SET = ("plan", "error", "abandoned", "waited_s", "taken_over")
 
 
 # --- writing ------------------------------------------------------------------------------------------------------
+
+
+def json_writer(item_separator: str = ", ", key_separator: str = ": ") -> Callable[[object], str]:
+    """`json.dumps(value, separators=(item_separator, key_separator))`: the same text, by the same C encoder, made
+    once here where `json.dumps` makes it again for every value (a few microseconds each, and a run writes about
+    ten values a host: summary.json's line, the history's columns). Without json's check for a value that holds
+    itself: these are trees of plain values, made from frozen records."""
+    default = json.JSONEncoder().default  # what json.dumps does with a value of no JSON type: TypeError
+    encode = make_encoder(None, default, json.encoder.encode_basestring_ascii, None, key_separator, item_separator,
+                          False, False, True)
+
+    def write(value: object) -> str:
+        return "".join(encode(value, 0))
+
+    return write
+
 
 
 def host_to_document(host: HostReport) -> dict[str, Any]:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from typing import Any
 
 from fleet import __version__
 from fleet.inventory.nodesets import fold
-from fleet.model.codec import host_to_document
+from fleet.model.codec import host_to_document, json_writer
 from fleet.model.report import HostStatus, RunReport
 from fleet.report import uniform
 
 INTERRUPTED = 130  # SIGINT or SIGTERM cut the run
 HUNG_UP = 129  # SIGHUP (128 + 1) cut it: the operator's terminal went away
 SUMMARY_KEYS = (HostStatus.CLEAN, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.SKIPPED)
+
+
+_JSON = json_writer()  # json.dumps, its C encoder made once
 
 
 def render(document: dict[str, Any]) -> str:
@@ -25,10 +27,10 @@ def render(document: dict[str, Any]) -> str:
     parts = []
     for key, value in document.items():
         if isinstance(value, dict) and value:
-            inner = ",\n".join(f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in value.items())
-            parts.append(f"  {json.dumps(key)}: {{\n{inner}\n  }}")
+            inner = ",\n".join(f"    {_JSON(k)}: {_JSON(v)}" for k, v in value.items())
+            parts.append(f"  {_JSON(key)}: {{\n{inner}\n  }}")
         else:
-            parts.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+            parts.append(f"  {_JSON(key)}: {_JSON(value)}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from importlib import resources
 
 import anyio
@@ -142,27 +141,39 @@ def hold_bound_s(host: Host, wait_s: float) -> float:
     return wait_s + 2 * (windows + commands_s(host, smi=RESET_COMMANDS)) + HOLD_MARGIN_S
 
 
-@asynccontextmanager
-async def host_lock(node: Node, run: str, wait_s: float | None = None) -> AsyncIterator[OpenCommand]:
+def host_lock(node: Node, run: str, wait_s: float | None = None) -> HostLock:
     """Hold the host's reset lock for the block; LockBusy or LockError when it cannot be taken.
 
     The lock is released when the block ends, whatever way (shielded, bounded).
     """
-    wait = LOCK_WAIT_S if wait_s is None else wait_s
-    started = time.monotonic()
-    try:
-        held = await _acquire(node, run, wait)
-    except LockBusy:
-        raise
-    except LockError as exc:
-        node.log.warning("lock_failed", lock_file=node.host.lock_file, error=str(exc))
-        raise
-    node.log.info("lock_acquired", lock_file=node.host.lock_file, waited_s=_since(started))
-    taken = time.monotonic()
-    try:
-        yield held
-    finally:
-        await _release(node, held, taken)
+    return HostLock(node, run, LOCK_WAIT_S if wait_s is None else wait_s)
+
+
+class HostLock:
+    """`host_lock`'s block: the lock taken as it begins (the held command, `as`), released as it ends. A class, not
+    an async generator: one a host, entered once (no generator for the loop to track and finalize)."""
+
+    def __init__(self, node: Node, run: str, wait_s: float) -> None:
+        self.node, self.run, self.wait_s = node, run, wait_s
+        self._held: OpenCommand | None = None
+        self._taken = 0.0
+
+    async def __aenter__(self) -> OpenCommand:
+        node, started = self.node, time.monotonic()
+        try:
+            held = await _acquire(node, self.run, self.wait_s)
+        except LockBusy:
+            raise
+        except LockError as exc:
+            node.log.warning("lock_failed", lock_file=node.host.lock_file, error=str(exc))
+            raise
+        node.log.info("lock_acquired", lock_file=node.host.lock_file, waited_s=_since(started))
+        self._held, self._taken = held, time.monotonic()
+        return held
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._held is not None:
+            await _release(self.node, self._held, self._taken)
 
 
 async def _acquire(node: Node, run: str, wait_s: float) -> OpenCommand:

@@ -321,6 +321,19 @@ async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> 
     assert slow.closed
 
 
+async def test_a_run_cut_short_before_its_hosts_began_starts_none_without_a_concurrency_limit(
+        tmp_path: Path) -> None:
+    """Every host may be in flight at once (no limiter to wait on): a deadline that passes before they begin still
+    leaves each skipped, nothing asked of its node."""
+    hosts, scripts = _fleet(3)
+    with anyio.fail_after(10):
+        report, state = await run(hosts, scripts, tmp_path, deadline_s=0.0)
+    assert state.deadline.hit
+    assert {h.status for h in report.hosts.values()} == {HostStatus.SKIPPED}
+    assert {h.error for h in report.hosts.values()} == {"run deadline of 0 s reached before start"}
+    assert not any(t.ran for t in scripts.values())
+
+
 async def test_memory_that_survives_a_gpu_reset_needs_a_reboot(tmp_path: Path) -> None:
     """--gpu-reset: the reset runs (no process holds the GPU), yet the memory stays: the host fails with
     `needs_reboot`, and nothing more is tried."""

@@ -21,7 +21,7 @@ from support.report_strategies import hosts
 from fleet.cli.commands import main
 from fleet.history import History, history_path, host_from_row
 from fleet.model import plugs
-from fleet.model.codec import host_from_document, host_to_document, run_from_document
+from fleet.model.codec import host_from_document, host_to_document, json_writer, run_from_document
 from fleet.model.errors import DocumentError
 from fleet.model.fabric import FmState
 from fleet.model.report import (
@@ -63,6 +63,35 @@ def test_a_run_comes_back_from_its_summary_json(found: dict[str, HostReport]) ->
                     {name: replace(h, name=name) for name, h in found.items()})
     again = run_from_document(json.loads(render(to_document(run))))
     assert again == run and list(again.hosts) == list(run.hosts)
+
+
+JSON_WRITERS = {(", ", ": "): json_writer(), (",", ":"): json_writer(",", ":")}
+
+
+def writes_as_json_dumps(value: Any) -> bool:
+    """Every writer's text of `value` is json.dumps' with its separators, byte for byte."""
+    return all(write(value) == json.dumps(value, separators=separators) for separators, write in JSON_WRITERS.items())
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_the_json_writer_writes_what_json_dumps_writes(value: Any) -> None:
+    assert writes_as_json_dumps(value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(hosts)
+def test_the_json_writer_writes_a_host_document_as_json_dumps(host: HostReport) -> None:
+    """A host's line of the summary (tuples, enums, floats, any text) as json.dumps writes it; a value JSON has no
+    type for is json.dumps' TypeError."""
+    assert writes_as_json_dumps(host_to_document(host))
+    with pytest.raises(TypeError):
+        json_writer()({"bad": {1, 2}})
+
+
+@pytest.mark.parametrize("path", [DEMO, DEMO_0_1], ids=["this fleet", "fleet 0.1.0"])
+def test_the_real_summaries_are_written_by_the_json_writer_as_by_json_dumps(path: Path) -> None:
+    assert writes_as_json_dumps(demo_document(path))
 
 
 @pytest.mark.parametrize("path", [DEMO, DEMO_0_1], ids=["this fleet", "fleet 0.1.0"])

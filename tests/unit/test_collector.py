@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import pytest
 
-from fleet.engine.collector import MIDDLE_EVERY, YOUNG_EVERY, heap_frozen, paced_collection
+from fleet.engine.collector import YOUNG_OBJECTS, heap_frozen, paced_collection
 
 
 class Node:
@@ -67,8 +69,22 @@ def test_cyclic_garbage_set_aside_is_freed_once_the_heap_has_doubled() -> None:
     assert gc.get_freeze_count() == 0
 
 
+@pytest.mark.parametrize("part", [paced_collection, heap_frozen], ids=["the hosts' part", "the report's part"])
+def test_young_objects_are_collected_less_often_during_a_run_only(part: Callable[[], AbstractContextManager[None]]
+                                                                  ) -> None:
+    before = gc.get_threshold()
+    with part():
+        assert gc.get_threshold() == (YOUNG_OBJECTS, *before[1:])
+        doomed = Node()
+        gone = weakref.ref(doomed)
+        del doomed
+        gc.collect(0)  # a young collection still frees a young cycle
+        assert gone() is None
+    assert gc.get_threshold() == before
+
+
 def test_an_error_in_the_hosts_part_still_gives_everything_back() -> None:
-    callbacks = list(gc.callbacks)
+    callbacks, thresholds = list(gc.callbacks), gc.get_threshold()
     def failing_hosts() -> None:
         with paced_collection():
             gc.collect()
@@ -78,18 +94,4 @@ def test_an_error_in_the_hosts_part_still_gives_everything_back() -> None:
         failing_hosts()
     assert gc.get_freeze_count() == 0
     assert gc.callbacks == callbacks  # the pacer is gone with it
-
-
-def test_the_young_generations_are_sized_for_hosts_in_flight_and_put_back_after() -> None:
-    before = gc.get_threshold()
-    with paced_collection():
-        young, middle, oldest = gc.get_threshold()
-        assert (young, middle, oldest) == (YOUNG_EVERY, MIDDLE_EVERY, before[2])
-    assert gc.get_threshold() == before
-
-
-def test_an_error_in_the_hosts_part_still_puts_the_thresholds_back() -> None:
-    before = gc.get_threshold()
-    with pytest.raises(RuntimeError, match="boom"), paced_collection():
-        raise RuntimeError("boom")
-    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
