@@ -43,13 +43,16 @@ class LoopLag:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Held weakly, and its tick's handle not kept: the loop holds this (its tick), not the other way round,
+        # so a loop that is done with is freed with its clock (one a loop, kept in _CLOCKS while the loop lives).
+        self._loop: asyncio.AbstractEventLoop = weakref.proxy(loop)
         self._due = math.inf
-        self._handle: asyncio.TimerHandle | None = None
+        self._started = False
         self.total = 0.0
 
     def start(self) -> None:
-        if self._handle is None:
+        if not self._started:
+            self._started = True
             self._arm(self._loop.time())
 
     def attended(self, now: float) -> float:
@@ -58,7 +61,7 @@ class LoopLag:
 
     def _arm(self, now: float) -> None:
         self._due = now + LAG_TICK_S
-        self._handle = self._loop.call_at(self._due, self._tick)
+        self._loop.call_at(self._due, self._tick)
 
     def _tick(self) -> None:
         now = self._loop.time()
@@ -83,7 +86,7 @@ class AttentionClock:
     """The loop's time minus its lateness (see the module docstring); one a loop, from `clock()`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self._loop: asyncio.AbstractEventLoop = weakref.proxy(loop)  # held weakly, as LoopLag holds it
         self.lag = LoopLag(loop)
         self.lag.start()
 

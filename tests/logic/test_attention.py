@@ -3,7 +3,10 @@ was held leave a bound where it was; a bound on a body that never ends still fir
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import time
+import weakref
 
 import anyio
 import anyio.lowlevel
@@ -147,3 +150,20 @@ def test_outside_an_event_loop_the_clock_is_monotonic() -> None:
     assert isinstance(attention.clock(), MonotonicClock)
     budget = TimeBudget(10.0)
     assert 0 <= budget.elapsed < budget.window
+
+
+def test_a_loop_done_with_is_freed_with_its_clock() -> None:
+    """One clock a loop, kept while its loop lives: neither the clock nor its tick keeps a finished loop alive
+    (a process that runs many loops, a test suite, would keep each one and its clock)."""
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def read_the_clock() -> None:
+        loop_clock().now()
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+
+    known = len(attention._CLOCKS)
+    for _ in range(3):
+        anyio.run(read_the_clock)
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]
+    assert len(attention._CLOCKS) <= known
