@@ -111,7 +111,7 @@ class Node:
         answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
         hung: str | None = None  # the section that timed out, and its bound: the ones after it never ran
         spent = _spent(budget, step, timeout) if timed_out and timeout < whole else None
-        where = _where(step, batch=self.batches)  # every section's that ran within its bound
+        where = _where(step, batch=self.batches)  # the leading fields of each section that ran within its bound
         for index, ((probe, _), bound, section) in enumerate(zip(asked, limits, found, strict=True)):
             if section is None and spent is not None:  # the step's time ran out, not the section's own bound
                 answers[id(probe)] = self._cut(probe, bound, result, spent, framing.opened(tag, index, result.stdout),
