@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
+from math import isfinite
 from typing import Any
 
 import structlog
@@ -69,7 +69,7 @@ _EVENTS = _Events()
 
 
 def _float(value: float) -> str:
-    return float.__repr__(value) if math.isfinite(value) else _ENCODER.encode(value)
+    return repr(value) if isfinite(value) else _ENCODE(value)  # an exact float: its repr, when finite
 
 
 def _list(value: list[Any]) -> str:
@@ -114,17 +114,17 @@ def _value(value: Any) -> str:
     return _BY_TYPE.get(type(value), _ENCODER.encode)(value)
 
 
-_SECOND: list[Any] = [None, ""]  # the last whole second stamped, and its `YYYY-MM-DDTHH:MM:SS`
+_SECOND: list[Any] = [None, ""]  # the last whole second stamped (its digits), and its `YYYY-MM-DDTHH:MM:SS`
 
 
 def _stamp() -> str:
     """Now, as TimeStamper(fmt="iso", utc=True) writes it (`datetime.isoformat`: no fraction on a whole second);
     the date and time of day made once a second."""
-    second, nanos = divmod(time.time_ns(), 1_000_000_000)
+    micros = str(time.time_ns() // 1000)  # microseconds since the epoch: the last six digits are the fraction
+    second, fraction = micros[:-6], micros[-6:]
     if second != _SECOND[0]:
-        _SECOND[:] = second, datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    micros = nanos // 1000
-    return f"{_SECOND[1]}.{micros:06d}Z" if micros else f"{_SECOND[1]}Z"
+        _SECOND[:] = second, datetime.fromtimestamp(int(second), tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{_SECOND[1]}.{fraction}Z" if fraction != "000000" else f"{_SECOND[1]}Z"
 
 
 class HostLogger:
