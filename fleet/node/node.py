@@ -107,10 +107,11 @@ class Node:
         except CommandTimeout as exc:
             result, timed_out = exc.result, True
         self._log_batch(result, step, timeout, timed_out, len(asked))
-        found = framing.sections(tag, len(asked), result.stdout, result.stderr)
+        found = framing.answers(tag, len(asked), result.stdout, result.stderr)
         answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
         hung: str | None = None  # the section that timed out, and its bound: the ones after it never ran
         spent = _spent(budget, step, timeout) if timed_out and timeout < whole else None
+        where = _where(step, batch=self.batches)  # the leading fields of each section that ran within its bound
         for index, ((probe, _), bound, section) in enumerate(zip(asked, limits, found, strict=True)):
             if section is None and spent is not None:  # the step's time ran out, not the section's own bound
                 answers[id(probe)] = self._cut(probe, bound, result, spent, framing.opened(tag, index, result.stdout),
@@ -119,21 +120,23 @@ class Node:
             if section is None:
                 answers[id(probe)] = self._no_section(probe, bound, result, timed_out, hung, step)
                 continue
-            answer = self._section_answer(probe, bound, section, result, step)
+            answer = self._section_answer(probe, bound, section, result, step, where)
             answers[id(probe)] = answer
             if isinstance(answer, CommandTimeout):
                 hung = f"{probe.what} timed out after {bound}"
         return answers
 
-    def _section_answer(self, probe: Probe[Any], bound: Bound, section: framing.Section, batch: CommandResult,
-                        step: StepName | None) -> CommandResult | CommandTimeout:
-        """One section as its own command's result; a CommandTimeout (naming its bound) when its own `timeout`
-        ended it."""
-        result = CommandResult(probe.argv, section.exit_status, section.stdout, section.stderr, batch.duration_s)
-        timed_out = framing.bound_fired(section.exit_status, section.ran_s, bound.seconds)
-        self._log_result(result, step, bound.seconds, timed_out=timed_out, batch=self.batches,
-                         bound=bound.name if timed_out else None)
-        return CommandTimeout(result, bound.seconds, bound.name) if timed_out else result
+    def _section_answer(self, probe: Probe[Any], bound: Bound, section: framing.Said, batch: CommandResult,
+                        step: StepName | None, where: Mapping[str, object]) -> CommandResult | CommandTimeout:
+        """One section (`framing.answers`) as its own command's result; a CommandTimeout (naming its bound) when
+        its own `timeout` ended it (its event then names the bound too). `where`: the batch's leading fields."""
+        status, stdout, stderr, ran_s = section
+        result = CommandResult(probe.argv, status, stdout, stderr, batch.duration_s)
+        if not framing.bound_fired(status, ran_s, bound.seconds):
+            self._log_command(result, where, bound.seconds, timed_out=False)
+            return result
+        self._log_result(result, step, bound.seconds, timed_out=True, batch=self.batches, bound=bound.name)
+        return CommandTimeout(result, bound.seconds, bound.name)
 
     def _no_section(self, probe: Probe[Any], bound: Bound, batch: CommandResult, batch_timed_out: bool,
                     hung: str | None, step: StepName | None) -> CommandTimeout | StepFailed:
@@ -201,17 +204,17 @@ class Node:
     def _log_result(self, result: CommandResult, step: StepName | None, timeout: float, *, timed_out: bool,
                     note: str | None = None, batch: int | None = None, bound: str | None = None) -> None:
         """A `command` event; one that timed out names the bound that ended it (`bound`), when known."""
-        fields: dict[str, object] = {"step": str(step)} if step is not None else {}
-        if note:
-            fields["note"] = note
-        if bound is not None:
-            fields["bound"] = bound
-        if batch is not None:
-            fields["batch"] = batch
-        fields.update(argv=list(result.argv), exit_status=result.exit_status, signal=result.signal,
-                      timed_out=timed_out, timeout_s=round(timeout, 3), duration_s=round(result.duration_s, 4),
-                      stdout=clip(result.stdout, LOG_OUTPUT_LIMIT), stderr=clip(result.stderr, LOG_OUTPUT_LIMIT))
-        self.log.info("command", **fields)
+        self._log_command(result, _where(step, note, bound, batch), timeout, timed_out)
+
+    def _log_command(self, result: CommandResult, where: Mapping[str, object], timeout: float,
+                     timed_out: bool) -> None:
+        """A `command` event after its leading fields (`where`: `_where`'s, made once for a batch's sections)."""
+        out, err = result.stdout, result.stderr
+        self.log.info("command", **where, argv=list(result.argv), exit_status=result.exit_status,
+                      signal=result.signal, timed_out=timed_out, timeout_s=round(timeout, 3),
+                      duration_s=round(result.duration_s, 4),
+                      stdout=out if len(out) <= LOG_OUTPUT_LIMIT else clip(out, LOG_OUTPUT_LIMIT),
+                      stderr=err if len(err) <= LOG_OUTPUT_LIMIT else clip(err, LOG_OUTPUT_LIMIT))
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,19 @@ class Answers:
 
     def read(self, probe: Probe[T]) -> T:
         return probe.read(self.result(probe))
+
+
+def _where(step: StepName | None, note: str | None = None, bound: str | None = None,
+           batch: int | None = None) -> dict[str, object]:
+    """A `command` event's leading fields, those it has, in their order: step, note, bound, batch."""
+    where: dict[str, object] = {"step": str(step)} if step is not None else {}
+    if note:
+        where["note"] = note
+    if bound is not None:
+        where["bound"] = bound
+    if batch is not None:
+        where["batch"] = batch
+    return where
 
 
 def hang_line(probe: Probe[Any], timeout: CommandTimeout) -> str:

@@ -53,9 +53,12 @@ class Polled(Generic[T]):
 
 def backoff() -> Iterator[float]:
     """The waits of a poll: 0.1, 0.15, 0.225 ... then 1 s for as long as the window lasts."""
-    growing = itertools.takewhile(lambda wait: wait < POLL_CAP_S,
-                                  (POLL_FIRST_S * POLL_FACTOR ** n for n in itertools.count()))
-    return itertools.chain(growing, itertools.repeat(POLL_CAP_S))
+    return itertools.chain(_GROWING, itertools.repeat(POLL_CAP_S))
+
+
+# The waits before the cap, made once: every poll of every host begins with them.
+_GROWING = tuple(itertools.takewhile(lambda wait: wait < POLL_CAP_S,
+                                     (POLL_FIRST_S * POLL_FACTOR ** n for n in itertools.count())))
 
 
 async def poll_until(look: Callable[[], Awaitable[T]], met: Callable[[T], bool], waits: Iterable[float], *,

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import lru_cache
 from json.encoder import encode_basestring_ascii
+from math import isfinite
 from typing import Any
 
 import structlog
@@ -46,40 +45,55 @@ def _fallback(value: Any) -> Any:
 
 
 _ENCODER = json.JSONEncoder(default=_fallback)
-_KEYS: dict[str, str] = {}  # a field's name as it opens its pair: `, "name": `
+_ENCODE = _ENCODER.encode
 
 
-def _key(name: str) -> str:
-    known = _KEYS.get(name)
-    if known is None:
-        known = _KEYS[name] = f", {encode_basestring_ascii(name)}: "
-    return known
+class _Keys(dict[str, str]):
+    """A field's name as it opens its pair (`, "name": `), made the first time the name is logged."""
+
+    def __missing__(self, name: str) -> str:
+        self[name] = opening = f", {encode_basestring_ascii(name)}: "
+        return opening
+
+
+class _Events(dict[str, str]):
+    """An event's name as it closes its line's fields (`, "event": "name"`), made the first time it is logged."""
+
+    def __missing__(self, event: str) -> str:
+        self[event] = closing = f', "event": {_value(event)}'
+        return closing
+
+
+_KEYS = _Keys()
+_EVENTS = _Events()
 
 
 def _float(value: float) -> str:
-    return float.__repr__(value) if math.isfinite(value) else _ENCODER.encode(value)
+    return repr(value) if isfinite(value) else _ENCODE(value)  # an exact float: its repr, when finite
 
 
 def _list(value: list[Any]) -> str:
     """A list of strings (an argv) item by item, a short one remembered; any other list as the encoder writes it."""
-    if not _ONLY_STR.issuperset(map(type, value)):  # exact strings only: a tuple of them is the text it encodes
+    items = tuple(value)
+    if not _ONLY_STR.issuperset(map(type, items)):  # exact strings only: a tuple of them is the text it encodes
         return _ENCODER.encode(value)
-    if sum(map(len, value)) > _REMEMBERED_CHARS:
-        return _strings(tuple(value))
-    return _remembered(tuple(value))
+    known = _REMEMBERED.get(items)
+    if known is not None:
+        return known
+    text = f"[{', '.join(map(encode_basestring_ascii, items))}]"
+    if sum(map(len, items)) <= _REMEMBERED_CHARS:
+        if len(_REMEMBERED) >= _REMEMBERED_LISTS:
+            _REMEMBERED.clear()
+        _REMEMBERED[items] = text
+    return text
 
 
 _ONLY_STR = frozenset({str})
-
-
-def _strings(items: tuple[str, ...]) -> str:
-    return f"[{', '.join(map(encode_basestring_ascii, items))}]"
-
-
-# A list of strings as JSON, remembered by its exact items: the same argv (a long shell script, a batch's program
+# Lists of strings as JSON, remembered by their exact items: the same argv (a long shell script, a batch's program
 # and lines) is logged for every host, most of its text the same for all. At most 256 lists of up to 16 k
-# characters each, kept with their JSON: 8 MB at most.
-_remembered = lru_cache(maxsize=256)(_strings)
+# characters each, kept with their JSON: 8 MB at most (all forgotten when full: a run logs far fewer).
+_REMEMBERED: dict[tuple[str, ...], str] = {}
+_REMEMBERED_LISTS = 256
 _REMEMBERED_CHARS = 16_384
 
 
@@ -87,9 +101,9 @@ _REMEMBERED_CHARS = 16_384
 # encoder JSONRenderer uses.
 _BY_TYPE: dict[type, Callable[[Any], str]] = {
     str: encode_basestring_ascii,
-    int: int.__repr__,
+    int: repr,  # an exact int: its repr is its JSON
     bool: {True: "true", False: "false"}.__getitem__,
-    type(None): lambda _: "null",
+    type(None): {None: "null"}.__getitem__,
     float: _float,
     list: _list,
 }
@@ -100,17 +114,17 @@ def _value(value: Any) -> str:
     return _BY_TYPE.get(type(value), _ENCODER.encode)(value)
 
 
-_SECOND: list[Any] = [None, ""]  # the last whole second stamped, and its `YYYY-MM-DDTHH:MM:SS`
+_SECOND: list[Any] = [None, ""]  # the last whole second stamped (its digits), and its `YYYY-MM-DDTHH:MM:SS`
 
 
 def _stamp() -> str:
     """Now, as TimeStamper(fmt="iso", utc=True) writes it (`datetime.isoformat`: no fraction on a whole second);
     the date and time of day made once a second."""
-    second, nanos = divmod(time.time_ns(), 1_000_000_000)
+    micros = str(time.time_ns() // 1000)  # microseconds since the epoch: the last six digits are the fraction
+    second, fraction = micros[:-6], micros[-6:]
     if second != _SECOND[0]:
-        _SECOND[:] = second, datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    micros = nanos // 1000
-    return f"{_SECOND[1]}.{micros:06d}Z" if micros else f"{_SECOND[1]}Z"
+        _SECOND[:] = second, datetime.fromtimestamp(int(second), tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{_SECOND[1]}.{fraction}Z" if fraction != "000000" else f"{_SECOND[1]}Z"
 
 
 class HostLogger:
@@ -141,20 +155,20 @@ class HostLogger:
         self._log("error", event, fields)
 
     def _log(self, level: str, event: str, fields: dict[str, Any]) -> None:
-        if _RESERVED.isdisjoint(fields):
-            text = self._line(level, event, fields)
-        else:
+        """The event's line (its newline included) in one write(2)."""
+        if not _RESERVED.isdisjoint(fields):
             chain = structlog.wrap_logger(structlog.ReturnLogger(), processors=PROCESSORS, host=self._host,
                                           run_id=self._run_id)
-            text = f"{getattr(chain, level)(event, **fields)}\n"
-        write_text(self._out, text)
-
-    def _line(self, level: str, event: str, fields: dict[str, Any]) -> str:
-        """The event's line, its newline included."""
-        pairs = [(_KEYS.get(name) or _key(name)) + _BY_TYPE.get(type(value), _ENCODER.encode)(value)
-                 for name, value in fields.items()]
-        return (f'{self._opening}{"".join(pairs)}, "event": {_value(event)}, "level": "{level}", '
-                f'"timestamp": "{_stamp()}"}}\n')
+            write_text(self._out, f"{getattr(chain, level)(event, **fields)}\n")
+            return
+        line = [self._opening]
+        for name, value in fields.items():
+            line += _KEYS[name], _BY_TYPE.get(type(value), _ENCODE)(value)
+        line.append(f'{_EVENTS[event]}, "level": "{level}", "timestamp": "{_stamp()}"}}\n')
+        data = "".join(line).encode()
+        done = self._out.write(data)
+        if done != len(data):
+            write_rest(self._out, data[done:])
 
 
 def write_line(out: io.FileIO, line: str) -> None:
@@ -166,6 +180,11 @@ def write_text(out: io.FileIO, text: str) -> None:
     """`text` (whole lines) in one write(2); more only if the kernel takes part of it."""
     data = text.encode()
     done = out.write(data)
-    while done < len(data):
-        data = data[done:]
-        done = out.write(data)
+    if done != len(data):
+        write_rest(out, data[done:])
+
+
+def write_rest(out: io.FileIO, data: bytes) -> None:
+    """The rest of a line the kernel took only part of in one write(2), written until all of it is out."""
+    while data:
+        data = data[out.write(data):]

@@ -95,11 +95,20 @@ def batch_timeout(bounds: Sequence[float]) -> float:
 
 
 def sections(tag: str, count: int, stdout: str, stderr: str) -> list[Section | None]:
-    """Each of the `count` sections as the batch framed it; None for one whose frame is missing, cut or doubled.
+    """Each of the `count` sections as the batch framed it; None for one whose frame is missing, cut or doubled."""
+    return [Section(*said) if said is not None else None for said in answers(tag, count, stdout, stderr)]
+
+
+Said = tuple[int, str, str, float | None]  # a Section's fields, in its order
+
+
+def answers(tag: str, count: int, stdout: str, stderr: str) -> list[Said | None]:
+    """`sections` as plain tuples (exit status, stdout, stderr, seconds run): what `fleet.node.node.Node` reads a
+    batch with, a result made once a section.
 
     One pass over each stream with plain string search (no pattern a batch: this runs for every command)."""
     outs, errs = _frames(stdout, tag, count, with_status=True), _frames(stderr, tag, count, with_status=False)
-    return [Section(out[1], out[0], err[0], out[2]) if out is not None and err is not None else None
+    return [(out[1], out[0], err[0], out[2]) if out is not None and err is not None else None
             for out, err in zip(outs, errs, strict=True)]
 
 
@@ -171,13 +180,12 @@ def _whole(parts: list[str], count: int, *, with_status: bool) -> list[tuple[str
     if len(parts) != 2 * count + 1 or (parts[0] and parts[0][-1] != "\n"):
         return None
     found: list[tuple[str, int, float | None] | None] = []
-    for index in range(count):
-        head, body, close = f" {index}\n", parts[2 * index + 1], parts[2 * index + 2]
+    for (head, opening), body, close in zip(_marks(count), parts[1::2], parts[2::2], strict=True):
         if len(body) <= len(head) or not body.startswith(head) or body[-1] != "\n":
             return None
         status, ran = 0, None
         if with_status:
-            said = close[len(head):-1] if close.startswith(f" {index} ") and close.find("\n") == len(close) - 1 else ""
+            said = close[len(opening):-1] if close.startswith(opening) and close.find("\n") == len(close) - 1 else ""
             closing = _status(said) if said else None
             if closing is None:
                 return None
@@ -186,6 +194,13 @@ def _whole(parts: list[str], count: int, *, with_status: bool) -> list[tuple[str
             return None
         found.append((body[len(head):-1], status, ran))
     return found
+
+
+@lru_cache(maxsize=64)
+def _marks(count: int) -> tuple[tuple[str, str], ...]:
+    """Each of `count` sections' head after the tag (" I\n", its close on stderr too) and how its close on stdout
+    opens (" I ", its status and run time after it): made once for every batch of as many sections."""
+    return tuple((f" {index}\n", f" {index} ") for index in range(count))
 
 
 # --- the node's side, for fakes (the scripted transport, the in-process simulated node) ----------------------

@@ -130,3 +130,12 @@ def test_the_timestamp_is_isoformats(monkeypatch: pytest.MonkeyPatch, nanos: int
     monkeypatch.setattr("fleet.report.jsonl.time.time_ns", lambda: nanos)
     when = datetime.fromtimestamp(nanos // 1000 / 1e6, tz=UTC).replace(microsecond=(nanos // 1000) % 1_000_000)
     assert jsonl._stamp() == when.isoformat().replace("+00:00", "Z")
+
+
+def test_argvs_past_the_remembered_ones_are_still_written_as_the_chain_writes_them(tmp_path: Path) -> None:
+    """More distinct argvs than are remembered (the memory is emptied when full): each line still the chain's."""
+    for index in range(jsonl._REMEMBERED_LISTS + 5):
+        fields = {"argv": ["nvidia-smi", f"--id={index}", "\u00e9"], "exit_status": index}
+        assert STAMP.sub("T", written(tmp_path, "info", "command", fields)) == STAMP.sub(
+            "T", expected("info", "command", fields))
+    assert len(jsonl._REMEMBERED) <= jsonl._REMEMBERED_LISTS
