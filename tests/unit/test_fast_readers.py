@@ -242,7 +242,9 @@ def test_plain_mib_read_as_the_pattern_reads_them(raw: str) -> None:
 @pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])  # an excerpt does not parse whole
 def test_settings_of_a_gpu_are_its_rows_facts(name: str) -> None:
     for gpu in health.parse_health(fixture(name)):
-        assert GpuSettings.of(gpu) == GpuSettings(**{fact.name: gpu[fact] for fact in SETTINGS})
+        said, built = GpuSettings.of(gpu), GpuSettings(**{fact.name: gpu[fact] for fact in SETTINGS})
+        assert said == built
+        assert list(vars(said).items()) == list(vars(built).items())  # the same attributes, in the same order
 
 
 @pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])
