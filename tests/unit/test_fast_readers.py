@@ -213,7 +213,9 @@ def rows_by_name(text: str, fields: tuple[str, ...]) -> tuple[smi.GpuRow, ...]:
 def test_the_picker_reads_the_captures_as_their_names_do(name: str, fields: tuple[str, ...]) -> None:
     values = captured_values(name)
     text = "\n".join(", ".join(str(i) if f == "index" else values[f] for f in fields) for i in range(8))
-    assert smi.parse_gpu_query(text, fields) == rows_by_name(text, fields)
+    read, by_name = smi.parse_gpu_query(text, fields), rows_by_name(text, fields)
+    assert read == by_name
+    assert [list(vars(row).items()) for row in read] == [list(vars(row).items()) for row in by_name]  # and in order
 
 
 CELLS = [*sorted(smi.NULL_VALUES), "[x", "x]", " [N/A] ", "a[b]", "0", "7", "12 MiB", "Enabled", "Disabled", "GPU-1",

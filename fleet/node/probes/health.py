@@ -111,7 +111,7 @@ def _fact_row(lineno: int, line: str, ask: Lookup) -> GpuHealth:
     bus_id = bus.strip()
     if not _BUS_ID.fullmatch(bus_id):
         raise ProbeParseError(lineno, line, "no PCI bus id")
-    texts: list[str | None] = [cell.strip() for cell in cells]
+    texts: list[str | None] = list(map(str.strip, cells))
     unread = _notes(texts, _maybe_notes(line, texts), ask.columns) if "[" in line or not MAYBE_NOTE.isdisjoint(texts) \
         else ()
     try:

@@ -10,7 +10,7 @@ import functools
 import operator
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import LINE_CLIP, ProbeParseError, lines, parse_int
@@ -118,7 +118,7 @@ def parse_gpu_query(text: str, fields: Sequence[str]) -> tuple[GpuRow, ...]:
     pick = _row_picker(tuple(fields))
     rows = []
     for lineno, line in lines(text):
-        values: list[str | None] = [raw.strip() for raw in split_csv(line, lineno, len(fields))]
+        values: list[str | None] = list(map(str.strip, split_csv(line, lineno, len(fields))))
         if "[" in line or not NULL_VALUES.isdisjoint(values):  # a value that may be a marker: each through field_value
             values = [field_value(raw or "") for raw in values]
         values.append(None)  # what a field not asked reads as
@@ -140,10 +140,20 @@ def _row_picker(fields: tuple[str, ...]) -> Callable[[list[str | None]], tuple[s
 
 
 def _gpu_row(values: tuple[str | None, ...], lineno: int, line: str) -> GpuRow:
-    """`GpuRow`'s fields by position, in its order (fewer calls than by keyword: a row of every GPU, every poll)."""
+    """`GpuRow`'s fields in its order, set in one dict as the row's attributes: what `__init__` sets (no
+    `__post_init__`, checked below), where a frozen dataclass's `__init__` pays an `object.__setattr__` a field (a
+    row of every GPU, every poll)."""
     index, used, uuid, bus_id, name, total, ecc, mig = values
-    return GpuRow(parse_int(index or "", lineno, line, "GPU index"), parse_mib(used), uuid, bus_id, name,
-                  parse_mib(total), _optional_int(ecc), mig == "Enabled")
+    row = object.__new__(GpuRow)
+    row.__dict__.update(zip(_ROW_ATTRIBUTES, (parse_int(index or "", lineno, line, "GPU index"), parse_mib(used), uuid,
+                                              bus_id, name, parse_mib(total), _optional_int(ecc), mig == "Enabled"),
+                            strict=True))
+    return row
+
+
+_ROW_ATTRIBUTES = tuple(f.name for f in fields(GpuRow))
+if len(_ROW_ATTRIBUTES) != len(_ROW_FIELDS) or hasattr(GpuRow, "__post_init__"):
+    raise TypeError("GpuRow's fields are not _gpu_row's, or its __init__ does more than set them")
 
 
 # --- nvidia-smi --query-compute-apps -----------------------------------------
