@@ -23,6 +23,7 @@ of them) and signalling their processes needs root: all of these probes say so.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterator, Sequence
@@ -273,6 +274,12 @@ FIND_ANSWERS = frozenset({0, 1})  # GNU find: 1 = some entry could not be read; 
 def holder_scan(devices: Sequence[str]) -> Probe[HolderScan]:
     """Exit 1 is an answer (an entry vanished or could not be read); whether the scan saw everything is
     in what it printed (`HolderScan`), never in find's (localised) messages."""
+    return _holder_scan(tuple(devices))
+
+
+@functools.lru_cache(maxsize=256)
+def _holder_scan(devices: tuple[str, ...]) -> Probe[HolderScan]:
+    """Made once for every host and scan with the same device globs (a probe is a value: frozen, no answer)."""
     return Probe(tuple(holders_scan_argv(devices)), "holder scan", parse_scan, needs_root=True,
                  ok_exits=FIND_ANSWERS)
 

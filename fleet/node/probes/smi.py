@@ -265,10 +265,21 @@ def _explain(result: CommandResult) -> str:
 
 
 def gpu_query(nvidia_smi: str, fields: Sequence[str]) -> Probe[tuple[GpuRow, ...]]:
+    return _gpu_query(nvidia_smi, tuple(fields))
+
+
+# A probe is a value (frozen, what to run and how to read it: no answer): made once for every host and poll that
+# asks the same, not once a host and poll (a Probe, its argv and its checks: about 25 K instructions each).
+_MADE = 256
+
+
+@functools.lru_cache(maxsize=_MADE)
+def _gpu_query(nvidia_smi: str, fields: tuple[str, ...]) -> Probe[tuple[GpuRow, ...]]:
     return Probe(tuple(gpu_query_argv(nvidia_smi, fields)), "nvidia-smi", lambda text: parse_gpu_query(text, fields),
                  reads="nvidia-smi output", hang=SMI_HANG, explain=_explain, driver=True)
 
 
+@functools.lru_cache(maxsize=_MADE)
 def compute_apps(nvidia_smi: str) -> Probe[tuple[ComputeApp, ...]]:
     return Probe(tuple(compute_apps_argv(nvidia_smi)), "nvidia-smi", parse_compute_apps, reads="nvidia-smi output",
                  hang=SMI_HANG, explain=_explain, driver=True)
