@@ -5,6 +5,7 @@ of a GPU row's fields), against the straightforward reading each replaces, on th
 from __future__ import annotations
 
 import csv
+import re
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from support.paths import FIXTURES
 from fleet.model import gpu_facts
 from fleet.model.gpu_facts import MAYBE_NOTE, NOT_APPLICABLE, NVML_ERRORS, SETTINGS, GpuHealth, GpuSettings, reading
 from fleet.model.gpu_profile import GpuProfile
-from fleet.node.probes import health, smi
+from fleet.node.probes import health, q_sections, smi
 from fleet.node.probes.asked import Key, lookup
 from fleet.node.probes.parse import ProbeParseError, lines
 from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
@@ -256,3 +257,8 @@ def test_judging_with_the_settings_verify_read_is_judging_without(name: str) -> 
     said = [GpuSettings.of(g) for g in gpus]
     assert judge(gpus, KernelReads(), policy, said=said) == judge(gpus, KernelReads(), policy)
     assert any(f.check == "gpu_settings" for found in judge(gpus, KernelReads(), policy).gpus.values() for f in found)
+
+
+@given(st.text(st.sampled_from(["a", " ", ":", "\t", "\r", "\u00a0", "\x1c", "G"]), max_size=8))  # a line: no "\n"
+def test_a_header_key_value_is_what_its_pattern_reads_whole(line: str) -> None:
+    assert q_sections._key_value(line) == (re.fullmatch(r"(\S[^:]*?)\s*:(.*)", line) is not None)

@@ -27,7 +27,6 @@ _UNREADABLE_GPU = ("Unable to determine the device handle", "GPU is lost", "fall
 INDENT = 4
 
 _GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
-_KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
 _BANNER = re.compile(r"=+NVSMI LOG=+")
 _UNINDENTED = re.compile(r"\n(?=\S)")  # the end of a line before an unindented one (faster than `^\S`, MULTILINE)
 
@@ -180,8 +179,14 @@ def _top_level(lineno: int, line: str, in_gpu: bool, seen: set[str]) -> str | No
         return header.group(1)
     if line.startswith("GPU "):
         raise ProbeParseError(lineno, line, "GPU section header without a PCI bus id")
-    if any(needle in line for needle in _UNREADABLE_GPU):
+    if any(map(line.__contains__, _UNREADABLE_GPU)):
         raise ProbeParseError(lineno, line, "nvidia-smi names a GPU it cannot read")
-    if not in_gpu and (_BANNER.fullmatch(line.strip()) or _KEY_VALUE.fullmatch(line)):
+    if not in_gpu and (_BANNER.fullmatch(line.strip()) or _key_value(line)):
         return None
     raise ProbeParseError(lineno, line, "expected a 'GPU <bus id>' section header")
+
+
+def _key_value(line: str) -> bool:
+    r"""A `Key : value` line: it begins with other than a space-like character, and a colon follows (what the pattern
+    `(\S[^:]*?)\s*:(.*)` matches whole, without that pattern's search for the colon a character at a time)."""
+    return line[:1] != "" and not line[:1].isspace() and ":" in line[1:]
