@@ -10,7 +10,7 @@ import pytest
 
 from fleet.model import gpu_facts
 from fleet.node.probe import Probe
-from fleet.node.probes import health, kernel_log, procs, smi
+from fleet.node.probes import fabricmanager, health, kernel_log, procs, smi
 
 ROW = gpu_facts.Field("clocks_sm", "clocks.sm", (("Clocks", "SM"),), gpu_facts.count("SM clock"), unit=" MHz",
                       sim="1980")
@@ -67,3 +67,13 @@ def test_a_bus_id_is_read_as_a_pci_address_the_same_each_time() -> None:
     for _ in range(2):  # one that is not a bus id is refused each time, never kept
         with pytest.raises(ValueError, match="not a PCI bus id"):
             kernel_log.pci_of_bus_id("GPU-1")
+
+
+def test_the_reads_the_same_for_every_host_are_made_once() -> None:
+    assert kernel_log.read() is kernel_log.read(None)
+    assert kernel_log.read() == kernel_log._read(None)
+    cursor = "s=0af8;i=2;b=a109;m=f4240;t=661d;x=e993"
+    assert kernel_log.read(cursor) == kernel_log._read(cursor) and kernel_log.read(cursor).argv[-1] == cursor
+    assert kernel_log.read(cursor) is not kernel_log.read(cursor)  # a host's own cursor: its own probe
+    assert fabricmanager.probe() is fabricmanager.probe()
+    assert fabricmanager.probe() == fabricmanager.probe.__wrapped__()

@@ -130,7 +130,17 @@ def read_argv(cursor: str | None = None) -> list[str]:
 
 def read(cursor: str | None = None) -> Probe[str]:
     """The kernel log needs root on most systems (the systemd-journal or adm group otherwise). Every exit status
-    is read (`reading` says what it means); a hang fails the read with HANG."""
+    is read (`reading` says what it means); a hang fails the read with HANG. The read since boot is the same for
+    every host: made once (a probe is a value: frozen, no answer); one after a host's cursor is that host's."""
+    return _since_boot() if cursor is None else _read(cursor)
+
+
+@functools.cache
+def _since_boot() -> Probe[str]:
+    return _read(None)
+
+
+def _read(cursor: str | None) -> Probe[str]:
     return Probe(tuple(read_argv(cursor)), "journalctl -k", _stdout, needs_root=True, ok_exits=ANY_EXIT,
                  reads="kernel log", hang=HANG)
 
