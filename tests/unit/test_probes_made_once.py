@@ -10,7 +10,7 @@ import pytest
 
 from fleet.model import gpu_facts
 from fleet.node.probe import Probe
-from fleet.node.probes import fabricmanager, health, kernel_log, procs, smi
+from fleet.node.probes import fabricmanager, health, kernel_log, procs, smi, units
 
 ROW = gpu_facts.Field("clocks_sm", "clocks.sm", (("Clocks", "SM"),), gpu_facts.count("SM clock"), unit=" MHz",
                       sim="1980")
@@ -77,3 +77,10 @@ def test_the_reads_the_same_for_every_host_are_made_once() -> None:
     assert kernel_log.read(cursor) is not kernel_log.read(cursor)  # a host's own cursor: its own probe
     assert fabricmanager.probe() is fabricmanager.probe()
     assert fabricmanager.probe() == fabricmanager.probe.__wrapped__()
+
+
+@pytest.mark.parametrize("made", [units.unit_state, units.unit_stop, units.unit_kill, units.unit_restart])
+def test_a_units_probes_are_made_once_per_unit(made: Any) -> None:
+    assert made("sglang.service") is made("sglang.service")
+    assert made("sglang.service") == made.__wrapped__("sglang.service")
+    assert made("vllm.service") != made("sglang.service")
