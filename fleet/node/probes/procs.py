@@ -41,7 +41,8 @@ _PID_DIR = re.compile(r"/proc/(\d+)")
 _DELETED = b" (deleted)"
 _EXE_LINK = c_link_pattern(r"/proc/(?P<pid>\d+)/exe")
 # Bytes an executable path may hold as they are in signal.sh's argument; any other is a `printf %b` escape.
-_PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._+-")
+_PLAIN_BYTES = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._+-"
+_PLAIN = frozenset(_PLAIN_BYTES)
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,10 @@ def signal_argv(signal: str, targets: Sequence[Identity]) -> list[str]:
 
 def printf_b(raw: bytes) -> str:
     """Bytes as an ASCII argument that sh's `printf %b` turns back into them: each byte outside
-    [A-Za-z0-9/._+-] as `\\0ooo`."""
+    [A-Za-z0-9/._+-] as `\\0ooo`. A path of those bytes only (nearly every one: `/usr/bin/python3.11`) is its
+    ASCII text as it is, told by deleting them (in C, not a byte at a time)."""
+    if not raw.translate(None, _PLAIN_BYTES):
+        return raw.decode("ascii")
     return "".join(chr(b) if b in _PLAIN else f"\\0{b:03o}" for b in raw)
 
 
