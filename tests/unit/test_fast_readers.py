@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from support import scripted_node
 from support.paths import FIXTURES
 
-from fleet.model import gpu_facts
+from fleet.model import gpu_facts, gpu_profile
 from fleet.model.gpu_facts import MAYBE_NOTE, NOT_APPLICABLE, NVML_ERRORS, SETTINGS, GpuHealth, GpuSettings, reading
 from fleet.model.gpu_profile import GpuProfile
 from fleet.node.probes import health, q_sections, smi
 from fleet.node.probes.asked import Key, lookup
 from fleet.node.probes.parse import ProbeParseError, lines
+from fleet.reset import health_gate
 from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
 
 SMI = FIXTURES / "nvidia-smi"
@@ -262,3 +263,12 @@ def test_judging_with_the_settings_verify_read_is_judging_without(name: str) -> 
 @given(st.text(st.sampled_from(["a", " ", ":", "\t", "\r", "\u00a0", "\x1c", "G"]), max_size=8))  # a line: no "\n"
 def test_a_header_key_value_is_what_its_pattern_reads_whole(line: str) -> None:
     assert q_sections._key_value(line) == (re.fullmatch(r"(\S[^:]*?)\s*:(.*)", line) is not None)
+
+
+@pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])
+def test_a_gpus_settings_like_the_one_befores_are_judged_as_its_own(name: str) -> None:
+    profile = GpuProfile(persistence=True, compute_mode="Prohibited", power_limit_w=300.0)
+    said = [GpuSettings.of(g) for g in health.parse_health(fixture(name))]
+    other = [GpuSettings(**{**vars(s), "power_limit_w": 250.0}) for s in said]
+    for gpus in (said, [*said, *other, *said], [s for pair in zip(said, other, strict=True) for s in pair]):
+        assert health_gate._profiled(profile, gpus) == [gpu_profile.findings(profile, s) for s in gpus]
