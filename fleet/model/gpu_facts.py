@@ -18,7 +18,7 @@ A leaf of the model: stdlib only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Generic, TypeVar
@@ -330,6 +330,16 @@ class GpuSettings:
         settings = object.__new__(cls)
         settings.__dict__.update(zip(_SETTING_NAMES, map(facts.get, _SETTING_NAMES), strict=True))
         return settings
+
+    @classmethod
+    def of_each(cls, gpus: Sequence[GpuHealth]) -> list[GpuSettings]:
+        """Each GPU's settings (`of`); a GPU whose facts are the GPU before it's (nearly every GPU of a node: one
+        model, driver and set of settings; their dicts compared in C) has that GPU's settings, the same value
+        (frozen), not made again."""
+        said: list[GpuSettings] = []
+        for before, gpu in zip([None, *gpus], gpus, strict=False):  # each with the one before it (None: the first)
+            said.append(said[-1] if before is not None and before.facts == gpu.facts else cls.of(gpu))
+        return said
 
 
 _SETTING_NAMES = tuple(fact.name for fact in SETTINGS)

@@ -192,7 +192,7 @@ def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, 
     `said`: each GPU's settings, in `gpus`' order, where the caller has them already (else read from `gpus`)."""
     by_pci = {pci_of_bus_id(g.bus_id): g for g in gpus}
     settings = by_name(SETTINGS_CHECK)
-    said = [GpuSettings.of(g) for g in gpus] if said is None else said
+    said = GpuSettings.of_each(gpus) if said is None else said
     profiled = _profiled(policy.profile, said)
     found = {g.bus_id: _weigh(_gpu_facts(g, lines), policy) for g, lines in zip(gpus, profiled, strict=True)}
     for bus_id, lines in (refused or {}).items():

@@ -242,7 +242,7 @@ class HealthReads:
         policy = HealthPolicy.of(node.host)
         gpus = await self._gpus(node, answers, budget)
         kernel = KernelReads() if self.kernel is None else self._kernel(answers, self.kernel, baseline)
-        said = [GpuSettings.of(g) for g in gpus]
+        said = GpuSettings.of_each(gpus)
         judged = judge(gpus, kernel, policy, ended=ended, refused=refused, said=said)
         return dataclasses.replace(judged, settings={g.bus_id: s for g, s in zip(gpus, said, strict=True)})
 

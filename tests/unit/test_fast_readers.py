@@ -272,3 +272,13 @@ def test_a_gpus_settings_like_the_one_befores_are_judged_as_its_own(name: str) -
     other = [GpuSettings(**{**vars(s), "power_limit_w": 250.0}) for s in said]
     for gpus in (said, [*said, *other, *said], [s for pair in zip(said, other, strict=True) for s in pair]):
         assert health_gate._profiled(profile, gpus) == [gpu_profile.findings(profile, s) for s in gpus]
+
+
+@pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])
+def test_each_gpus_settings_like_the_one_befores_are_its_own(name: str) -> None:
+    gpus = health.parse_health(fixture(name))
+    other = [g.said(power_limit_w=250.0) for g in gpus]
+    for each in (gpus, (*gpus, *other, *gpus), tuple(g for pair in zip(gpus, other, strict=True) for g in pair)):
+        said = GpuSettings.of_each(each)
+        assert said == [GpuSettings.of(g) for g in each]
+        assert [list(vars(s).items()) for s in said] == [list(vars(GpuSettings.of(g)).items()) for g in each]
