@@ -282,3 +282,37 @@ def test_each_gpus_settings_like_the_one_befores_are_its_own(name: str) -> None:
         said = GpuSettings.of_each(each)
         assert said == [GpuSettings.of(g) for g in each]
         assert [list(vars(s).items()) for s in said] == [list(vars(GpuSettings.of(g)).items()) for g in each]
+
+
+# --- a GPU like the one before it: its row or section read once -------------------------------------------------
+
+
+def each_alone(parts: list[str], read: Any) -> list[GpuHealth]:
+    """Each GPU read on its own (no GPU before it): the straightforward reading."""
+    return [gpu for part in parts for gpu in read(part)]
+
+
+@pytest.mark.parametrize("order", ["aaaa", "abab", "aabba", "baaab"])
+def test_rows_like_the_one_befores_read_as_each_row_alone(order: str) -> None:
+    idle, load = (health_row(captured_values(name)) for name in ALL_FIELDS)
+    noted = idle.replace(", 0, 0,", ", [Unknown Error], 0,", 1)  # an unread ECC count: a note, read once too
+    rows = [f"00000000:{i:02X}:00.0," + (idle if kind == "a" else noted if i % 2 else load).partition(",")[2]
+            for i, kind in enumerate(order)]
+    assert list(health.parse_facts("\n".join(rows) + "\n") or ()) == each_alone(rows, health.parse_facts)
+    bad = "\n".join([*rows, rows[-1].replace("00000000:", "0000:0000:", 1)])  # alike but for a bus id that is none
+    with pytest.raises(ProbeParseError, match=f"line {len(rows) + 1}: no PCI bus id"):
+        health.parse_facts(bad)
+
+
+@pytest.mark.parametrize("order", ["aaaa", "abab", "aabba"])
+def test_gpu_sections_like_the_one_befores_read_as_each_alone(order: str) -> None:
+    text = fixture("h200_drv580.159.04_1gpu_q-d-row-remapper_idle.txt").replace("Attached GPUs", "Attached", 1)
+    head, _, section = text.partition("GPU 00000000:00:06.0\n")
+    other = section.replace("Pending                                        : No",
+                            "Pending                                        : [Unknown Error]", 1)
+    sections = [f"GPU 00000000:{i:02X}:00.0\n" + (section if kind == "a" else other) for i, kind in enumerate(order)]
+    assert list(health.parse_health(head + "".join(sections))) == each_alone([head + s for s in sections],
+                                                                             health.parse_health)
+    twice = head + "".join(sections) + sections[-1]  # the same GPU again: refused, not read as the one before
+    with pytest.raises(ProbeParseError, match="GPU listed twice"):
+        health.parse_health(twice)

@@ -96,7 +96,15 @@ def parse_facts(text: str) -> tuple[GpuHealth, ...] | None:
     if _UNKNOWN_FIELD.search(text):
         return FIELDS_UNKNOWN
     ask = lookup()
-    rows = [_fact_row(lineno, line, ask) for lineno, line in lines(text)]
+    rows: list[GpuHealth] = []
+    before = None  # the row before's text after its bus id
+    for lineno, line in lines(text):
+        bus, _, after = line.partition(",")
+        # the same values as the row before (nearly every GPU of a node): its facts and notes, read once
+        same = bool(rows) and before == after and _BUS_ID.fullmatch(bus.strip()) is not None
+        rows.append(GpuHealth(bus.strip(), dict(rows[-1].facts), rows[-1].unread) if same else
+                    _fact_row(lineno, line, ask))
+        before = after
     if not rows:
         raise ProbeParseError(1, text[:80], "no GPU listed")
     return tuple(rows)

@@ -4,8 +4,9 @@
 The unindented lines (the banner, `Key : value` before the first GPU, each GPU's header) are found by a search,
 not a test of every line; a GPU's lines below its header are read one by one along the tree of key paths the table
 asks about (`Key`): only the lines it asks for are read into values, the others are checked for their shape
-(indentation, `Key : value`) and passed over. Output that is cut or malformed is a `ProbeParseError` naming the
-line, never fewer facts.
+(indentation, `Key : value`) and passed over. A section whose lines below its header are the section before's
+(nearly every GPU of a node) is not read again: its facts and notes are that section's. Output that is cut or
+malformed is a `ProbeParseError` naming the line, never fewer facts.
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ def sections(text: str, ask: Lookup) -> Iterator[GpuHealth]:
     section: _Section | None = None
     seen: set[str] = set()
     header: dict[Path, _Got] = {}
+    before: tuple[str, GpuHealth] | None = None  # the GPU section before: its lines below its header, and its facts
     for chunk in chunks:
         line, *rows = chunk.split("\n")
         bus_id = _top_level(lineno, line, section is not None, seen)
@@ -149,8 +151,15 @@ def sections(text: str, ask: Lookup) -> Iterator[GpuHealth]:
             _header(lineno, line, ask, header)
             _nothing_above(rows, lineno + 1)
         else:
-            section = _Section(bus_id, ask, header)
-            yield section.read(rows, lineno + 1)
+            below = chunk[len(line):]
+            if before is not None and before[0] == below:  # lines below its header the same as the GPU section's
+                # before (nearly every GPU of a node): the same facts and notes, read once; only the bus id differs
+                read = GpuHealth(bus_id, dict(before[1].facts), before[1].unread)
+            else:
+                section = _Section(bus_id, ask, header)
+                read = section.read(rows, lineno + 1)
+            before = below, read
+            yield read
         lineno += len(rows) + 1
 
 
