@@ -18,7 +18,7 @@ A leaf of the model: stdlib only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Generic, TypeVar
@@ -323,11 +323,25 @@ class GpuSettings:
 
     @classmethod
     def of(cls, gpu: GpuHealth) -> GpuSettings:
-        """Its settings' facts, by position: `SETTINGS`' order is the fields' (checked below)."""
+        """Its settings' facts, set in one dict as the instance's attributes: what `__init__` sets, in the fields'
+        order (`SETTINGS`' order is the fields', checked below; no `__post_init__`), where a frozen dataclass's
+        `__init__` pays an `object.__setattr__` a field (17 a GPU, 8 GPUs a host)."""
         facts: Mapping[str, Any] = gpu.facts  # each by its row's reader: the field's type
-        return cls(*[facts.get(name) for name in _SETTING_NAMES])
+        settings = object.__new__(cls)
+        settings.__dict__.update(zip(_SETTING_NAMES, map(facts.get, _SETTING_NAMES), strict=True))
+        return settings
+
+    @classmethod
+    def of_each(cls, gpus: Sequence[GpuHealth]) -> list[GpuSettings]:
+        """Each GPU's settings (`of`); a GPU whose facts are the GPU before it's (nearly every GPU of a node: one
+        model, driver and set of settings; their dicts compared in C) has that GPU's settings, the same value
+        (frozen), not made again."""
+        said: list[GpuSettings] = []
+        for before, gpu in zip([None, *gpus], gpus, strict=False):  # each with the one before it (None: the first)
+            said.append(said[-1] if before is not None and before.facts == gpu.facts else cls.of(gpu))
+        return said
 
 
 _SETTING_NAMES = tuple(fact.name for fact in SETTINGS)
-if tuple(f.name for f in fields(GpuSettings)) != _SETTING_NAMES:
-    raise TypeError("GpuSettings' fields are not SETTINGS' rows, in their order")
+if tuple(f.name for f in fields(GpuSettings)) != _SETTING_NAMES or hasattr(GpuSettings, "__post_init__"):
+    raise TypeError("GpuSettings' fields are not SETTINGS' rows, in their order, or __init__ does more than set them")

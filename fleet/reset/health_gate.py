@@ -192,8 +192,9 @@ def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, 
     `said`: each GPU's settings, in `gpus`' order, where the caller has them already (else read from `gpus`)."""
     by_pci = {pci_of_bus_id(g.bus_id): g for g in gpus}
     settings = by_name(SETTINGS_CHECK)
-    said = [GpuSettings.of(g) for g in gpus] if said is None else said
-    found = {g.bus_id: _weigh(_gpu_facts(g, s, policy.profile), policy) for g, s in zip(gpus, said, strict=True)}
+    said = GpuSettings.of_each(gpus) if said is None else said
+    profiled = _profiled(policy.profile, said)
+    found = {g.bus_id: _weigh(_gpu_facts(g, lines), policy) for g, lines in zip(gpus, profiled, strict=True)}
     for bus_id, lines in (refused or {}).items():
         facts = ((SETTINGS_CHECK, settings.default, line) for line in lines)
         found.setdefault(bus_id, []).extend(_weigh(facts, policy))
@@ -231,11 +232,22 @@ def _weigh(facts: Iterable[Fact], policy: HealthPolicy) -> list[Finding]:
     return weighed
 
 
-def _gpu_facts(gpu: GpuHealth, said: GpuSettings, profile: GpuProfile) -> list[Fact]:
+def _profiled(profile: GpuProfile, said: Sequence[GpuSettings]) -> list[tuple[str, ...]]:
+    """Each GPU's settings against the profile (`gpu_profile.findings`); a GPU whose settings are those of the GPU
+    before it (nearly every GPU of a node: one model, driver and set of settings) has that GPU's lines, not worked
+    out again (the two compared as their attributes' dicts, in C: the fields a dataclass compares)."""
+    lines: list[tuple[str, ...]] = []
+    for before, settings in zip([None, *said], said, strict=False):  # each with the one before it (None: the first)
+        same = before is not None and vars(before) == vars(settings)
+        lines.append(lines[-1] if same else gpu_profile.findings(profile, settings))
+    return lines
+
+
+def _gpu_facts(gpu: GpuHealth, profiled: tuple[str, ...]) -> list[Fact]:
     """Each GPU check's finding on these facts, in the table's order; a check whose fact was not observed (an
-    NVML error note in its field) fails, whatever its default: unread is never "fine". The GPU's settings (`said`)
-    against the profile (`gpu_settings`): one finding per difference, a setting not said is "not observed" at the
-    check's level."""
+    NVML error note in its field) fails, whatever its default: unread is never "fine". The GPU's settings against
+    the profile (`gpu_settings`, their lines `profiled`): one finding per difference, a setting not said is "not
+    observed" at the check's level."""
     facts: list[Fact] = []
     for check in checks():
         missing = unread(check, gpu) if gpu.unread else None
@@ -246,8 +258,7 @@ def _gpu_facts(gpu: GpuHealth, said: GpuSettings, profile: GpuProfile) -> list[F
             if detail is not None:
                 facts.append((check.name, check.default, detail))
         if check.name == SETTINGS_CHECK:
-            lines = gpu_profile.findings(profile, said)
-            facts += [(check.name, check.default, line) for line in lines]
+            facts += [(check.name, check.default, line) for line in profiled]
     return facts
 
 

@@ -199,12 +199,10 @@ def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float],
                 findings: Mapping[str, Sequence[Finding]] | None = None,
                 settings: Mapping[str, GpuSettings] | None = None) -> tuple[GpuReport, ...]:
     found, said = findings or {}, settings or {}
-    return tuple(
-        GpuReport(
-            index=r.index, memory_used_mib=r.memory_used_mib, uuid=r.uuid, name=r.name,
-            memory_total_mib=r.memory_total_mib, settle_s=settle_s.get(r.index),
-            health=tuple(found.get(r.pci_bus_id or "", ())), settings=said.get(r.pci_bus_id or ""),
-        )
+    return tuple(  # by position, in GpuReport's order (index, memory used, uuid, name, total, settle_s, health,
+        # settings): fewer calls than by keyword, a report of every GPU
+        GpuReport(r.index, r.memory_used_mib, r.uuid, r.name, r.memory_total_mib, settle_s.get(r.index),
+                  tuple(found.get(r.pci_bus_id or "", ())), said.get(r.pci_bus_id or ""))
         for r in rows
     )
 
@@ -244,7 +242,7 @@ class HealthReads:
         policy = HealthPolicy.of(node.host)
         gpus = await self._gpus(node, answers, budget)
         kernel = KernelReads() if self.kernel is None else self._kernel(answers, self.kernel, baseline)
-        said = [GpuSettings.of(g) for g in gpus]
+        said = GpuSettings.of_each(gpus)
         judged = judge(gpus, kernel, policy, ended=ended, refused=refused, said=said)
         return dataclasses.replace(judged, settings={g.bus_id: s for g, s in zip(gpus, said, strict=True)})
 

@@ -128,3 +128,9 @@ def test_the_strategies_do_reach_accepted_values() -> None:
     assert accepted(validate.process_name, "nv-fabricmanager")
     for bad in ("x.service; rm -rf /", "-x.service", "$(id).service"):
         assert accepted(validate.unit_name, bad) is None
+
+
+@given(st.binary(max_size=24) | st.text("abcXYZ019/._+-", max_size=24).map(str.encode))
+def test_printf_b_of_a_plain_path_is_every_byte_as_its_escape_reads(raw: bytes) -> None:
+    each = "".join(chr(b) if b in procs._PLAIN else f"\\0{b:03o}" for b in raw)
+    assert procs.printf_b(raw) == each

@@ -5,6 +5,7 @@ of a GPU row's fields), against the straightforward reading each replaces, on th
 from __future__ import annotations
 
 import csv
+import re
 from typing import Any
 
 import pytest
@@ -13,12 +14,13 @@ from hypothesis import strategies as st
 from support import scripted_node
 from support.paths import FIXTURES
 
-from fleet.model import gpu_facts
+from fleet.model import gpu_facts, gpu_profile
 from fleet.model.gpu_facts import MAYBE_NOTE, NOT_APPLICABLE, NVML_ERRORS, SETTINGS, GpuHealth, GpuSettings, reading
 from fleet.model.gpu_profile import GpuProfile
-from fleet.node.probes import health, smi
+from fleet.node.probes import health, q_sections, smi
 from fleet.node.probes.asked import Key, lookup
 from fleet.node.probes.parse import ProbeParseError, lines
+from fleet.reset import health_gate
 from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
 
 SMI = FIXTURES / "nvidia-smi"
@@ -213,7 +215,9 @@ def rows_by_name(text: str, fields: tuple[str, ...]) -> tuple[smi.GpuRow, ...]:
 def test_the_picker_reads_the_captures_as_their_names_do(name: str, fields: tuple[str, ...]) -> None:
     values = captured_values(name)
     text = "\n".join(", ".join(str(i) if f == "index" else values[f] for f in fields) for i in range(8))
-    assert smi.parse_gpu_query(text, fields) == rows_by_name(text, fields)
+    read, by_name = smi.parse_gpu_query(text, fields), rows_by_name(text, fields)
+    assert read == by_name
+    assert [list(vars(row).items()) for row in read] == [list(vars(row).items()) for row in by_name]  # and in order
 
 
 CELLS = [*sorted(smi.NULL_VALUES), "[x", "x]", " [N/A] ", "a[b]", "0", "7", "12 MiB", "Enabled", "Disabled", "GPU-1",
@@ -242,7 +246,9 @@ def test_plain_mib_read_as_the_pattern_reads_them(raw: str) -> None:
 @pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])  # an excerpt does not parse whole
 def test_settings_of_a_gpu_are_its_rows_facts(name: str) -> None:
     for gpu in health.parse_health(fixture(name)):
-        assert GpuSettings.of(gpu) == GpuSettings(**{fact.name: gpu[fact] for fact in SETTINGS})
+        said, built = GpuSettings.of(gpu), GpuSettings(**{fact.name: gpu[fact] for fact in SETTINGS})
+        assert said == built
+        assert list(vars(said).items()) == list(vars(built).items())  # the same attributes, in the same order
 
 
 @pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])
@@ -252,3 +258,61 @@ def test_judging_with_the_settings_verify_read_is_judging_without(name: str) -> 
     said = [GpuSettings.of(g) for g in gpus]
     assert judge(gpus, KernelReads(), policy, said=said) == judge(gpus, KernelReads(), policy)
     assert any(f.check == "gpu_settings" for found in judge(gpus, KernelReads(), policy).gpus.values() for f in found)
+
+
+@given(st.text(st.sampled_from(["a", " ", ":", "\t", "\r", "\u00a0", "\x1c", "G"]), max_size=8))  # a line: no "\n"
+def test_a_header_key_value_is_what_its_pattern_reads_whole(line: str) -> None:
+    assert q_sections._key_value(line) == (re.fullmatch(r"(\S[^:]*?)\s*:(.*)", line) is not None)
+
+
+@pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])
+def test_a_gpus_settings_like_the_one_befores_are_judged_as_its_own(name: str) -> None:
+    profile = GpuProfile(persistence=True, compute_mode="Prohibited", power_limit_w=300.0)
+    said = [GpuSettings.of(g) for g in health.parse_health(fixture(name))]
+    other = [GpuSettings(**{**vars(s), "power_limit_w": 250.0}) for s in said]
+    for gpus in (said, [*said, *other, *said], [s for pair in zip(said, other, strict=True) for s in pair]):
+        assert health_gate._profiled(profile, gpus) == [gpu_profile.findings(profile, s) for s in gpus]
+
+
+@pytest.mark.parametrize("name", [n for n in Q_CAPTURES if "excerpt" not in n])
+def test_each_gpus_settings_like_the_one_befores_are_its_own(name: str) -> None:
+    gpus = health.parse_health(fixture(name))
+    other = [g.said(power_limit_w=250.0) for g in gpus]
+    for each in (gpus, (*gpus, *other, *gpus), tuple(g for pair in zip(gpus, other, strict=True) for g in pair)):
+        said = GpuSettings.of_each(each)
+        assert said == [GpuSettings.of(g) for g in each]
+        assert [list(vars(s).items()) for s in said] == [list(vars(GpuSettings.of(g)).items()) for g in each]
+
+
+# --- a GPU like the one before it: its row or section read once -------------------------------------------------
+
+
+def each_alone(parts: list[str], read: Any) -> list[GpuHealth]:
+    """Each GPU read on its own (no GPU before it): the straightforward reading."""
+    return [gpu for part in parts for gpu in read(part)]
+
+
+@pytest.mark.parametrize("order", ["aaaa", "abab", "aabba", "baaab"])
+def test_rows_like_the_one_befores_read_as_each_row_alone(order: str) -> None:
+    idle, load = (health_row(captured_values(name)) for name in ALL_FIELDS)
+    noted = idle.replace(", 0, 0,", ", [Unknown Error], 0,", 1)  # an unread ECC count: a note, read once too
+    rows = [f"00000000:{i:02X}:00.0," + (idle if kind == "a" else noted if i % 2 else load).partition(",")[2]
+            for i, kind in enumerate(order)]
+    assert list(health.parse_facts("\n".join(rows) + "\n") or ()) == each_alone(rows, health.parse_facts)
+    bad = "\n".join([*rows, rows[-1].replace("00000000:", "0000:0000:", 1)])  # alike but for a bus id that is none
+    with pytest.raises(ProbeParseError, match=f"line {len(rows) + 1}: no PCI bus id"):
+        health.parse_facts(bad)
+
+
+@pytest.mark.parametrize("order", ["aaaa", "abab", "aabba"])
+def test_gpu_sections_like_the_one_befores_read_as_each_alone(order: str) -> None:
+    text = fixture("h200_drv580.159.04_1gpu_q-d-row-remapper_idle.txt").replace("Attached GPUs", "Attached", 1)
+    head, _, section = text.partition("GPU 00000000:00:06.0\n")
+    other = section.replace("Pending                                        : No",
+                            "Pending                                        : [Unknown Error]", 1)
+    sections = [f"GPU 00000000:{i:02X}:00.0\n" + (section if kind == "a" else other) for i, kind in enumerate(order)]
+    assert list(health.parse_health(head + "".join(sections))) == each_alone([head + s for s in sections],
+                                                                             health.parse_health)
+    twice = head + "".join(sections) + sections[-1]  # the same GPU again: refused, not read as the one before
+    with pytest.raises(ProbeParseError, match="GPU listed twice"):
+        health.parse_health(twice)

@@ -3,7 +3,7 @@ values not observed (fleet.model.uniformity); the summary line, the JSON and --u
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from support.paths import FIXTURES
@@ -13,7 +13,17 @@ from fleet.model.codec import run_from_document
 from fleet.model.fabric import FabricManager
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import GpuReport, HostReport, HostStatus, Reason, RunReport
-from fleet.model.uniformity import ABSENT, Comparison, compare, compare_groups, node_settings, odd_hosts, why
+from fleet.model.uniformity import (
+    ABSENT,
+    PROPERTIES,
+    Comparison,
+    _fold,
+    compare,
+    compare_groups,
+    node_settings,
+    odd_hosts,
+    why,
+)
 from fleet.node.probes.health import parse_all_health
 from fleet.report import uniform
 from fleet.report.html_report import RunPage, page
@@ -241,3 +251,19 @@ def test_the_rack_compared_once_shows_what_each_part_computing_it_shows() -> Non
                                                      "fabric manager 535.183.01 (15 others 550.90.07)"]}
     odd = uniform.odd(run_from_document(synthetic_document()).hosts)
     assert list(odd) == [ODD_HOST]
+
+
+def node_settings_gpu_by_gpu(gpus: Sequence[GpuSettings | None]) -> dict[str, str | None]:
+    """`node_settings` the straightforward way: every property of every GPU worked out (fabric manager not read)."""
+    values: dict[str, str | None] = {"gpus": str(len(gpus))}
+    for prop in PROPERTIES:
+        seen = [prop.of(g) if g is not None else None for g in gpus]
+        values[prop.name] = _fold(seen) if seen else None
+    return {**values, "fabric_manager": None}
+
+
+def test_a_gpus_values_like_the_one_befores_are_its_own() -> None:
+    other = replace(H100, driver="580.95.05", enforced_power_limit_w=300.0, mig=True)
+    for gpus in ([H100] * 8, [H100, other] * 4, [H100] * 3 + [None] + [H100] * 4, [other, H100, H100, None, None],
+                 [None], []):
+        assert node_settings(gpus) == node_settings_gpu_by_gpu(gpus)

@@ -33,9 +33,10 @@ class Key(NamedTuple):
     under: dict[str, Key]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Lookup:
-    """What the table asks of nvidia-smi's output, built once per table."""
+    """What the table asks of nvidia-smi's output, built once per table (compared, and hashed, by identity: the
+    probes made for it are kept by it, `fleet.node.probes.health`)."""
 
     asked: tuple[Field[Any], ...]  # the --query-gpu fields after pci.bus_id, in order
     query: str  # the --query-gpu field list: the bus id, then theirs

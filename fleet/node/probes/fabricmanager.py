@@ -20,6 +20,7 @@ Read (`reading`, pure) as:
 
 from __future__ import annotations
 
+import functools
 import re
 
 from fleet.model.errors import CommandTimeout, StepFailed
@@ -38,8 +39,10 @@ _VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)+")
 _BUILD_INFO = "Build Info - "
 
 
+@functools.cache
 def probe() -> Probe[str]:
-    """The read: every exit status is an answer (`reading` tells them apart); never through sudo."""
+    """The read: every exit status is an answer (`reading` tells them apart); never through sudo. The same for every
+    host: made once (a probe is a value: frozen, no answer)."""
     return Probe(ARGV, "nv-fabricmanager --version", str, ok_exits=ANY_EXIT)
 
 

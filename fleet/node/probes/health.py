@@ -26,6 +26,7 @@ section's other lines are checked for their shape (indentation, `Key : value`) a
 
 from __future__ import annotations
 
+import functools
 import re
 
 from fleet.model.gpu_facts import MAYBE_NOTE, GpuHealth, Unread, reading
@@ -95,7 +96,15 @@ def parse_facts(text: str) -> tuple[GpuHealth, ...] | None:
     if _UNKNOWN_FIELD.search(text):
         return FIELDS_UNKNOWN
     ask = lookup()
-    rows = [_fact_row(lineno, line, ask) for lineno, line in lines(text)]
+    rows: list[GpuHealth] = []
+    before = None  # the row before's text after its bus id
+    for lineno, line in lines(text):
+        bus, _, after = line.partition(",")
+        # the same values as the row before (nearly every GPU of a node): its facts and notes, read once
+        same = bool(rows) and before == after and _BUS_ID.fullmatch(bus.strip()) is not None
+        rows.append(GpuHealth(bus.strip(), dict(rows[-1].facts), rows[-1].unread) if same else
+                    _fact_row(lineno, line, ask))
+        before = after
     if not rows:
         raise ProbeParseError(1, text[:80], "no GPU listed")
     return tuple(rows)
@@ -111,7 +120,7 @@ def _fact_row(lineno: int, line: str, ask: Lookup) -> GpuHealth:
     bus_id = bus.strip()
     if not _BUS_ID.fullmatch(bus_id):
         raise ProbeParseError(lineno, line, "no PCI bus id")
-    texts: list[str | None] = [cell.strip() for cell in cells]
+    texts: list[str | None] = list(map(str.strip, cells))
     unread = _notes(texts, _maybe_notes(line, texts), ask.columns) if "[" in line or not MAYBE_NOTE.isdisjoint(texts) \
         else ()
     try:
@@ -192,15 +201,30 @@ def _explain(result: CommandResult) -> str:
     return classify_smi_failure(result.exit_status, result.stdout, result.stderr)
 
 
+# Each probe made once for every host that asks the same nvidia-smi under the same table (a probe is a value: frozen,
+# no answer), not once a host (the table's lookup, by identity: one per table, `fleet.model.gpu_facts.derived`).
+_MADE = 256
+
+
 def facts(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...] | None]:
     """Exit 2 is an answer only with nvidia-smi's "not a valid field" line (FIELDS_UNKNOWN); any other exit
     2 is unreadable output, not a missing field."""
+    return _facts(nvidia_smi, lookup())
+
+
+@functools.lru_cache(maxsize=_MADE)
+def _facts(nvidia_smi: str, _: Lookup) -> Probe[tuple[GpuHealth, ...] | None]:
     return Probe(tuple(facts_argv(nvidia_smi)), "nvidia-smi --query-gpu", parse_facts,
                  ok_exits=frozenset({0, 2}), reads="nvidia-smi health fields", hang=SMI_HANG, explain=_explain,
                  driver=True)
 
 
 def remaps(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
+    return _remaps(nvidia_smi, lookup())
+
+
+@functools.lru_cache(maxsize=_MADE)
+def _remaps(nvidia_smi: str, _: Lookup) -> Probe[tuple[GpuHealth, ...]]:
     return Probe(tuple(remaps_argv(nvidia_smi)), f"nvidia-smi -q -d {','.join(lookup().displays)}", parse_all_health,
                  reads=f"nvidia-smi -q -d {','.join(lookup().displays)} output", hang=SMI_HANG, explain=_explain,
                  driver=True)

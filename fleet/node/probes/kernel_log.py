@@ -26,6 +26,7 @@ after it (`--after-cursor`): the Xids logged during the reset, whatever the boot
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass, replace
@@ -129,7 +130,17 @@ def read_argv(cursor: str | None = None) -> list[str]:
 
 def read(cursor: str | None = None) -> Probe[str]:
     """The kernel log needs root on most systems (the systemd-journal or adm group otherwise). Every exit status
-    is read (`reading` says what it means); a hang fails the read with HANG."""
+    is read (`reading` says what it means); a hang fails the read with HANG. The read since boot is the same for
+    every host: made once (a probe is a value: frozen, no answer); one after a host's cursor is that host's."""
+    return _since_boot() if cursor is None else _read(cursor)
+
+
+@functools.cache
+def _since_boot() -> Probe[str]:
+    return _read(None)
+
+
+def _read(cursor: str | None) -> Probe[str]:
     return Probe(tuple(read_argv(cursor)), "journalctl -k", _stdout, needs_root=True, ok_exits=ANY_EXIT,
                  reads="kernel log", hang=HANG)
 
@@ -216,8 +227,12 @@ def unescape(text: str) -> bytes:
                     for odd, part in zip(itertools.cycle((False, True)), parts, strict=False))
 
 
+@functools.lru_cache(maxsize=1024)
 def pci_of_bus_id(bus_id: str) -> str:
-    """`00000000:1B:00.0` (nvidia-smi's bus id) -> `0000:1b:00`, the address an Xid line names."""
+    """`00000000:1B:00.0` (nvidia-smi's bus id) -> `0000:1b:00`, the address an Xid line names: a function of the
+    text alone, worked out once for every GPU and host that prints it (the health gate asks it of every GPU, twice:
+    its Xids' owners, the processes the reset ended), not once a GPU and read. One that is not a bus id raises
+    each time (an exception is never kept)."""
     match = _BUS_ID.fullmatch(bus_id.strip())
     if match is None:
         raise ValueError(f"not a PCI bus id: {bus_id!r}")

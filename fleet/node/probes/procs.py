@@ -23,6 +23,7 @@ of them) and signalling their processes needs root: all of these probes say so.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterator, Sequence
@@ -40,7 +41,8 @@ _PID_DIR = re.compile(r"/proc/(\d+)")
 _DELETED = b" (deleted)"
 _EXE_LINK = c_link_pattern(r"/proc/(?P<pid>\d+)/exe")
 # Bytes an executable path may hold as they are in signal.sh's argument; any other is a `printf %b` escape.
-_PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._+-")
+_PLAIN_BYTES = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._+-"
+_PLAIN = frozenset(_PLAIN_BYTES)
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,10 @@ def signal_argv(signal: str, targets: Sequence[Identity]) -> list[str]:
 
 def printf_b(raw: bytes) -> str:
     """Bytes as an ASCII argument that sh's `printf %b` turns back into them: each byte outside
-    [A-Za-z0-9/._+-] as `\\0ooo`."""
+    [A-Za-z0-9/._+-] as `\\0ooo`. A path of those bytes only (nearly every one: `/usr/bin/python3.11`) is its
+    ASCII text as it is, told by deleting them (in C, not a byte at a time)."""
+    if not raw.translate(None, _PLAIN_BYTES):
+        return raw.decode("ascii")
     return "".join(chr(b) if b in _PLAIN else f"\\0{b:03o}" for b in raw)
 
 
@@ -273,6 +278,12 @@ FIND_ANSWERS = frozenset({0, 1})  # GNU find: 1 = some entry could not be read; 
 def holder_scan(devices: Sequence[str]) -> Probe[HolderScan]:
     """Exit 1 is an answer (an entry vanished or could not be read); whether the scan saw everything is
     in what it printed (`HolderScan`), never in find's (localised) messages."""
+    return _holder_scan(tuple(devices))
+
+
+@functools.lru_cache(maxsize=256)
+def _holder_scan(devices: tuple[str, ...]) -> Probe[HolderScan]:
+    """Made once for every host and scan with the same device globs (a probe is a value: frozen, no answer)."""
     return Probe(tuple(holders_scan_argv(devices)), "holder scan", parse_scan, needs_root=True,
                  ok_exits=FIND_ANSWERS)
 

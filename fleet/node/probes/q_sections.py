@@ -4,8 +4,9 @@
 The unindented lines (the banner, `Key : value` before the first GPU, each GPU's header) are found by a search,
 not a test of every line; a GPU's lines below its header are read one by one along the tree of key paths the table
 asks about (`Key`): only the lines it asks for are read into values, the others are checked for their shape
-(indentation, `Key : value`) and passed over. Output that is cut or malformed is a `ProbeParseError` naming the
-line, never fewer facts.
+(indentation, `Key : value`) and passed over. A section whose lines below its header are the section before's
+(nearly every GPU of a node) is not read again: its facts and notes are that section's. Output that is cut or
+malformed is a `ProbeParseError` naming the line, never fewer facts.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ _UNREADABLE_GPU = ("Unable to determine the device handle", "GPU is lost", "fall
 INDENT = 4
 
 _GPU_HEADER = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
-_KEY_VALUE = re.compile(r"(\S[^:]*?)\s*:(.*)")
 _BANNER = re.compile(r"=+NVSMI LOG=+")
 _UNINDENTED = re.compile(r"\n(?=\S)")  # the end of a line before an unindented one (faster than `^\S`, MULTILINE)
 
@@ -143,6 +143,7 @@ def sections(text: str, ask: Lookup) -> Iterator[GpuHealth]:
     section: _Section | None = None
     seen: set[str] = set()
     header: dict[Path, _Got] = {}
+    before: tuple[str, GpuHealth] | None = None  # the GPU section before: its lines below its header, and its facts
     for chunk in chunks:
         line, *rows = chunk.split("\n")
         bus_id = _top_level(lineno, line, section is not None, seen)
@@ -150,8 +151,15 @@ def sections(text: str, ask: Lookup) -> Iterator[GpuHealth]:
             _header(lineno, line, ask, header)
             _nothing_above(rows, lineno + 1)
         else:
-            section = _Section(bus_id, ask, header)
-            yield section.read(rows, lineno + 1)
+            below = chunk[len(line):]
+            if before is not None and before[0] == below:  # lines below its header the same as the GPU section's
+                # before (nearly every GPU of a node): the same facts and notes, read once; only the bus id differs
+                read = GpuHealth(bus_id, dict(before[1].facts), before[1].unread)
+            else:
+                section = _Section(bus_id, ask, header)
+                read = section.read(rows, lineno + 1)
+            before = below, read
+            yield read
         lineno += len(rows) + 1
 
 
@@ -180,8 +188,14 @@ def _top_level(lineno: int, line: str, in_gpu: bool, seen: set[str]) -> str | No
         return header.group(1)
     if line.startswith("GPU "):
         raise ProbeParseError(lineno, line, "GPU section header without a PCI bus id")
-    if any(needle in line for needle in _UNREADABLE_GPU):
+    if any(map(line.__contains__, _UNREADABLE_GPU)):
         raise ProbeParseError(lineno, line, "nvidia-smi names a GPU it cannot read")
-    if not in_gpu and (_BANNER.fullmatch(line.strip()) or _KEY_VALUE.fullmatch(line)):
+    if not in_gpu and (_BANNER.fullmatch(line.strip()) or _key_value(line)):
         return None
     raise ProbeParseError(lineno, line, "expected a 'GPU <bus id>' section header")
+
+
+def _key_value(line: str) -> bool:
+    r"""A `Key : value` line: it begins with other than a space-like character, and a colon follows (what the pattern
+    `(\S[^:]*?)\s*:(.*)` matches whole, without that pattern's search for the colon a character at a time)."""
+    return line[:1] != "" and not line[:1].isspace() and ":" in line[1:]

@@ -10,7 +10,7 @@ import functools
 import operator
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import LINE_CLIP, ProbeParseError, lines, parse_int
@@ -118,7 +118,7 @@ def parse_gpu_query(text: str, fields: Sequence[str]) -> tuple[GpuRow, ...]:
     pick = _row_picker(tuple(fields))
     rows = []
     for lineno, line in lines(text):
-        values: list[str | None] = [raw.strip() for raw in split_csv(line, lineno, len(fields))]
+        values: list[str | None] = list(map(str.strip, split_csv(line, lineno, len(fields))))
         if "[" in line or not NULL_VALUES.isdisjoint(values):  # a value that may be a marker: each through field_value
             values = [field_value(raw or "") for raw in values]
         values.append(None)  # what a field not asked reads as
@@ -140,10 +140,20 @@ def _row_picker(fields: tuple[str, ...]) -> Callable[[list[str | None]], tuple[s
 
 
 def _gpu_row(values: tuple[str | None, ...], lineno: int, line: str) -> GpuRow:
-    """`GpuRow`'s fields by position, in its order (fewer calls than by keyword: a row of every GPU, every poll)."""
+    """`GpuRow`'s fields in its order, set in one dict as the row's attributes: what `__init__` sets (no
+    `__post_init__`, checked below), where a frozen dataclass's `__init__` pays an `object.__setattr__` a field (a
+    row of every GPU, every poll)."""
     index, used, uuid, bus_id, name, total, ecc, mig = values
-    return GpuRow(parse_int(index or "", lineno, line, "GPU index"), parse_mib(used), uuid, bus_id, name,
-                  parse_mib(total), _optional_int(ecc), mig == "Enabled")
+    row = object.__new__(GpuRow)
+    row.__dict__.update(zip(_ROW_ATTRIBUTES, (parse_int(index or "", lineno, line, "GPU index"), parse_mib(used), uuid,
+                                              bus_id, name, parse_mib(total), _optional_int(ecc), mig == "Enabled"),
+                            strict=True))
+    return row
+
+
+_ROW_ATTRIBUTES = tuple(f.name for f in fields(GpuRow))
+if len(_ROW_ATTRIBUTES) != len(_ROW_FIELDS) or hasattr(GpuRow, "__post_init__"):
+    raise TypeError("GpuRow's fields are not _gpu_row's, or its __init__ does more than set them")
 
 
 # --- nvidia-smi --query-compute-apps -----------------------------------------
@@ -163,12 +173,9 @@ def _compute_app(lineno: int, line: str) -> ComputeApp:
     right = left[-1].rsplit(SMI_SEPARATOR, 1)
     if len(left) != 3 or len(right) != 2:
         raise ProbeParseError(lineno, line, f"expected {len(COMPUTE_APPS_FIELDS)} columns")
-    return ComputeApp(
-        gpu_uuid=field_value(left[0]),
-        pid=parse_int(left[1], lineno, line, "pid"),
-        process_name=right[0],
-        used_mib=parse_mib(field_value(right[1])),
-    )
+    # by position, in ComputeApp's order (gpu_uuid, pid, process_name, used_mib): fewer calls than by keyword
+    return ComputeApp(field_value(left[0]), parse_int(left[1], lineno, line, "pid"), right[0],
+                      parse_mib(field_value(right[1])))
 
 
 # --- nvidia-smi -q: device minor numbers --------------------------------------
@@ -255,10 +262,21 @@ def _explain(result: CommandResult) -> str:
 
 
 def gpu_query(nvidia_smi: str, fields: Sequence[str]) -> Probe[tuple[GpuRow, ...]]:
+    return _gpu_query(nvidia_smi, tuple(fields))
+
+
+# A probe is a value (frozen, what to run and how to read it: no answer): made once for every host and poll that
+# asks the same, not once a host and poll (a Probe, its argv and its checks: about 25 K instructions each).
+_MADE = 256
+
+
+@functools.lru_cache(maxsize=_MADE)
+def _gpu_query(nvidia_smi: str, fields: tuple[str, ...]) -> Probe[tuple[GpuRow, ...]]:
     return Probe(tuple(gpu_query_argv(nvidia_smi, fields)), "nvidia-smi", lambda text: parse_gpu_query(text, fields),
                  reads="nvidia-smi output", hang=SMI_HANG, explain=_explain, driver=True)
 
 
+@functools.lru_cache(maxsize=_MADE)
 def compute_apps(nvidia_smi: str) -> Probe[tuple[ComputeApp, ...]]:
     return Probe(tuple(compute_apps_argv(nvidia_smi)), "nvidia-smi", parse_compute_apps, reads="nvidia-smi output",
                  hang=SMI_HANG, explain=_explain, driver=True)

@@ -19,6 +19,7 @@ still the answer (the parsers read stdout only).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -196,19 +197,27 @@ def _valid_unit(name: str) -> str | None:
 
 # --- the probes -------------------------------------------------------------
 
+# A unit's probes made once for every host and poll that asks of the same unit (a probe is a value: frozen, what to
+# run and how to read it, no answer), not once a host and poll.
+_MADE = 256
 
+
+@functools.lru_cache(maxsize=_MADE)
 def unit_state(unit: str) -> Probe[UnitState]:
     return Probe(tuple(unit_state_argv(unit)), f"systemctl show {unit}", parse_unit_state)
 
 
+@functools.lru_cache(maxsize=_MADE)
 def unit_stop(unit: str) -> Probe[str]:
     return action(unit_stop_argv(unit), f"systemctl stop {unit}", needs_root=True, ok_exits=STOP_ANSWERS)
 
 
+@functools.lru_cache(maxsize=_MADE)
 def unit_kill(unit: str) -> Probe[str]:
     return action(unit_kill_argv(unit), f"systemctl kill {unit}", needs_root=True)
 
 
+@functools.lru_cache(maxsize=_MADE)
 def unit_restart(unit: str) -> Probe[str | None]:
     """Its Restart= setting; a failed read is no setting (`ANY_EXIT`: the caller keeps only exit 0's)."""
     return Probe(tuple(unit_restart_argv(unit)), f"systemctl show {unit}", parse_unit_restart, ok_exits=ANY_EXIT)
