@@ -84,6 +84,8 @@ class Node:
         gets that bound instead of its own (`fleet.node.bounds.of`). A batch costs one command; its sections are
         logged as commands of their own (`batch` names the batch), the wire command as a `batch` event."""
         asked = [p if isinstance(p, tuple) else (p, bounds.of(self.host, p.driver)) for p in probes]
+        if len({id(p) for p, _ in asked}) < len(asked):  # answers are the probe's: one would hide the other's
+            raise ValueError("a batch asks the same probe twice (probes are made once and shared: ask it once)")
         groups = [[a for a in asked if a[0].needs_root == root] for root in (True, False)] if self.host.become \
             else [asked]
         answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}

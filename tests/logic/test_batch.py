@@ -191,6 +191,16 @@ async def test_one_probes_failure_never_spoils_anothers_answer() -> None:
     assert node.commands == 1 and t.ran == [("bad",), ("good",)]
 
 
+async def test_a_batch_that_asks_the_same_probe_twice_is_refused_and_runs_nothing() -> None:
+    """Probes are values made once and shared (a host's answers are keyed by the probe): the same probe twice in a
+    batch would give both the later section's answer, so it is refused before anything runs."""
+    node, t = node_over([(("smi",), Reply("x"))])
+    smi = probe("smi")
+    with pytest.raises(ValueError, match="the same probe twice"):
+        await node.batch([smi, (smi, Bound(1.0, "another bound"))])
+    assert node.commands == 0 and t.ran == []
+
+
 async def test_a_hung_probe_times_out_and_the_ones_after_it_say_they_never_ran() -> None:
     node, _ = node_over([(("smi",), Reply(delay_s=60)), (("after",), Reply("x"))])
     smi, after = probe("smi", hang="nvidia-smi did not answer within {s} s ({bound})"), probe("after")
