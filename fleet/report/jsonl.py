@@ -165,10 +165,7 @@ class HostLogger:
         for name, value in fields.items():
             line += _KEYS[name], _BY_TYPE.get(type(value), _ENCODE)(value)
         line.append(f'{_EVENTS[event]}, "level": "{level}", "timestamp": "{_stamp()}"}}\n')
-        data = "".join(line).encode()
-        done = self._out.write(data)
-        if done != len(data):
-            write_rest(self._out, data[done:])
+        write_text(self._out, "".join(line))
 
 
 def write_line(out: io.FileIO, line: str) -> None:
@@ -180,11 +177,6 @@ def write_text(out: io.FileIO, text: str) -> None:
     """`text` (whole lines) in one write(2); more only if the kernel takes part of it."""
     data = text.encode()
     done = out.write(data)
-    if done != len(data):
-        write_rest(out, data[done:])
-
-
-def write_rest(out: io.FileIO, data: bytes) -> None:
-    """The rest of a line the kernel took only part of in one write(2), written until all of it is out."""
-    while data:
-        data = data[out.write(data):]
+    while done < len(data):  # the kernel took only part of it: the rest, until all of it is out
+        data = data[done:]
+        done = out.write(data)
