@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -43,7 +44,7 @@ from fleet.history import (
     stamp,
 )
 from fleet.history.recorder import GATHER_S
-from fleet.history.schema import MIGRATIONS
+from fleet.history.schema import MIGRATIONS, json_text
 from fleet.history.view import (
     log_line,
     log_lines,
@@ -56,7 +57,7 @@ from fleet.history.view import (
     took,
 )
 from fleet.inventory.host import Host
-from fleet.model.codec import run_from_document
+from fleet.model.codec import run_from_document, settings_document
 from fleet.model.errors import ConnectError, UsageError
 from fleet.model.fabric import FabricManager
 from fleet.model.gpu_facts import GpuSettings
@@ -186,6 +187,20 @@ def test_a_host_report_becomes_the_hosts_columns() -> None:
     assert json.loads(planned["memory_before_mib"]) == [30000, 0]
     assert planned["memory_after_mib"] is None
 
+
+
+def test_the_settings_column_is_each_gpus_settings_whether_gpus_share_one_value_or_not() -> None:
+    """Alike GPUs share one GpuSettings (`of_each`) and its text is made once: the column is still every GPU's,
+    in order, as `json_text` writes the list (GPUs equal but not shared, different, and unread included)."""
+    h100 = GpuSettings(name="NVIDIA H100 80GB HBM3", driver="575.57.08", power_limit_w=700.0, mig=False)
+    lowered = GpuSettings(name="NVIDIA H100 80GB HBM3", driver="575.57.08", power_limit_w=450.0, mig=False)
+    alike = dataclasses.replace(h100)
+    gpus = (GpuReport(0, 0, settings=h100), GpuReport(1, 0, settings=h100), GpuReport(2, 0, settings=lowered),
+            GpuReport(3, 0, settings=None), GpuReport(4, 0, settings=alike), GpuReport(5, 0, settings=h100))
+    column = host_values(host("gpu-b01", gpus=gpus))["settings"]
+    assert column == json_text([settings_document(g) for g in gpus])
+    assert [None if s is None else s["power_limit_w"] for s in json.loads(column)] == [700.0, 700.0, 450.0, None,
+                                                                                        700.0, 700.0]
 
 # --- the schema -----------------------------------------------------------------------------------------------
 
