@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,21 @@ GATHER_S = 0.2
 Op = Callable[[History], None]
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """A host that ended, and when: queued as it is, so that the writer records the hosts of a batch together."""
+
+    report: HostReport
+    ended_at: str
+
+
 class Recorder:
     """Writes one run's history from a thread of its own (see the module docstring). Every method returns at
     once; `close` waits, bounded, for what is queued. A failure is reported once through `warn`."""
 
     def __init__(self, path: Path, run_id: str, warn: Callable[[str], None], gather_s: float = GATHER_S) -> None:
         self.path, self.run_id, self._warn, self._gather_s = path, run_id, warn, gather_s
-        self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Op | _Ended | None] = queue.SimpleQueue()
         self._warned = False
         self._closed = False
         self._ended: dict[str, HostReport] = {}  # each host's report as `host_ended` queued it
@@ -48,9 +57,8 @@ class Recorder:
 
     def host_ended(self, report: HostReport) -> None:
         """The hook a run calls as each host finishes (from the event loop: it only queues)."""
-        ended_at = now_stamp()
         self._ended[report.name] = report
-        self._put(lambda h: h.record_host(self.run_id, report, ended_at))
+        self._put(_Ended(report, now_stamp()))
 
     def finish_run(self, reports: Sequence[HostReport], exit_code: int) -> None:
         """Every host's final report (those that never started included), and the run's end. A host whose
@@ -61,8 +69,7 @@ class Recorder:
         changed = [report for report in reports if not self._written(report)]
 
         def finish(history: History) -> None:
-            for report in changed:
-                history.record_host(self.run_id, report, ended_at)
+            history.record_hosts(self.run_id, [(report, ended_at) for report in changed])
             history.finish_run(self.run_id, ended_at, exit_code)
 
         self._put(finish)
@@ -82,7 +89,7 @@ class Recorder:
         if self._thread.is_alive():
             self._warn_once(f"history of run {self.run_id} incomplete: {self.path} still busy after {timeout_s:g} s")
 
-    def _put(self, op: Op) -> None:
+    def _put(self, op: Op | _Ended) -> None:
         if not self._closed:
             self._queue.put(op)
 
@@ -95,26 +102,40 @@ class Recorder:
                 pass
             return
         with history:
-            carried: list[Op] = []
+            carried: list[Op | _Ended] = []
             done = False
             while not done:
                 ops, done = self._next_batch()
                 ops = carried + ops
                 carried = []
                 try:
-                    with history.batch():
-                        for op in ops:
-                            op(history)
+                    self._write(history, ops)
                 except sqlite3.OperationalError as exc:  # locked past the timeout, disk full: tried again next time
                     self._warn_once(f"run history not fully recorded in {self.path}: {exc}")
                     carried = ops
                 except Exception as exc:  # a bug here must not reach the run: it is only its history
                     self._warn_once(f"run history not fully recorded in {self.path}: {type(exc).__name__}: {exc}")
 
-    def _next_batch(self) -> tuple[list[Op], bool]:
+    def _write(self, history: History, ops: list[Op | _Ended]) -> None:
+        """The ops in order, in one transaction; hosts that ended one after another in one `record_hosts` (a
+        statement for a few dozen of them)."""
+        ended: list[tuple[HostReport, str]] = []
+        with history.batch():
+            for op in ops:
+                if isinstance(op, _Ended):
+                    ended.append((op.report, op.ended_at))
+                    continue
+                if ended:
+                    history.record_hosts(self.run_id, ended)
+                    ended = []
+                op(history)
+            if ended:
+                history.record_hosts(self.run_id, ended)
+
+    def _next_batch(self) -> tuple[list[Op | _Ended], bool]:
         """Everything queued within `gather_s` of the first item (at least one item): written in one transaction;
         True once close was asked (a close asked during the pause waits for its end, at most `gather_s`)."""
-        ops: list[Op] = []
+        ops: list[Op | _Ended] = []
         item = self._queue.get()
         if item is not None and not self._closed and self._gathering:
             self._pause()

@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -164,6 +164,26 @@ def test_a_host_recorded_again_is_updated_and_keeps_when_it_first_ended(tmp_path
     assert (row.status, row.reason, row.error, row.ended_at) == ("clean", None, None, stamp(NOW))
     assert row.slurm is not None and row.slurm["state_after"] == "IDLE"
 
+
+
+def test_hosts_recorded_together_are_each_on_record_across_statements_and_keep_when_they_first_ended(
+        tmp_path: Path) -> None:
+    """`record_hosts` writes a few dozen hosts a statement: 120 of them (three statements) each read back, and
+    those recorded again are updated but keep their first `ended_at`."""
+    names = [f"gpu-b{i:03d}" for i in range(120)]
+    with History.open(tmp_path / HISTORY_FILE) as history:
+        history.start_run("run-1", "reset", names, {}, stamp(NOW), "0.1.0", "/logs")
+        history.record_hosts("run-1", [(host(n, gpus=(GpuReport(0, i),)), stamp(NOW + timedelta(seconds=i)))
+                                       for i, n in enumerate(names)])
+        later = stamp(NOW + timedelta(hours=1))
+        history.record_hosts("run-1", [(host(n, HostStatus.FAILED, "release failed", Reason.SLURM), later)
+                                       for n in names[49:51]])
+        record = history.get("run-1")
+    assert record is not None
+    assert [h.host for h in record.hosts] == names
+    assert [h.status for h in record.hosts] == ["clean"] * 49 + ["failed"] * 2 + ["clean"] * 69
+    assert [h.ended_at for h in record.hosts] == [stamp(NOW + timedelta(seconds=i)) for i in range(120)]
+    assert [h.memory_after_mib for h in record.hosts[:3]] == [[0], [1], [2]]
 
 def test_a_host_report_becomes_the_hosts_columns() -> None:
     gpus = (GpuReport(0, 3, settle_s=0.4, health=(Finding("xid", Level.FAIL, "Xid 79"),)), GpuReport(1, None))
@@ -353,13 +373,13 @@ def test_the_recorder_writes_a_run_from_its_own_thread_and_warns_once_when_it_ca
 def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     written: list[tuple[str, str]] = []
-    original = History.record_host
+    original = History.record_hosts
 
-    def spy(self: History, run_id: str, report: HostReport, ended_at: str | None = None) -> None:
-        written.append((report.name, report.status))
-        original(self, run_id, report, ended_at)
+    def spy(self: History, run_id: str, ended: Sequence[tuple[HostReport, str]]) -> None:
+        written.extend((report.name, report.status) for report, _ in ended)
+        original(self, run_id, ended)
 
-    monkeypatch.setattr(History, "record_host", spy)
+    monkeypatch.setattr(History, "record_hosts", spy)
     warnings: list[str] = []
     recorder = Recorder(tmp_path / HISTORY_FILE, "run-1", warnings.append)
     recorder.start_run("reset", ["gpu-b01", "gpu-b02", "gpu-b03"], {}, stamp(NOW), "0.1.0", tmp_path)
