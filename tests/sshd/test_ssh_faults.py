@@ -70,32 +70,54 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def started(pid: int) -> str | None:
+    """When the process `pid` started (field 22 of /proc/PID/stat), None when there is none: with its pid, which
+    process this is (a pid is used again once its process is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 @dataclass
 class Freezer:
-    """SIGSTOPs everything below one sshd (its sessions and what they run); continues them all at the end."""
+    """SIGSTOPs everything below one sshd (its sessions and what they run); at the end kills each process it
+    stopped that is still that process (its pid and start time). Not thawed and left to the sshd fixture: a
+    session continued after its client left exits at once, its commands (a hung nvidia-smi bounded at minutes) go
+    to init, out of reach of a kill of sshd's descendants."""
 
     sshd_pid: int
-    stopped: list[int] = field(default_factory=list)
+    stopped: list[tuple[int, str]] = field(default_factory=list)  # (pid, start time)
 
     def freeze(self) -> None:
         pids = descendants(self.sshd_pid)
         assert pids, "no ssh session to freeze"
         for pid in pids:
+            start = started(pid)
+            if start is None:  # gone already
+                continue
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
-                self.stopped.append(pid)
+                self.stopped.append((pid, start))
 
     def thaw(self) -> None:
-        for pid in self.stopped:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        self._signal(signal.SIGCONT)
+
+    def end(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        for pid, start in self.stopped:
+            if started(pid) == start:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signum)
 
 
 @pytest.fixture
 def freezer(sshd: Sshd) -> Iterator[Freezer]:
     frozen = Freezer(sshd.process.pid)
     yield frozen
-    frozen.thaw()  # before the sshd fixture's teardown kills them by pid
+    frozen.end()  # before the sshd fixture's teardown kills what is left below it by pid
 
 
 @pytest.fixture
