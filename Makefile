@@ -3,17 +3,40 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The tested set: every version `make install`, the wheel test and `make bench` install, transitive ones, pip and
+# the build backend included. pyproject.toml holds the ranges; `make lock` writes this file from them.
+LOCK   := requirements/lock.txt
 
 .PHONY: install demo test test-fast test-unit test-logic test-sim test-sshd test-slurm test-wheel test-browser check dist \
-	bench clean
+	bench clean lock test-latest
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# pip and setuptools first, at the locked versions, then fleet built by that setuptools (no isolated build
+# environment, which would take the newest one) with its dev extra at the locked versions.
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --constraint $(LOCK) pip setuptools
+	$(BIN)/python -m pip install --quiet --constraint $(LOCK) --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
+
+# Re-lock: the newest versions pyproject.toml's ranges allow, for this Python, written to $(LOCK). Review the
+# diff, run `make test`, commit the lock with what it needed.
+lock: install
+	$(BIN)/pip-compile --quiet --upgrade --extra dev --extra bench --all-build-deps --allow-unsafe --strip-extras \
+		--no-emit-index-url --no-emit-find-links --no-emit-trusted-host --output-file $(LOCK) pyproject.toml
+
+# The newest set pyproject.toml allows, tried on purpose: a fresh venv from the ranges alone (no lock), the fast
+# tiers run in it. Run it before `make lock`, and when a dependency has a release: it finds the next deprecation
+# or removal before a newcomer does. It says which versions differ from the lock first.
+LATEST_VENV ?= .venv-latest
+test-latest: install
+	rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST_VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python tools/lockfile.py drift $(LOCK) $(LATEST_VENV)/bin/python
+	$(LATEST_VENV)/bin/pytest -p no:cacheprovider tests/unit tests/logic tests/sim
 
 demo: install
 	$(BIN)/fleet demo
@@ -33,7 +56,7 @@ $(addprefix test-,$(TIERS)): test-%: install
 # The sdist and the wheel in dist/, built as pip builds them (an isolated build environment).
 dist: install
 	rm -rf dist
-	$(BIN)/python -m build --outdir dist .
+	PIP_CONSTRAINT=$(abspath $(LOCK)) $(BIN)/python -m build --outdir dist .
 
 # docs/cli.md is generated from the typer app: check fails when it differs (regenerate: see the script's docstring).
 check: install
@@ -42,7 +65,7 @@ check: install
 	$(BIN)/python tools/cli_reference.py --check docs/cli.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info dist build
+	rm -rf $(VENV) $(LATEST_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info dist build
 
 # `make bench`: benchmarks/scale.py (1 vs 16 in-process simulated nodes); benchmarks/controller.py (fleet's own CPU,
 # memory and output a host at 1,000, 5,000 and 10,000 hosts, no SSH); benchmarks/slurm.py (`--slurm` over SSH
@@ -66,7 +89,9 @@ bench: install $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/percommand.py --hosts 64 --rounds 3
 	$(BIN)/python benchmarks/connectstorm.py --sizes $(STORM_SIZES)
 
-$(BENCH_VENV)/.installed:
+# The bench extra's tools (ansible-core, py-spy) alone, at the locked versions; not fleet.
+$(BENCH_VENV)/.installed: pyproject.toml $(LOCK) | install
 	$(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install --quiet ansible-core py-spy
+	$(BIN)/python tools/lockfile.py extra bench > $(BENCH_VENV)/bench.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet --constraint $(LOCK) --requirement $(BENCH_VENV)/bench.txt
 	touch $@

@@ -1,5 +1,5 @@
 import sys
 
-from fleet.cli.commands import main
+from fleet.cli.console import main
 
 sys.exit(main())

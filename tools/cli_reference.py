@@ -28,11 +28,12 @@ HEADER = (
 
 
 def fleet_app() -> typer.Typer:
-    """The Typer instance in the module that declares the `fleet` console script's function."""
+    """The Typer instance in the module that declares the `fleet` console script's function, or in the module that
+    module names as its `COMMAND_LINE` (a console script that sets things up before it imports the app)."""
     (script,) = entry_points(group="console_scripts", name="fleet")
     module = import_module(script.value.split(":")[0])
     main = getattr(module, script.value.split(":")[1])
-    home = import_module(main.__module__)
+    home = import_module(getattr(module, "COMMAND_LINE", main.__module__))
     apps = [value for value in vars(home).values() if isinstance(value, typer.Typer)]
     if len(apps) != 1:
         raise SystemExit(f"cli_reference: expected one typer app in {home.__name__}, found {len(apps)}")

@@ -4,11 +4,13 @@ installed into a fresh venv outside the checkout, and run from there: `fleet --v
 the simulator's templates) shows here, never in the editable install the rest of the suite runs from.
 
 Marked `wheel` (`make test-fast` leaves it out): it builds in an isolated environment and installs fleet's
-dependencies from the package registry into the new venv."""
+dependencies from the package registry into the new venv, both at the versions requirements/lock.txt pins."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import fleet
 pytestmark = pytest.mark.timeout(900)
 
 DISTRIBUTION = "gpu-fleet"
+LOCK = Path("requirements") / "lock.txt"
 # What a checkout holds that is no part of the source: environments, caches, build output.
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "build", "dist", "__pycache__", ".pytest_cache",
                                     ".mypy_cache", ".ruff_cache", ".bench-venv", "*.pyc")
@@ -44,18 +47,49 @@ def run(argv: list[str], cwd: Path, timeout: float = 600,
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The venv's bin folder, fleet installed in it from the wheel built from a copy of the checkout."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The wheel built from a copy of the checkout, as `make dist` builds it (its build backend at the locked
+    version), and what the build printed."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     shutil.copytree(REPO, source, ignore=NOT_SOURCE)
-    run([sys.executable, "-m", "build", "--outdir", str(root / "dist"), str(source)], cwd=root)
+    env = {**clean_env(), "PIP_CONSTRAINT": str(source / LOCK)}  # the isolated build environment's pip reads it
+    proc = run([sys.executable, "-m", "build", "--outdir", str(root / "dist"), str(source)], cwd=root, env=env)
     (wheel,) = (root / "dist").glob("gpu_fleet-*.whl")
     assert wheel.name.startswith(f"gpu_fleet-{fleet.__version__}-")
+    return wheel, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def installed(built: tuple[Path, str]) -> Path:
+    """The venv's bin folder, fleet installed in it from the wheel, its dependencies at the locked versions."""
+    wheel, _ = built
+    root = wheel.parent.parent
     venv.EnvBuilder(with_pip=True).create(root / "venv")
     bin_dir = root / "venv" / "bin"
-    run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)], cwd=root)
+    run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--constraint", str(REPO / LOCK), str(wheel)],
+        cwd=root)
     return bin_dir
+
+
+def test_the_build_says_nothing_is_deprecated(built: tuple[Path, str]) -> None:
+    """The build backend's deprecations (a license table, say) are fixed, not printed on every `make dist`."""
+    _, said = built
+    assert [line for line in said.splitlines() if re.search(r"deprecat|BuildBackendWarning", line, re.I)] == []
+
+
+def test_the_installed_dependencies_are_the_locked_ones(installed: Path, tmp_path: Path) -> None:
+    listing = run([str(installed / "python"), "-m", "pip", "list", "--format=json"], cwd=tmp_path).stdout
+    pins = dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$", (REPO / LOCK).read_text(), re.M))
+    pins = {normal(name): version for name, version in pins.items()}
+    ours = {normal(p["name"]): p["version"] for p in json.loads(listing)}.items()
+    # pip and setuptools are the venv's own (venv's bundled pip), not fleet's dependencies
+    assert {name: version for name, version in ours
+            if name not in ("pip", "setuptools", "gpu-fleet") and pins.get(name) != version} == {}
+
+
+def normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def test_the_installed_wheel_runs_from_its_own_site_packages(installed: Path, tmp_path: Path) -> None:
