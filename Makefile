@@ -36,22 +36,32 @@ test-latest: install
 	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(LATEST_VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python tools/lockfile.py drift $(LOCK) $(LATEST_VENV)/bin/python
-	$(LATEST_VENV)/bin/pytest -p no:cacheprovider tests/unit tests/logic tests/sim
+	$(LATEST_VENV)/bin/pytest -p no:cacheprovider $(PARALLEL) tests/unit tests/logic tests/sim
 
 demo: install
 	$(BIN)/fleet demo
 
+# pytest-xdist workers: most of a test's time is spent waiting on processes, daemons and bounds, so more workers
+# than cores pays (docs/contributing.md has the figures); tests that share something machine-wide stay in one
+# worker (tests/conftest.py). WORKERS=0 runs every test in pytest's own process, one after another.
+WORKERS  ?= 4
+PARALLEL := -n $(WORKERS) --dist loadgroup
+
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest $(PARALLEL)
 
 # The tiers: tests/unit, logic and sim need nothing but Python; sshd, slurm, wheel and browser need real daemons or
 # tools (docs/contributing.md). `make test-unit` ... `make test-browser` run one tier.
 test-fast: install
-	$(BIN)/pytest tests/unit tests/logic tests/sim
+	$(BIN)/pytest $(PARALLEL) tests/unit tests/logic tests/sim
 
-TIERS := unit logic sim sshd slurm wheel browser
+TIERS := logic sim sshd slurm wheel browser
 $(addprefix test-,$(TIERS)): test-%: install
-	$(BIN)/pytest tests/$*
+	$(BIN)/pytest $(PARALLEL) tests/$*
+
+# Pure CPU, milliseconds a test: one process beats the workers' start-up on two cores.
+test-unit: install
+	$(BIN)/pytest tests/unit
 
 # The sdist and the wheel in dist/, built as pip builds them (an isolated build environment).
 dist: install

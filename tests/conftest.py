@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -33,8 +35,17 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
 
 
 @pytest.fixture
-def slurm_cluster(tmp_path: Path) -> Iterator[StartCluster]:
-    """Start real Slurm clusters (slurmctld + a slurmd per node, on loopback) under tmp_path; each is
+def short_tmp() -> Iterator[Path]:
+    """A fresh folder with a short path (/tmp/fleet-XXXXXXXX), removed after: room for the unix sockets a Slurm
+    cluster makes under its root (108 bytes at most), which an xdist worker's tmp_path may not leave."""
+    folder = Path(tempfile.mkdtemp(prefix="fleet-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm_cluster(short_tmp: Path) -> Iterator[StartCluster]:
+    """Start real Slurm clusters (slurmctld + a slurmd per node, on loopback) under a short folder; each is
     stopped at teardown, also when the test failed. No skip: CI installs Slurm, and a machine without
     it fails with what to install."""
     started: list[SlurmCluster] = []
@@ -47,7 +58,7 @@ def slurm_cluster(tmp_path: Path) -> Iterator[StartCluster]:
             task_env: Mapping[str, Mapping[str, str]] | None = None,
             gpus: Mapping[str, int] | None = None,
         ) -> SlurmCluster:
-            cluster = SlurmCluster(tmp_path / f"slurm{len(started)}", nodes, partitions=partitions, task_env=task_env,
+            cluster = SlurmCluster(short_tmp / f"slurm{len(started)}", nodes, partitions=partitions, task_env=task_env,
                                    gpus=gpus)
             started.append(cluster)
             stack.callback(cluster.stop)
@@ -75,6 +86,26 @@ def tier_of(path: Path) -> str:
     return parts[0]
 
 
+# `make test` runs the tiers in several pytest-xdist workers at once (`--dist loadgroup`, docs/contributing.md): a
+# test owns what it starts (its tmp_path, ports bound at 0, processes ended by pid), so tests run side by side. A
+# tier whose tests share something runs whole in one worker, one test after another: a Slurm cluster's nodes take
+# the same loopback addresses in every test, its ports are picked free and bound later by daemons (a window another
+# cluster's pick could fall into), and the wheel's tests share the one wheel they build.
+ONE_WORKER = ("slurm", "wheel")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        item.add_marker(getattr(pytest.mark, tier_of(item.path)))
+        tier = tier_of(item.path)
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier in ONE_WORKER:
+            item.add_marker(pytest.mark.xdist_group(tier))
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without COLUMNS and LINES, as from a pipe: a shell that exports them, or an xdist worker
+    (which sets COLUMNS=80), would otherwise change how `fleet runs` fits its tables. A test that wants a width
+    sets one."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)

@@ -214,10 +214,10 @@ def test_stop_kills_the_slurmstepds_even_when_slurmctld_is_gone(slurm_cluster: S
 
 @slurm
 def test_a_start_that_fails_stops_what_it_started_and_says_why(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = slurmcluster.free_ports
-    cluster = SlurmCluster(tmp_path / "slurm", loopback_nodes(3))
+    cluster = SlurmCluster(short_tmp / "slurm", loopback_nodes(3))
     with socket.socket() as held:
         held.bind(("", 0))
         held.listen()
