@@ -1,6 +1,6 @@
 """fleet's own cost a host beside an earlier commit's, measured on the same machine in the same minutes.
 
-A figure in ms a host holds only on the machine it was measured on: issue 25's "3.3 ms a host" was measured at
+A figure in ms a host holds only on the machine it was measured on: the target's "3.3 ms a host" was measured at
 487770f on a machine about twice as fast as the one that measures it today (the same commit, re-run here:
 6.4-8.8 ms a host). So a target set against that figure is a ratio to that commit, and this script measures the
 ratio: each tree (the reference, checked out into a temp worktree, and this one) records its own simulated
@@ -97,7 +97,7 @@ def _cpu(trees: list[Tree], size: int, rounds: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ref", default="487770f", help="the earlier commit (default: issue 25's 3.3 ms)")
+    parser.add_argument("--ref", default="487770f", help="the earlier commit (default: the target's 3.3 ms)")
     parser.add_argument("--instructions", action="store_true")
     parser.add_argument("--small", type=int, default=100)
     parser.add_argument("--large", type=int, default=300)
@@ -120,7 +120,7 @@ def main() -> None:
             subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "ref")], cwd=HERE, check=False)
     ref, now = figures[args.ref], figures[head]
     print(f"{args.ref}: {ref:.3f} {unit}; {head}: {now:.3f}; ratio {now / ref:.3f} "
-          f"(issue 25's target, 2.0 against 3.3 ms: 0.606)")
+          f"(the target, 2.0 against 3.3 ms: 0.606)")
 
 
 if __name__ == "__main__":

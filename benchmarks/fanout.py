@@ -8,7 +8,7 @@ whose `environment="PATH=<node bin>:..."` makes that node's fake nvidia-smi/syst
 Each node has its own process table, as a real node has: its processes live in a PID namespace of their own
 with its own /proc (fanoutlib/pidns.py), and every SSH session to its address runs inside it (a forced
 command, `nsenter`). `--shared-proc` puts every node in this machine's one table instead (rounds before
-issue 25's second pass ran so): then each node's holder scan walks every node's processes.
+fe7a526 ran so): then each node's holder scan walks every node's processes.
 
 Per size and repetition (interleaved; the units are restarted before every measured run):
 

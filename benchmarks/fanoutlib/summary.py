@@ -1,4 +1,4 @@
-"""Reporting: medians and ratios per size, the marginal CPU per host, the issue's targets, the table, and
+"""Reporting: medians and ratios per size, the marginal CPU per host, the targets, the table, and
 the summary of py-spy's folded stacks."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from .common import REPO, TOOLS, median
 
-# the issue's targets, checked at the largest size measured: (check, ratio it reads, goal as printed, test)
+# the targets, checked at the largest size measured: (check, ratio it reads, goal as printed, test)
 RATIO_TARGETS: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
     ("client CPU per host fleet/floor", "fleet/floor cpu", "<= 1.3", lambda v: v <= 1.3),
     ("client CPU per host pdsh/fleet", "pdsh/fleet cpu", ">= 10", lambda v: v >= 10),
@@ -115,7 +115,7 @@ def print_table(results: dict[str, Any]) -> None:
             f"{t} {v['ms_per_host']} ms (+{v['fixed_s']} s fixed)" for t, v in results["marginal_cpu"].items()))
     targets = results.get("targets")
     if targets:
-        print(f"issue targets at N={targets['n']}:")
+        print(f"targets at N={targets['n']}:")
         for name, (value, goal, ok) in targets["checks"].items():
             print(f"  {'PASS' if ok else 'FAIL'}  {name}: {value} (target {goal})")
     prof = results.get("profile")

@@ -65,10 +65,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX hosts_by_host ON hosts (host, run_id)",
         "CREATE INDEX runs_by_started ON runs (started_at)",
     ),
-    (  # 2: each GPU's settings as verify read them (issue 28: the rack compared, in the history too)
+    (  # 2: each GPU's settings as verify read them (the rack compared, in the history too)
         "ALTER TABLE hosts ADD COLUMN settings TEXT",  # JSON [{model, driver, ...} or null per GPU]; null: no GPU
     ),
-    (  # 3: the node's fabric manager as verify read it (issue 28: compared by its version, in the history too)
+    (  # 3: the node's fabric manager as verify read it (compared by its version, in the history too)
         "ALTER TABLE hosts ADD COLUMN fabric_manager TEXT",  # JSON {state, version, why}; null: not read
     ),
 )

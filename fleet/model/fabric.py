@@ -1,4 +1,4 @@
-"""A node's NVIDIA Fabric Manager as verify read it (issue 28: the rack compared by its version). Pure: no I/O.
+"""A node's NVIDIA Fabric Manager as verify read it (the rack compared by its version). Pure: no I/O.
 
 Three states, never guessed one from another:
 

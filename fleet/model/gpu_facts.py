@@ -166,7 +166,7 @@ PCIE_WIDTH = Field("pcie_width", "pcie.link.width.current", ((*_LINK, "Link Widt
 PCIE_WIDTH_MAX = Field("pcie_width_max", "pcie.link.width.max", ((*_LINK, "Link Width", "Max"),),
                        count("PCIe link width"), check="pcie_width", unit="x", sim="16")
 
-# --- the settings a last user may leave behind (issue 28 item 1): read in the same reads, recorded, not judged ---
+# --- the settings a last user may leave behind: read in the same reads, recorded, not judged here ---
 # From the captures in tests/fixtures/nvidia-smi (SOURCES.md): --query-gpu names and values from the 590.48.01 H100
 # all-fields capture, -q paths from the 460.32.03 A100, 535.183.01 H100 and 590.48.01 H200 captures.
 
@@ -300,8 +300,8 @@ class GpuHealth:
 @dataclass(frozen=True)
 class GpuSettings:
     """The settings of one GPU a benchmark's results depend on, as nvidia-smi said them (None: not said, not
-    applicable, or an error note): the rows of `SETTINGS`, by name. Recorded in the report; no policy judges them
-    yet (issue 28, items 2-5)."""
+    applicable, or an error note): the rows of `SETTINGS`, by name. Recorded in the report; judged against the
+    expected profile by `fleet.model.gpu_profile` and across the rack by `fleet.model.uniformity`."""
 
     name: str | None = None  # the model: "NVIDIA H100 80GB HBM3"
     vbios: str | None = None

@@ -83,7 +83,7 @@ class GpuReport:
     memory_total_mib: int | None = None
     settle_s: float | None = None  # seconds from settle start until under threshold
     health: tuple[Finding, ...] = ()  # what verify's health gate found on this GPU
-    settings: GpuSettings | None = None  # what nvidia-smi said of its settings at verify (issue 28: not judged yet)
+    settings: GpuSettings | None = None  # what nvidia-smi said of its settings at verify
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The rack compared (issue 28 item 4): across the hosts of a run, which ones are the odd ones out by the GPU
+"""The rack compared: across the hosts of a run, which ones are the odd ones out by the GPU
 settings a benchmark's results depend on. Pure: no I/O.
 
 A host's settings (`node_settings`) are one value per `PROPERTIES` entry, as the report shows it (`575.57.08`,

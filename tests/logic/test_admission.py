@@ -21,7 +21,7 @@ from fleet.transport.ssh.admission import (
 
 
 def test_the_width_is_what_fits_in_a_share_of_connect_timeout() -> None:
-    """The issue's figures: 1.74 ms a handshake, 10 s: 2,873 in flight finish in 5 s of one loop, not 17 s."""
+    """The measured figures: 1.74 ms a handshake, 10 s: 2,873 in flight finish in 5 s of one loop, not 17 s."""
     assert admission_width(10.0, 0.00174) == 2873
     assert admission_width(10.0, 0.00174) * 0.00174 <= 10.0 / 2
 

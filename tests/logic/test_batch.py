@@ -258,7 +258,7 @@ async def test_a_section_cut_at_the_output_bound_is_unreadable_not_a_timeout_nor
     assert caught.value.status is StepStatus.FAILED
 
 
-# --- what happened, said as it happened (issue 26, item 6) ------------------------------------------------------
+# --- what happened, said as it happened ------------------------------------------------------
 
 # A command the kernel's OOM killer ends: SIGKILL from outside, long before its bound.
 OOM = ["sh", "-c", "echo partial; kill -KILL $$"]

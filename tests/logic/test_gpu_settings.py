@@ -1,4 +1,4 @@
-"""The GPU settings a last user may leave behind (issue 28 item 1), read in the reads verify already makes: golden
+"""The GPU settings a last user may leave behind, read in the reads verify already makes: golden
 reads of real captures (tests/fixtures/nvidia-smi, SOURCES.md), the older drivers' key names, what a driver no
 longer says, and the simulated nvidia-smi answering the same facts both ways."""
 

@@ -91,7 +91,7 @@ async def test_a_read_cut_short_never_passes(cut: str) -> None:
 
 def test_not_available_values_are_unknown_never_healthy_or_sick() -> None:
     row = f"{BUS}, [N/A], [N/A], [Not Supported], [N/A], N/A, N/A, [N/A], [N/A], [N/A], [N/A]"
-    row += ", [N/A]" * (len(health.health_fields()) - 11) + "\n"  # the settings (issue 28) not said either
+    row += ", [N/A]" * (len(health.health_fields()) - 11) + "\n"  # the settings not said either
     (gpu,) = health.parse_facts(row) or ()
     assert gpu == health.GpuHealth(BUS)
     with pytest.raises(ProbeParseError, match="no PCI bus id"):

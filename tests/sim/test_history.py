@@ -244,7 +244,7 @@ def test_a_database_at_version_0_is_migrated_and_keeps_what_it_had(tmp_path: Pat
 def test_migration_2_adds_the_settings_column_and_keeps_the_rows_before_it(tmp_path: Path) -> None:
     """A history of fleet 0.2 (schema 1) holding a host: migrated, the host reads back with no GPU settings; a host
     recorded after keeps each GPU's (null where verify did not read them) both ways: a page built from the history
-    marks the odd hosts out as the run's did (issue 28)."""
+    marks the odd hosts out as the run's did."""
     path = tmp_path / HISTORY_FILE
     with History.open(path, migrations=MIGRATIONS[:1]) as old:
         old.start_run("run-1", "reset", ["gpu-b01"], {}, stamp(NOW), "0.2.0", "/logs")

@@ -1,4 +1,4 @@
-"""`--restore-settings` end to end over in-process simulated nodes (issue 28 item 3): a restore that takes, one the
+"""`--restore-settings` end to end over in-process simulated nodes: a restore that takes, one the
 driver refuses, one that needs a GPU reset, and the dry run's list; the simulated nvidia-smi answers each command as
 the real one does (tests/fixtures/nvidia-smi/settings_*.txt) and every later query reads what it set."""
 

@@ -435,7 +435,7 @@ H200_580_FACTS = FIXTURES / "h200_drv580.159.04_1gpu_query-gpu-health-fields_csv
 
 
 def test_health_fields_print_what_the_real_h200_on_580_prints(make_node: MakeNode) -> None:
-    """fleet's own health read (nounits, no header) on a node made like the lent H200 (driver 580.159.04): the
+    """fleet's own health read (nounits, no header) on a node made like the real H200 (driver 580.159.04): the
     real capture's bytes, its bus id aside; before 590 the application clocks are values, in `-q` too."""
     node = make_node(NodeSpec("h200", gpus=1, gpu_name="NVIDIA H200", memory_total_mib=143771,
                               driver_version="580.159.04", vbios_version="96.00.A5.00.1A", fabric="N/A"))

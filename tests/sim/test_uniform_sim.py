@@ -1,4 +1,4 @@
-"""The rack compared, end to end over simulated nodes (issue 28 items 4-5): one node on an older driver and one with
+"""The rack compared, end to end over simulated nodes: one node on an older driver and one with
 another VBIOS among them. The summary's `settings:` line, the JSON report's `settings` and each host's, the history,
 `--uniform` failing the odd ones out with `not_uniform` (reset and check), `check` showing the same and changing
 nothing. The fabric manager's version across NVSwitch nodes, one without it, one whose binary fails."""

@@ -1,4 +1,4 @@
-"""fleet with a real Slurm at its edges (issue 18): a slurmctld that stops answering mid-release, a second and a
+"""fleet with a real Slurm at its edges: a slurmctld that stops answering mid-release, a second and a
 third Ctrl-C, a drain left by a dead run, `--via srun` on GPU gres nodes, from a polluted environment, and with
 frames it cannot read. The same four busy simulated nodes and real cluster as test_slurm_sim.py."""
 
@@ -206,7 +206,7 @@ async def test_via_srun_nodes_whose_frames_cannot_be_read_are_kept_drained_befor
     assert drained and removed and max(drained) < min(removed), ctld[-3000:]
 
 
-# --- 4. `--via srun`: a failed node is drained whatever state Slurm shows, Slurm's errors tried again (issue 25) ---
+# --- 4. `--via srun`: a failed node is drained whatever state Slurm shows, Slurm's errors tried again ---
 
 
 def around_cleanup(monkeypatch: pytest.MonkeyPatch, cluster: SlurmCluster,

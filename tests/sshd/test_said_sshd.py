@@ -1,5 +1,4 @@
-"""Say what happened, whatever the bytes: through a stock OpenSSH sshd (integration suite, marker `sshd`; issue 26,
-items 4 and 6).
+"""Say what happened, whatever the bytes: through a stock OpenSSH sshd (integration suite, marker `sshd`).
 
 A log folder whose name is not UTF-8 (`fleet check --log-dir $'...\\xff\\xfe'`, run as a user with a UTF-8 locale
 whose stdout refuses surrogates): the --json report on stdout, summary.json, report.html and the history's end are

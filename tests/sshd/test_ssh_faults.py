@@ -393,8 +393,8 @@ async def test_deadline_and_interrupt_end_the_run_within_seconds_while_the_sessi
 ) -> None:
     """A wedged nvidia-smi (60 s command timeout) behind a session frozen mid-command: `--deadline` or Ctrl-C ends
     the run within seconds, whatever it waits on, and summary.json is written. The first nvidia-smi a reset runs
-    is the drain's baseline read of the memory (bounded by nvidia-smi's own bound, 3 x command_timeout, since
-    issue 25): the session is frozen while that read hangs."""
+    is the drain's baseline read of the memory (bounded by nvidia-smi's own bound, 3 x command_timeout):
+    the session is frozen while that read hangs."""
     node = make_node(NodeSpec(name="gpu-s02", smi_mode="hang"))
     host = node_host(sshd, client_key, node, command_timeout=60, settle_timeout=60)
     deadline = 10.0 if cut == "deadline" else None

@@ -1,6 +1,6 @@
-"""The expected GPU settings (issue 28 item 2): `gpu_settings:` read strictly at every level, a GPU's settings
+"""The expected GPU settings: `gpu_settings:` read strictly at every level, a GPU's settings
 compared with it (one difference per setting, "not observed" never "fine"), the health gate weighing them as the check
-`gpu_settings` (warn; `health_fail` fails; reason `gpu_settings`), and the restore's plan (item 3)."""
+`gpu_settings` (warn; `health_fail` fails; reason `gpu_settings`), and the restore's plan."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""fleet's own nvidia-smi reads, as a real H200 on driver 580.159.04 answered them (captured on the lent device
+"""fleet's own nvidia-smi reads, as a real H200 on driver 580.159.04 answered them (captured on that
 machine, 2026-12-04: each probe's exact argv run there, its stdout kept byte for byte; SOURCES.md), read by
 fleet's parsers: the health fields, the `-q` they fall back to, the settle and verify queries and the compute
 apps of a process holding 8802 MiB; and the two reads of the same GPU agree."""

@@ -360,7 +360,7 @@ def test_the_processes_the_reset_ended_are_placed_on_gpus_by_the_apps_read_as_th
 def test_a_kept_jobs_process_whose_step_ended_on_its_own_downgrades_nothing() -> None:
     """The kill kept pid 6001 (a Slurm job's step, `spared`); it was a compute app as the reset began and ended on
     its own before verify: the reset did not end it, so its application Xid during the reset still fails, by pid and
-    on its GPU alike (issue 26, item 6)."""
+    on its GPU alike."""
     rows = [GpuRow(0, 0, "GPU-aaaa", "00000000:83:00.0")]
     before = [ComputeApp("GPU-aaaa", 6001, "python3", 30000)]
     ended = Ended.of([], before, rows, after=[], spared=frozenset({6001}))

@@ -50,7 +50,7 @@ def fixture(path: Path) -> str:
     return path.read_bytes().decode()
 
 
-# The settings facts (issue 28) are read in the same reads; their golden tests are in test_gpu_settings.py.
+# The settings facts are read in the same reads; their golden tests are in test_gpu_settings.py.
 SETTINGS_ONLY = {f.name for f in gpu_facts.SETTINGS} - {gpu_facts.PERSISTENCE.name}
 
 
@@ -192,7 +192,7 @@ def test_values_nvidia_smi_leaves_out_read_as_none(value: str) -> None:
     assert h200_with(old, line_of("Persistence Mode", value, 4)) == (clean("00000000:83:00.0", persistence=None),)
 
 
-# Each health fact's line in the real H200 capture, its check, and the key path the finding names (issue 26, item 5).
+# Each health fact's line in the real H200 capture, its check, and the key path the finding names.
 H200_FACTS = [
     (line_of("DRAM Uncorrectable", "0", 12) + " " * 8 + "Aggregate\n", "ecc_uncorrected",
      "ECC Errors / Volatile / DRAM Uncorrectable"),

@@ -1,5 +1,5 @@
 """report.html byte for byte: the pages of the real demo's summary.json (and fleet 0.1.0's), and of the same with
-every kind of string made markup, equal the pages fleet wrote before the page was rebuilt for speed (session 6:
+every kind of string made markup, equal the pages fleet wrote before the page was rebuilt for speed (77c1284:
 each host's words worked out once, fleet's own numbers and enum values no longer escaped, each distinct string
 escaped once). The golden pages are `tests/fixtures/report/*.html`; the browser and sim tiers check what they
 show. A deliberate change to the page (its style, a new part) writes new goldens: look at the old and new page in

@@ -7,7 +7,7 @@
 #     must be gone, the memory back, the JSON report in reset-*.json; then `fleet check` (check.json);
 #  3. the run folders, in fleet-logs.tgz.
 # Every holder it starts is ended by its pid. Needs PyTorch for the holder; fleet's dependencies importable
-# (or their wheels in .whl, installed to /tmp/site). Run on the lent device machine on 2026-12-04 (docs/operating.md).
+# (or their wheels in .whl, installed to /tmp/site). Run on a real H200 machine on 2026-12-04 (docs/operating.md).
 set -u
 if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 9; fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1

@@ -1,4 +1,4 @@
-"""The fabric manager's version, one section of verify's batch (issue 28: the rack compared by it).
+"""The fabric manager's version, one section of verify's batch (the rack compared by it).
 
 `nv-fabricmanager --version` prints one line, `Fabric Manager version is : 535.161.08` (every release since 450;
 from ~610 a second one, `Build Info - Branch: rel/gpu_drv/r610/r610_85-4, Changelist: 0`, with no final newline):

@@ -43,8 +43,8 @@ ADMISSION_SHARE = 0.5
 # Handshakes in flight at least (a few never crowd a loop) and at most (file descriptors, the servers' backlog).
 ADMISSION_MIN = 16
 ADMISSION_MAX = 4096
-# CPU seconds of this loop a handshake is taken to cost until one is measured: 1.74 ms measured on loopback (the
-# issue's figure at 10,000 hosts), rounded up to leave room for a slower controller.
+# CPU seconds of this loop a handshake is taken to cost until one is measured: 1.74 ms measured on loopback
+# (benchmarks/percommand.py), rounded up to leave room for a slower controller.
 HANDSHAKE_CPU_DEFAULT_S = 0.003
 # Weight of a new measurement against the estimate so far.
 COST_WEIGHT = 0.5
