@@ -39,10 +39,13 @@ def spec(name: str, **kw: Any) -> NodeSpec:
 @pytest.fixture
 async def sim(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[SimFleet]:
     """Four busy nodes; sim4's kernel log says GPU 5 fell off the bus (its reset ends failed). Parametrized
-    indirectly, `linger_s` is how long the units' memory stays after they die."""
-    linger = getattr(request, "param", {}).get("linger_s", 0.3)
+    indirectly, `linger_s` is how long the units' memory stays after they die, `settle_timeout` how long settle
+    waits for it (FAST's otherwise)."""
+    param = getattr(request, "param", {})
+    linger = param.get("linger_s", 0.3)
     specs = [spec(n, xids=XID_79 if n == "sim4" else (), linger_s=linger) for n in NAMES]
-    async with SimFleet(tmp_path / "fleet", specs, host_vars={n: dict(FAST) for n in NAMES}) as fleet:
+    host_vars = {n: {**FAST, **{k: v for k, v in param.items() if k == "settle_timeout"}} for n in NAMES}
+    async with SimFleet(tmp_path / "fleet", specs, host_vars=host_vars) as fleet:
         yield fleet
 
 
