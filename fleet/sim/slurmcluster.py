@@ -46,6 +46,7 @@ from pathlib import Path
 from types import TracebackType
 
 from fleet.sim.node import SimError
+from fleet.sim.ports import free_ports
 
 PACKAGES = "slurmctld slurmd slurm-client munge"
 MARKER_VAR = "FLEET_SLURM_CLUSTER"
@@ -634,16 +635,6 @@ def _check_socket_room(root: Path, nodes: Mapping[str, str]) -> None:
     if len(bytes(longest)) > SUN_PATH_MAX:
         raise ValueError(f"root {root} is too long for unix sockets like {longest}: use a shorter one")
 
-
-def free_ports(count: int) -> list[int]:
-    """count distinct TCP ports that nothing listens on now (bound to port 0, read, closed)."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            s = stack.enter_context(socket.socket())
-            s.bind(("", 0))
-            ports.append(int(s.getsockname()[1]))
-        return ports
 
 
 def _listens(port: int) -> bool:

@@ -18,6 +18,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleet.sim.ports import free_ports
+
 SSHD = Path("/usr/sbin/sshd")
 START_TIMEOUT_S = 10.0
 
@@ -100,10 +102,9 @@ def start_sshd(directory: Path) -> Sshd:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """Below the ephemeral range (`fleet.sim.ports`): no test beside this one can be handed it before sshd binds."""
+    (port,) = free_ports(1)
+    return port
 
 
 def _wait_for_banner(sshd: Sshd) -> None:
