@@ -24,6 +24,9 @@ SMI_FACTOR = 3
 COMMAND = "command_timeout"
 SMI = f"nvidia-smi's bound: {SMI_FACTOR} x command_timeout"
 LEFT = "what was left of"  # a bound the step's budget set (`within`)
+# What a node whose nvidia-smi ran past its bound is told to do: a GPU reset clears a hung GPU when the driver
+# still takes one, a reboot the rest.
+WEDGED_REMEDY = "reset its GPUs (--gpu-reset) or reboot the node"
 
 
 @dataclass(frozen=True)

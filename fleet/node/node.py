@@ -9,6 +9,12 @@ printed. Every failure is a `StepFailed` with one line; a transport that gives n
 `Node.batch(probes)` runs several probes in one remote command (`fleet.transport.batch`), one a privilege, and
 returns `Answers`: each probe is then read exactly as `ask` would have read it alone (its own exit status,
 timeout and parse), so one probe's failure never spoils another's answer.
+
+A driver asked once: once a probe that asks the GPU driver (nvidia-smi) has run past its own bound, the node's
+driver is suspect for the rest of the run (`Node.driver_hung` says when and how long it was waited for). No
+later probe asks it again: each is answered at once with `driver_suspect`'s line, while the probes that do not
+ask the driver (the process scan, the kill, the kernel log) still run. A wedged driver costs the host one
+nvidia-smi bound, not one a step.
 """
 
 from __future__ import annotations
@@ -49,6 +55,22 @@ class Node:
         self.log = log
         self.commands = 0
         self.batches = 0
+        self.driver_hung: str | None = None  # how the driver's first hang went; None while it has answered
+
+    def _driver_hung(self, probe: Probe[Any], bound: Bound, step: StepName | None) -> None:
+        """Note that this driver probe ran past its own bound (a step's budget that ended it is no hang): the
+        driver is suspect from now on. Logged once, as `driver_suspect`."""
+        if probe.driver and not bounds.is_budget(bound.name) and self.driver_hung is None:
+            where = f" in {step}" if step is not None else ""
+            self.driver_hung = f"{probe.what} did not answer within {bound}{where}"
+            self.log.warning("driver_suspect", error=self.driver_hung)
+
+    def _not_asked(self, probe: Probe[Any], bound: Bound, step: StepName | None) -> StepFailed:
+        """A driver probe not run because the driver is suspect (`driver_suspect`): logged, and its failure."""
+        line = driver_suspect(self.driver_hung or "")
+        self._log_result(CommandResult(probe.argv, None, "", "", 0.0), step, bound.seconds, timed_out=False,
+                         note=f"not asked: {self.driver_hung}")
+        return StepFailed(line, StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
 
     async def ask(self, probe: Probe[T], *, step: StepName | None = None, budget: TimeBudget | None = None) -> T:
         """Run the probe (see `run`) and parse its stdout; unreadable output fails the step."""
@@ -62,12 +84,15 @@ class Node:
         that says what a hang means (`Probe.hang`). A timeout names the bound that ended the command.
         """
         bound = bounds.within(bounds.of(self.host, probe.driver), budget, step)
+        if probe.driver and self.driver_hung is not None:
+            raise self._not_asked(probe, bound, step)
         timeout = bound.seconds
         self.commands += 1
         try:
             result = await self.transport.run(probe.argv, timeout=timeout, privileged=probe.needs_root)
         except CommandTimeout as exc:
             self._log_result(exc.result, step, timeout, timed_out=True, bound=bound.name)
+            self._driver_hung(probe, bound, step)
             named = CommandTimeout(exc.result, exc.deadline_s, bound.name)
             if probe.hang is not None:
                 raise StepFailed(hang_line(probe, named), StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT) from exc
@@ -86,9 +111,13 @@ class Node:
         asked = [p if isinstance(p, tuple) else (p, bounds.of(self.host, p.driver)) for p in probes]
         if len({id(p) for p, _ in asked}) < len(asked):  # answers are the probe's: one would hide the other's
             raise ValueError("a batch asks the same probe twice (probes are made once and shared: ask it once)")
+        answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
+        if self.driver_hung is not None:  # the driver is suspect: its probes are answered here, the rest run
+            answers.update({id(p): self._not_asked(p, bounds.within(b, budget, step), step)
+                            for p, b in asked if p.driver})
+            asked = [(p, b) for p, b in asked if not p.driver]
         groups = [[a for a in asked if a[0].needs_root == root] for root in (True, False)] if self.host.become \
             else [asked]
-        answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
         for group in groups:
             if group:
                 answers.update(await self._batch(group, step, budget))
@@ -121,6 +150,8 @@ class Node:
                 continue
             if section is None:
                 answers[id(probe)] = self._no_section(probe, bound, result, timed_out, hung, step)
+                if timed_out and hung is None and framing.opened(tag, index, result.stdout):
+                    self._driver_hung(probe, bound, step)  # it was running when the batch's own bound ended it
                 continue
             answer = self._section_answer(probe, bound, section, result, step, where)
             answers[id(probe)] = answer
@@ -138,6 +169,7 @@ class Node:
             self._log_command(result, where, bound.seconds, timed_out=False)
             return result
         self._log_result(result, step, bound.seconds, timed_out=True, batch=self.batches, bound=bound.name)
+        self._driver_hung(probe, bound, step)
         return CommandTimeout(result, bound.seconds, bound.name)
 
     def _no_section(self, probe: Probe[Any], bound: Bound, batch: CommandResult, batch_timed_out: bool,
@@ -254,6 +286,11 @@ def _where(step: StepName | None, note: str | None = None, bound: str | None = N
     if batch is not None:
         where["batch"] = batch
     return where
+
+
+def driver_suspect(hung: str) -> str:
+    """The line of a driver probe not asked because an earlier one hung (`hung`: `Node.driver_hung`)."""
+    return f"{hung}, not asked again: driver may be wedged; {bounds.WEDGED_REMEDY}"
 
 
 def hang_line(probe: Probe[Any], timeout: CommandTimeout) -> str:

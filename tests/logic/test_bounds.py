@@ -56,7 +56,8 @@ def test_room_for_commands_counts_nvidia_smi_at_its_own_bound() -> None:
 
 def test_the_hang_lines_name_the_bound() -> None:
     assert smi.SMI_HANG.format(s="30", bound=bounds.SMI) == (
-        "nvidia-smi did not answer within 30 s (nvidia-smi's bound: 3 x command_timeout): driver may be wedged")
+        "nvidia-smi did not answer within 30 s (nvidia-smi's bound: 3 x command_timeout): driver may be wedged; "
+        "reset its GPUs (--gpu-reset) or reboot the node")
     assert kernel_log.HANG.format(s="10", bound=bounds.COMMAND) == (
         "journalctl did not answer within 10 s (command_timeout)")
 

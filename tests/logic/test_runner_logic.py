@@ -46,18 +46,44 @@ async def test_healthy_host_is_clean_with_steps_in_order(tmp_path: Path) -> None
 
 
 async def test_hanging_nvidia_smi_fails_within_budget_and_names_it(tmp_path: Path) -> None:
-    """nvidia-smi that never answers is not retried: failed, with a one-line reason."""
+    """nvidia-smi that never answers is asked once: the baselines' read waits its bound, the kill still runs, and
+    settle and verify do not ask the driver again; failed, with a one-line reason and what to do."""
     t = ScriptedTransport(node_script(smi_delay=60))
     with anyio.fail_after(30):
         report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.FAILED
-    assert ("nvidia-smi did not answer within 3 s (nvidia-smi's bound: 3 x command_timeout): driver may be wedged"
-            in (host.error or ""))
+    assert host.error == ("nvidia-smi did not answer within 3 s (nvidia-smi's bound: 3 x command_timeout) in drain, "
+                          "not asked again: driver may be wedged; reset its GPUs (--gpu-reset) or reboot the node")
     assert host.reason is Reason.COMMAND_TIMEOUT
-    settle = next(s for s in host.steps if s.name is StepName.SETTLE)
-    assert settle.status is StepStatus.TIMEOUT
-    assert sum(1 for argv in t.ran if argv[0] == "nvidia-smi") == 3  # the memory before, settle, verify
+    steps = {s.name: s.status for s in host.steps}
+    assert steps[StepName.KILL] is StepStatus.OK and [k.pid for k in host.killed] == [100]
+    assert steps[StepName.SETTLE] is StepStatus.TIMEOUT and steps[StepName.VERIFY] is StepStatus.TIMEOUT
+    assert sum(1 for argv in t.ran if argv[0] == "nvidia-smi") == 1  # the memory before, and never again
+
+
+async def test_a_driver_that_first_hangs_at_settle_costs_one_bound_and_verify_does_not_ask_it(tmp_path: Path) -> None:
+    """The baselines' read answers, settle's first poll hangs: settle waits that one bound, verify's nvidia-smi
+    reads are not run (its other reads are), and the host says where the driver stopped answering."""
+    delays = iter([0.0])  # the baselines' memory read answers at once; every later one never does
+    settle_query = ("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current")
+    script = [(argv, (lambda _: Reply("0, GPU-aaaa, 0, Disabled\n", delay_s=next(delays, 60.0)))
+               if argv == settle_query else answer) for argv, answer in node_script()]
+    t = ScriptedTransport(script)
+    with anyio.fail_after(30):
+        report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
+    host = report.hosts["gpu-01"]
+    assert host.status is HostStatus.FAILED and host.reason is Reason.COMMAND_TIMEOUT
+    assert host.error == ("nvidia-smi did not answer within 3 s (nvidia-smi's bound: 3 x command_timeout) in settle, "
+                          "not asked again: driver may be wedged; reset its GPUs (--gpu-reset) or reboot the node")
+    assert host.memory_before_mib == (0,)
+    # the memory and the apps before, then settle's first poll; verify's reads of the driver are not run, its
+    # other reads are (the holder scan, the kernel log, the fabric manager)
+    smi_asked = [i for i, argv in enumerate(t.ran) if argv[0] == "nvidia-smi"]
+    assert [t.ran[i][:2] for i in smi_asked] == [settle_query, t.ran[smi_asked[1]][:2], settle_query]
+    assert t.ran[smi_asked[1]][1].startswith("--query-compute-apps=")
+    after = [argv[0] for argv in t.ran[smi_asked[-1] + 1:]]
+    assert "find" in after and "nv-fabricmanager" in after
 
 
 async def test_memory_that_never_settles_fails_with_the_gpu_named(tmp_path: Path) -> None:

@@ -94,8 +94,8 @@ async def test_hanging_nvidia_smi_fails_that_node_only(make_fleet: Any, tmp_path
         report = await reset(sim, tmp_path)
     wedged = report.hosts["gpu-h02"]
     assert wedged.status is HostStatus.FAILED
-    assert wedged.error == ("nvidia-smi did not answer within 6 s (nvidia-smi's bound: 3 x command_timeout): "
-                            "driver may be wedged")
+    assert wedged.error == ("nvidia-smi did not answer within 6 s (nvidia-smi's bound: 3 x command_timeout) in drain, "
+                            "not asked again: driver may be wedged; reset its GPUs (--gpu-reset) or reboot the node")
     assert wedged.reason is Reason.COMMAND_TIMEOUT
     assert wedged.memory_before_mib is None
     assert report.hosts["gpu-h01"].status is HostStatus.CLEAN

@@ -47,8 +47,8 @@ async def test_a_hung_nvidia_smi_never_keeps_the_kernel_log_from_being_read(make
     host = report.hosts["gpu-w01"]
     assert host.status is HostStatus.FAILED
     assert host.reason is Reason.COMMAND_TIMEOUT
-    assert host.error == ("nvidia-smi did not answer within 6 s (nvidia-smi's bound: 3 x command_timeout): "
-                          "driver may be wedged")
+    assert host.error == ("nvidia-smi did not answer within 6 s (nvidia-smi's bound: 3 x command_timeout) in drain, "
+                          "not asked again: driver may be wedged; reset its GPUs (--gpu-reset) or reboot the node")
     events = last_log(tmp_path, "gpu-w01")
     drain = [e for e in events if e["event"] == "command" and e.get("step") == str(StepName.DRAIN)]
     journal, memory, apps = [e for e in drain if e["batch"] == drain[0]["batch"]]  # the baselines' batch

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
+from fleet.node import bounds
 from fleet.node.probe import Probe
 from fleet.node.probes.parse import LINE_CLIP, ProbeParseError, lines, parse_int
 from fleet.transport.base import CommandResult, clip
@@ -254,7 +255,7 @@ def _line_with(needle: str, text: str) -> str | None:
 # --- the probes -------------------------------------------------------------
 
 # A query that does not answer: the step fails with this (status timeout), it is not retried.
-SMI_HANG = "nvidia-smi did not answer within {s} s ({bound}): driver may be wedged"
+SMI_HANG = "nvidia-smi did not answer within {s} s ({bound}): driver may be wedged; " + bounds.WEDGED_REMEDY
 
 
 def _explain(result: CommandResult) -> str:
