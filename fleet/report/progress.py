@@ -88,14 +88,19 @@ def snapshot(hosts: Mapping[str, Progressing], started: float, now: float) -> Sn
 
 def _eta(durations: Sequence[float], flying: Sequence[tuple[str, str, float]], waiting: int) -> float | None:
     """Seconds left, from the hosts done so far: the in-flight hosts finish at the typical host's duration,
-    the waiting ones take one more such duration each wave. None until a host has finished."""
+    the waiting ones take one more such duration each wave. None (nothing said) until a host has finished, and
+    while a host in flight has already taken the typical duration or more: a host that is stuck (a hung command
+    waiting out its bound) says nothing of when it ends, and "about 0 s left" would be wrong exactly then."""
     if not durations:
         return None
     typical = statistics.median(durations)
+    left = min((typical - elapsed for _, _, elapsed in flying), default=typical)
+    if left < 1.0:
+        return None
     left = max((typical - elapsed for _, _, elapsed in flying), default=0.0)
-    if waiting:
-        left += typical * (1 + waiting // max(1, len(flying) or 1))
-    return max(0.0, left)
+    if waiting:  # the waves still to start, as many at once as are in flight now
+        left += typical * -(-waiting // max(1, len(flying)))
+    return left
 
 
 def status_line(snap: Snapshot) -> str:

@@ -42,10 +42,27 @@ def test_snapshot_counts_each_host_once_and_names_the_slowest() -> None:
     assert snap.finished == 2 and snap.waiting == 1
     assert dict(snap.in_flight) == {"settle": 1, "kill": 1, "connect": 1}
     assert snap.slowest[0] == ("c", "settle", 14.0)
-    assert snap.eta_s is not None and snap.eta_s > 0
+    assert snap.eta_s is None  # c has run 14 s, past the typical 11 s: when it ends cannot be told
     line = progress.status_line(snap)
     assert line.startswith("fleet: 2/6 done (1 clean, 1 failed); in flight: connect 1, kill 1, settle 1; 1 waiting;")
     assert "15 s elapsed" in line and "slowest c (settle, 14 s)" in line
+
+
+def test_the_estimate_comes_from_the_typical_host_and_the_waves_still_to_start() -> None:
+    hosts = {"a": FakeRun(HostStatus.CLEAN, None, 0.0, 10.0), "b": FakeRun(HostStatus.CLEAN, None, 0.0, 12.0),
+             "c": FakeRun(None, StepName.KILL, 10.0), "d": FakeRun()}
+    snap = progress.snapshot(hosts, started=0.0, now=13.0)
+    assert snap.eta_s == (11 - 3) + 11  # c's 8 s to the typical 11, then d's wave
+    assert "about 19 s left" in progress.status_line(snap)
+
+
+@pytest.mark.parametrize("elapsed", [10.5, 11.0, 60.0])
+def test_a_host_in_flight_past_the_typical_duration_is_never_about_0_s_left(elapsed: float) -> None:
+    """A host stuck in a step (a hung nvidia-smi waiting out its bound): no estimate, rather than a wrong one."""
+    hosts = {"a": FakeRun(HostStatus.CLEAN, None, 0.0, 11.0), "b": FakeRun(None, StepName.SETTLE, 0.0)}
+    snap = progress.snapshot(hosts, started=0.0, now=elapsed)
+    assert snap.eta_s is None
+    assert "left" not in progress.status_line(snap) and "left" not in str(progress.table(snap).title)
 
 
 def test_no_estimate_before_a_host_finished_and_none_once_all_did() -> None:
