@@ -31,6 +31,15 @@ def first_line(text: str, limit: int = 160) -> str:
     return "(no output)"
 
 
+def last_line(text: str, limit: int = 160) -> str:
+    """The last non-blank line, stripped and bounded: what a program that says one thing before it exits said,
+    after whatever the login printed first (sshd's `Could not chdir to home directory`, a motd)."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()[:limit]
+    return "(no output)"
+
+
 def _text(stdout: str) -> str:
     return stdout
 

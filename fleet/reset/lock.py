@@ -34,7 +34,7 @@ from fleet.model.errors import CommandTimeout, FleetError, TransportError
 from fleet.model.report import Reason
 from fleet.node.bounds import commands_s
 from fleet.node.node import Node
-from fleet.node.probe import Probe, first_line
+from fleet.node.probe import Probe, last_line
 from fleet.reset.drain import ESCALATION_WINDOW_S
 from fleet.reset.kill import SIGKILL_WAIT_S
 from fleet.transport.base import RELEASE_TIMEOUT_S, OpenCommand
@@ -47,6 +47,10 @@ BUSY_EXIT = 75
 REFUSED_EXIT = 76
 # lock.sh's exit status for a lock file another user owns, or another user's process holds.
 FOREIGN_EXIT = 77
+# A lock folder or file the login may not create (lock.sh names the uid it ran as): not root, no become.
+DENIED = "Permission denied"
+AS_ROOT = "as uid 0 "
+NOT_ROOT_REMEDY = "log in as root, or set become: true (fleet's commands through passwordless sudo)"
 # What the lock command prints once it holds the lock.
 LOCKED_LINE = "locked"
 # Remote commands a reset runs at most, counted generously (drain 2, kill 8, settle 1, verify 4, spare 1), each
@@ -199,12 +203,15 @@ async def _refusal(node: Node, held: OpenCommand) -> LockError:
     result = held.result
     if result is not None and result.exit_status == BUSY_EXIT:
         owner = await _owner(node)
-        held_by = first_line(result.stderr, 400) if result.stderr.startswith("held by:") else ""
+        said_last = last_line(result.stderr, 400)  # lock.sh's own line comes last, after anything the login printed
+        held_by = said_last if said_last.startswith("held by:") else ""
         node.log.warning("lock_busy", lock_file=node.host.lock_file, owner=owner, held_by=held_by)
         return LockBusy(owner, held_by)
     if result is None:
         return LockError(f"reset lock {node.host.lock_file}: unexpected answer {held.first_line[:80]!r}")
-    said = first_line(result.stderr, 400) if result.stderr.strip() else ""
+    said = last_line(result.stderr, 400) if result.stderr.strip() else ""
+    if result.exit_status == REFUSED_EXIT and said.endswith(DENIED) and not node.host.become and AS_ROOT not in said:
+        return LockError(f"{said}: {NOT_ROOT_REMEDY}", Reason.NOT_PERMITTED)
     if said and result.exit_status in (REFUSED_EXIT, FOREIGN_EXIT):
         return LockError(said, Reason.LOCKED if result.exit_status == FOREIGN_EXIT else Reason.PROBE_FAILED)
     reason = said or f"exit status {result.exit_status}"

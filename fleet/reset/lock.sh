@@ -23,14 +23,19 @@ holders() {
   [ -z "$pids" ] || stat -c '%n %u %U' $pids 2>/dev/null
 }
 [ -L "$dir" ] && refuse 76 "reset lock folder $dir is a symbolic link: fleet uses only a folder of its own"
-[ -e "$dir" ] || mkdir -m 0700 -- "$dir" 2>/dev/null || [ -d "$dir" ] || refuse 76 "cannot create the reset lock folder $dir"
+# A refusal to create says as whom, and why (mkdir's or the shell's last words: "Permission denied", ...).
+who="uid $me ($(id -un 2>/dev/null))"
+last_words() { printf '%s\n' "$1" | sed -n '$s/.*: //p'; }
+[ -e "$dir" ] || why=$(mkdir -m 0700 -- "$dir" 2>&1) || [ -d "$dir" ] ||
+  refuse 76 "cannot create the reset lock folder $dir as $who: $(last_words "$why")"
 set -- $(stat -c '%u %a %U' -- "$dir")
 [ "$1 $2" = "$me 700" ] && [ -d "$dir" ] && [ ! -L "$dir" ] || refuse 76 \
   "reset lock folder $dir (owner $3, uid $1, mode $2) must be a folder of uid $me's own, mode 0700, not a link"
 if [ -L "$lock" ] || { [ -e "$lock" ] && [ ! -f "$lock" ]; }; then
   refuse 76 "reset lock $lock is not a regular file: $(stat -c %F -- "$lock")"
 fi
-[ -e "$lock" ] || (set -C; : > "$lock") 2>/dev/null || [ -f "$lock" ] || refuse 76 "cannot create the reset lock $lock"
+[ -e "$lock" ] || why=$( (set -C; : > "$lock") 2>&1) || [ -f "$lock" ] ||
+  refuse 76 "cannot create the reset lock $lock as $who: $(last_words "$why")"
 set -- $(stat -c '%u %U %i' -- "$lock")
 ino=$3
 named() { echo "$1" | awk 'NF { n++; printf " pid %s (%s)", substr($1, 7), $3 } END { if (!n) printf " no process" }'; }

@@ -226,7 +226,8 @@ async def test_a_lock_file_that_cannot_be_opened_is_a_lock_error(open_transport:
                                                                  tmp_path: Path) -> None:
     host = make_host(lock_file=str(tmp_path / "missing" / "run" / "fleet-reset.lock"))
     async with remote_for(open_transport, host) as (remote, _):
-        with pytest.raises(LockError, match=r"^cannot create the reset lock folder .*missing/run$") as caught:
+        with pytest.raises(LockError, match=r"^cannot create the reset lock folder .*missing/run as uid \d+ \(\w+\): "
+                                            r"No such file or directory$") as caught:
             async with host_lock(remote, "run-a", wait_s=1):
                 pytest.fail("locked a file in a missing directory")
     assert caught.value.reason is Reason.PROBE_FAILED

@@ -3,12 +3,15 @@
 A user of its own (created here, removed after) logs in with a key; a root-owned process holds a device
 file. Without `become` the holder scan cannot read root's fd tables: the step fails and says why. With
 `become` and a sudoers rule that allows it, the scan sees the holder; with a sudoers rule that refuses it,
-the step fails and says so. Needs root (to add the user and the sudoers rule), sshd and sudo; CI has all.
+the step fails and says so. The reset lock's folder, in /run, cannot be made by that login: the host fails
+`not_permitted`, naming the user and what to do. Needs root (to add the user and the sudoers rule), sshd and sudo;
+CI has all.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -17,19 +20,22 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from support.keys import ClientKey, make_client_key
 from support.sshd import SSHD, Sshd, start_sshd
 
 from fleet.inventory.host import Host
 from fleet.model.errors import StepFailed
-from fleet.model.report import StepName
+from fleet.model.report import Reason, StepName
 from fleet.node.budget import TimeBudget
 from fleet.node.node import Node
 from fleet.reset import holders
+from fleet.reset.lock import LockError, host_lock
 from fleet.transport.ssh import open_ssh
 
 SUDOERS_DIR = Path("/etc/sudoers.d")
@@ -158,3 +164,21 @@ async def test_with_become_and_a_sudoers_that_refuses_the_scan_fails_and_says_so
     assert message.startswith(f"cannot see every process on gpu-t01 as {login} through sudo (the holder scan did "
                               "not run: exit 1: ")
     assert message.endswith("): allow fleet's commands in sudoers (NOPASSWD) or run as root")
+
+
+async def test_without_become_a_non_root_login_that_cannot_make_the_lock_folder_says_as_whom_and_what_to_do(
+    server: Sshd, key: ClientKey, login: str, world: Path
+) -> None:
+    server.authorize(key.public_line)
+    folder = Path(f"/run/fleet-t{secrets.token_hex(3)}")  # in /run: only root may make it
+    target = replace(host(server, key, login, world, become=False), lock_file=str(folder / "reset.lock"))
+    uid = pwd.getpwnam(login).pw_uid
+    async with await open_ssh(target) as ssh:
+        with pytest.raises(LockError) as caught:
+            async with host_lock(Node(target, ssh, Events()), "run-a", wait_s=1):
+                pytest.fail("took a lock in a folder it cannot make")
+    assert caught.value.reason is Reason.NOT_PERMITTED
+    assert str(caught.value) == (f"cannot create the reset lock folder {folder} as uid {uid} ({login}): Permission "
+                                 "denied: log in as root, or set become: true (fleet's commands through passwordless "
+                                 "sudo)")
+    assert not await anyio.Path(folder).exists()
