@@ -33,7 +33,7 @@ LATEST_VENV ?= .venv-latest
 test-latest: install
 	rm -rf $(LATEST_VENV)
 	$(PYTHON) -m venv $(LATEST_VENV)
-	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip setuptools
 	$(LATEST_VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python tools/lockfile.py drift $(LOCK) $(LATEST_VENV)/bin/python
 	$(LATEST_VENV)/bin/pytest -p no:cacheprovider $(PARALLEL) tests/unit tests/logic tests/sim
