@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support.slurm import StartCluster, cmdline, environ, leftovers, live, loopback_nodes, port_free, slurmstepds
 
-from fleet.sim import slurmcluster
+from fleet.sim import ports, slurmcluster
 from fleet.sim.node import SimError
 from fleet.sim.slurmcluster import SlurmCluster, SlurmClusterError, available
 
@@ -216,7 +216,7 @@ def test_stop_kills_the_slurmstepds_even_when_slurmctld_is_gone(slurm_cluster: S
 def test_a_start_that_fails_stops_what_it_started_and_says_why(
     short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = slurmcluster.free_ports
+    real = ports.free_ports
     cluster = SlurmCluster(short_tmp / "slurm", loopback_nodes(3))
     with socket.socket() as held:
         held.bind(("", 0))
