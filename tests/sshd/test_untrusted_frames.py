@@ -15,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,8 +49,12 @@ class Started:
 
     folder: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)  # process groups of their own, children included (by pgid)
 
     def stop(self) -> None:
+        for group in self.groups:
+            with suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
@@ -107,8 +113,10 @@ def job_process(started: Started, device: Path) -> tuple[int, int]:
     stepd = started.folder / "slurmstepd"
     shutil.copy("/bin/sh", stepd)
     with device.open("rb") as held:
-        proc = subprocess.Popen([str(stepd), "-c", "sleep 1000 & wait"], pass_fds=[held.fileno()])
+        proc = subprocess.Popen([str(stepd), "-c", "sleep 1000 & wait"], pass_fds=[held.fileno()],
+                                start_new_session=True)  # its sleep ends with it, by the group's recorded pid
     started.procs.append(proc)
+    started.groups.append(proc.pid)
     wait_for("slurmstepd's child", lambda: children(proc.pid))
     (child,) = children(proc.pid)
     wait_for("the child runs sleep", lambda: exe_of(child).endswith(b"/sleep"))

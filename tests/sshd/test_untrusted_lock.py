@@ -13,9 +13,11 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,15 +92,17 @@ def seen(path: Path) -> str:
 
 @pytest.fixture
 def nobody_holds(shared: Path) -> Iterator[subprocess.Popen[str]]:
-    """nobody's `flock -x LOCK sh -c 'echo held; exec sleep 600'` in the shared folder, holding; killed by pid and
-    reaped after."""
+    """nobody's `flock -x LOCK sh -c 'echo held; exec sleep 600'` in the shared folder, holding; its process group
+    (flock and the sleep it forked, which holds the lock) killed by its recorded pid, and reaped, after."""
     process = subprocess.Popen([*NOBODY, "flock", "-x", str(shared / "reset.lock"), "sh", "-c",
-                                "echo held; exec sleep 600"], stdout=subprocess.PIPE, text=True)
+                                "echo held; exec sleep 600"], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
     try:
         assert process.stdout is not None and process.stdout.readline() == "held\n"
         yield process
     finally:
-        process.kill()
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
