@@ -65,12 +65,12 @@ class Node:
             self.driver_hung = f"{probe.what} did not answer within {bound}{where}"
             self.log.warning("driver_suspect", error=self.driver_hung)
 
-    def _not_asked(self, probe: Probe[Any], bound: Bound, step: StepName | None) -> StepFailed:
-        """A driver probe not run because the driver is suspect (`driver_suspect`): logged, and its failure."""
-        line = driver_suspect(self.driver_hung or "")
-        self._log_result(CommandResult(probe.argv, None, "", "", 0.0), step, bound.seconds, timed_out=False,
-                         note=f"not asked: {self.driver_hung}")
-        return StepFailed(line, StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
+    def _not_asked(self, probe: Probe[Any], step: StepName | None) -> StepFailed:
+        """A driver probe not run because the driver is suspect: its failure, logged as a `not_asked` event (never
+        a `command`: nothing ran, and the log's commands are what ran on the node)."""
+        where: dict[str, str] = {"step": str(step)} if step is not None else {}
+        self.log.info("not_asked", **where, argv=list(probe.argv), why=self.driver_hung)
+        return StepFailed(driver_suspect(self.driver_hung or ""), StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
 
     async def ask(self, probe: Probe[T], *, step: StepName | None = None, budget: TimeBudget | None = None) -> T:
         """Run the probe (see `run`) and parse its stdout; unreadable output fails the step."""
@@ -83,9 +83,9 @@ class Node:
         An exit status the probe does not call an answer fails the step; so does a hang of a probe
         that says what a hang means (`Probe.hang`). A timeout names the bound that ended the command.
         """
-        bound = bounds.within(bounds.of(self.host, probe.driver), budget, step)
         if probe.driver and self.driver_hung is not None:
-            raise self._not_asked(probe, bound, step)
+            raise self._not_asked(probe, step)
+        bound = bounds.within(bounds.of(self.host, probe.driver), budget, step)
         timeout = bound.seconds
         self.commands += 1
         try:
@@ -113,8 +113,7 @@ class Node:
             raise ValueError("a batch asks the same probe twice (probes are made once and shared: ask it once)")
         answers: dict[int, CommandResult | CommandTimeout | StepFailed] = {}
         if self.driver_hung is not None:  # the driver is suspect: its probes are answered here, the rest run
-            answers.update({id(p): self._not_asked(p, bounds.within(b, budget, step), step)
-                            for p, b in asked if p.driver})
+            answers.update({id(p): self._not_asked(p, step) for p, _ in asked if p.driver})
             asked = [(p, b) for p, b in asked if not p.driver]
         groups = [[a for a in asked if a[0].needs_root == root] for root in (True, False)] if self.host.become \
             else [asked]

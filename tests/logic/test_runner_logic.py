@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 from collections.abc import Sequence
@@ -84,6 +85,12 @@ async def test_a_driver_that_first_hangs_at_settle_costs_one_bound_and_verify_do
     assert t.ran[smi_asked[1]][1].startswith("--query-compute-apps=")
     after = [argv[0] for argv in t.ran[smi_asked[-1] + 1:]]
     assert "find" in after and "nv-fabricmanager" in after
+    # the log says what was not run, and never as a command that ran
+    events = [json.loads(line) for line in (tmp_path / "run-1" / "gpu-01.jsonl").read_text().splitlines()]
+    skipped = [e for e in events if e["event"] == "not_asked"]
+    assert skipped and {e["step"] for e in skipped} == {"verify"} and all(e["argv"][0] == "nvidia-smi" for e in skipped)
+    commands = [e["argv"] for e in events if e["event"] == "command" and e["argv"][0] == "nvidia-smi"]
+    assert len(commands) == 3
 
 
 async def test_memory_that_never_settles_fails_with_the_gpu_named(tmp_path: Path) -> None:
