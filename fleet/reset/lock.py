@@ -47,9 +47,8 @@ BUSY_EXIT = 75
 REFUSED_EXIT = 76
 # lock.sh's exit status for a lock file another user owns, or another user's process holds.
 FOREIGN_EXIT = 77
-# A lock folder or file the login may not create (lock.sh names the uid it ran as): not root, no become.
-DENIED = "Permission denied"
-AS_ROOT = "as uid 0 "
+# lock.sh's exit status for a lock folder the user may not create (its parent is not writable to it).
+NOT_PERMITTED_EXIT = 78
 NOT_ROOT_REMEDY = "log in as root, or set become: true (fleet's commands through passwordless sudo)"
 # What the lock command prints once it holds the lock.
 LOCKED_LINE = "locked"
@@ -210,8 +209,8 @@ async def _refusal(node: Node, held: OpenCommand) -> LockError:
     if result is None:
         return LockError(f"reset lock {node.host.lock_file}: unexpected answer {held.first_line[:80]!r}")
     said = last_line(result.stderr, 400) if result.stderr.strip() else ""
-    if result.exit_status == REFUSED_EXIT and said.endswith(DENIED) and not node.host.become and AS_ROOT not in said:
-        return LockError(f"{said}: {NOT_ROOT_REMEDY}", Reason.NOT_PERMITTED)
+    if result.exit_status == NOT_PERMITTED_EXIT and said:  # with become, root itself could not: said as it is
+        return LockError(said if node.host.become else f"{said}: {NOT_ROOT_REMEDY}", Reason.NOT_PERMITTED)
     if said and result.exit_status in (REFUSED_EXIT, FOREIGN_EXIT):
         return LockError(said, Reason.LOCKED if result.exit_status == FOREIGN_EXIT else Reason.PROBE_FAILED)
     reason = said or f"exit status {result.exit_status}"

@@ -6,7 +6,7 @@
 # one of another user's, or one another user's process holds, fails at once (exit 77), naming the file, its
 # owner and the holding pids. The holders: when /proc/locks has a lock on the file's inode, the pid it names if
 # that process still has the file open, else every process with the file open (flock(1) on an fd exits, its
-# shell holds on). A folder or file fleet must not use: exit 76.
+# shell holds on). A folder or file fleet must not use: exit 76; a folder this user may not create: exit 78.
 # Then: flock on fd 9, at once when no one holds it (no scan); else the holders are looked for once (another
 # user's: exit 77), then flock waits WAIT s (exit 75, the holders on stderr). The owner file is removed and written
 # anew with O_EXCL (set -C), "locked" printed, and the lock held until EOF on stdin.
@@ -26,8 +26,10 @@ holders() {
 # A refusal to create says as whom, and why (mkdir's or the shell's last words: "Permission denied", ...).
 who="uid $me ($(id -un 2>/dev/null))"
 last_words() { printf '%s\n' "$1" | sed -n '$s/.*: //p'; }
-[ -e "$dir" ] || why=$(mkdir -m 0700 -- "$dir" 2>&1) || [ -d "$dir" ] ||
-  refuse 76 "cannot create the reset lock folder $dir as $who: $(last_words "$why")"
+# A folder in a parent this user may not write to: exit 78 (not root, or sudo is needed), whatever the locale.
+[ -e "$dir" ] || why=$(mkdir -m 0700 -- "$dir" 2>&1) || [ -d "$dir" ] || {
+  [ ! -d "${dir%/*}/" ] || [ -w "${dir%/*}/" ] || refuse 78 "cannot create the reset lock folder $dir as $who: $(last_words "$why")"
+  refuse 76 "cannot create the reset lock folder $dir as $who: $(last_words "$why")"; }
 set -- $(stat -c '%u %a %U' -- "$dir")
 [ "$1 $2" = "$me 700" ] && [ -d "$dir" ] && [ ! -L "$dir" ] || refuse 76 \
   "reset lock folder $dir (owner $3, uid $1, mode $2) must be a folder of uid $me's own, mode 0700, not a link"
