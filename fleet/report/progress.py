@@ -94,10 +94,10 @@ def _eta(durations: Sequence[float], flying: Sequence[tuple[str, str, float]], w
     if not durations:
         return None
     typical = statistics.median(durations)
-    left = min((typical - elapsed for _, _, elapsed in flying), default=typical)
-    if left < 1.0:
+    lefts = [typical - elapsed for _, _, elapsed in flying]
+    if lefts and min(lefts) < 1.0:
         return None
-    left = max((typical - elapsed for _, _, elapsed in flying), default=0.0)
+    left = max(lefts, default=0.0)
     if waiting:  # the waves still to start, as many at once as are in flight now
         left += typical * -(-waiting // max(1, len(flying)))
     return left
