@@ -54,7 +54,7 @@ class Reason(StrEnum):
     PROBE_FAILED = "probe_failed"  # a command on the node failed or printed what fleet cannot read
     COMMAND_TIMEOUT = "command_timeout"  # a command on the node did not answer in time
     LOCKED = "locked"  # another run holds the node's reset lock
-    NOT_PERMITTED = "not_permitted"  # the login may not create the reset lock (not root, no become)
+    NOT_PERMITTED = "not_permitted"  # the user fleet runs as may not create the reset lock folder (not root)
     AUTH = "auth"  # SSH authentication, or sudo, refused
     HOST_KEY = "host_key"  # the host key is unknown or changed
     CONNECT_TIMEOUT = "connect_timeout"  # no SSH session within connect_timeout
