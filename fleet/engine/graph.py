@@ -31,7 +31,7 @@ from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import Deadline, RunOptions, RunState
 from fleet.engine.run_folder import RunLogs
 from fleet.engine.schedulers import Scheduler
-from fleet.engine.walk import HostRun, walk_host
+from fleet.engine.walk import HostRun, walk_host, worst_by_phase
 from fleet.engine.waves import FailureBudget, split_waves, tolerated
 from fleet.inventory.host import Connection, Host
 from fleet.inventory.nodesets import fold
@@ -186,13 +186,20 @@ class Gate:
                 self.state.stopped = self.budget.reason()
 
 
+def host_runs(hosts: Sequence[Host], options: RunOptions) -> list[HostRun]:
+    """Each host's progress as a run begins, with how long it can take where it may go wrong (`worst_by_phase`)."""
+    return [HostRun(h, worst_by_phase=worst_by_phase(h, options.mode, stop_units=options.stop_units,
+                                                     gpu_reset=options.gpu_reset,
+                                                     restore_settings=options.restore_settings)) for h in hosts]
+
+
 async def run_hosts(
     hosts: Sequence[Host], options: RunOptions, logs: RunLogs, *, connector: Connector = connect,
     scheduler: Scheduler | None = None, on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None,
 ) -> tuple[RunReport, RunState]:
     """Run the command on every host (in waves when asked); always return a full report. `on_host_end` is told
     each host's report as the host finishes."""
-    runs = [HostRun(h) for h in hosts]
+    runs = host_runs(hosts, options)
 
     async def body(state: RunState) -> None:
         await _run_waves(runs, options, logs, connector, state, scheduler, on_host_end)

@@ -11,10 +11,9 @@ A reset holds the node's lock (`fleet.reset.lock`) for its whole walk.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
 from fleet.inventory.host import Host
 from fleet.model.errors import CommandTimeout, StepFailed
@@ -36,17 +35,16 @@ from fleet.model.report import (
 )
 from fleet.node.budget import BudgetSpent
 from fleet.node.node import Node
-from fleet.node.probe import Probe
-from fleet.node.probes import kernel_log, smi
-from fleet.reset import drain, kill, plan, restore, settle, verify
+from fleet.reset import baselines, drain, kill, plan, restore, settle, verdict_time, verify
 from fleet.reset.lock import LockError, host_lock
 
 # What ends a step but not the host: the step says why, the host goes on to verify.
 STEP_ENDERS = (StepFailed, BudgetSpent, CommandTimeout)
 # The reason a step ends with when one of its commands failed (`systemctl stop` refused: the drain failed).
 FAILED_STEP_REASONS = {StepName.DRAIN: Reason.DRAIN_FAILED, StepName.KILL: Reason.KILL_FAILED}
-# Settle's reasons that say whose the memory verify then finds held is: more telling than verify's `memory_held`.
-WHOSE_MEMORY = frozenset({Reason.MEMORY_LEAKED, Reason.MEMORY_HELD_BY_JOB})
+# Reasons of an earlier step that say whose the memory (or the device) verify then finds held is, more telling than
+# verify's `memory_held` or `holders_left`: settle's (a leaked context, a job's) and the kill's (a holder came back).
+WHOSE_MEMORY = frozenset({Reason.MEMORY_LEAKED, Reason.MEMORY_HELD_BY_JOB, Reason.RESPAWNED})
 # Each step's place in a host's report: drain, kill, settle, verify (iterating it is StepName's order, without the
 # enum's slow __iter__).
 STEP_ORDER = {name: place for place, name in enumerate(StepName)}
@@ -86,6 +84,14 @@ class HostRun:
     fabric_manager: FabricManager | None = None  # verify's read of the node's fabric manager
     scheduler: SchedulerRecord | None = None  # what the scheduler seam (`fleet.engine.schedulers`) decided for it
     final: HostReport | None = None  # its report, made once as it ended (the task graph's `_host_task`)
+    # The longest a host that goes wrong in one way takes to its verdict, by the phase it is held in
+    # (`fleet.reset.verdict_time`): what the progress line counts on once the host is past the typical duration.
+    worst_by_phase: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def worst_s(self) -> float | None:
+        """The longest this host takes to its verdict, from its start, when one thing goes wrong where it is now."""
+        return self.worst_by_phase.get(self.current.value if self.current else verdict_time.CONNECT)
 
     def finish(self, status: HostStatus, error: str | None = None, reason: Reason | None = None) -> None:
         self.status, self.error, self.reason, self.ended = status, error, reason, time.monotonic()
@@ -115,6 +121,19 @@ class HostRun:
                           self.fabric_manager)
 
 
+def worst_by_phase(host: Host, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False,
+                   restore_settings: bool = False) -> dict[str, float]:
+    """`HostRun.worst_by_phase` for what `mode` does on this host."""
+    if mode is Mode.CHECK:
+        phases = verdict_time.check_phases(host)
+    elif mode is Mode.PLAN:
+        phases = verdict_time.plan_phases(host, restore_settings=restore_settings)
+    else:
+        phases = verdict_time.reset_phases(host, stop_units=stop_units, gpu_reset=gpu_reset,
+                                           restore_settings=restore_settings)
+    return {p.name: p.worst_s for p in phases}
+
+
 async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_units: bool = False,
                     gpu_reset: bool = False, restore_settings: bool = False) -> None:
     """What `mode` does on this host, start to outcome (a reset under the node's lock)."""
@@ -124,7 +143,9 @@ async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_u
         await _walk(node, run, mode)
     else:
         try:
-            async with host_lock(node, run_id):
+            held_s = verdict_time.held_s(node.host, stop_units=stop_units, gpu_reset=gpu_reset,
+                                         restore_settings=restore_settings)
+            async with host_lock(node, run_id, held_s=held_s):
                 await _walk(node, run, mode, stop_units=stop_units, gpu_reset=gpu_reset,
                             restore_settings=restore_settings)
         except LockError as exc:
@@ -137,7 +158,7 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
     baseline, spared, restored = None, frozenset[int](), restore.Restored()
     if mode is Mode.RESET:
         run.current = StepName.DRAIN  # the baselines are read as drain begins (and logged in it)
-        baseline, run.memory_before = await _baselines(node)
+        baseline, run.memory_before = await baselines.read(node)
         await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
         run.killed, run.kept, spared = killed.killed, killed.left_alive, killed.spared
@@ -158,42 +179,6 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
     run.gpus, run.health, run.fabric_manager = verified.gpus, verified.health, verified.fabric_manager
     run.current = None
     run.finish(*host_outcome(run.steps))
-
-
-async def _baselines(node: Node) -> tuple[verify.Baseline, tuple[int | None, ...] | None]:
-    """What the node holds as the reset begins, in one command: the kernel log read to its end (its Xids, and the
-    cursor verify reads on from: any Xid after it was logged during the reset), the compute apps (which GPU each
-    process held: an application Xid without a pid, during the reset, on a GPU whose holder fleet killed, only
-    warns) and each GPU's memory.used (the report's and the history's "before").
-
-    The kernel log comes first: a section that times out ends its batch, and the log is the one read here a
-    verdict rests on (verify fails the Xid check without it), while the memory and the apps are optional; so
-    an nvidia-smi that is slow or hung never keeps the log from being read (a journalctl that hangs costs
-    only the optional reads). The kernel log that cannot be read is said so in the baseline (verify fails the
-    Xid check with why, unless the host ignores Xids: then it is not read); the memory is None when it cannot
-    be read now (settle and verify will say why, the warning names the bound that ended it); the apps are
-    empty. Each read has its own bound (`fleet.node.bounds`: command_timeout for journalctl, nvidia-smi's for
-    the two queries), none a constant; the batch has no budget of its own beyond them.
-    """
-    host = node.host
-    log_probe = None if "xid" in host.health_ignore else kernel_log.read()
-    memory_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.SETTLE_FIELDS), smi.compute_apps(host.nvidia_smi)
-    asked: list[Probe[Any]] = [] if log_probe is None else [log_probe]
-    answers = await node.batch([*asked, memory_probe, apps_probe], step=StepName.DRAIN)
-    log, unread = None, None
-    if log_probe is not None:
-        got = verify.read_kernel_log(answers, log_probe)
-        log, unread = (got, None) if isinstance(got, kernel_log.KernelLog) else (None, got)
-        if unread is not None:
-            node.log.warning("kernel_log_unread", error=unread)
-    memory: tuple[int | None, ...] | None = None
-    apps: tuple[smi.ComputeApp, ...] = ()
-    try:
-        memory = tuple(r.memory_used_mib for r in answers.read(memory_probe))
-        apps = answers.read(apps_probe)
-    except STEP_ENDERS as exc:
-        node.log.warning("memory_unread", error=str(exc))
-    return verify.Baseline(log, unread, apps), memory
 
 
 async def _run_step(node: Node, run: HostRun, name: StepName,
@@ -239,8 +224,9 @@ async def _survey(node: Node, run: HostRun, *, restore_settings: bool = False, g
 
 def host_outcome(results: Sequence[StepResult]) -> tuple[HostStatus, str | None, Reason | None]:
     """Clean only when every step that ran is ok; the error (and its reason) is a GPU reset's that did not free
-    the memory (`needs_reboot`), else settle's saying whose the memory is (a leaked context, a Slurm job's) when
-    verify found that same memory held, else verify's if it failed, else the first failure's."""
+    the memory (`needs_reboot`), else an earlier step's saying whose the memory is (a leaked context, a Slurm job's,
+    a holder that came back) when verify found memory or a device still held (or verify did not run), else
+    verify's if it failed, else the first failure's."""
     bad = [s for s in results if s.status is not StepStatus.OK]
     if not bad:
         return HostStatus.CLEAN, None, None

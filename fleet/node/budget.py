@@ -12,6 +12,23 @@ from dataclasses import dataclass, field
 from fleet.transport.attention import Clock, clock
 
 
+@dataclass(frozen=True)
+class Room:
+    """A step's time as it is declared, before the step starts: the window it waits for the node and the slack for
+    the commands that see the window end. Pure: the longest a step can take is read off it
+    (`fleet.reset.verdict_time`), and `start()` makes the running budget from the same two numbers."""
+
+    window: float
+    slack: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.window + self.slack
+
+    def start(self) -> TimeBudget:
+        return TimeBudget(self.window, slack=self.slack)
+
+
 class BudgetSpent(Exception):
     """A step ran out of its time budget before it could start a command."""
 

@@ -45,6 +45,8 @@ class Progressing(Protocol):
     def started(self) -> float | None: ...
     @property
     def ended(self) -> float | None: ...
+    @property
+    def worst_s(self) -> float | None: ...  # the longest to its verdict when one thing goes wrong where it is now
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ def snapshot(hosts: Mapping[str, Progressing], started: float, now: float) -> Sn
     done: Counter[str] = Counter()
     in_flight: Counter[str] = Counter()
     flying: list[tuple[str, str, float]] = []
+    worst: list[float | None] = []  # each flying host's worst_s
     durations = []
     waiting = 0
     for name, host in hosts.items():
@@ -82,24 +85,33 @@ def snapshot(hosts: Mapping[str, Progressing], started: float, now: float) -> Sn
             step = host.current.value if host.current else "connect"
             in_flight[step] += 1
             flying.append((name, step, now - host.started))
+            worst.append(host.worst_s)
     slowest = tuple(sorted(flying, key=lambda f: -f[2])[:SLOWEST])
-    return Snapshot(len(hosts), done, in_flight, waiting, now - started, _eta(durations, flying, waiting), slowest)
+    eta = _eta(durations, [f[2] for f in flying], worst, waiting)
+    return Snapshot(len(hosts), done, in_flight, waiting, now - started, eta, slowest)
 
 
-def _eta(durations: Sequence[float], flying: Sequence[tuple[str, str, float]], waiting: int) -> float | None:
-    """Seconds left, from the hosts done so far: the in-flight hosts finish at the typical host's duration,
-    the waiting ones take one more such duration each wave. None (nothing said) until a host has finished, and
-    while a host in flight has already taken the typical duration or more: a host that is stuck (a hung command
-    waiting out its bound) says nothing of when it ends, and "about 0 s left" would be wrong exactly then."""
+def _eta(durations: Sequence[float], elapsed: Sequence[float], worst: Sequence[float | None],
+         waiting: int) -> float | None:
+    """Seconds left, from the hosts done so far: an in-flight host finishes at the typical host's duration; one
+    already past it is waiting out what went wrong, and finishes by the longest one way of going wrong takes where
+    it is (`worst`, `fleet.reset.verdict_time`), plus the typical duration for the rest of its way; the waiting
+    hosts take one typical duration more each wave. None (nothing said) until a host has finished, and when a host
+    is past even that (more than one thing went wrong): "about 0 s left" would be wrong exactly then."""
     if not durations:
         return None
     typical = statistics.median(durations)
-    lefts = [typical - elapsed for _, _, elapsed in flying]
-    if lefts and min(lefts) < 1.0:
-        return None
+    lefts = []
+    for taken, longest in zip(elapsed, worst, strict=True):
+        left = typical - taken
+        if left < 1.0:
+            left = longest + typical - taken if longest is not None else 0.0
+        if left < 1.0:
+            return None
+        lefts.append(left)
     left = max(lefts, default=0.0)
     if waiting:  # the waves still to start, as many at once as are in flight now
-        left += typical * -(-waiting // max(1, len(flying)))
+        left += typical * -(-waiting // max(1, len(elapsed)))
     return left
 
 

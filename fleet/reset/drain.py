@@ -15,14 +15,33 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fleet.inventory.host import Host
 from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus
-from fleet.node.budget import TimeBudget
+from fleet.node.bounds import commands_s
+from fleet.node.budget import Room, TimeBudget
 from fleet.node.node import Node
 from fleet.node.poll import backoff, poll_until
 from fleet.node.probes import units
 
 # Seconds to wait for a unit to go down after `systemctl kill -s SIGKILL`.
 ESCALATION_WINDOW_S = 10.0
+# Commands past each window: the poll that sees it end.
+POLL_COMMANDS = 1
+
+
+def stop_room(host: Host, window: float) -> Room:
+    """A stop's wait for the units to go down, and the poll that sees it end."""
+    return Room(window, commands_s(host, other=POLL_COMMANDS))
+
+
+def escalation_room(host: Host) -> Room:
+    """The wait after SIGKILL for a unit whose stop hung, and the poll that sees it end."""
+    return Room(ESCALATION_WINDOW_S, commands_s(host, other=POLL_COMMANDS))
+
+
+def longest_stop_s(host: Host, window: float) -> float:
+    """The longest stopping units can take: the stop's wait, then the escalation's."""
+    return stop_room(host, window).seconds + escalation_room(host).seconds
 
 
 @dataclass(frozen=True)
@@ -47,7 +66,7 @@ async def drain(node: Node) -> StepOutcome:
 async def stop_units(node: Node, names: Sequence[str], window: float,
                      step: StepName = StepName.DRAIN) -> UnitsStopped:
     """Stop units gracefully, polling up to `window` s; SIGKILL only those whose stop hangs."""
-    budget = TimeBudget(window, slack=node.host.command_timeout)
+    budget = stop_room(node.host, window).start()
     stops = [units.unit_stop(unit) for unit in names]
     shows = [units.unit_state(unit) for unit in names]
     answers = await node.batch([*stops, *shows], step=step, budget=budget)
@@ -88,7 +107,7 @@ async def _wait_down(node: Node, names: Sequence[str], budget: TimeBudget, step:
 async def _escalate(node: Node, hung: Sequence[str], states: dict[str, units.UnitState], window: float,
                     step: StepName) -> UnitsStopped:
     """`systemctl kill --signal=SIGKILL` the hung units, then poll them for ESCALATION_WINDOW_S."""
-    escalation = TimeBudget(ESCALATION_WINDOW_S, slack=node.host.command_timeout)
+    escalation = escalation_room(node.host).start()
     kills = [units.unit_kill(unit) for unit in hung]
     answers = await node.batch(kills, step=step, budget=escalation)
     for probe in kills:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from fleet.inventory.host import Host
 from fleet.model.report import (
     KeptProcess,
     KilledProcess,
@@ -28,11 +29,12 @@ from fleet.model.report import (
     Verdict,
     line_of,
 )
-from fleet.node.budget import TimeBudget
+from fleet.node.bounds import commands_s
+from fleet.node.budget import Room, TimeBudget
 from fleet.node.node import Node
 from fleet.node.poll import backoff, poll_until
 from fleet.node.probes import procs, units
-from fleet.reset.drain import UnitsStopped, stop_units
+from fleet.reset.drain import UnitsStopped, longest_stop_s, stop_units
 from fleet.reset.holders import Scan, scan
 from fleet.reset.protection import Holder, Rules, job_of, units_to_stop
 
@@ -41,6 +43,23 @@ SIGKILL_WAIT_S = 5.0
 # After the kill, holders are scanned again after each of these pauses (1 s in all): systemd's default
 # RestartSec is 100 ms, so a Restart=always unit's process is usually back within the window.
 RESPAWN_SCANS_S = (0.0, 0.3, 0.7)
+# Commands a round may run past its waits: the scan and its description, the signals, the looks that end each
+# wait, the respawn scans, the Restart= reads.
+ROUND_COMMANDS = 8
+
+
+def round_room(host: Host) -> Room:
+    """One round of the kill: SIGTERM's grace, SIGKILL's wait, and its commands at their bound."""
+    return Room(host.kill_grace + SIGKILL_WAIT_S, commands_s(host, other=ROUND_COMMANDS))
+
+
+def longest_s(host: Host, *, stop_units: bool = False) -> float:
+    """The longest the kill can take: one round; with `--stop-units`, a stop of the respawned holders' units
+    (drain's wait and escalation) and a second round."""
+    rounds = round_room(host).seconds
+    if not stop_units:
+        return rounds
+    return 2 * rounds + longest_stop_s(host, host.drain_timeout)
 
 
 @dataclass(frozen=True)
@@ -79,7 +98,7 @@ async def kill(node: Node, *, stop_respawning: bool = False) -> StepOutcome:
 async def _kill_round(node: Node) -> KillRound:
     """Scan, SIGTERM, SIGKILL what is left, and watch for holders coming back."""
     host = node.host
-    budget = TimeBudget(host.kill_grace + SIGKILL_WAIT_S, slack=8 * host.command_timeout)
+    budget = round_room(host).start()
     found = await scan(node, StepName.KILL, budget, with_units=True)
     targets, kept = found.targets, found.kept
     for holder in kept:

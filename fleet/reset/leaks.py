@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fleet.inventory.host import Host
 from fleet.model.errors import StepFailed
 from fleet.model.gpu_facts import FABRIC_STATE
 from fleet.model.report import StepName, StepStatus
 from fleet.node.bounds import commands_s
-from fleet.node.budget import TimeBudget
+from fleet.node.budget import Room, TimeBudget
 from fleet.node.node import Node
 from fleet.node.probe import Probe
 from fleet.node.probes import health, procs, smi
@@ -37,6 +38,11 @@ from fleet.transport.base import CommandResult
 LOOK_COMMANDS = 5
 # Its batch's nvidia-smi reads (the GPU query, the compute apps, `-q`): each has nvidia-smi's bound on top of that.
 LOOK_SMI = 3
+
+
+def look_room(host: Host) -> Room:
+    """A look's commands, each at its bound (nothing to wait for)."""
+    return Room(0.0, commands_s(host, smi=LOOK_SMI, other=LOOK_COMMANDS))
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,7 @@ async def look(node: Node, step: StepName = StepName.SETTLE) -> Look:
     job daemons' titles of job processes whose cgroup does not name their job. A `-q` that does not answer
     readably is no board (the GPUs' device files then cannot be told apart); one that hangs fails the step."""
     host = node.host
-    budget = TimeBudget(0.0, slack=commands_s(host, smi=LOOK_SMI, other=LOOK_COMMANDS))
+    budget = look_room(host).start()
     gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
     board_probe, scan_probe = board(host.nvidia_smi), procs.holder_scan(host.devices)
     answers = await node.batch([gpu_probe, apps_probe, board_probe, scan_probe], step=step, budget=budget)

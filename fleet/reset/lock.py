@@ -1,6 +1,6 @@
 """One reset per host at a time: a lock on the node, held for the host's whole reset.
 
-    async with host_lock(node, run_id):
+    async with host_lock(node, run_id, held_s=longest_reset_s):
         ...  # drain, kill, settle, verify
 
 The lock is `flock` on `host.lock_file` (default /run/fleet/reset.lock), held by a remote command that started
@@ -14,10 +14,10 @@ the lock file a regular file of that user, never opened through a link; one owne
 another user's process, fails the host at once naming the file, its owner and the holding pids (exit 77). Then
 it flocks the file, writes the run id to the owner file next to it (removed first, then created with O_EXCL),
 prints `locked` and waits for EOF on its stdin. Releasing closes stdin. If fleet dies, its SSH session ends,
-sshd closes the command's pipes, `cat` sees EOF and the lock goes with it; coreutils' `timeout` (T: twice the
-longest reset the host's variables allow) is the last bound. A second run reaching a locked host waits up to
-LOCK_WAIT_S, then fails that host with `locked by run <id>` (`LockBusy`): two runs never interleave kills on
-one node.
+sshd closes the command's pipes, `cat` sees EOF and the lock goes with it; coreutils' `timeout` (T: the wait and
+twice `held_s`, the longest the held reset can take, `fleet.reset.verdict_time`) is the last bound. A second run
+reaching a locked host waits up to LOCK_WAIT_S, then fails that host with `locked by run <id>` (`LockBusy`): two
+runs never interleave kills on one node.
 """
 
 from __future__ import annotations
@@ -32,11 +32,8 @@ import anyio
 from fleet.inventory.host import Host
 from fleet.model.errors import CommandTimeout, FleetError, TransportError
 from fleet.model.report import Reason
-from fleet.node.bounds import commands_s
 from fleet.node.node import Node
 from fleet.node.probe import Probe, last_line
-from fleet.reset.drain import ESCALATION_WINDOW_S
-from fleet.reset.kill import SIGKILL_WAIT_S
 from fleet.transport.base import RELEASE_TIMEOUT_S, OpenCommand
 
 # Seconds a run waits for another run's lock on a host before it fails that host.
@@ -52,9 +49,6 @@ NOT_PERMITTED_EXIT = 78
 NOT_ROOT_REMEDY = "log in as root, or set become: true (fleet's commands through passwordless sudo)"
 # What the lock command prints once it holds the lock.
 LOCKED_LINE = "locked"
-# Remote commands a reset runs at most, counted generously (drain 2, kill 8, settle 1, verify 4, spare 1), each
-# at the longest bound a command gets (nvidia-smi's, `fleet.node.bounds`).
-RESET_COMMANDS = 16
 # Seconds added to the lock command's bound for connect, logging and scheduling.
 HOLD_MARGIN_S = 60.0
 # Directories whose lock files belong to root (/var/run and /var/lock are links into /run): taking a lock
@@ -136,35 +130,43 @@ def parse_owner(text: str) -> str | None:
     return first if _RUN_ID.fullmatch(first) else None
 
 
-def hold_bound_s(host: Host, wait_s: float) -> float:
-    """The lock command's own bound on the node: the wait plus twice the longest reset (with `--gpu-reset`'s
-    resets and second settle window), and a margin."""
-    windows = host.drain_timeout + ESCALATION_WINDOW_S + host.kill_grace + SIGKILL_WAIT_S + host.settle_timeout
-    windows += host.gpu_reset_timeout + host.settle_timeout
-    return wait_s + 2 * (windows + commands_s(host, smi=RESET_COMMANDS)) + HOLD_MARGIN_S
+def hold_bound_s(wait_s: float, held_s: float) -> float:
+    """The lock command's own bound on the node: the wait, twice the longest the held work can take, a margin."""
+    return wait_s + 2 * held_s + HOLD_MARGIN_S
 
 
-def host_lock(node: Node, run: str, wait_s: float | None = None) -> HostLock:
-    """Hold the host's reset lock for the block; LockBusy or LockError when it cannot be taken.
+def take_bound_s(host: Host, wait_s: float) -> float:
+    """The longest taking the lock waits for its answer: the lock's wait and a command's room."""
+    return wait_s + host.command_timeout
+
+
+def longest_take_s(host: Host) -> float:
+    """The longest taking the lock can cost a host: the wait for another run's lock, then the read of its owner."""
+    return take_bound_s(host, LOCK_WAIT_S) + host.command_timeout
+
+
+def host_lock(node: Node, run: str, *, held_s: float, wait_s: float | None = None) -> HostLock:
+    """Hold the host's reset lock for the block (`held_s`: the longest the block can take); LockBusy or LockError
+    when it cannot be taken.
 
     The lock is released when the block ends, whatever way (shielded, bounded).
     """
-    return HostLock(node, run, LOCK_WAIT_S if wait_s is None else wait_s)
+    return HostLock(node, run, LOCK_WAIT_S if wait_s is None else wait_s, held_s)
 
 
 class HostLock:
     """`host_lock`'s block: the lock taken as it begins (the held command, `as`), released as it ends. A class, not
     an async generator: one a host, entered once (no generator for the loop to track and finalize)."""
 
-    def __init__(self, node: Node, run: str, wait_s: float) -> None:
-        self.node, self.run, self.wait_s = node, run, wait_s
+    def __init__(self, node: Node, run: str, wait_s: float, held_s: float) -> None:
+        self.node, self.run, self.wait_s, self.held_s = node, run, wait_s, held_s
         self._held: OpenCommand | None = None
         self._taken = 0.0
 
     async def __aenter__(self) -> OpenCommand:
         node, started = self.node, time.monotonic()
         try:
-            held = await _acquire(node, self.run, self.wait_s)
+            held = await _acquire(node, self.run, self.wait_s, self.held_s)
         except LockBusy:
             raise
         except LockError as exc:
@@ -179,14 +181,15 @@ class HostLock:
             await _release(self.node, self._held, self._taken)
 
 
-async def _acquire(node: Node, run: str, wait_s: float) -> OpenCommand:
+async def _acquire(node: Node, run: str, wait_s: float, held_s: float) -> OpenCommand:
     """Start the lock command and wait for its answer (bounded by the wait plus command_timeout)."""
     host = node.host
-    bound = wait_s + host.command_timeout
+    bound = take_bound_s(host, wait_s)
     held: OpenCommand | None = None
     try:
         with anyio.move_on_after(bound):
-            held = await node.open_command(lock_probe(host.lock_file, run, wait_s), timeout=hold_bound_s(host, wait_s))
+            probe = lock_probe(host.lock_file, run, wait_s)
+            held = await node.open_command(probe, timeout=hold_bound_s(wait_s, held_s))
         if held is None:
             raise LockError(f"reset lock {host.lock_file}: no answer within {bound:g} s", Reason.COMMAND_TIMEOUT)
         if held.running and held.first_line == LOCKED_LINE:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from fleet.inventory.host import Host
 from fleet.model.report import HostPlan, PlannedProcess, StepName, StepResult, StepStatus
 from fleet.node.bounds import commands_s
-from fleet.node.budget import TimeBudget
+from fleet.node.budget import Room
 from fleet.node.node import Node
 from fleet.node.probes import smi, units
 from fleet.reset.drain import unit_states
@@ -21,11 +22,19 @@ from fleet.reset.holders import scan_holders
 from fleet.reset.protection import Holder
 from fleet.reset.verify import VERIFY_COMMANDS
 
+# The survey's nvidia-smi reads: the GPU query and the compute apps.
+SURVEY_SMI = 2
+
+
+def survey_room(host: Host) -> Room:
+    """The survey's commands at their bounds: each unit's state, the holder scan and description, the two queries."""
+    return Room(0.0, commands_s(host, smi=SURVEY_SMI, other=len(host.services) + VERIFY_COMMANDS))
+
 
 async def survey(node: Node) -> HostPlan:
     """A dry run's look at the node: read-only commands only, nothing signalled, stopped or written."""
     host = node.host
-    budget = TimeBudget(0.0, slack=commands_s(host, smi=2, other=len(host.services) + VERIFY_COMMANDS))
+    budget = survey_room(host).start()
     states = await unit_states(node, host.services, budget) if host.services else {}
     holders = await scan_holders(node, StepName.KILL, budget)
     rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)

@@ -21,10 +21,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from fleet.inventory.host import Host
 from fleet.model.errors import StepFailed
 from fleet.model.report import StepName
 from fleet.node.bounds import Bound
-from fleet.node.budget import TimeBudget
+from fleet.node.budget import Room
 from fleet.node.node import Node
 from fleet.node.probe import ANY_EXIT, Probe
 from fleet.node.probes import smi
@@ -32,6 +33,11 @@ from fleet.reset.protection import Holder
 
 # What a reset that does not end within its bound means (`{s}`: the bound in seconds).
 RESET_HANG = "nvidia-smi -r did not end within {s} s ({bound})"
+
+
+def reset_room(host: Host) -> Room:
+    """The GPU resets, all together within `gpu_reset_timeout`, and a command's room past it."""
+    return Room(0.0, host.gpu_reset_timeout + host.command_timeout)
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ async def reset_gpus(node: Node, chosen: GpuReset) -> ResetOutcome:
         node.log.warning("gpu_reset_refused", step="settle", reason=chosen.blocked)
         return ResetOutcome(False, f"gpu reset refused: {chosen.blocked}")
     node.log.warning("gpu_reset", step="settle", gpus=list(chosen.gpus), together=chosen.together)
-    budget = TimeBudget(0.0, slack=host.gpu_reset_timeout + host.command_timeout)
+    budget = reset_room(host).start()
     for gpu in [None] if chosen.together else list(chosen.gpus):
         probe = reset_probe(host.nvidia_smi, gpu)
         answers = await node.batch([(probe, Bound(host.gpu_reset_timeout, "gpu_reset_timeout"))], step=StepName.SETTLE,

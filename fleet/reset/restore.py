@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from fleet.inventory.host import Host
 from fleet.model.errors import CommandTimeout, StepFailed
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import StepName
-from fleet.node.bounds import Bound, smi_bound
-from fleet.node.budget import BudgetSpent, TimeBudget
+from fleet.node.bounds import Bound, commands_s, smi_bound
+from fleet.node.budget import BudgetSpent, Room, TimeBudget
 from fleet.node.node import Node
 from fleet.node.probe import ANY_EXIT, Probe, first_line
 from fleet.node.probes import health, smi
@@ -30,6 +31,21 @@ from fleet.reset.restore_plan import Change, RestorePlan, restore_plan
 __all__ = ["Restored", "read_settings", "restore_settings"]
 
 STEP = StepName.SETTLE  # the restore runs as settle begins (before its wait): its commands are logged there
+
+
+# The nvidia-smi reads of the settings: the GPU query and the facts, or `-q` on an older driver.
+READ_SMI = 3
+
+
+def room(host: Host) -> Room:
+    """Every change, the resets its mode changes need included, within `gpu_reset_timeout`, and a command's room."""
+    return Room(0.0, host.gpu_reset_timeout + host.command_timeout)
+
+
+def longest_s(host: Host, *, planned: bool = False) -> float:
+    """The longest the restore can take: the settings read, each read at its bound, then (unless only planned)
+    the changes."""
+    return commands_s(host, smi=READ_SMI) + (0.0 if planned else room(host).seconds)
 
 
 @dataclass(frozen=True)
@@ -105,7 +121,7 @@ async def restore_settings(node: Node, *, gpu_reset: bool = False,
     done: list[str] = []
     refused: dict[int, list[str]] = {}
     failed_gpus: set[int] = set()
-    budget = TimeBudget(0.0, slack=node.host.gpu_reset_timeout + node.host.command_timeout)
+    budget = room(node.host).start()
     for change in plan.changes:
         if change.reset and change.gpu in failed_gpus:
             continue  # its mode change was refused: nothing pending to apply

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from fleet.inventory.host import Host
 from fleet.model.report import Reason, StepName, StepOutcome, StepResult, StepStatus, Verdict
 from fleet.node.bounds import commands_s
-from fleet.node.budget import TimeBudget
+from fleet.node.budget import Room, TimeBudget
 from fleet.node.node import Node
 from fleet.node.poll import backoff, poll_until
 from fleet.node.probes import smi
@@ -34,6 +34,20 @@ from fleet.reset import leaks, remedy
 # The nvidia-smi reads of one poll (the GPU query, the compute apps when the kill kept processes): the room past
 # the window for the poll that sees it end, each at nvidia-smi's bound.
 POLL_SMI = 2
+
+
+def wait_room(host: Host) -> Room:
+    """One wait for the memory: `settle_timeout`, and the poll that sees it end."""
+    return Room(host.settle_timeout, commands_s(host, smi=POLL_SMI))
+
+
+def longest_s(host: Host, *, gpu_reset: bool = False) -> float:
+    """The longest settle can take: its wait, and a look at held memory after the first poll (a job's processes
+    kept) and after the wait; with `--gpu-reset`, the resets and a second wait."""
+    waits = wait_room(host).seconds + 2 * leaks.look_room(host).seconds
+    if gpu_reset:
+        waits += remedy.reset_room(host).seconds + wait_room(host).seconds
+    return waits
 
 
 @dataclass(frozen=True)
@@ -89,7 +103,7 @@ async def settle(node: Node, kept: Collection[int] = (), job_pids: Collection[in
     (`fleet.reset.remedy`) and wait once more; memory that survives a reset needs a reboot.
     """
     started, host = time.monotonic(), node.host
-    budget = TimeBudget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI))
+    budget = wait_room(host).start()
     waited = await _wait_free(node, kept, budget, polls=1 if job_pids else None)
     if job_pids and waited.rows and not waited.free:
         seen = await _look(node, kept)
@@ -133,7 +147,7 @@ async def _after_reset(node: Node, kept: Collection[int], before: Waited, chosen
     reset = await remedy.reset_gpus(node, chosen)
     if not reset.ran:
         return _failed(started, before, (Reason.MEMORY_LEAKED, f"{context}; {reset.line}"))
-    after = await _wait_free(node, kept, TimeBudget(host.settle_timeout, slack=commands_s(host, smi=POLL_SMI)))
+    after = await _wait_free(node, kept, wait_room(host).start())
     if after.free:
         detail = f"{reset.line}; {len(after.rows)} GPUs at or under {host.memory_threshold_mib} MiB after it"
         return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=before.settled)

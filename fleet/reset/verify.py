@@ -43,7 +43,7 @@ from fleet.model.report import (
     line_of,
 )
 from fleet.node.bounds import commands_s
-from fleet.node.budget import TimeBudget
+from fleet.node.budget import Room, TimeBudget
 from fleet.node.node import Answers, Node
 from fleet.node.probe import Probe
 from fleet.node.probes import fabricmanager, health, kernel_log, procs, smi
@@ -59,6 +59,11 @@ VERIFY_COMMANDS = 10
 # Of its batch's sections, the nvidia-smi reads (GPU query, compute apps, health fields, row remapper) and the `-q`
 # that replaces the last two on an older driver: each has nvidia-smi's bound on top of the commands' room.
 VERIFY_SMI = 5
+
+
+def room(host: Host) -> Room:
+    """Verify's commands, each at its bound (nothing to wait for)."""
+    return Room(0.0, commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     `refused`: `--restore-settings`' changes the driver refused, by GPU index (each a `gpu_settings` finding).
     """
     started, host = time.monotonic(), node.host
-    budget = TimeBudget(0.0, slack=commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
+    budget = room(host).start()
     gpu_probe, apps_probe = smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), smi.compute_apps(host.nvidia_smi)
     scan_probe, reads, fm_probe = procs.holder_scan(host.devices), HealthReads.of(host, baseline), fabricmanager.probe()
     # The fabric manager's version last: a hang of it ends only itself (it is then not observed, never a failure).

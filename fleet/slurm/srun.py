@@ -40,7 +40,7 @@ from anyio.abc import ByteReceiveStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from fleet import __version__
-from fleet.engine.graph import HostEnded, run_bounded
+from fleet.engine.graph import HostEnded, host_runs, run_bounded
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions, RunState
 from fleet.engine.run_folder import RunLogs
@@ -59,6 +59,7 @@ from fleet.model.report import (
     StepName,
     StepStatus,
 )
+from fleet.reset import verdict_time
 from fleet.slurm import policy
 from fleet.slurm.cleanup import Ended, drain_failed
 from fleet.slurm.control import Slurm, SlurmError, hostlist
@@ -96,11 +97,11 @@ def srun_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k in KEPT_VARIABLES or not k.startswith(SLURM_INPUT_PREFIXES)}
 
 
-def step_seconds(hosts: Sequence[Host], gpu_reset: bool = False) -> float:
-    """A generous bound on one node's reset, the step's time limit: drain, two kill waits, settle, and thirty
-    commands at their timeout; with `--gpu-reset`, its resets and a second settle window too."""
-    return max(h.drain_timeout + 2 * h.kill_grace + h.settle_timeout + 30 * h.command_timeout
-               + ((h.gpu_reset_timeout + h.settle_timeout) if gpu_reset else 0.0) for h in hosts)
+def step_seconds(hosts: Sequence[Host], options: RunOptions) -> float:
+    """The step's time limit: the longest one of its nodes' resets can take, its lock taken and every step at its
+    longest (`fleet.reset.verdict_time`), with the run's options."""
+    return max(verdict_time.walk_s(h, stop_units=options.stop_units, gpu_reset=options.gpu_reset,
+                                   restore_settings=options.restore_settings) for h in hosts)
 
 
 def srun_argv(reservation: str, nodes: Sequence[str], minutes: int, gpus: int = 0) -> list[str]:
@@ -244,7 +245,7 @@ class SrunRun:
 
     async def _reserve_and_wait(self, eligible: list[str]) -> list[str]:
         wait_s = self.options.scheduler.drain_wait_s if self.options.scheduler else 0.0
-        step_s = step_seconds([self.runs[n].host for n in eligible], self.options.gpu_reset)
+        step_s = step_seconds([self.runs[n].host for n in eligible], self.options)
         minutes = _minutes(wait_s + step_s + CANCEL_GRACE_S)
         try:
             await self.maintenance.create(eligible, minutes)
@@ -304,7 +305,7 @@ class SrunRun:
                 group.start_soon(self._one_step, members, gpus)
 
     async def _one_step(self, nodes: list[str], gpus: int) -> None:
-        bound = step_seconds([self.runs[n].host for n in nodes], self.options.gpu_reset) + IMMEDIATE_S
+        bound = step_seconds([self.runs[n].host for n in nodes], self.options) + IMMEDIATE_S
         process = await self.slurm.start(srun_argv(self.reservation, nodes, _minutes(bound), gpus), timeout=bound,
                                          env=srun_env(os.environ))
         out = BufferedByteReceiveStream(process.stdout)
@@ -497,6 +498,6 @@ async def run_via_srun(hosts: Sequence[Host], options: RunOptions, logs: RunLogs
                        on_host_end: HostEnded | None = None,
                        interrupts: Interrupts | None = None) -> tuple[RunReport, RunState]:
     """The run's report, as `fleet.engine.graph.run_hosts` gives it, from one job step instead of SSH fan-out."""
-    runs = [HostRun(h) for h in hosts]
+    runs = host_runs(hosts, options)
     srun = SrunRun(slurm or Slurm(), runs, options, logs, on_host_end, interrupts)
     return await run_bounded(runs, options, logs.run_id, srun.body, interrupts)

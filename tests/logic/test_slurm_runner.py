@@ -60,7 +60,7 @@ async def test_the_step_starts_through_the_runner_with_its_bound_its_environment
     await srun._run_step(["sim1"])
     [(argv, timeout, env)] = runner.started
     assert argv[0] == "srun" and f"--reservation=fleet-{RUN}" in argv and argv[-2:] == ("fleet", "node-run")
-    assert timeout > step_seconds([host]) and "SLURM_JOB_ID" not in env
+    assert timeout > step_seconds([host], RunOptions()) and "SLURM_JOB_ID" not in env
     sent = json.loads(document.read_text())
     assert sent["run_id"] == RUN and list(sent["hosts"]) == ["sim1"]
     run = srun.runs["sim1"]

@@ -15,6 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from fleet.engine.walk import HostRun, Mode, worst_by_phase
+from fleet.inventory.host import Host
 from fleet.model.report import HostStatus, StepName
 from fleet.report import progress
 from fleet.sim.fleetsim import SimFleet
@@ -27,6 +29,7 @@ class FakeRun:
     current: StepName | None = None
     started: float | None = None
     ended: float | None = None
+    worst_s: float | None = None
 
 
 def test_snapshot_counts_each_host_once_and_names_the_slowest() -> None:
@@ -57,12 +60,42 @@ def test_the_estimate_comes_from_the_typical_host_and_the_waves_still_to_start()
 
 
 @pytest.mark.parametrize("elapsed", [10.5, 11.0, 60.0])
-def test_a_host_in_flight_past_the_typical_duration_is_never_about_0_s_left(elapsed: float) -> None:
-    """A host stuck in a step (a hung nvidia-smi waiting out its bound): no estimate, rather than a wrong one."""
+def test_a_host_in_flight_past_the_typical_duration_with_no_bound_known_is_never_about_0_s_left(
+        elapsed: float) -> None:
+    """A host stuck in a step and nothing known of how long it can take there: no estimate, rather than a wrong
+    one."""
     hosts = {"a": FakeRun(HostStatus.CLEAN, None, 0.0, 11.0), "b": FakeRun(None, StepName.SETTLE, 0.0)}
     snap = progress.snapshot(hosts, started=0.0, now=elapsed)
     assert snap.eta_s is None
     assert "left" not in progress.status_line(snap) and "left" not in str(progress.table(snap).title)
+
+
+@pytest.mark.parametrize(("elapsed", "left"), [(5.0, 6.0), (10.5, 30.5), (30.0, 11.0), (40.0, 1.0), (40.5, None),
+                                               (90.0, None)])
+def test_a_host_past_the_typical_duration_counts_on_the_longest_one_way_of_going_wrong_takes(
+        elapsed: float, left: float | None) -> None:
+    """b's driver is wedged (30 s at the default bounds, where it is): past the typical 11 s, the estimate is what
+    is left of those 30 s and the typical rest; past that too (two things went wrong), nothing, never 0 s."""
+    hosts = {"a": FakeRun(HostStatus.CLEAN, None, 0.0, 11.0), "b": FakeRun(None, StepName.VERIFY, 0.0, None, 30.0)}
+    snap = progress.snapshot(hosts, started=0.0, now=elapsed)
+    assert snap.eta_s == left
+    shown = progress.status_line(snap)
+    assert (f"about {left:.0f} s left" in shown) if left is not None else ("left" not in shown)
+
+
+def test_a_hosts_worst_is_where_it_is_now() -> None:
+    """A reset's host with a unit, at the default bounds: connect (nothing answers: 20 s), drain (a stop that
+    hangs: 40 s), kill (a silent session: 14 s), settle (memory that never comes back: 61 s), verify (a wedged
+    driver: 30 s)."""
+    host = Host(name="gpu-b01", address="10.0.0.1", services=("sglang.service",))
+    run = HostRun(host, worst_by_phase=worst_by_phase(host, Mode.RESET))
+    seen = {}
+    for step in (None, *StepName):
+        run.current = step
+        seen[step] = run.worst_s
+    assert seen == {None: 20.0, StepName.DRAIN: 40.0, StepName.KILL: 14.0, StepName.SETTLE: 61.0,
+                    StepName.VERIFY: 30.0}
+    assert HostRun(host).worst_s is None
 
 
 def test_no_estimate_before_a_host_finished_and_none_once_all_did() -> None:

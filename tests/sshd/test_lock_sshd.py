@@ -82,15 +82,15 @@ async def test_release_is_eof_and_ends_the_holder_through_openssh(host: Host) ->
     """OpenCommand across OpenSSH, refused to a second session with the owner's id, freed by EOF (exit 0, no kill)."""
     first_log, second_log = Log(), Log()
     async with await open_ssh(host) as first, await open_ssh(host) as second:
-        async with host_lock(Node(host, first, first_log), "run-a", wait_s=2):
+        async with host_lock(Node(host, first, first_log), "run-a", held_s=60, wait_s=2):
             assert lock_held(host.lock_file)
             with pytest.raises(LockBusy, match=r"^locked by run run-a$"):
-                async with host_lock(Node(host, second, second_log), "run-b", wait_s=0.5):
+                async with host_lock(Node(host, second, second_log), "run-b", held_s=60, wait_s=0.5):
                     pytest.fail("two holders at once")
         released = first_log.first("lock_released")
         assert released["exit_status"] == 0, "the holder did not end by itself at EOF"
         assert not lock_held(host.lock_file)
-        async with host_lock(Node(host, second, second_log), "run-b", wait_s=0.5):
+        async with host_lock(Node(host, second, second_log), "run-b", held_s=60, wait_s=0.5):
             assert lock_held(host.lock_file)
     assert not lock_held(host.lock_file)
 
@@ -102,5 +102,5 @@ async def test_a_fleet_that_dies_holding_the_lock_frees_it(host: Host, holder: s
     assert lock_held(host.lock_file)
     os.kill(holder.pid, signal.SIGKILL)
     assert await eventually_free(host.lock_file, 5), "sshd's holder outlived the client"
-    async with await open_ssh(host) as ssh, host_lock(Node(host, ssh, Log()), "run-b", wait_s=1):
+    async with await open_ssh(host) as ssh, host_lock(Node(host, ssh, Log()), "run-b", held_s=60, wait_s=1):
         assert lock_held(host.lock_file)

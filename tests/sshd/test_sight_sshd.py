@@ -175,7 +175,7 @@ async def test_without_become_a_non_root_login_that_cannot_make_the_lock_folder_
     uid = pwd.getpwnam(login).pw_uid
     async with await open_ssh(target) as ssh:
         with pytest.raises(LockError) as caught:
-            async with host_lock(Node(target, ssh, Events()), "run-a", wait_s=1):
+            async with host_lock(Node(target, ssh, Events()), "run-a", held_s=60, wait_s=1):
                 pytest.fail("took a lock in a folder it cannot make")
     assert caught.value.reason is Reason.NOT_PERMITTED
     assert str(caught.value) == (f"cannot create the reset lock folder {folder} as uid {uid} ({login}): Permission "

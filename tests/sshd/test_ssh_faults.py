@@ -31,10 +31,11 @@ from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.errors import SessionSilent
+from fleet.model.report import Reason
 from fleet.node.node import is_remote_command
-from fleet.reset import lock
+from fleet.reset import lock, verdict_time
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec
-from fleet.transport import batch, liveness
+from fleet.transport import batch
 from fleet.transport.base import CommandResult, Note, OpenCommand
 from fleet.transport.ssh import SshTransport, open_ssh
 
@@ -269,9 +270,11 @@ class FreezeBefore:
         await self.inner.close()
 
 
-# Seconds a silent session takes to be called silent at most: the first keepalive request, its silence bound
-# (the fixtures' connect_timeout is under the floor) and one look's granularity, plus a margin for a loaded machine.
-SILENT_WITHIN_S = liveness.PROBE_AFTER_S + liveness.SILENCE_MIN_S + liveness.PROBE_EVERY_S + 4
+# The silent session's row of the time-to-verdict table (docs/operating.md): from the moment the session stops
+# answering, the first keepalive request, its silence bound and the look that sees it passed.
+SILENT = next(way for way in verdict_time.WAYS if way.verdict.endswith(str(Reason.SILENT_SESSION)))
+# The row's seconds for these fixtures' hosts (connect_timeout 5: under the floor), plus a margin for a loaded machine.
+SILENT_WITHIN_S = SILENT.seconds(Host(name="gpu-s01", address="127.0.0.1", connect_timeout=5)) + 4
 
 
 @pytest.mark.timeout(90)
@@ -283,14 +286,19 @@ async def test_session_silent_mid_reset_fails_the_host_and_tries_nothing_more(
     lock's minutes), and nothing else is tried."""
     host = node_host(sshd, client_key, unit_node, services=("sglang.service",), command_timeout=60)
     transports: list[FreezeBefore] = []
+    frozen_at: list[float] = []
+
+    def freeze() -> None:
+        freezer.freeze()
+        frozen_at.append(time.monotonic())
 
     async def connector(target: Host) -> FreezeBefore:
-        transports.append(FreezeBefore(await open_ssh(target), lambda a: runs(a, "systemctl", "show"),
-                                       freezer.freeze))
+        transports.append(FreezeBefore(await open_ssh(target), lambda a: runs(a, "systemctl", "show"), freeze))
         return transports[0]
 
     with anyio.fail_after(SILENT_WITHIN_S + 10):  # a guard: the command alone would wait out 63 s
         run = await fleet_reset([host], tmp_path / "logs", connector=connector)
+    assert time.monotonic() - frozen_at[0] <= SILENT_WITHIN_S  # the table's row, from the moment it stopped answering
 
     assert run.host("gpu-s01")["status"] == "failed"
     assert run.host("gpu-s01")["error"] == "ssh session to gpu-s01 went silent during drain"

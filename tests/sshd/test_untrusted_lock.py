@@ -114,7 +114,7 @@ async def refused(host: Host, lock_file: Path) -> LockError:
     at = with_lock(host, lock_file)
     async with await open_ssh(at) as ssh:
         with pytest.raises(LockError) as caught:
-            async with host_lock(Node(at, ssh, events), "run-a", wait_s=30):
+            async with host_lock(Node(at, ssh, events), "run-a", held_s=60, wait_s=30):
                 pytest.fail("took a lock another user can touch")
     assert "\n" not in str(caught.value)
     return caught.value
@@ -143,7 +143,7 @@ async def test_a_symlinked_owner_file_left_in_a_folder_made_root_only_is_replace
     as_nobody("ln", "-s", str(victim), str(owner))
     root_only(shared)
     at = with_lock(host, shared / "reset.lock")
-    async with await open_ssh(at) as ssh, host_lock(Node(at, ssh, Log()), "run-a", wait_s=5):
+    async with await open_ssh(at) as ssh, host_lock(Node(at, ssh, Log()), "run-a", held_s=60, wait_s=5):
         assert lock_held(str(shared / "reset.lock"))
         assert seen(owner) == "run-a\n"
     assert seen(victim) == SECRET, f"written through a link (fs.protected_symlinks={protected_symlinks()})"
