@@ -1,6 +1,6 @@
 """Who holds the GPUs on a node: one scan, its probes joined and each holder judged.
 
-`scan` runs the holder scan (find over /proc/PID/fd), then for the holders
+`scan` runs the holder scan (find over every thread's fd table and every mapping), then for the holders
 found, in one command: ps (user, command line), the exe links, the lineage walk
 (comm, ancestors, fleet's own process chain) and their cgroups (the scheduler's job
 each one's names); and, when asked, their systemd units.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fleet.inventory.host import Host
 from fleet.model.report import (
@@ -40,6 +40,8 @@ from fleet.reset.protection import Holder, Rules, job_of, units_to_stop
 
 # Seconds to wait for SIGKILLed processes to vanish.
 SIGKILL_WAIT_S = 5.0
+# What signal.sh says of a target it did not signal because it was no longer the process judged, said so.
+MISSED = {"gone": "gone before its signal", "changed": "another process has its pid now"}
 # After the kill, holders are scanned again after each of these pauses (1 s in all): systemd's default
 # RestartSec is 100 ms, so a Restart=always unit's process is usually back within the window.
 RESPAWN_SCANS_S = (0.0, 0.3, 0.7)
@@ -64,11 +66,14 @@ def longest_s(host: Host, *, stop_units: bool = False) -> float:
 
 @dataclass(frozen=True)
 class Signalled:
-    """What a signal and the wait after it came to: who is still the judged process and alive, and who
-    the node refused to signal. A pid that is someone else now (`changed`) counts as gone."""
+    """What a signal and the wait after it came to: who is still the judged process and alive, who the node refused
+    to signal, who the signal was delivered to (`sent`: the identity check passed and `kill` exited 0), and who was
+    not signalled because it was no longer the process judged (`missed`: pid -> `gone` or `changed`)."""
 
     survivors: frozenset[int]
     denied: frozenset[int] = frozenset()
+    sent: frozenset[int] = frozenset()
+    missed: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class KillRound:
 
     killed: tuple[KilledProcess, ...] = ()
     kept: tuple[Holder, ...] = ()
+    missed: tuple[tuple[Holder, str], ...] = ()  # targets not signalled, with why (`gone`, `changed`)
     back: tuple[Holder, ...] = ()
     respawned: tuple[Holder, ...] = ()
     own_units: frozenset[str] = frozenset()
@@ -114,9 +120,12 @@ async def _kill_round(node: Node) -> KillRound:
     restart = await _restart_settings(node, {h.unit for h in respawned if h.unit}, budget)
     verdict = kill_verdict(kill9.survivors, targets, back, denied=kill9.denied | term.denied,
                            restart=restart, services=host.services)
-    killed = killed_records(targets, term.survivors, kill9.survivors)
+    killed = killed_records(targets, term, kill9)
+    missed = tuple((t, term.missed[t.pid]) for t in targets if t.pid in term.missed)
+    for holder, why in missed:
+        node.log.info("not_signalled", step="kill", pid=holder.pid, name=holder.name, why=why)
     reason, error = verdict if verdict else (None, None)
-    return KillRound(killed, kept, tuple(back), tuple(respawned), found.own_units, error, reason)
+    return KillRound(killed, kept, missed, tuple(back), tuple(respawned), found.own_units, error, reason)
 
 
 async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], wait_s: float,
@@ -126,6 +135,8 @@ async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], w
     known = [t for t in targets if t.identity() is not None]
     verdicts = await node.ask(procs.signal(signal, _identities(known)), step=StepName.KILL, budget=budget)
     denied = frozenset(p for p, v in verdicts.items() if v == "denied")
+    sent = frozenset(p for p, v in verdicts.items() if v == "sent")
+    missed = {p: v for p, v in verdicts.items() if v in MISSED}
     alive = [t for t in known if verdicts.get(t.pid) in ("sent", "denied")]
     window = TimeBudget(wait_s)
 
@@ -136,7 +147,7 @@ async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], w
 
     await poll_until(look, lambda seen: not seen, backoff(), within=window, first=alive)
     unknown = {t.pid for t in targets if t.identity() is None}  # never signalled: still there, as far as we know
-    return Signalled(frozenset({t.pid for t in alive} | unknown), denied)
+    return Signalled(frozenset({t.pid for t in alive} | unknown), denied, sent, missed)
 
 
 async def _alive(node: Node, targets: Sequence[Holder], budget: TimeBudget) -> list[Holder]:
@@ -188,7 +199,7 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
     """Every round's kills, the last round's keeps and verdict, and the units stopped between."""
     last = rounds[-1]
     killed = tuple(k for r in rounds for k in r.killed)
-    detail = describe_kill(killed, last.kept, last.back)
+    detail = describe_kill(killed, last.kept, last.back, tuple(m for r in rounds for m in r.missed))
     if stopped is not None:
         detail += f"; stopped units of respawned holders: {stopped.detail}"
     reason, error = (Reason.DRAIN_FAILED, stopped.error) if stopped and stopped.error else (last.reason, last.error)
@@ -204,15 +215,20 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
 # --- what the kill decides and says (pure) -----------------------------------
 
 
-def killed_records(
-    targets: Sequence[Holder], after_term: frozenset[int], after_kill: frozenset[int]
-) -> tuple[KilledProcess, ...]:
-    """The last signal each target needed; a pid that survived SIGKILL was not killed."""
+def killed_records(targets: Sequence[Holder], term: Signalled, kill9: Signalled) -> tuple[KilledProcess, ...]:
+    """The targets a signal of fleet's was delivered to and that are gone, each with the last signal it got. A pid
+    that survived SIGKILL was not killed; nor was one that was gone or someone else when its signal was due (it
+    was never signalled: `Signalled.missed`)."""
     records = []
     for h in targets:
-        if h.pid in after_kill:
+        if h.pid in kill9.survivors:
             continue
-        signal = "SIGKILL" if h.pid in after_term else "SIGTERM"
+        if h.pid in kill9.sent:
+            signal = "SIGKILL"
+        elif h.pid in term.sent:
+            signal = "SIGTERM"
+        else:
+            continue
         records.append(KilledProcess(pid=h.pid, name=h.name, user=h.user, signal=signal))
     return tuple(records)
 
@@ -224,8 +240,10 @@ def labels(holders: Iterable[Holder], limit: int = 4) -> str:
     return ", ".join(items[:limit]) + more
 
 
-def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back: Sequence[Holder]) -> str:
-    """What the kill did, every holder it left alive named with why (none elided)."""
+def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back: Sequence[Holder],
+                  missed: Sequence[tuple[Holder, str]] = ()) -> str:
+    """What the kill did, every holder it left alive named with why (none elided), and the targets it did not
+    signal because they were no longer the process judged."""
     parts = []
     if killed:
         by_signal = {s: sum(1 for k in killed if k.signal == s) for s in ("SIGTERM", "SIGKILL")}
@@ -234,6 +252,8 @@ def describe_kill(killed: Sequence[KilledProcess], kept: Sequence[Holder], back:
         parts.append("no GPU holders to kill")
     if kept:
         parts.append("kept " + ", ".join(f"{h.label()} ({h.protected_by})" for h in kept))
+    if missed:
+        parts.append("not signalled " + ", ".join(f"{h.label()} ({MISSED[why]})" for h, why in missed))
     if back:
         parts.append("holding after kill: " + labels(back))
     return "; ".join(parts)

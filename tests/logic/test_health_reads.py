@@ -31,7 +31,7 @@ def one_gpu_node(facts: Reply, remaps: Reply, q: str | None = None) -> tuple[Nod
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)),
          Reply(f"0, GPU-a, {BUS}, NVIDIA H100, 0, 81559, 0, Disabled\n")),
         (("nvidia-smi", "--query-compute-apps="), Reply("")),
-        (("find", "/proc", "-mindepth"), Reply(scripted_node.scan(""))),
+        (scripted_node.SCAN, Reply(scripted_node.scan(""))),
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
         scripted_node.NO_FABRIC_MANAGER,
     ])

@@ -62,7 +62,7 @@ def script(walk: str, cgroups: Mapping[int, str], scans: Sequence[str]) -> Scrip
                              if f"/proc/{p}/cgroup" in argv))
 
     return ScriptedTransport([
-        (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(found, "")))),
+        (scripted_node.SCAN, lambda argv: Reply(scripted_node.scan(next(found, "")))),
         (("ps", "-ww"), Reply(scripted_node.ps(f" {HOLDER}   720 alice    python3 train.py\n"))),
         (scripted_node.EXE, scripted_node.exe_reply({HOLDER: "/usr/bin/python3.11"})),
         (scripted_node.LINEAGE, Reply(f"self\t900\n{stat(900, 1, 'awk')}{walk}")),
@@ -77,7 +77,7 @@ def script(walk: str, cgroups: Mapping[int, str], scans: Sequence[str]) -> Scrip
 
 
 def holding() -> str:
-    return f"alice\t/proc/{HOLDER}/fd/3\t/dev/nvidia0\n"
+    return f"alice\t/proc/{HOLDER}/task/{HOLDER}/fd/3\t/dev/nvidia0\n"
 
 
 def on(t: ScriptedTransport) -> Node:
@@ -85,7 +85,7 @@ def on(t: ScriptedTransport) -> Node:
 
 
 def signalled(t: ScriptedTransport) -> list[tuple[str, ...]]:
-    return [argv for argv in t.ran if argv[:2] == ("sh", "-c")]
+    return [argv for argv in t.ran if argv[:2] == ("sh", "-c") and argv[3] == "fleet-signal"]
 
 
 async def test_a_process_adopted_into_a_job_is_kept_and_named_with_its_job() -> None:

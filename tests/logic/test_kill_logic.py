@@ -10,6 +10,7 @@ from support import scripted_node
 from fleet.inventory.host import Host
 from fleet.model.report import KeptProcess, StepStatus
 from fleet.node.node import Node
+from fleet.node.probes import procs
 from fleet.reset import kill
 from fleet.transport.scripted import Reply, ScriptedTransport
 
@@ -34,7 +35,7 @@ def pids_of(argv: Sequence[str]) -> list[int]:
 def node(scans: Iterator[str], cgroup: dict[int, str]) -> ScriptedTransport:
     """Holders as `scans` yields them; every process a python3 child of init; units per `cgroup`."""
     return ScriptedTransport([
-        (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
+        (scripted_node.SCAN, lambda argv: Reply(scripted_node.scan(next(scans, "")))),
         (("ps", "-ww"), lambda argv: Reply(scripted_node.ps("".join(
             f"{p} 1 root python3 -m trainer\n" for p in pids_of(argv))))),
         (scripted_node.EXE, lambda argv: scripted_node.exe_reply(dict.fromkeys(pids_of(argv), "/usr/bin/python3.11"))),
@@ -49,7 +50,7 @@ def node(scans: Iterator[str], cgroup: dict[int, str]) -> ScriptedTransport:
 
 
 def holder(pid: int) -> str:
-    return f"root\t/proc/{pid}/fd/3\t/dev/nvidia0\n"
+    return f"root\t/proc/{pid}/task/{pid}/fd/3\t/dev/nvidia0\n"
 
 
 def remote(t: ScriptedTransport, log: Log | None = None) -> Node:
@@ -106,6 +107,9 @@ async def test_stop_units_never_stops_an_unrelated_service_running_the_same_pyth
     assert outcome.result.status is StepStatus.OK, outcome.result.error
 
 
+SIGNAL = ("sh", "-c", procs.SIGNAL_SH, "fleet-signal")
+
+
 async def test_a_pid_that_is_someone_else_after_sigterm_is_never_sigkilled() -> None:
     """The holder ignores SIGTERM; by the time of the next look its pid belongs to another process
     (signal.sh says `changed`): it counts as gone, and SIGKILL is never sent to that pid."""
@@ -117,9 +121,9 @@ async def test_a_pid_that_is_someone_else_after_sigterm_is_never_sigkilled() -> 
         return Reply("".join(f"{verdict} {pid}\n" for pid in pids))
 
     t = node(iter([holder(100), ""]), {})
-    t.script.insert(0, (("sh", "-c"), answer))
+    t.script.insert(0, (SIGNAL, answer))
     outcome = await kill.kill(remote(t))
-    signals = [scripted_node.targets(argv)[0] for argv in t.ran if argv[:2] == ("sh", "-c")]
+    signals = [scripted_node.targets(argv)[0] for argv in t.ran if tuple(argv[:4]) == SIGNAL]
     assert "KILL" not in signals
     assert outcome.result.status is StepStatus.OK, outcome.result.error
     assert [(k.pid, k.signal) for k in outcome.killed] == [(100, "SIGTERM")]

@@ -103,10 +103,12 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
     with_sudo = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if through_sudo(wire)}
     without = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if not through_sudo(wire)}
     # sudo: the lock, systemctl stop, and everything that reads other users' /proc entries (the holder
-    # scan, ps, exe, lineage, cgroups: under hidepid, all of them) or signals (sh: the identity-checked signal),
+    # scan: sh, scan.sh's find; ps, exe, lineage, cgroups: under hidepid, all of them) or signals (sh: the
+    # identity-checked signal),
     # and the kernel log (sh too: journalctl piped through the Xid summary), and the lock (sh: lock.sh); env: the
     # exe lookup and the lineage walk, run in the C locale (`env LC_ALL=C ...`: they escape bytes, not characters)
-    assert with_sudo == {"systemctl", "find", "sh", "ps", "env", "grep"}
+    assert with_sudo == {"systemctl", "sh", "ps", "env", "grep"}
+    assert any(argv[3:4] == ("fleet-scan",) and through_sudo(wire) for argv, wire in zip(t.ran, t.sent, strict=True))
     assert any("fleet-kernel-log" in argv and through_sudo(wire) for argv, wire in zip(t.ran, t.sent, strict=True))
     assert any(lock.is_lock_argv(argv) and through_sudo(wire) for argv, wire in zip(t.ran, t.sent, strict=True))
     assert without == {"systemctl", "nvidia-smi", "nv-fabricmanager"}  # its version: a compiled-in string

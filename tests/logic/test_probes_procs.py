@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import inspect
 import os
 import pwd
@@ -22,6 +23,7 @@ from fleet.node.probes import lineage, parse, procs, smi, units
 from fleet.node.probes.parse import ProbeParseError
 from fleet.node.probes.procs import (
     ALIVE,
+    SCAN_SH,
     SIGNAL_SH,
     HolderRow,
     HolderScan,
@@ -29,6 +31,7 @@ from fleet.node.probes.procs import (
     PsRow,
     exe_argv,
     holders_scan_argv,
+    maps_pattern,
     parse_exe,
     parse_ps,
     parse_scan,
@@ -75,21 +78,28 @@ def test_each_public_name_is_declared_in_one_probe_module(module: ModuleType) ->
 
 
 def test_holders_scan_argv_shape() -> None:
-    assert holders_scan_argv(["/dev/nvidia*", "/dev/dri/*"]) == [
-        "find", "/proc", "-mindepth", "1", "-maxdepth", "3",
-        "(", "-regex", "/proc/[0-9]+/fd/[0-9]+",
-        "(", "-lname", "/dev/nvidia*", "-o", "-lname", "/dev/dri/*", ")",
-        "-printf", "%u\\t%p\\t%l\\0", ")",
-        "-o", "(", "-regex", "/proc/[0-9]+/fd", "-not", "-readable",
-        "-printf", "unreadable\\t%u\\t%h\\0", "-prune", ")",
-        "-o", "(", "-path", "/proc/1", "-printf", "init\\0", ")",
-        "-o", "(", "-not", "-regex", "/proc/[0-9]+\\(/fd\\)?", "-prune", ")",
-    ]  # fmt: skip
+    """scan.sh, with the maps pre-filter (a regex no narrower than the globs) and the globs, each one argument."""
+    assert holders_scan_argv(["/dev/nvidia*", "/dev/nvidia-caps/*"]) == [
+        "sh", "-c", SCAN_SH, "fleet-scan", "[[:space:]](/dev/nvidia.*|/dev/nvidia-caps/.*)",
+        "/dev/nvidia*", "/dev/nvidia-caps/*"]
 
 
-def test_holders_scan_argv_one_glob() -> None:
-    argv = holders_scan_argv(["/dev/nvidia*"])
-    assert argv[9:13] == ["(", "-lname", "/dev/nvidia*", ")"]
+@pytest.mark.parametrize(("glob", "path"), [
+    ("/dev/nvidia*", "/dev/nvidia0"), ("/dev/nvidia*", "/dev/nvidia-uvm (deleted)"),
+    ("/dev/nvidia?", "/dev/nvidia7"), ("/dev/nvidia[0-9]", "/dev/nvidia3"), ("/dev/nvidia[!c]*", "/dev/nvidia1"),
+    ("/srv/sim.1/dev/nvidia*", "/srv/sim.1/dev/nvidia0"),
+])
+def test_the_maps_regex_matches_every_path_a_glob_does(glob: str, path: str) -> None:
+    """The pre-filter may let more through (the globs decide on map_files), never less."""
+    assert fnmatch.fnmatchcase(path, glob)
+    line = f"7f3a10000000-7f3a10001000 rw-s 00000000 00:05 1234                       {path}"
+    assert re.search(maps_pattern([glob]).replace("[[:space:]]", r"\s"), line)
+    assert not re.search(maps_pattern(["/dev/nvidia*"]).replace("[[:space:]]", r"\s"),
+                         "7f3a1000-7f3a1001 r--p 00000000 08:01 99 /usr/lib/libc.so.6")
+
+
+def test_the_scan_program_is_plain_posix_sh() -> None:
+    assert "\n#" not in SCAN_SH and "exec find" in SCAN_SH
 
 
 @pytest.mark.parametrize("devices", [[], [""]])
@@ -105,16 +115,18 @@ def holders_of(text: str) -> tuple[HolderRow, ...]:
 
 def test_parse_holders_groups_sorts_and_dedups() -> None:
     text = (
-        "alice\t/proc/4242/fd/7\t/dev/nvidia0\0"
-        "bob\t/proc/17/fd/3\t/dev/nvidiactl\0"
-        "alice\t/proc/4242/fd/9\t/dev/nvidiactl\0"
-        "alice\t/proc/4242/fd/8\t/dev/nvidia0\0"
-        "1000\t/proc/99/fd/4\t/dev/nvidia-uvm\0"
+        "alice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0"
+        "bob\t/proc/17/task/17/fd/3\t/dev/nvidiactl\0"
+        "alice\t/proc/4242/task/4242/fd/9\t/dev/nvidiactl\0"
+        "alice\t/proc/4242/task/4242/fd/8\t/dev/nvidia0\0"
+        "1000\t/proc/99/task/99/fd/4\t/dev/nvidia-uvm\0"
+        "alice\t/proc/4242/task/4250/fd/5\t/dev/nvidia0\0"  # a thread's own file table: its process holds it
+        "alice\t/proc/4242/map_files/7f3a10000000-7f3a10001000\t/dev/nvidia1\0"  # a mapping
     )
     assert holders_of(text) == (
         HolderRow(17, "bob", ("/dev/nvidiactl",)),
         HolderRow(99, "1000", ("/dev/nvidia-uvm",)),
-        HolderRow(4242, "alice", ("/dev/nvidia0", "/dev/nvidiactl")),
+        HolderRow(4242, "alice", ("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl")),
     )
 
 
@@ -126,18 +138,18 @@ def test_parse_holders_empty() -> None:
 def test_parse_scan_tells_what_the_scan_could_not_see() -> None:
     """`init` (it saw /proc/1) and `unreadable` (an fd table it may not read) lines beside the holders."""
     text = (
-        "alice\t/proc/4242/fd/7\t/dev/nvidia0\0"
+        "alice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0"
         "init\0"
-        "unreadable\tbob\t/proc/77\0"
-        "unreadable\troot\t/proc/12\0"
-        "unreadable\tbob\t/proc/77\0"
-        "unreadable\tuser with spaces\t/proc/5\0"
+        "unreadable\tbob\t/proc/77/task/77/fd\0"
+        "unreadable\troot\t/proc/12/task/12/fd\0"
+        "unreadable\tbob\t/proc/77/task/77/fd\0"
+        "unreadable\tuser with spaces\t/proc/5/task/5/fd\0"
     )
     assert parse_scan(text) == HolderScan(
         rows=(HolderRow(4242, "alice", ("/dev/nvidia0",)),), init_seen=True, unreadable=(5, 12, 77)
     )
     assert holders_of(text) == (HolderRow(4242, "alice", ("/dev/nvidia0",)),)
-    assert parse_scan("alice\t/proc/4242/fd/7\t/dev/nvidia0\0").init_seen is False
+    assert parse_scan("alice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0").init_seen is False
 
 
 @pytest.mark.parametrize("line", ["unreadable\tbob\t/proc/self", "unreadable\tbob\t/proc/77/fd", "unreadable\tbob"])
@@ -149,16 +161,16 @@ def test_parse_scan_malformed_unreadable_line(line: str) -> None:
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("alice /proc/1/fd/2 /dev/nvidia0", "expected user<TAB>"),
-        ("\t/proc/4242/fd/7\t/dev/nvidia0", "expected user<TAB>"),
-        ("alice\t/proc/4242/fd/7\t", "expected user<TAB>"),
-        ("alice\t/proc/self/fd/7\t/dev/nvidia0", "not a /proc/PID/fd/N path"),
-        ("alice\t/proc/4242/fd\t/dev/nvidia0", "not a /proc/PID/fd/N path"),
+        ("alice /proc/1/task/1/fd/2 /dev/nvidia0", "expected user<TAB>"),
+        ("\t/proc/4242/task/4242/fd/7\t/dev/nvidia0", "expected user<TAB>"),
+        ("alice\t/proc/4242/task/4242/fd/7\t", "expected user<TAB>"),
+        ("alice\t/proc/self/fd/7\t/dev/nvidia0", "not a /proc/PID/task/TID/fd/N or /proc/PID/map_files/RANGE path"),
+        ("alice\t/proc/4242/fd\t/dev/nvidia0", "not a /proc/PID/task/TID/fd/N or /proc/PID/map_files/RANGE path"),
     ],
 )
 def test_parse_holders_malformed(line: str, reason: str) -> None:
     with pytest.raises(ProbeParseError, match=f"line 2: {reason}"):
-        holders_of("alice\t/proc/1/fd/1\t/dev/nvidia0\0" + line + "\0")
+        holders_of("alice\t/proc/1/task/1/fd/1\t/dev/nvidia0\0" + line + "\0")
 
 
 def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
@@ -279,6 +291,17 @@ def test_a_real_zombie_child_is_gone(children: Children) -> None:
     assert state(zombie.pid) == "Z"
 
 
+def test_a_process_whose_leader_thread_exited_while_another_lives_is_alive_and_signalled(
+        children: Children) -> None:
+    """The leader is a zombie, another thread still holds the process's files and memory: signal.sh judges it
+    through that thread (`alive`), and its SIGTERM reaches the process (`sent`): it ends."""
+    child, judged = children.leaderless()
+    assert state(child.pid) == "Z"
+    assert run_signal(ALIVE, [judged]) == {child.pid: "alive"}
+    assert run_signal("TERM", [judged]) == {child.pid: "sent"}
+    assert child.wait(timeout=30) == -15
+
+
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
@@ -366,7 +389,7 @@ def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
     scan = procs.holder_scan(["/dev/nvidia*"])
     assert (scan.argv, scan.ok_exits, scan.needs_root) == (
         tuple(holders_scan_argv(["/dev/nvidia*"])), frozenset({0, 1}), True)
-    assert scan.parse("alice\t/proc/7/fd/3\t/dev/nvidia0\0init\0") == HolderScan(
+    assert scan.parse("alice\t/proc/7/task/7/fd/3\t/dev/nvidia0\0init\0") == HolderScan(
         (HolderRow(7, "alice", ("/dev/nvidia0",)),), init_seen=True)
     assert (procs.ps([1, 2]).argv, procs.ps([1, 2]).ok_exits) == (tuple(ps_argv([1, 2])), ANY_EXIT)
     assert (procs.exe([1]).argv, procs.exe([1]).ok_exits) == (tuple(exe_argv([1])), ANY_EXIT)

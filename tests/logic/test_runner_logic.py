@@ -83,8 +83,8 @@ async def test_a_driver_that_first_hangs_at_settle_costs_one_bound_and_verify_do
     smi_asked = [i for i, argv in enumerate(t.ran) if argv[0] == "nvidia-smi"]
     assert [t.ran[i][:2] for i in smi_asked] == [settle_query, t.ran[smi_asked[1]][:2], settle_query]
     assert t.ran[smi_asked[1]][1].startswith("--query-compute-apps=")
-    after = [argv[0] for argv in t.ran[smi_asked[-1] + 1:]]
-    assert "find" in after and "nv-fabricmanager" in after
+    after = [argv[3] if argv[0] == "sh" else argv[0] for argv in t.ran[smi_asked[-1] + 1:]]
+    assert "fleet-scan" in after and "nv-fabricmanager" in after
     # the log says what was not run, and never as a command that ran
     events = [json.loads(line) for line in (tmp_path / "run-1" / "gpu-01.jsonl").read_text().splitlines()]
     skipped = [e for e in events if e["event"] == "not_asked"]
@@ -115,7 +115,7 @@ async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> N
 
 
 async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) -> None:
-    t = ScriptedTransport(node_script(holders_after_kill="root\t/proc/101/fd/3\t/dev/nvidia0\n"))
+    t = ScriptedTransport(node_script(holders_after_kill="root\t/proc/101/task/101/fd/3\t/dev/nvidia0\n"))
     script = t.script
     script.insert(2, (("ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "1,101"),
                       Reply(scripted_node.ps("  101     1 root     python3\n"))))
@@ -193,7 +193,8 @@ async def test_dry_run_reads_the_node_and_changes_nothing(tmp_path: Path) -> Non
     assert host.plan is not None
     assert [p.pid for p in host.plan.would_kill] == [100]
     assert host.steps[1].detail.startswith("would kill pid 100 python3")
-    assert not [argv for argv in t.ran if argv[0] == "sh" or argv[:2] == ("systemctl", "stop")]
+    assert not [argv for argv in t.ran if (argv[0] == "sh" and argv[3] != "fleet-scan")
+                or argv[:2] == ("systemctl", "stop")]
 
 
 @pytest.mark.parametrize("status", ["inactive", "failed"])

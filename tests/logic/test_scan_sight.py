@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from support import scripted_node
+from support.hidden_holders import WAYS, HiddenHolders, hidden_holders
 from support.processes import NOBODY
 
 from fleet.inventory.host import Host
@@ -31,6 +32,8 @@ from fleet.node.node import Node
 from fleet.node.probes.procs import HolderRow, HolderScan, PsRow, holders_scan_argv, parse_ps, parse_scan, ps_argv
 from fleet.reset.holders import Scan, blind_error, ps_blindness, scan, scan_blindness
 from fleet.transport.scripted import Answer, Reply, ScriptedTransport
+
+__all__ = ["hidden_holders"]  # the fixture, used by name
 
 PERMISSION_DENIED = "permission denied on /proc/*/fd of"
 
@@ -136,6 +139,21 @@ def test_the_scan_as_nobody_says_whose_fd_tables_it_could_not_read(holding: Hold
         f"cannot see every process on gpu-b02 as nobody ({why}): run as root or set become")
 
 
+@pytest.mark.parametrize("way", sorted(WAYS))
+def test_the_scan_sees_a_holder_a_leaders_fd_table_does_not_show(hidden_holders: HiddenHolders, way: str,
+                                                                 tmp_path: Path) -> None:
+    """A thread's own file table, a process whose leader thread is gone, a mapping whose fd was closed: each holds
+    the device, and the scan names the process (its pid, not a thread's)."""
+    device = tmp_path / "nvidia0"
+    device.touch()
+    pid = hidden_holders.hold(way, device)
+    fd_table = {os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd")}
+    assert str(device) not in fd_table  # what a scan of /proc/PID/fd alone would have missed
+    seen, done = run_scan([str(tmp_path / "nvidia*")])
+    assert [(row.pid, row.devices) for row in seen.rows] == [(pid, (str(device),))], done.stderr
+    assert hidden_holders.alive(pid)
+
+
 def test_ps_here_lists_pid_1() -> None:
     """ps on pid 1 and a live pid: it sees every process, so it vouches for the holders."""
     done = subprocess.run(ps_argv([1, os.getpid()]), capture_output=True, text=True, check=False)
@@ -228,7 +246,7 @@ def test_blind_error_without_a_user() -> None:
 
 
 def node(find: Reply, ps: Reply | None = None, *, become: bool = False) -> Node:
-    script: list[tuple[tuple[str, ...], Answer]] = [(("find", "/proc", "-mindepth"), find)]
+    script: list[tuple[tuple[str, ...], Answer]] = [(scripted_node.SCAN, find)]
     if ps is not None:  # the holders' description is one batch: ps, their exe links, lineage and cgroups
         script += [(("ps", "-ww"), ps), (scripted_node.EXE, Reply("")), (scripted_node.LINEAGE, Reply("")),
                    (("grep",), Reply(""))]
@@ -242,7 +260,8 @@ async def look(n: Node) -> Scan:
 
 async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
     """Nothing found among what could be read is not "no holders": the step fails, saying why and what to do."""
-    n = node(Reply("init\0unreadable\tbob\t/proc/77\0unreadable\talice\t/proc/78\0", exit_status=0),
+    n = node(Reply("init\0unreadable\tbob\t/proc/77/task/77/fd\0unreadable\talice\t/proc/78/map_files\0",
+                   exit_status=0),
              Reply(scripted_node.ps("   77     1 bob      python3\n   78     1 alice    python3\n")))
     with pytest.raises(StepFailed) as info:
         await look(n)
@@ -254,11 +273,12 @@ async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
 async def test_an_fd_table_unreadable_because_its_process_exited_mid_scan_hides_nothing() -> None:
     """find's -readable is false for a /proc/PID/fd whose process exited between the listing and the look
     (seen as root, mid-kill): a process that is gone is no blind spot; one still there is."""
-    n = node(Reply("init\0unreadable\troot\t/proc/77\0unreadable\talice\t/proc/78\0", exit_status=1),
+    n = node(Reply("init\0unreadable\troot\t/proc/77/task/77/fd\0unreadable\talice\t/proc/78/task/80/fd\0",
+                   exit_status=1),
              Reply(scripted_node.ps("   78     1 alice    python3\n")))
     with pytest.raises(StepFailed, match=r"permission denied on /proc/\*/fd of 1 process\)"):
         await look(n)
-    gone = node(Reply("init\0unreadable\troot\t/proc/77\0", exit_status=1), Reply(scripted_node.ps("")))
+    gone = node(Reply("init\0unreadable\troot\t/proc/77/task/77/fd\0", exit_status=1), Reply(scripted_node.ps("")))
     assert await look(gone) == Scan()
 
 
@@ -272,7 +292,7 @@ async def test_the_step_fails_when_sudo_refused_the_scan() -> None:
 
 
 async def test_the_step_fails_when_ps_cannot_see_pid_1() -> None:
-    n = node(Reply(scripted_node.scan("root\t/proc/4242/fd/3\t/dev/nvidia0\n")),
+    n = node(Reply(scripted_node.scan("root\t/proc/4242/task/4242/fd/3\t/dev/nvidia0\n")),
              Reply(" 4242     1 root     python3 train.py\n"))
     with pytest.raises(StepFailed, match=r"as fleetops \(ps cannot see pid 1 \(hidepid\)\): run as root or set become"):
         await look(n)

@@ -79,7 +79,7 @@ def node(holders: str, memory: Callable[[], Sequence[int]], apps: str = "", mino
 
     t = ScriptedTransport([
         *extra,
-        (("find", "/proc", "-mindepth"), Reply(scripted_node.scan(holders))),
+        (scripted_node.SCAN, Reply(scripted_node.scan(holders))),
         (("ps", "-ww"), ps),
         (scripted_node.EXE, lambda argv: scripted_node.exe_reply(
             {p: "/usr/bin/python3.11" for p in (JOB, 77, 55) if f"/proc/{p}/exe" in argv})),
@@ -102,7 +102,7 @@ def ran(n: Node, *prefix: str) -> list[tuple[str, ...]]:
 async def test_memory_held_only_by_a_jobs_processes_fails_at_once_naming_the_job() -> None:
     """Without --slurm: the kill keeps the job's process; settle's first poll sees its memory, one look says only
     the job holds it, and the step fails then, not after settle_timeout (30 s here)."""
-    n = node(f"alice\t/proc/{JOB}/fd/3\t/dev/nvidia0\n", lambda: [30000],
+    n = node(f"alice\t/proc/{JOB}/task/{JOB}/fd/3\t/dev/nvidia0\n", lambda: [30000],
              apps=f"GPU-0, {JOB}, python3, 30000\n", settle_timeout=30.0)
     killed = await kill.kill(n)
     assert killed.job_pids == {JOB} and killed.kept == frozenset() and killed.killed == ()
@@ -118,7 +118,7 @@ async def test_memory_held_only_by_a_jobs_processes_fails_at_once_naming_the_job
 
 async def test_a_job_on_another_gpu_does_not_end_the_wait_for_memory_no_process_holds() -> None:
     """The job holds gpu 1 (free); gpu 0's memory is nobody's: settle waits its window and says it leaked."""
-    n = node(f"alice\t/proc/{JOB}/fd/3\t/dev/nvidia1\n", lambda: [2048, 0], minors=(0, 1))
+    n = node(f"alice\t/proc/{JOB}/task/{JOB}/fd/3\t/dev/nvidia1\n", lambda: [2048, 0], minors=(0, 1))
     killed = await kill.kill(n)
     outcome = await settle.settle(n, killed.kept, killed.job_pids)
     assert (outcome.result.status, outcome.result.reason) == (StepStatus.TIMEOUT, Reason.MEMORY_LEAKED)
@@ -130,7 +130,7 @@ async def test_memory_that_comes_back_after_the_jobs_look_settles() -> None:
     """Memory still coming back from a killed process while a job holds another GPU's device file: the look
     finds no job holding it, and the wait goes on until it is free."""
     freed = time.monotonic() + 0.5
-    n = node(f"alice\t/proc/{JOB}/fd/3\t/dev/nvidia1\n", lambda: [0 if time.monotonic() > freed else 900, 0],
+    n = node(f"alice\t/proc/{JOB}/task/{JOB}/fd/3\t/dev/nvidia1\n", lambda: [0 if time.monotonic() > freed else 900, 0],
              minors=(0, 1), settle_timeout=10.0)
     outcome = await settle.settle(n, (), {JOB})
     assert outcome.result.status is StepStatus.OK, outcome.result.error
@@ -139,7 +139,7 @@ async def test_memory_that_comes_back_after_the_jobs_look_settles() -> None:
 
 async def test_memory_another_process_holds_is_named() -> None:
     """A process fleet keeps only because kill_users spares its user is someone's work: `memory_held`, named."""
-    n = node("bob\t/proc/55/fd/3\t/dev/nvidia0\n", lambda: [900], kill_users=("alice",))
+    n = node("bob\t/proc/55/task/55/fd/3\t/dev/nvidia0\n", lambda: [900], kill_users=("alice",))
     killed = await kill.kill(n)
     outcome = await settle.settle(n, killed.kept, killed.job_pids)
     assert outcome.result.reason is Reason.MEMORY_HELD
@@ -156,7 +156,7 @@ async def test_gpu_reset_takes_the_gpu_by_index_where_minor_numbers_differ() -> 
         memory[0] = 0
         return Reply(f"GPU {BUS[0]} was successfully reset.\nAll done.\n", delay_s=1.5)
 
-    n = node("root\t/proc/77/fd/3\t/dev/nvidia0\n", lambda: memory, minors=(1, 0),
+    n = node("root\t/proc/77/task/77/fd/3\t/dev/nvidia0\n", lambda: memory, minors=(1, 0),
              extra=[(("nvidia-smi", "-r"), reset)], gpu_reset_timeout=4.0)
     killed = await kill.kill(n)
     assert killed.kept == {77}
@@ -171,7 +171,7 @@ async def test_gpu_reset_takes_the_gpu_by_index_where_minor_numbers_differ() -> 
 
 async def test_gpu_reset_is_refused_for_the_gpu_whose_device_file_is_held_and_says_who() -> None:
     """/dev/nvidia1 is gpu 0 (minor 1 is bus 01): the MPS server holds the GPU to reset; nothing is reset."""
-    n = node("root\t/proc/77/fd/3\t/dev/nvidia1\n", lambda: [2048, 0], minors=(1, 0),
+    n = node("root\t/proc/77/task/77/fd/3\t/dev/nvidia1\n", lambda: [2048, 0], minors=(1, 0),
              extra=[(("nvidia-smi", "-r"), Reply("", exit_status=255))])
     killed = await kill.kill(n)
     outcome = await settle.settle(n, killed.kept, killed.job_pids, gpu_reset=True)

@@ -177,9 +177,9 @@ class BusyController:
 
 def one_holder_node() -> ScriptedTransport:
     """A node with one GPU holder (pid 100, a python3 child of init) that SIGTERM ends; scans after it find none."""
-    scans = iter(["root\t/proc/100/fd/3\t/dev/nvidia0\n"])
+    scans = iter(["root\t/proc/100/task/100/fd/3\t/dev/nvidia0\n"])
     return ScriptedTransport([
-        (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
+        (scripted_node.SCAN, lambda argv: Reply(scripted_node.scan(next(scans, "")))),
         (("ps", "-ww"), Reply(scripted_node.ps("  100     1 root     python3 -m trainer\n"))),
         (scripted_node.EXE, scripted_node.exe_reply({100: "/usr/bin/python3.11"})),
         (scripted_node.LINEAGE, scripted_node.lineage),

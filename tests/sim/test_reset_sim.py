@@ -307,8 +307,8 @@ async def test_an_already_clean_host_costs_six_remote_commands(make_fleet: Any, 
     events = last_log(tmp_path, "gpu-c01")
     assert sorted(asked(events)) == sorted([
         "lock:sh", "drain:nvidia-smi", "drain:nvidia-smi", "drain:sh", "drain:systemctl", "drain:systemctl",
-        "kill:find", "settle:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi",
-        "verify:nvidia-smi", "verify:find", "verify:sh", "verify:nv-fabricmanager",
+        "kill:sh", "settle:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi", "verify:nvidia-smi",
+        "verify:nvidia-smi", "verify:sh", "verify:sh", "verify:nv-fabricmanager",
     ])
     remote = [e.get("step", "lock") for e in events if is_remote_command(e)]
     assert remote == ["drain", "drain", "kill", "settle", "verify", "lock"]  # the lock is logged on its release
@@ -346,7 +346,7 @@ async def test_a_clean_become_host_costs_nine_remote_commands_four_of_them_throu
     assert remote == ["drain"] * 4 + ["kill", "settle", "verify", "verify", "lock"]
     through_sudo = [json.loads(line) for line in sudo_log.read_text().splitlines()[before:]]
     wire = [" ".join(argv[argv.index("timeout") + 4:]) for argv in through_sudo]  # after `timeout -k K T`
-    assert [line.split()[0] for line in wire] == ["sh", "sh", "find", "sh"]
-    assert "journalctl" in wire[0] and "systemctl stop" in wire[1]
-    assert "find /proc" in wire[3] and "journalctl" in wire[3]
+    assert [line.split()[0] for line in wire] == ["sh", "sh", "sh", "sh"]
+    assert "journalctl" in wire[0] and "systemctl stop" in wire[1] and "fleet-scan" in wire[2]
+    assert "fleet-scan" in wire[3] and "journalctl" in wire[3]
     assert not any("nvidia-smi" in line for line in wire)

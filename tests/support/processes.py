@@ -22,6 +22,13 @@ BLOCKS_TERM = (
     "print(flush=True); time.sleep(120)"
 )
 NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+# A child whose leader thread exits (the exit system call, not exit_group) while another of its threads sleeps on:
+# the process lives on with a zombie leader. It says when it is ready, and ends its leader on a line on stdin.
+LEADERLESS = (
+    "import ctypes, platform, sys, threading, time; "
+    "threading.Thread(target=time.sleep, args=(120,)).start(); print(flush=True); sys.stdin.readline(); "
+    "ctypes.CDLL(None).syscall({'x86_64': 60, 'aarch64': 93}[platform.machine()], 0)"
+)
 
 
 def start_time(pid: int) -> int:
@@ -77,6 +84,21 @@ class Children:
         child.stdout.readline()  # SIGTERM is blocked from here on
         return child
 
+    def leaderless(self) -> tuple[subprocess.Popen[bytes], Identity]:
+        """A child whose leader thread has exited while another thread lives on, and who it was before."""
+        child = self.track(subprocess.Popen([sys.executable, "-c", LEADERLESS], stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE))
+        assert child.stdin is not None and child.stdout is not None
+        child.stdout.readline()
+        who = identity_of(child.pid)
+        child.stdin.write(b"\n")
+        child.stdin.flush()
+        deadline = time.monotonic() + 10
+        while state(child.pid) != "Z":
+            assert time.monotonic() < deadline, "the leader thread did not exit"
+            time.sleep(0.01)
+        return child, who
+
     def plain(self, argv: Sequence[str] = ("sleep", "120")) -> subprocess.Popen[bytes]:
         return self.track(subprocess.Popen(list(argv)))
 
@@ -100,8 +122,9 @@ class Children:
             if child.poll() is None:
                 os.kill(child.pid, signal.SIGKILL)
             child.wait()
-            if child.stdout is not None:
-                child.stdout.close()
+            for stream in (child.stdin, child.stdout):
+                if stream is not None:
+                    stream.close()
 
 
 @pytest.fixture

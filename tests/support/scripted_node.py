@@ -10,13 +10,15 @@ import csv
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fleet.node.probes import fabricmanager, health, kernel_log
+from fleet.node.probes import fabricmanager, health, kernel_log, procs
 from fleet.reset import lock
 from fleet.sim.nvidia_smi import displayed
 from fleet.transport.scripted import Reply
 from support.paths import FIXTURES
 
 INIT_PS = "    1     0 root     /sbin/init\n"
+# The holder scan's argv, as a script matches it (`fleet.node.probes.procs.holders_scan_argv`).
+SCAN = ("sh", "-c", procs.SCAN_SH, "fleet-scan")
 START = 4242  # every scripted process's start time (clock ticks since boot)
 
 

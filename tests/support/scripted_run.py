@@ -25,11 +25,11 @@ LOCK = (("sh", "-c", lock.LOCK_SH), Reply("locked\n"))
 def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
                 holders_after_kill: str = "") -> list[tuple[tuple[str, ...], Answer]]:
     """A one-GPU node: one unit that stops, one stray holder that dies on SIGTERM."""
-    scans = iter(["root\t/proc/100/fd/3\t/dev/nvidia0\n", holders_after_kill])
+    scans = iter(["root\t/proc/100/task/100/fd/3\t/dev/nvidia0\n", holders_after_kill])
     return [
         (("systemctl", "stop"), Reply()),
         (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
-        (("find", "/proc", "-mindepth"), lambda argv: Reply(scripted_node.scan(next(scans, "")))),
+        (scripted_node.SCAN, lambda argv: Reply(scripted_node.scan(next(scans, "")))),
         (("ps", "-ww"), Reply(scripted_node.ps("  100     1 root     python3\n"))),
         ((*scripted_node.EXE, "-c", "%N", "--", "/proc/100/exe"),
          scripted_node.exe_reply({100: "/usr/bin/python3.11"})),

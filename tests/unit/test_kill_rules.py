@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
-from fleet.reset.kill import describe_kill, kill_error, killed_records, split_back
+from fleet.reset.kill import Signalled, describe_kill, kill_error, killed_records, split_back
 from fleet.reset.protection import Holder
 
 
 def test_killed_records_name_the_last_signal_needed() -> None:
     targets = [Holder(p, "root", "python3", None, (), start=100 + p) for p in (1, 2, 3)]
-    records = killed_records(targets, after_term=frozenset({2, 3}), after_kill=frozenset({3}))
+    term = Signalled(frozenset({2, 3}), sent=frozenset({1, 2, 3}))
+    kill9 = Signalled(frozenset({3}), sent=frozenset({2, 3}))
+    records = killed_records(targets, term, kill9)
     assert [(r.pid, r.signal) for r in records] == [(1, "SIGTERM"), (2, "SIGKILL")]
     assert kill_error(frozenset({3}), targets, []) == "survived SIGKILL: pid 3 python3"
+
+
+def test_killed_means_signalled() -> None:
+    """A target that was gone, or someone else, when its SIGTERM was due was never signalled: not killed, and
+    said so; one that died between its SIGTERM and its SIGKILL was killed by the SIGTERM."""
+    targets = [Holder(p, "root", "python3", None, (), start=100 + p) for p in (1, 2, 3, 4)]
+    term = Signalled(frozenset({4}), sent=frozenset({1, 4}), missed={2: "gone", 3: "changed"})
+    kill9 = Signalled(frozenset(), missed={4: "gone"})
+    assert [(r.pid, r.signal) for r in killed_records(targets, term, kill9)] == [(1, "SIGTERM"), (4, "SIGTERM")]
+    missed = [(targets[1], "gone"), (targets[2], "changed")]
+    assert describe_kill(killed_records(targets, term, kill9), [], [], missed) == (
+        "killed 2 (2 on SIGTERM, 0 on SIGKILL); not signalled pid 2 python3 (gone before its signal), "
+        "pid 3 python3 (another process has its pid now)")
 
 
 def test_new_holder_after_kill_is_an_error() -> None:

@@ -107,7 +107,7 @@ def mps_node(used_mib: int) -> Node:
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)),
          Reply(f"0, GPU-a, 00000000:01:00.0, NVIDIA H100, {used_mib}, 81559, 0, Disabled\n")),
         (("nvidia-smi", "--query-compute-apps="), Reply("GPU-a, 77, nvidia-cuda-mps-server, 300\n")),
-        (("find", "/proc", "-mindepth"), Reply(scripted_node.scan("root\t/proc/77/fd/3\t/dev/nvidia0\n"))),
+        (scripted_node.SCAN, Reply(scripted_node.scan("root\t/proc/77/task/77/fd/3\t/dev/nvidia0\n"))),
         (("ps", "-ww"), Reply(scripted_node.ps("   77     1 root     nvidia-cuda-mps-server -d\n"))),
         (scripted_node.EXE, scripted_node.exe_reply({77: "/usr/bin/nvidia-cuda-mps-server"})),
         (scripted_node.LINEAGE, lambda argv: scripted_node.lineage(argv, comm="nvidia-cuda-mps")),

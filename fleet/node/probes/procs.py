@@ -36,8 +36,8 @@ from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 
 SIGNALS = frozenset({"TERM", "KILL"})
 
-_FD_PATH = re.compile(r"/proc/(\d+)/fd/\d+")
-_PID_DIR = re.compile(r"/proc/(\d+)")
+_FD_PATH = re.compile(r"/proc/(\d+)/(?:task/\d+/fd/\d+|map_files/[0-9a-f]+-[0-9a-f]+)")
+_TABLE_PATH = re.compile(r"/proc/(\d+)/(?:task/\d+/fd|map_files)")
 _DELETED = b" (deleted)"
 _EXE_LINK = c_link_pattern(r"/proc/(?P<pid>\d+)/exe")
 # Bytes an executable path may hold as they are in signal.sh's argument; any other is a `printf %b` escape.
@@ -100,25 +100,53 @@ class HolderScan:
 
 
 def holders_scan_argv(devices: Sequence[str]) -> list[str]:
-    """One GNU find over /proc listing fds whose link target matches a device glob, and what it could not see.
+    """The holder scan: `sh -c SCAN_SH fleet-scan MAPS_RE GLOB...` (scan.sh beside this file), one GNU find over
+    every thread's file table and the mappings of every process whose maps name a device file.
 
-    It descends only into /proc/PID and /proc/PID/fd and prunes everything else.
-    Each hit prints `user<TAB>/proc/PID/fd/N<TAB>target`; an fd table it may not read
-    prints `unreadable<TAB>user<TAB>/proc/PID` (and is not entered); /proc/1 prints
-    `init`, so that a scan that saw nothing can be told from one that saw no holder.
+    A process holds a device through any of its threads' file tables (a thread may have its own:
+    `unshare(CLONE_FILES)`; the leader thread may have exited while the others live on), so every
+    /proc/PID/task/TID/fd is read, not /proc/PID/fd alone; and through a mapping that outlived its fd
+    (`mmap`, then `close`): /proc/PID/map_files of each process whose /proc/PID/maps names a file a glob could
+    match (MAPS_RE, a superset of the globs) is read too (its links need root to read, which the scan runs as: a
+    scan that is not root is blind anyway, /proc/1's tables being root's).
+    Each hit prints `user<TAB>/proc/PID/task/TID/fd/N<TAB>target` (or `.../map_files/RANGE`); a file table
+    or map_files folder it may not read prints `unreadable<TAB>user<TAB>THAT FOLDER` (and is not entered);
+    /proc/1's first thread prints `init`, so that a scan that saw nothing can be told from one that saw no holder.
     Each record ends in NUL, never in a newline: a target is a path, which may hold newlines (a
     file in a user's own mount namespace), but no NUL, so no target can forge a record.
     """
     if not devices or not all(devices):
         raise ValueError(f"bad device globs: {list(devices)}")
-    lname: list[str] = []
-    for glob in devices:
-        lname += ["-o", "-lname", glob] if lname else ["-lname", glob]
-    select = ["(", "-regex", "/proc/[0-9]+/fd/[0-9]+", "(", *lname, ")", "-printf", r"%u\t%p\t%l\0", ")"]
-    blind = ["(", "-regex", "/proc/[0-9]+/fd", "-not", "-readable", "-printf", r"unreadable\t%u\t%h\0", "-prune", ")"]
-    init = ["(", "-path", "/proc/1", "-printf", r"init\0", ")"]
-    prune = ["(", "-not", "-regex", r"/proc/[0-9]+\(/fd\)?", "-prune", ")"]
-    return ["find", "/proc", "-mindepth", "1", "-maxdepth", "3", *select, "-o", *blind, "-o", *init, "-o", *prune]
+    return ["sh", "-c", SCAN_SH, "fleet-scan", maps_pattern(devices), *devices]
+
+
+def maps_pattern(devices: Sequence[str]) -> str:
+    """An extended regex that matches every /proc/PID/maps line whose path a glob matches (and maybe more: the scan
+    then reads that process's map_files, where the globs decide): `*` any text, `?` and a bracket any character."""
+    return "[[:space:]](" + "|".join(_glob_regex(g) for g in devices) + ")"
+
+
+def _glob_regex(glob: str) -> str:
+    out, i = [], 0
+    while i < len(glob):
+        c = glob[i]
+        if c == "*":
+            out.append(".*")
+        elif c in "?[":
+            out.append(".")
+            close = glob.find("]", i + 2) if c == "[" else -1
+            i = close if close != -1 else i
+        else:
+            out.append("\\" + c if c in ".+()|{}^$\\" else c)
+        i += 1
+    return "".join(out)
+
+
+# The holder scan, a POSIX sh program (scan.sh beside this file), its comment lines dropped.
+SCAN_SH = "\n".join(
+    line for line in (resources.files("fleet.node.probes") / "scan.sh").read_text().splitlines()
+    if line.strip() and not line.lstrip().startswith("#")
+)
 
 
 def parse_scan(text: str) -> HolderScan:
@@ -150,9 +178,9 @@ def records(text: str) -> Iterator[tuple[int, str]]:
 
 
 def _unreadable_pid(lineno: int, line: str) -> int:
-    match = _PID_DIR.fullmatch(line.rsplit("\t", 1)[-1])
+    match = _TABLE_PATH.fullmatch(line.rsplit("\t", 1)[-1])
     if match is None:
-        raise ProbeParseError(lineno, line, "expected unreadable<TAB>user<TAB>/proc/PID")
+        raise ProbeParseError(lineno, line, "expected unreadable<TAB>user<TAB>/proc/PID/task/TID/fd or map_files")
     return int(match.group(1))
 
 
@@ -162,7 +190,7 @@ def _holder_line(lineno: int, line: str) -> tuple[int, str, str]:
         raise ProbeParseError(lineno, line, "expected user<TAB>/proc/PID/fd/N<TAB>target")
     match = _FD_PATH.fullmatch(parts[1])
     if match is None:
-        raise ProbeParseError(lineno, line, "not a /proc/PID/fd/N path")
+        raise ProbeParseError(lineno, line, "not a /proc/PID/task/TID/fd/N or /proc/PID/map_files/RANGE path")
     return int(match.group(1)), parts[0], parts[2]
 
 

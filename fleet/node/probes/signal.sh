@@ -6,8 +6,10 @@
 # every byte outside [A-Za-z0-9/._+-] as \0ooo) and is compared byte for byte with the link's target as
 # readlink prints it (a path that is not UTF-8, or holds newlines, is still itself). One line a process:
 # "<verdict> <pid>" where
-# verdict is sent | alive | gone (no such process, or a zombie) | changed (the pid is someone else now)
-# | denied (kill refused). Comment lines are dropped before the program is sent.
+# verdict is sent | alive | gone (no such process, or a zombie whose threads are all gone) | changed (the pid is
+# someone else now) | denied (kill refused). A process whose leader thread exited while another of its threads
+# lives on is alive (it still holds its files and memory): it is judged through a live thread (its executable and
+# owner), and kill(2) of its pid signals the whole process. Comment lines are dropped before the program is sent.
 sig=$1
 shift
 while [ "$#" -ge 4 ]; do
@@ -18,18 +20,29 @@ while [ "$#" -ge 4 ]; do
   read -r state _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ now _ <<FIELDS
 ${stat##*") "}
 FIELDS
-  if [ "$state" = Z ]; then echo "gone $pid"; continue; fi
+  task=/proc/$pid
+  if [ "$state" = Z ]; then
+    task=
+    for t in "/proc/$pid/task/"*; do
+      tstat=$(cat "$t/stat" 2>/dev/null) || continue
+      read -r tstate _ <<FIELDS
+${tstat##*") "}
+FIELDS
+      if [ "$tstate" != Z ]; then task=$t; break; fi
+    done
+    if [ -z "$task" ]; then echo "gone $pid"; continue; fi
+  fi
   if [ "$now" != "$start" ]; then echo "changed $pid"; continue; fi
   if [ -n "$exe" ]; then
     # both read with a trailing "x" so that command substitution keeps a path's own final newlines
     want=$(printf '%bx' "$exe"); want=${want%x}
-    link=$(readlink "/proc/$pid/exe" 2>/dev/null && echo x) || link=
+    link=$(readlink "$task/exe" 2>/dev/null && echo x) || link=
     link=${link%x}; link=${link%?}
     if [ -z "$link" ] || [ "${link% (deleted)}" != "$want" ]; then echo "changed $pid"; continue; fi
   fi
   # the owner as the scan recorded it: a name, or the uid of a user without one (find's %u)
   case "$owner" in
-    "$(stat -c %U "/proc/$pid/fd" 2>/dev/null)" | "$(stat -c %u "/proc/$pid/fd" 2>/dev/null)") ;;
+    "$(stat -c %U "$task/fd" 2>/dev/null)" | "$(stat -c %u "$task/fd" 2>/dev/null)") ;;
     *) echo "changed $pid"; continue ;;
   esac
   if [ "$sig" = - ]; then
