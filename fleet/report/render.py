@@ -11,6 +11,7 @@ from fleet.inventory.nodesets import fold
 from fleet.model.codec import host_to_document, json_writer
 from fleet.model.report import HostStatus, RunReport
 from fleet.report import uniform
+from fleet.text import shown
 
 INTERRUPTED = 130  # SIGINT or SIGTERM cut the run
 HUNG_UP = 129  # SIGHUP (128 + 1) cut it: the operator's terminal went away
@@ -106,8 +107,9 @@ def human_lines(report: RunReport, rack: uniform.Rack | None = None) -> list[str
     `rack` as `to_document`'s."""
     groups: dict[tuple[HostStatus, str, str], list[tuple[str, str]]] = defaultdict(list)
     for name, host in report.hosts.items():
-        shape = error_shape(host.error, name) if host.error else ""
-        groups[(host.status, host.reason.value if host.reason else "", shape)].append((name, host.error or ""))
+        error = shown(host.error) if host.error else ""  # what a node said: one line, nothing in it acting
+        shape = error_shape(error, name) if error else ""
+        groups[(host.status, host.reason.value if host.reason else "", shape)].append((name, error))
     order = list(HostStatus)
     lines = []
     for (status, reason, _), members in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:])):
@@ -130,5 +132,6 @@ def plan_lines(report: RunReport) -> list[str]:
     for name, host in report.hosts.items():
         if host.plan is not None:
             scheduled = [host.scheduler.plan] if host.scheduler is not None and host.scheduler.plan else []
-            lines.append(f"{name}: " + "; ".join([*scheduled, *(s.detail for s in host.steps if s.detail)]))
+            lines.append(f"{name}: " + "; ".join(shown(d) for d in [*scheduled, *(s.detail for s in host.steps
+                                                                                  if s.detail)]))
     return lines

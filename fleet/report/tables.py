@@ -6,20 +6,22 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from fleet import terminal
 from fleet.inventory.host import Host
 from fleet.model.report import RunReport, StepName, StepStatus
+from fleet.text import shown
 from fleet.transport.plugs import where
 
 
 def inventory_table(hosts: Sequence[Host]) -> None:
     table = Table("host", "address", "user", "groups", "gpus", "services", "become", box=None)
     for h in hosts:
-        table.add_row(
+        table.add_row(*cells(
             h.name, where(h), h.user or "",
             ",".join(h.groups), "" if h.gpus is None else str(h.gpus), ",".join(h.services), "yes" if h.become else "",
-        )
+        ))
     Console(soft_wrap=True).print(table)
 
 
@@ -35,12 +37,17 @@ def report_table(report: RunReport) -> None:
         times = [f"{s.duration_s:.1f}s" if s.status is StepStatus.OK else s.status.value for s in host.steps]
         killed = ", ".join(f"{k.name}:{k.pid} ({k.signal})" for k in host.killed)
         after = [(host.scheduler.state_after or "?") if host.scheduler else ""] if scheduled else []
-        table.add_row(name, host.status.value, *times, killed, *after, host.error or "")
+        table.add_row(*cells(name, host.status.value, *times, killed, *after, host.error or ""))
     console = Quiet(stderr=True, soft_wrap=True)
     try:
         console.print(table)
     except OSError:  # the terminal hung up (EIO): the report is on disk
         terminal.lost(console.file)
+
+
+def cells(*values: str) -> list[Text]:
+    """A row's cells as plain text (never rich markup: a process's name may read `[blink]`), each `shown`."""
+    return [Text(shown(value)) for value in values]
 
 
 class Quiet(Console):

@@ -17,7 +17,6 @@ Pure decisions first (`parse_reservations`, `leftovers`, `holding_back`), then t
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from fleet.engine.run_folder import RunLiveness, run_liveness
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.records import SlurmNode
+from fleet.terminal import say
 
 # The name `--via srun` gives its reservation (`fleet.slurm.srun`): fleet- and a run id, nothing else.
 _FLEET_RESERVATION = re.compile(r"^fleet-(?P<run_id>\d{8}T\d{6}Z-[0-9a-f]{6})$")
@@ -87,7 +87,7 @@ def holding_back(leftover: Leftover, clean: Iterable[str], now: Mapping[str, Slu
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    say(line)  # what Slurm said of a reservation: through the one terminal writer (`fleet.terminal`)
 
 
 class Leftovers:
