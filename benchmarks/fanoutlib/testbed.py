@@ -156,7 +156,7 @@ class Testbed:
             "user": "root", "port": self.port, "identity_file": str(self.key), "known_hosts": str(self.known_hosts),
             "gpus": 8, "services": [UNIT], **(BENCH_BOUNDS if self.bounds == "bench" else {}),
         }
-        hosts = {name: {"address": self.addrs[name], "devices": [node.devices_glob],
-                        "nvidia_smi": node.nvidia_smi_path, "lock_file": node.lock_file}
+        hosts = {name: {"address": self.addrs[name], "devices": [node.devices_glob], "simulated": True,
+                        "nvidia_smi": node.nvidia_smi_path, "lock_file": node.lock_file}  # its lock: in its root
                  for name, node in self.nodes.items()}
         self.inventory.write_text(yaml.safe_dump({"defaults": defaults, "hosts": hosts}, sort_keys=False))

@@ -240,8 +240,10 @@ class Host:
         str,
         Var(
             "the node's reset lock: an absolute path in a lock, run or tmp folder (never under /dev, /proc, /sys"
-            " or /etc, never directly in /run, /tmp or /run/lock), whose folder fleet keeps as root's own, mode 0700;"
-            " the holder's run id goes to `<lock_file>.owner`",
+            " or /etc, never directly in /run, /tmp or /run/lock, and for a node that is not `simulated` never under"
+            " a tree other users may create folders in: /tmp, /var/tmp, /dev/shm, /run/lock, /var/lock, /run/user,"
+            " /home), whose folder fleet keeps as root's own, mode 0700, every folder above it root's and writable by"
+            " no one else (checked on the node); the holder's run id goes to `<lock_file>.owner`",
             check=validate.lock_file,
         ),
     ] = DEFAULT_LOCK_FILE

@@ -45,7 +45,7 @@ from pydantic_core import ErrorDetails
 
 from fleet.inventory import gpu_settings, validate
 from fleet.inventory.datafile import read_data
-from fleet.inventory.host import BUILTIN_PROTECTED, Connection, Host
+from fleet.inventory.host import BUILTIN_PROTECTED, DEFAULT_LOCK_FILE, Connection, Host
 from fleet.inventory.messages import one_line
 from fleet.inventory.nodesets import node_order, node_set
 from fleet.inventory.variables import HOST_VARIABLES, Variable
@@ -346,6 +346,16 @@ def _build_host(name: str, values: dict[str, Any], groups: tuple[str, ...], base
     return Host(name=name, groups=groups, **values)
 
 
+def _check_lock_file(host: Host, sources: Mapping[str, str], label: str) -> None:
+    """The lock is in no tree another user may create folders in (a simulated node's lock lies in its own root)."""
+    tree = validate.shared_tree(host.lock_file)
+    if tree is not None and not host.simulated:
+        where = sources.get("lock_file", "lock_file")
+        raise InventoryError(label, where, f"{host.lock_file} is under {tree}, where any user may create its folder "
+                             "first and block every reset of the node: put it in a folder only root may write to "
+                             f"(the default {DEFAULT_LOCK_FILE})")
+
+
 def _check_services(host: Host, sources: Mapping[str, str], label: str) -> None:
     """No unit in `services` runs a protected process: drain would stop (and SIGKILL) what kill always keeps."""
     for i, unit in enumerate(host.services):
@@ -405,6 +415,7 @@ def _resolve(spec: InventoryFile, path: Path, label: str) -> Inventory:
         values, sources[name] = _merge([defaults, *(group_vars[g] for g in mine), *own])
         hosts[name] = _build_host(name, values, tuple(sorted(mine)), path.parent)
         _check_services(hosts[name], sources[name], label)
+        _check_lock_file(hosts[name], sources[name], label)
     resolved = {g: tuple(n for n in order if n in members[g]) for g in sorted(groups)}
     return Inventory(path=path, hosts=hosts, groups=resolved, sources=sources, scheduler=spec.scheduler,
                      defaults=defaults.values)

@@ -183,6 +183,17 @@ _SHARED_FOLDERS = frozenset({"/tmp", "/var/tmp", "/run/lock", "/var/lock", "/var
                              "/run", "/var/run"})
 
 
+# Trees another user may create folders in (a world-writable folder, sticky or not, or a user's own): a lock there
+# could be blocked for good by whoever creates its folder first (lock.sh then refuses a folder that is not root's).
+SHARED_TREES = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/lock", "/var/lock", "/var/run/lock", "/run/user",
+                "/var/run/user", "/home")
+
+
+def shared_tree(path: str) -> str | None:
+    """The tree of SHARED_TREES `path` lies under, if any."""
+    return next((t for t in SHARED_TREES if path.startswith(t + "/")), None)
+
+
 def lock_file(s: str) -> str:
     """The absolute path of a lock file on the node, in a lock, run or tmp directory: `/run/fleet/reset.lock`.
 

@@ -1,7 +1,9 @@
 # fleet's reset lock (fleet/reset/lock.py): POSIX sh with coreutils' stat, run as
 # `sh -c PROGRAM fleet-lock LOCK WAIT RUN OWNER` by the user that resets the node (root, with `become`).
 # Nothing is opened until the lock's folder is known to be that user's own: a real folder (not a link), owned by
-# it, mode 0700, created so when missing. Then no other user can create, replace or link anything in it.
+# it, mode 0700, created so when missing, and every folder above it (as the links resolve) owned by root or that
+# user and writable by no one else (a sticky one, /tmp's mode 1777, excepted: no one else may replace what is in
+# it). Then no other user can create, replace or link anything in it, nor in the path to it.
 # The lock file must be a regular file of that user (created with O_EXCL when missing, never through a link);
 # one of another user's, or one another user's process holds, fails at once (exit 77), naming the file, its
 # owner and the holding pids. The holders: when /proc/locks has a lock on the file's inode, the pid it names if
@@ -23,6 +25,16 @@ holders() {
   [ -z "$pids" ] || stat -c '%n %u %U' $pids 2>/dev/null
 }
 [ -L "$dir" ] && refuse 76 "reset lock folder $dir is a symbolic link: fleet uses only a folder of its own"
+# (a folder above that is missing: nothing to check, the lock's folder cannot be made, which says so below)
+above=$(cd -P -- "${dir%/*}/" 2>/dev/null && pwd -P) || above=
+while [ -n "$above" ]; do
+  set -- $(stat -c '%u %a %U' -- "$above")
+  case $1 in 0 | "$me") ;; *) refuse 76 "reset lock folder $dir: $above above it is owned by $3 (uid $1): its owner could replace the lock's folder" ;; esac
+  [ $((0$2 & 022)) -eq 0 ] || [ $((0$2 & 01000)) -ne 0 ] || refuse 76 \
+    "reset lock folder $dir: $above above it (mode $2) may be written by others: they could replace the lock's folder"
+  [ "$above" = / ] && break
+  above=${above%/*}; above=${above:-/}
+done
 # A refusal to create says as whom, and why (mkdir's or the shell's last words: "Permission denied", ...).
 who="uid $me ($(id -un 2>/dev/null))"
 last_words() { printf '%s\n' "$1" | sed -n '$s/.*: //p'; }

@@ -77,10 +77,10 @@ def test_a_lock_file_right_in_a_shared_folder_is_refused(shared: str) -> None:
 
 def test_lock_file_is_a_host_variable(tmp_path: Path) -> None:
     path = tmp_path / "site.yaml"
-    path.write_text("hosts:\n  gpu-01: {}\n  gpu-02: {lock_file: /var/lock/fleet/gpu.lock}\n")
+    path.write_text("hosts:\n  gpu-01: {}\n  gpu-02: {lock_file: /var/run/fleet/gpu.lock}\n")
     hosts = load_inventory(path).hosts
     assert hosts["gpu-01"].lock_file == "/run/fleet/reset.lock"
-    assert hosts["gpu-02"].lock_file == "/var/lock/fleet/gpu.lock"
+    assert hosts["gpu-02"].lock_file == "/var/run/fleet/gpu.lock"
     path.write_text("hosts:\n  gpu-01: {lock_file: fleet.lock}\n")
     with pytest.raises(InventoryError, match="lock_file"):
         load_inventory(path)

@@ -35,7 +35,8 @@ def test_a_log_folder_whose_name_is_not_utf8_loses_no_report(make_host: MakeHost
     _, host = make_host(NodeSpec(name=NAME))  # idle: check finds it clean
     fields = asdict(host)
     inventory = tmp_path / "site.yaml"  # JSON is YAML
-    inventory.write_text(json.dumps({"hosts": {host.name: {k: fields[k] for k in INVENTORY_VARS}}}))
+    inventory.write_text(json.dumps({"hosts": {host.name: {**{k: fields[k] for k in INVENTORY_VARS},
+                                                             "simulated": True}}}))  # its lock: in its root
     logs = os.fsencode(tmp_path) + b"/" + NOT_UTF8
     env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}  # as under en_US.UTF-8: stdout refuses surrogates
     done = subprocess.run([os.fsencode(sys.executable), b"-m", b"fleet", b"check", b"-i", os.fsencode(inventory),

@@ -180,3 +180,27 @@ async def test_a_lock_file_another_user_flocks_fails_at_once_naming_the_holding_
     assert str(error) == f"reset lock {lock_file} (owner root) is held by another user's process: pid {pid} (nobody)"
     assert error.reason is Reason.LOCKED
     assert nobody_holds.poll() is None and seen(shared / "reset.lock.owner") == "missing"
+
+
+async def test_a_lock_folder_under_a_folder_another_user_owns_is_refused_naming_it(host: Host, shared: Path) -> None:
+    """nobody's folder above the lock's: it could rename the lock's folder away and put its own in its place. Refused
+    before anything is created, naming the folder and its owner."""
+    theirs = shared.parent / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    error = await refused(host, theirs / "fleet" / "reset.lock")
+    assert str(error) == (f"reset lock folder {theirs}/fleet: {theirs} above it is owned by nobody (uid 65534): its "
+                          "owner could replace the lock's folder")
+    assert error.reason is Reason.PROBE_FAILED
+    assert seen(theirs) == "folder []"
+
+
+async def test_a_lock_folder_under_a_folder_anyone_may_write_is_refused(host: Host, shared: Path) -> None:
+    """root's folder, but mode 0777 without the sticky bit: any user may replace what is in it."""
+    open_to_all = shared.parent / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    error = await refused(host, open_to_all / "fleet" / "reset.lock")
+    assert str(error) == (f"reset lock folder {open_to_all}/fleet: {open_to_all} above it (mode 777) may be written "
+                          "by others: they could replace the lock's folder")
+    assert seen(open_to_all) == "folder []"

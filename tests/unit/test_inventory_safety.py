@@ -62,6 +62,14 @@ REFUSED = [
      "defaults.lock_file: lock file '/etc/nologin' must not be under /etc"),
     ("lock-dev", "hosts: {n1: {lock_file: /dev/shm/run/x.lock}}", "hosts.n1.lock_file: lock file"),
     ("lock-elsewhere", "defaults: {lock_file: /var/lib/fleet/reset.lock}", "must be in a lock, run or tmp"),
+    ("lock-tmp", "defaults: {lock_file: /tmp/fleet/reset.lock}",
+     "defaults.lock_file: /tmp/fleet/reset.lock is under /tmp, where any user may create its folder first and block"
+     " every reset of the node: put it in a folder only root may write to (the default /run/fleet/reset.lock)"),
+    ("lock-var-tmp", "hosts: {n1: {lock_file: /var/tmp/fleet/run.lock}}", "hosts.n1.lock_file: /var/tmp/fleet/run"),
+    ("lock-run-lock", "defaults: {lock_file: /run/lock/fleet/reset.lock}", "is under /run/lock, where any user"),
+    ("lock-var-lock", "defaults: {lock_file: /var/lock/fleet/reset.lock}", "is under /var/lock, where any user"),
+    ("lock-run-user", "defaults: {lock_file: /run/user/1000/fleet/reset.lock}", "is under /run/user, where any"),
+    ("lock-home", "defaults: {lock_file: /home/alice/run/reset.lock}", "is under /home, where any user"),
     ("command-timeout-huge", "defaults: {command_timeout: 1.0e+12}",
      "defaults.command_timeout: must be less than or equal to 3600"),
     ("connect-timeout", "defaults: {connect_timeout: 301}", "defaults.connect_timeout: must be less than or equal"),
@@ -91,11 +99,17 @@ def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
         defaults: {connect_timeout: 300, command_timeout: 3600, drain_timeout: 3600, kill_grace: 300,
                    settle_timeout: 3600, memory_threshold_mib: 1048576, gpus: 1024}
         hosts: {n1: {services: ['vllm@8000.service', sglang.service],
-                     devices: [/dev/nvidia*, /dev/nvidiactl, /dev/nvidia-caps/*], lock_file: /var/lock/fleet/x.lock}}
+                     devices: [/dev/nvidia*, /dev/nvidiactl, /dev/nvidia-caps/*], lock_file: /var/run/fleet/x.lock}}
     """
     host = load_inventory(write(tmp_path, text)).hosts["n1"]
     assert (host.command_timeout, host.gpus, host.memory_threshold_mib) == (3600.0, 1024, 1048576)
     assert host.services == ("vllm@8000.service", "sglang.service")
+
+
+def test_a_simulated_nodes_lock_lies_in_its_own_root_wherever_that_is(tmp_path: Path) -> None:
+    """A simulated node (fleet.sim) keeps everything under its root, a test's folder in /tmp: its lock may too."""
+    host = load_inventory(write(tmp_path, "hosts: {n1: {simulated: true, lock_file: /tmp/sim/n1/run/reset.lock}}"))
+    assert host.hosts["n1"].lock_file == "/tmp/sim/n1/run/reset.lock"
 
 
 # ---------------------------------------------------------------- services against protected, per host
