@@ -148,11 +148,35 @@ def client_deadline(timeout: float) -> float:
     return timeout + REMOTE_KILL_AFTER_S + CLIENT_GRACE_S
 
 
-def clip(text: str, limit: int) -> str:
-    """At most `limit` characters of text, a cut marked with how many characters were cut."""
-    if len(text) <= limit:
+def clip(text: str, limit: int, dropped: int = 0) -> str:
+    """At most `limit` characters of text, a cut marked with how many characters were cut (`dropped`: those that
+    arrived past what was kept, never kept)."""
+    total = len(text) + dropped
+    if total <= limit:
         return text
-    return text[:limit] + f"... [{len(text) - limit} characters cut]"
+    return text[:limit] + f"... [{total - limit} characters cut]"
+
+
+class Kept:
+    """One output stream as it arrives, bounded: its first OUTPUT_LIMIT characters kept, the rest counted and
+    dropped, so that a node costs the controller at most that much a stream whatever it prints. A stream that
+    was cut reads with the cut marked (`clip`), which no probe reads as an answer."""
+
+    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
+        self._parts: list[str] = []
+        self._room = limit
+        self.dropped = 0
+
+    def add(self, chunk: str) -> None:
+        keep = chunk[: self._room]
+        if keep:
+            self._parts.append(keep)
+            self._room -= len(keep)
+        self.dropped += len(chunk) - len(keep)
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
 
 
 def signal_label(name: str | None) -> str | None:
@@ -163,17 +187,25 @@ def signal_label(name: str | None) -> str | None:
 
 
 def make_result(
-    argv: Sequence[str], status: int | None, signal_name: str | None, out: str, err: str, started: float
+    argv: Sequence[str], status: int | None, signal_name: str | None, out: str | Kept, err: str | Kept,
+    started: float
 ) -> CommandResult:
-    """A CommandResult with both streams clipped to OUTPUT_LIMIT and the duration measured."""
+    """A CommandResult with both streams clipped to OUTPUT_LIMIT (what a `Kept` dropped counted in the cut) and the
+    duration measured."""
     return CommandResult(
         argv=tuple(argv),
         exit_status=status,
-        stdout=clip(out, OUTPUT_LIMIT),
-        stderr=clip(err, OUTPUT_LIMIT),
+        stdout=_clipped(out),
+        stderr=_clipped(err),
         duration_s=round(time.monotonic() - started, 3),
         signal=signal_label(signal_name),
     )
+
+
+def _clipped(stream: str | Kept) -> str:
+    if isinstance(stream, Kept):
+        return clip(stream.text, OUTPUT_LIMIT, stream.dropped)
+    return clip(stream, OUTPUT_LIMIT)
 
 
 def killed(result: CommandResult) -> bool:

@@ -19,8 +19,10 @@ import anyio
 from fleet.inventory.host import Host
 from fleet.model.errors import CommandTimeout, ConnectError
 from fleet.transport.base import (
+    OUTPUT_LIMIT,
     RELEASE_TIMEOUT_S,
     CommandResult,
+    Kept,
     OpenCommand,
     bounded_argv,
     client_deadline,
@@ -31,22 +33,33 @@ from fleet.transport.plugs import TransportPlug
 from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
 
 _READ_CHUNK = 64 * 1024
+_KEPT_BYTES = 4 * OUTPUT_LIMIT  # UTF-8 has at most 4 bytes a character
 
 
 class _Output:
-    """Bytes read from one pipe so far; kept when the command is cut short."""
+    """Bytes read from one pipe so far (kept when the command is cut short): the first _KEPT_BYTES, enough for
+    OUTPUT_LIMIT characters of UTF-8; the rest read and counted, never kept (`Kept`)."""
 
     def __init__(self) -> None:
         self._chunks: list[bytes] = []
+        self._room = _KEPT_BYTES
+        self._dropped = 0
 
     async def pump(self, stream: asyncio.StreamReader | None) -> None:
         if stream is None:
             return
         while chunk := await stream.read(_READ_CHUNK):
-            self._chunks.append(chunk)
+            keep = chunk[: self._room]
+            if keep:
+                self._chunks.append(keep)
+                self._room -= len(keep)
+            self._dropped += len(chunk) - len(keep)
 
-    def text(self) -> str:
-        return b"".join(self._chunks).decode("utf-8", errors="replace")
+    def text(self) -> Kept:
+        kept = Kept()
+        kept.add(b"".join(self._chunks).decode("utf-8", errors="replace"))
+        kept.dropped += self._dropped
+        return kept
 
 
 class LocalTransport:
@@ -91,7 +104,7 @@ class LocalTransport:
             return OpenCommand(_decode(first).rstrip("\n"),
                                release=lambda: _release(proc, argv, first, out, err, started))
         ended = await _collect(proc, out, err, client_deadline(timeout))  # no full line: it is ending
-        result = _local_result(argv, proc, _decode(first) + out.text(), err.text(), started)
+        result = _local_result(argv, proc, _with_first(first, out), err.text(), started)
         if not ended:
             raise CommandTimeout(result, timeout)
         return OpenCommand(_decode(first).strip(), finish(result, self._host, timeout, become=become))
@@ -119,7 +132,16 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _local_result(argv: Sequence[str], proc: asyncio.subprocess.Process, out: str, err: str,
+def _with_first(first: bytes, out: _Output) -> Kept:
+    """The first line read before, then the rest of stdout, kept as one stream."""
+    rest = out.text()
+    kept = Kept()
+    kept.add(_decode(first) + rest.text)
+    kept.dropped += rest.dropped
+    return kept
+
+
+def _local_result(argv: Sequence[str], proc: asyncio.subprocess.Process, out: str | Kept, err: str | Kept,
                   started: float) -> CommandResult:
     """The CommandResult of a local process: a negative return code is a signal."""
     code = proc.returncode
@@ -168,7 +190,7 @@ async def _release(proc: asyncio.subprocess.Process, argv: Sequence[str], first:
     if not ended:
         await _reap(proc, out, err, kill=True)
         return None
-    return _local_result(argv, proc, _decode(first) + out.text(), err.text(), started)
+    return _local_result(argv, proc, _with_first(first, out), err.text(), started)
 
 
 async def _pump(proc: asyncio.subprocess.Process, out: _Output, err: _Output) -> None:

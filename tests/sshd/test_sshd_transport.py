@@ -19,6 +19,7 @@ from support.waits import gone_within, line_within
 from fleet.inventory.host import Host
 from fleet.model.errors import AuthError, CommandTimeout, HostKeyError
 from fleet.transport import ssh as ssh_module
+from fleet.transport.base import OUTPUT_LIMIT
 from fleet.transport.ssh import SshTransport, open_ssh
 
 
@@ -117,3 +118,32 @@ def test_sshd_runs_as_a_recorded_pid(sshd: Sshd) -> None:
     """The fixture's sshd is ours to kill: its pid file names the process we started."""
     assert int((sshd.dir / "sshd.pid").read_text()) == sshd.process.pid
     assert os.path.exists(f"/proc/{sshd.process.pid}")
+
+
+def _reset_peak() -> float:
+    """Start the peak again from what is resident now (clear_refs 5); that peak, in MiB."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _peak_rss_mib()
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory since the last reset (VmHWM), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
+async def test_a_node_that_prints_100_mb_costs_the_controller_its_cap_not_its_output(ssh: SshTransport) -> None:
+    """100 MB on stdout and 100 MB on stderr: the controller keeps the first OUTPUT_LIMIT characters of each, with
+    the cut marked (which no probe reads as an answer), reads the rest and drops it; its peak RSS grows by a few
+    times the cap, not by the output (it kept every byte, 194 MiB for 100 MB, before)."""
+    script = "head -c 100000000 /dev/zero | tr '\\0' a; head -c 100000000 /dev/zero | tr '\\0' b >&2"
+    before = _reset_peak()
+    result = await ssh.run(["sh", "-c", script], timeout=120)
+    grown = _peak_rss_mib() - before
+    assert result.exit_status == 0
+    assert result.stdout.startswith("a" * 1000) and result.stdout.endswith(
+        f"... [{100_000_000 - OUTPUT_LIMIT} characters cut]")
+    assert result.stderr.endswith(f"... [{100_000_000 - OUTPUT_LIMIT} characters cut]")
+    assert grown < 40, f"peak RSS grew {grown:.0f} MiB for 200 MB of output"

@@ -53,6 +53,7 @@ from fleet.transport import attention, liveness, reap
 from fleet.transport.base import (
     RELEASE_TIMEOUT_S,
     CommandResult,
+    Kept,
     Note,
     OpenCommand,
     bounded_argv,
@@ -72,6 +73,8 @@ from fleet.transport.ssh.routing import route
 REAP_TIMEOUT_S = 3.0
 # Seconds each of the reap's two commands (find, kill) may take on the node: they answer within REAP_TIMEOUT_S.
 REAP_COMMAND_S = 1.0
+# Characters read from a stream at a time (asyncssh keeps at most its window, 2 MiB, unread on the channel).
+READ_CHUNK = 64 * 1024
 
 _Process = asyncssh.SSHClientProcess[str]
 T = TypeVar("T")
@@ -181,8 +184,8 @@ class SshTransport:
                 raise CommandTimeout(make_result(argv, None, None, *output, started), timeout)
             if first.endswith("\n"):
                 return OpenCommand(first.rstrip("\n"), release=lambda: self._release(process, argv, first, started))
-            (out, err), timed_out = await self._communicate(process, deadline)  # no full line: it is ending
-        result = _result(argv, process, (first + out, err), started)
+            ending, timed_out = await self._communicate(process, deadline, first)  # no full line: it is ending
+        result = _result(argv, process, ending, started)
         if timed_out:
             raise CommandTimeout(result, timeout)
         self._check_ended(result)
@@ -266,19 +269,25 @@ class SshTransport:
         if reap_as is not None:
             await self._reap(*reap_as, cancelled=cancelled)
 
-    async def _communicate(self, process: _Process, deadline: float) -> tuple[tuple[str, str], bool]:
-        """Both streams until the channel closes, or what arrived by the deadline: (output, timed_out).
+    async def _communicate(self, process: _Process, deadline: float,
+                           first: str = "") -> tuple[tuple[Kept, Kept], bool]:
+        """Both streams until the channel closes, or what arrived by the deadline: (output, timed_out). Each is read
+        as it arrives and kept up to OUTPUT_LIMIT (`Kept`): past it, what the node prints is read and dropped.
 
-        A channel that did not close by itself (a deadline, a cancel, silence) is ended on the way out.
+        A channel that did not close by itself (a deadline, a cancel, silence) is ended on the way out. `first`: what
+        was read of stdout already.
         """
+        output = (Kept(), Kept())
+        output[0].add(first)
+        reading = asyncio.ensure_future(_read(process, *output))
         closed = False
         try:
-            output = await self._answer(process.communicate, deadline)
-            closed = output is not None
+            closed = await self._answer(lambda: asyncio.shield(reading), deadline) is not None
         finally:
             if not closed:
+                reading.cancel()
                 _abandon(process)
-        return (output, False) if output is not None else (process.collect_output(), True)
+        return output, not closed
 
     async def _first_line(self, process: _Process, deadline: float) -> str | None:
         """Its first stdout line ('' or partial at EOF), or None past the deadline; ended unless it answered."""
@@ -299,16 +308,18 @@ class SshTransport:
         SessionSilent at once on a silent session (its holder's stdin ends with the connection).
         """
         self._check_alive()
-        output: tuple[str, str] | None = None
+        output = (Kept(), Kept())
+        output[0].add(first)
+        ended = False
         with anyio.move_on_after(RELEASE_TIMEOUT_S, shield=True):
             with suppress(OSError, asyncssh.Error):
                 process.stdin.write_eof()
             with suppress(OSError, asyncssh.Error):
-                output = await process.communicate()
+                ended = await _read(process, *output)
         _abandon(process)
-        if output is None:
+        if not ended:
             return None
-        return _result(argv, process, (first + output[0], output[1]), started)
+        return _result(argv, process, output, started)
 
     async def _reap(self, token: str, become: bool, *, cancelled: bool = False) -> None:
         """End an interrupted or overdue command on the node (OpenSSH does not when its channel closes).
@@ -330,7 +341,19 @@ class SshTransport:
         self.silent = cancelled and waited.cancelled_caught
 
 
-def _result(argv: Sequence[str], process: _Process, output: tuple[str, str], started: float) -> CommandResult:
+async def _read(process: _Process, out: Kept, err: Kept) -> bool:
+    """Read both streams as they arrive into `out` and `err`, then wait for the channel's close: True."""
+    async def pump(stream: asyncssh.SSHReader[str], into: Kept) -> None:
+        while chunk := await stream.read(READ_CHUNK):
+            into.add(chunk)
+
+    await asyncio.gather(pump(process.stdout, out), pump(process.stderr, err))
+    await process.wait_closed()
+    return True
+
+
+def _result(argv: Sequence[str], process: _Process, output: tuple[str | Kept, str | Kept],
+            started: float) -> CommandResult:
     out, err = output
     signal_info = process.exit_signal  # when set, asyncssh reports exit_status -1
     if signal_info:
