@@ -188,16 +188,15 @@ def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, 
           ended: Ended | None = None, refused: Mapping[str, Sequence[str]] | None = None,
           said: Sequence[GpuSettings] | None = None) -> Judgement:
     """Every GPU's facts and every Xid weighed (see the module); an Xid on no listed GPU is the host's, its PCI
-    address named. `refused`: the `--restore-settings` changes the driver refused, by bus id (`gpu_settings`).
+    address named. `refused`: the `--restore-settings` changes the driver refused, by bus id: each a `gpu_settings`
+    failure whatever the host's `health_warn`, `health_ignore` or `health_fail` say (the operator asked for them).
     `said`: each GPU's settings, in `gpus`' order, where the caller has them already (else read from `gpus`)."""
     by_pci = {pci_of_bus_id(g.bus_id): g for g in gpus}
-    settings = by_name(SETTINGS_CHECK)
     said = GpuSettings.of_each(gpus) if said is None else said
     profiled = _profiled(policy.profile, said)
     found = {g.bus_id: _weigh(_gpu_facts(g, lines), policy) for g, lines in zip(gpus, profiled, strict=True)}
-    for bus_id, lines in (refused or {}).items():
-        facts = ((SETTINGS_CHECK, settings.default, line) for line in lines)
-        found.setdefault(bus_id, []).extend(_weigh(facts, policy))
+    for bus_id, lines in (refused or {}).items():  # asked for and not taken: a failure whatever the host's policy
+        found.setdefault(bus_id, []).extend(Finding(SETTINGS_CHECK, Level.FAIL, line) for line in lines)
     host: list[HostFinding] = []
     for pci, fact in _xid_facts(kernel, by_pci, ended or Ended()):
         owner = by_pci.get(pci)
@@ -291,7 +290,10 @@ def _xid_weight(xid: Xid, during: bool, gpu: GpuHealth | None, ended: Ended) -> 
         return _XidFact(Level.FAIL if xid.code in XID_ACTION else Level.WARN)
     if xid.code in XID_APPLICATION and xid.pid is not None and xid.pid in ended.names:
         return _XidFact(Level.WARN, f": {ended.names[xid.pid]}")
-    holders = ended.on_gpu.get(xid.pci, ()) if xid.code in XID_APPLICATION and xid.pid is None else ()
+    # naming no process: on a GPU only processes the reset ended held, it warns; a folded group (more pids than the
+    # read keeps apart) names none either, but its pids are unknown, a kept job's among them maybe: it fails
+    holders = ended.on_gpu.get(xid.pci, ()) if xid.code in XID_APPLICATION and xid.pid is None \
+        and not xid.folded else ()
     if holders:
         return _XidFact(Level.WARN, f", naming no process, on the GPU of {'; '.join(ended.names[p] for p in holders)}")
     return _XidFact(Level.FAIL)

@@ -62,6 +62,18 @@ async def test_a_restore_the_driver_refuses_is_a_finding_naming_the_gpu(make_fle
     assert restores(tmp_path, "gpu-r02") == [(5, "nvidia-smi -i 5 -pl 700", 4)]
 
 
+async def test_a_restore_the_driver_refuses_fails_the_host_whatever_its_policy(make_fleet: Any, tmp_path: Path) -> None:
+    """The default policy only warns of a lowered power limit, and this host ignores gpu_settings altogether: a
+    restore that was asked for and did not take still fails it (a gate before a benchmark never passes a GPU left
+    at 450 W)."""
+    spec = busy("gpu-r04", power_limits=((5, 450.0),), power_limit_refused=True)
+    sim = await make_fleet([spec], fast_vars(["gpu-r04"], health_ignore=["gpu_settings"]))
+    host = (await reset(sim, tmp_path, restore_settings=True)).hosts["gpu-r04"]
+    assert host.status is HostStatus.FAILED and host.reason is Reason.GPU_SETTINGS, host.error
+    assert host.error == ("gpu 5: nvidia-smi -i 5 -pl 700 exited 4: Failed to set power management limit for GPU "
+                          "00000000:BB:00.0: Insufficient Permissions (restoring power limit 450 W, default 700 W)")
+
+
 async def test_mig_needs_a_gpu_reset_said_without_one_done_with_it(make_fleet: Any, tmp_path: Path) -> None:
     """MIG on gpu 1 (the profile: off) is held back, said, without --gpu-reset; with it, `-mig 0` then `-r -i 1`,
     and verify reads MIG off (and the GPU's idle MIG reservation gone)."""

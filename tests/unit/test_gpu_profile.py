@@ -17,7 +17,7 @@ from fleet.model.gpu_facts import GpuHealth, GpuSettings
 from fleet.model.gpu_profile import DEFAULT_PROFILE, Clocks, GpuProfile, Setting, differences, findings
 from fleet.model.report import Level, Reason
 from fleet.node.probes.smi import GpuRow
-from fleet.reset.health_gate import HealthPolicy, KernelReads, judge
+from fleet.reset.health_gate import HealthPolicy, KernelReads, fails, judge
 from fleet.reset.restore_plan import restore_plan
 from fleet.reset.settle import Allowance
 from fleet.reset.verify import verify_verdict
@@ -209,8 +209,19 @@ def test_a_restore_the_driver_refused_is_a_finding_on_its_gpu() -> None:
                                     "00000000:18:00.0: Insufficient Permissions (restoring power limit 450 W, "
                                     "default 700 W)",)}
     found = judge([gpu_of(LOWERED)], KernelReads(), HealthPolicy(), refused=refused)
-    assert [f.detail for f in found.gpus["00000000:18:00.0"]] == ["power limit 450 W, default 700 W",
-                                                                  refused["00000000:18:00.0"][0]]
+    assert [(f.level, f.detail) for f in found.gpus["00000000:18:00.0"]] == [
+        (Level.WARN, "power limit 450 W, default 700 W"), (Level.FAIL, refused["00000000:18:00.0"][0])]
+
+
+@pytest.mark.parametrize("policy", [HealthPolicy(), HealthPolicy(warn=frozenset({"gpu_settings"})),
+                                    HealthPolicy(ignore=frozenset({"gpu_settings"}))],
+                         ids=["default", "warn", "ignore"])
+def test_a_restore_the_driver_refused_fails_whatever_the_hosts_policy(policy: HealthPolicy) -> None:
+    """--restore-settings is the operator saying these settings matter: one the driver refused fails the GPU."""
+    refused = {"00000000:18:00.0": ("nvidia-smi -i 3 -pl 700 exited 4: Insufficient Permissions",)}
+    found = judge([gpu_of(LOWERED)], KernelReads(), policy, refused=refused)
+    assert [(f.check, f.level, f.detail) for f in fails(found)] == [
+        ("gpu_settings", Level.FAIL, "nvidia-smi -i 3 -pl 700 exited 4: Insufficient Permissions")]
 
 
 # ---------------------------------------------------------------- the restore's plan
