@@ -95,10 +95,12 @@ async def kill(node: Node, *, stop_respawning: bool = False) -> StepOutcome:
     started = time.monotonic()
     rounds = [await _kill_round(node)]
     names = _respawning_units(node, rounds[0]) if stop_respawning else ()
+    shared = await _shared_units(node, names, rounds[0]) if names else {}
+    names = tuple(n for n in names if n not in shared)
     stopped = await _stop_respawning(node, names) if names else None
     if stopped is not None:
         rounds.append(await _kill_round(node))
-    return _kill_outcome(started, rounds, stopped)
+    return _kill_outcome(started, rounds, stopped, shared)
 
 
 async def _kill_round(node: Node) -> KillRound:
@@ -189,20 +191,41 @@ def _respawning_units(node: Node, first: KillRound) -> tuple[str, ...]:
     return units_to_stop(first.respawned, first.kept, first.own_units, Rules.of(host), host.services)
 
 
+async def _shared_units(node: Node, names: Sequence[str], first: KillRound) -> dict[str, frozenset[int]]:
+    """The units among `names` that run a process besides the holders fleet may kill (those it killed, those that
+    came back), with those pids: a shared service (cron, atd, slurmd, JupyterHub) whose other processes are other
+    users' work is never stopped. A read that fails fails the step: not known is not "nothing else there"."""
+    ours = {h.pid for h in first.respawned} | {k.pid for k in first.killed}
+    shared = {}
+    for unit in names:
+        known = next(h.pid for h in first.respawned if h.unit == unit)
+        members = await node.ask(units.unit_members(unit, simulated=node.host.simulated, known=known),
+                                 step=StepName.KILL)
+        others = members - ours
+        if others:
+            node.log.warning("unit_not_stopped", step="kill", unit=unit, others=sorted(others))
+            shared[unit] = others
+    return shared
+
+
 async def _stop_respawning(node: Node, names: Sequence[str]) -> UnitsStopped:
     """Stop the units whose processes came back, as drain would (its window, its escalation)."""
     node.log.warning("stop_respawning_units", step="kill", units=list(names))
     return await stop_units(node, names, node.host.drain_timeout, StepName.KILL)
 
 
-def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsStopped | None) -> StepOutcome:
-    """Every round's kills, the last round's keeps and verdict, and the units stopped between."""
+def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsStopped | None,
+                  shared: Mapping[str, frozenset[int]] | None = None) -> StepOutcome:
+    """Every round's kills, the last round's keeps and verdict, the units stopped between, and those not stopped
+    because they run other processes too (`shared`)."""
     last = rounds[-1]
     killed = tuple(k for r in rounds for k in r.killed)
     detail = describe_kill(killed, last.kept, last.back, tuple(m for r in rounds for m in r.missed))
     if stopped is not None:
         detail += f"; stopped units of respawned holders: {stopped.detail}"
     reason, error = (Reason.DRAIN_FAILED, stopped.error) if stopped and stopped.error else (last.reason, last.error)
+    if shared and error:
+        error = f"{error}; {shared_line(shared)}"
     status = StepStatus.FAILED if error else StepStatus.OK
     kept = frozenset(h.pid for h in last.kept if h.part_of_the_machine)
     job_pids = frozenset(h.pid for h in last.kept if job_of(h) is not None)
@@ -231,6 +254,18 @@ def killed_records(targets: Sequence[Holder], term: Signalled, kill9: Signalled)
             continue
         records.append(KilledProcess(pid=h.pid, name=h.name, user=h.user, signal=signal))
     return tuple(records)
+
+
+def shared_line(shared: Mapping[str, frozenset[int]]) -> str:
+    """`not stopped: cron.service runs 2 other processes (pid 100, pid 200): add it to services if it is the
+    workload's own`."""
+    parts = []
+    for unit, others in sorted(shared.items()):
+        pids = sorted(others)
+        shown = ", ".join(f"pid {p}" for p in pids[:3]) + (f" and {len(pids) - 3} more" if len(pids) > 3 else "")
+        runs = f"{len(pids)} other process{'es' if len(pids) > 1 else ''}"
+        parts.append(f"not stopped: {unit} runs {runs} ({shown}): add it to services if it is the workload's own")
+    return "; ".join(parts)
 
 
 def labels(holders: Iterable[Holder], limit: int = 4) -> str:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from fleet.node.probes.units import SIM_UNIT_VAR
+from fleet.node.probes.units import SIM_NODE_VAR, SIM_UNIT_VAR
 from fleet.sim import state, worker
 
 # The simulator's stand-in for cgroups: the unit a process belongs to, in its environment. Declared here,
@@ -100,7 +100,7 @@ class Supervisor:
 
     def worker_env(self) -> dict[str, str]:
         """The unit's environment: the simulator's stand-in for the cgroup systemd would put it in."""
-        return {**os.environ, SIM_UNIT_VAR: self.name}
+        return {**os.environ, SIM_UNIT_VAR: self.name, SIM_NODE_VAR: str(self.root)}
 
     # ------------------------------------------------------------ lifecycle
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -10,7 +12,7 @@ from support import scripted_node
 from fleet.inventory.host import Host
 from fleet.model.report import KeptProcess, StepStatus
 from fleet.node.node import Node
-from fleet.node.probes import procs
+from fleet.node.probes import procs, units
 from fleet.reset import kill
 from fleet.transport.scripted import Reply, ScriptedTransport
 
@@ -40,6 +42,8 @@ def node(scans: Iterator[str], cgroup: dict[int, str]) -> ScriptedTransport:
             f"{p} 1 root python3 -m trainer\n" for p in pids_of(argv))))),
         (scripted_node.EXE, lambda argv: scripted_node.exe_reply(dict.fromkeys(pids_of(argv), "/usr/bin/python3.11"))),
         (scripted_node.LINEAGE, scripted_node.lineage),
+        (("sh", "-c", units.MEMBERS_SH), lambda argv: Reply("".join(
+            f"/proc/{p}/cgroup:{line}\n" for p, line in cgroup.items() if line.endswith(argv[-1])))),
         (("grep",), lambda argv: Reply("".join(
             f"/proc/{p}/cgroup:{cgroup[p]}\n" for p in pids_of(argv) if p in cgroup))),
         (("sh", "-c"), scripted_node.signal()),
@@ -92,6 +96,53 @@ async def test_kept_holders_are_logged_with_why() -> None:
     assert outcome.result.detail == "no GPU holders to kill; kept pid 900 python3 (fleet's own session)"
     assert ("kept", {"step": "kill", "pid": 900, "name": "python3", "reason": "fleet's own session"}) in log.events
     assert outcome.left_alive == (KeptProcess(900, "python3", "root", "fleet's own session"),)  # the report's kept
+
+
+CRON = "0::/system.slice/cron.service"
+
+
+async def test_stop_units_never_stops_a_service_that_runs_other_processes_too() -> None:
+    """The holder came back in cron.service, which also runs crond (pid 55) and another user's job (pid 56): a
+    shared service is not stopped; the kill fails naming it, and what to do if it is the workload's own."""
+    t = node(iter([holder(100), holder(101)]), {100: CRON, 101: CRON, 55: CRON, 56: CRON})
+    log = Log()
+    outcome = await kill.kill(remote(t, log), stop_respawning=True)
+    assert not [argv for argv in t.ran if argv[:2] == ("systemctl", "stop")]
+    assert outcome.result.status is StepStatus.FAILED
+    assert outcome.result.error == (
+        "respawned: pid 101 python3 (cron.service, Restart=always); add it to services; not stopped: cron.service "
+        "runs 2 other processes (pid 55, pid 56): add it to services if it is the workload's own")
+    assert ("unit_not_stopped", {"step": "kill", "unit": "cron.service", "others": [55, 56]}) in log.events
+
+
+def test_a_units_members_are_read_by_its_cgroup_not_by_a_name_that_contains_it() -> None:
+    """`grep -F /cron.service` also finds `anacron.service`'s lines and a delegated sub-cgroup's: the cgroup is
+    read as a unit is (its top-level .service), so only cron.service's own processes and those below it count."""
+    probe = units.unit_members("cron.service", simulated=False)
+    text = ("/proc/55/cgroup:0::/system.slice/cron.service\n/proc/70/cgroup:0::/system.slice/anacron.service\n"
+            "/proc/71/cgroup:0::/system.slice/cron.service/job-1\n")
+    assert probe.parse(text) == frozenset({55, 71})
+    sim = units.unit_members("cron.service", simulated=True, known=55)
+    assert sim.parse("/proc/55/environ:FLEET_SIM_UNIT=cron.service\0") == frozenset({55})
+
+
+def test_a_simulated_units_members_are_those_of_its_own_node() -> None:
+    """Simulated nodes share this machine's /proc: the members of `trainer.service` are the processes with that
+    stand-in and the same node as the known member, never another simulated node's."""
+    def start(node: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, units.SIM_UNIT_VAR: "trainer.service", units.SIM_NODE_VAR: node}
+        return subprocess.Popen(["sleep", "60"], env=env)
+
+    ours, also_ours, theirs = start("/sim/a"), start("/sim/a"), start("/sim/b")
+    try:
+        probe = units.unit_members("trainer.service", simulated=True, known=ours.pid)
+        done = subprocess.run(list(probe.argv), capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stderr
+        assert probe.parse(done.stdout) == {ours.pid, also_ours.pid}
+    finally:
+        for child in (ours, also_ours, theirs):
+            child.kill()
+            child.wait()
 
 
 BATCH = "0::/system.slice/batch.service"

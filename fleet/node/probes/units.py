@@ -32,6 +32,8 @@ from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 # processes, standing in for the cgroup a real node's systemd gives them. Declared here, where it is read: the
 # simulator knows the product, never the other way round.
 SIM_UNIT_VAR = "FLEET_SIM_UNIT"
+# Beside it, the simulated node the process belongs to: simulated nodes share one /proc (in tests, many at once).
+SIM_NODE_VAR = "FLEET_SIM_NODE"
 
 # `systemctl stop` exits 5 for a unit that is not loaded: nothing to stop, not an error.
 STOP_ANSWERS = frozenset({0, 5})
@@ -221,6 +223,40 @@ def unit_kill(unit: str) -> Probe[str]:
 def unit_restart(unit: str) -> Probe[str | None]:
     """Its Restart= setting; a failed read is no setting (`ANY_EXIT`: the caller keeps only exit 0's)."""
     return Probe(tuple(unit_restart_argv(unit)), f"systemctl show {unit}", parse_unit_restart, ok_exits=ANY_EXIT)
+
+
+# A unit's members: every process's cgroup lines naming it (the shell lists /proc). On a simulated node, the
+# stand-in's `FLEET_SIM_UNIT=` records of the processes of the same simulated node as a known member (`$2`).
+MEMBERS_SH = 'exec grep -s -H -F -e "$1" -- /proc/[0-9]*/cgroup'
+MEMBERS_SIM_SH = f"""node=$(grep -a -z -s -x -e "{SIM_NODE_VAR}=.*" "/proc/$2/environ" | tr -d '\\000')
+[ -n "$node" ] || exit 3
+for f in $(grep -a -z -s -l -x -F -e "$1" /proc/[0-9]*/environ); do
+  grep -a -z -s -q -x -F -e "$node" "$f" && printf '%s:%s\\000' "$f" "$1"
+done
+exit 0"""
+
+
+def members_argv(unit: str, *, simulated: bool, known: int | None = None) -> list[str]:
+    """Every process's cgroup lines that name `unit` (on a simulated node, its stand-in's `FLEET_SIM_UNIT=` records,
+    of the simulated node `known`, a member, belongs to), prefixed with their file: the shell lists /proc, the
+    unit's name is the fixed string grep looks for (the lines found are then read as `parse_cgroups` reads them, so
+    a name that only contains it is no member)."""
+    name = _unit(unit)
+    if simulated:
+        if known is None or known < 2:
+            raise ValueError("a simulated node's unit members are read beside a known member")
+        return ["sh", "-c", MEMBERS_SIM_SH, "fleet-unit-members", f"{SIM_UNIT_VAR}={name}", str(known)]
+    return ["sh", "-c", MEMBERS_SH, "fleet-unit-members", f"/{name}"]
+
+
+def unit_members(unit: str, *, simulated: bool, known: int | None = None) -> Probe[frozenset[int]]:
+    """The pids of every process in `unit` (its cgroup and the cgroups below it), as the node says now. grep's 0
+    (found), 1 (none) and 2 (a process ended while it read) are answers; any other status fails the read."""
+    def members(text: str) -> frozenset[int]:
+        found = parse_sim_units(text) if simulated else parse_cgroups(text)
+        return frozenset(pid for pid, name in found.items() if name == unit)
+    return Probe(tuple(members_argv(unit, simulated=simulated, known=known)), f"processes of {unit}", members,
+                 needs_root=True, ok_exits=frozenset({0, 1, 2}))
 
 
 def units_of(pids: Sequence[int], *, simulated: bool) -> Probe[dict[int, str]]:
