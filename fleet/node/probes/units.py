@@ -33,7 +33,7 @@ from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 # simulator knows the product, never the other way round.
 SIM_UNIT_VAR = "FLEET_SIM_UNIT"
 # Beside it, the simulated node the process belongs to: simulated nodes share one /proc (in tests, many at once).
-SIM_NODE_VAR = "FLEET_SIM_NODE"
+SIM_NODE_VAR = "FLEET_SIM_UNIT_NODE"
 
 # `systemctl stop` exits 5 for a unit that is not loaded: nothing to stop, not an error.
 STOP_ANSWERS = frozenset({0, 5})
