@@ -16,7 +16,7 @@ from fleet.node.bounds import commands_s
 from fleet.node.budget import BudgetSpent
 from fleet.node.node import Node
 from fleet.node.probe import Probe
-from fleet.node.probes import kernel_log, smi
+from fleet.node.probes import jobs, kernel_log, smi
 from fleet.reset import verify
 
 # What ends a read here but not the reset: the memory and the apps are then unknown.
@@ -26,9 +26,9 @@ SMI_READS = 2
 
 
 def longest_s(host: Host) -> float:
-    """The longest the baselines can take: the kernel log (unless Xids are ignored) and the two nvidia-smi reads,
-    each at its bound (the batch has no budget of its own)."""
-    return commands_s(host, smi=SMI_READS, other=1 if reads_xids(host) else 0)
+    """The longest the baselines can take: the kernel log and which compute apps are a job's (unless Xids are
+    ignored) and the two nvidia-smi reads, each at its bound (the batch has no budget of its own)."""
+    return commands_s(host, smi=SMI_READS, other=2 if reads_xids(host) else 0)
 
 
 def reads_xids(host: Host) -> bool:
@@ -69,4 +69,18 @@ async def read(node: Node) -> tuple[verify.Baseline, tuple[int | None, ...] | No
         apps = answers.read(apps_probe)
     except UNREAD as exc:
         node.log.warning("memory_unread", error=str(exc))
-    return verify.Baseline(log, unread, apps), memory
+    jobs = await _jobs(node, apps) if apps and log_probe is not None else frozenset()
+    return verify.Baseline(log, unread, apps, jobs), memory
+
+
+async def _jobs(node: Node, apps: tuple[smi.ComputeApp, ...]) -> frozenset[int]:
+    """The compute apps that are a job's processes (their cgroup names a job), in one more command: fleet never
+    ends them, so one that ends on its own during the reset was not ended by it, and its application Xid fails.
+    A read that fails counts every app as a job's: not known is never "the reset ended it"."""
+    pids = sorted({a.pid for a in apps})
+    try:
+        found = await node.ask(jobs.job_cgroups(pids), step=StepName.DRAIN)
+        return frozenset(found)
+    except UNREAD as exc:
+        node.log.warning("jobs_unread", error=str(exc))
+        return frozenset(pids)

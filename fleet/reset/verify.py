@@ -74,6 +74,7 @@ class Baseline:
     log: kernel_log.KernelLog | None = None
     unread: str | None = None
     apps: tuple[smi.ComputeApp, ...] = ()
+    jobs: frozenset[int] = frozenset()  # the apps that were a job's processes: never ended by the reset
 
 
 async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseline: Baseline | None = None,
@@ -97,7 +98,8 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     rows, apps = answers.read(gpu_probe), answers.read(apps_probe)
     by_index = {r.index: r.pci_bus_id or "" for r in rows}
     findings = await reads.findings(node, answers, budget, baseline,
-                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps, spared),
+                                    Ended.of(killed, baseline.apps if baseline else (), rows, apps,
+                                             spared | (baseline.jobs if baseline else frozenset())),
                                     {by_index.get(i, ""): tuple(lines) for i, lines in (refused or {}).items()})
     judged = await scan_holders(node, StepName.VERIFY, budget, looked=answers.result(scan_probe))
     kept = {h.pid for h in judged if h.part_of_the_machine}

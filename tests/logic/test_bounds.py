@@ -65,7 +65,7 @@ def test_the_hang_lines_name_the_bound() -> None:
 def test_the_lock_outlives_a_reset_whose_every_command_takes_its_bound() -> None:
     host = make_host(services=("sglang.service",), drain_timeout=30.0, kill_grace=5.0, settle_timeout=60.0,
                      command_timeout=10.0)
-    by_hand = ((10 + 2 * 30)  # the baselines: the kernel log, two nvidia-smi reads
+    by_hand = ((2 * 10 + 2 * 30)  # the baselines: the kernel log, two nvidia-smi reads, the apps' jobs
                + (30 + 10) + (10 + 10)  # drain's wait and escalation, a poll past each
                + (5 + 5 + 8 * 10)  # kill: SIGTERM's grace, SIGKILL's wait, its commands
                + (60 + 2 * 30) + 2 * (3 * 30 + 5 * 10)  # settle's wait, a poll past it, two looks at held memory

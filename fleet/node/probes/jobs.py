@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleet.node.jobs import JobSide, job_sides
-from fleet.node.probe import ANY_EXIT, Probe
+from fleet.node.probe import Probe
 from fleet.node.probes.units import cgroup_argv, cgroup_lines
 
 
@@ -51,5 +51,10 @@ def parse_job_cgroups(text: str) -> dict[int, JobCgroup]:
 
 def job_cgroups(pids: Sequence[int]) -> Probe[dict[int, JobCgroup]]:
     """pid -> the job its cgroup names. A pid that vanished mid-read makes grep exit 2: what it printed is still
-    the answer."""
-    return Probe(tuple(cgroup_argv(pids)), "cgroup listing", parse_job_cgroups, needs_root=True, ok_exits=ANY_EXIT)
+    the answer; any other status but 0 and 1 (a grep that could not run) is no answer, never "in no job"."""
+    return Probe(tuple(cgroup_argv(pids)), "cgroup listing", parse_job_cgroups, needs_root=True,
+                 ok_exits=GREP_ANSWERS)
+
+
+# grep's answers: found (0), none (1), a file it could not read (2: a process that ended while it read).
+GREP_ANSWERS = frozenset({0, 1, 2})
