@@ -84,11 +84,12 @@ def test_parse_job_cgroups_malformed() -> None:
         parse_job_cgroups("/proc/1/cgroup:0::/\nnot a cgroup line\n")
 
 
-def test_the_probe_reads_cgroups_as_root_and_any_exit_is_an_answer() -> None:
-    """grep exits 2 when a pid vanished mid-read: what it printed is still the answer."""
+def test_the_probe_reads_cgroups_as_root_and_grep_s_answers_are_answers() -> None:
+    """grep exits 2 when a pid vanished mid-read: what it printed is still the answer. A grep that could not run
+    (127) is no answer: never "in no job"."""
     probe = jobs.job_cgroups([4242, 77])
     assert probe.argv == tuple(cgroup_argv([4242, 77]))
-    assert probe.needs_root and probe.ok_exits is None
+    assert probe.needs_root and probe.ok_exits == {0, 1, 2}
 
 
 def _read(pids: list[int]) -> dict[int, JobCgroup]:
