@@ -405,3 +405,12 @@ def test_ps_is_always_asked_about_pid_1_too() -> None:
     assert procs.ps([4242, 77]).argv == tuple(ps_argv([1, 77, 4242]))
     assert procs.ps([1, 4242]).argv == tuple(ps_argv([1, 4242]))
     assert procs.ps([4242]).needs_root is True
+
+
+def test_a_maps_regex_grep_cannot_read_ends_the_scan_never_no_mapping() -> None:
+    """grep says 2 both for a process that ended while it read and for a pattern it cannot read: the pattern is
+    tried first, so a bad one fails the scan (exit 3) rather than reading as "no process maps a device"."""
+    argv = holders_scan_argv(["/dev/nvidia*"])
+    argv[4] = "[[:space:]](/dev/nvidia("  # unbalanced: grep -E refuses it
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 3 and done.stdout == ""
