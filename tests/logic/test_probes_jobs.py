@@ -89,7 +89,7 @@ def test_the_probe_reads_cgroups_as_root_and_grep_s_answers_are_answers() -> Non
     (127) is no answer: never "in no job"."""
     probe = jobs.job_cgroups([4242, 77])
     assert probe.argv == tuple(cgroup_argv([4242, 77]))
-    assert probe.needs_root and probe.ok_exits == {0, 1, 2}
+    assert probe.needs_root and probe.ok_exits == frozenset({0, 1, 2})
 
 
 def _read(pids: list[int]) -> dict[int, JobCgroup]:
