@@ -46,10 +46,11 @@ def test_stat_quotes_every_byte_and_parse_exe_reads_each_back(tmp_path: Path) ->
 
 
 def test_scan_records_end_in_nul_so_a_target_with_newlines_is_one_record() -> None:
-    text = "alice\t/proc/7/task/7/fd/3\t/dev/nvidia0\nroot\t/proc/1/task/1/fd/3\t/dev/nvidia1\0init\0"
-    assert parse_scan(text).rows == (HolderRow(7, "alice", ("/dev/nvidia0\nroot\t/proc/1/task/1/fd/3\t/dev/nvidia1",)),)
+    text = "hit\talice\t/proc/7/task/7/fd/3\t/dev/nvidia0\nhit\troot\t/proc/1/task/1/fd/3\t/dev/nvidia1\0init\0"
+    assert parse_scan(text).rows == (
+        HolderRow(7, "alice", ("/dev/nvidia0\nhit\troot\t/proc/1/task/1/fd/3\t/dev/nvidia1",)),)
     with pytest.raises(ProbeParseError, match="line 2: a record not ended by NUL"):
-        parse_scan("init\0alice\t/proc/7/task/7/fd/3\t/dev/nvid")  # cut: unreadable, never "nothing there"
+        parse_scan("init\0hit\talice\t/proc/7/task/7/fd/3\t/dev/nvid")  # cut: unreadable, never "nothing there"
 
 
 @pytest.mark.parametrize(("quoted", "reason"), [("a\\", "expected"), ("\\400", "no byte"), ("\\q", "unknown"),

@@ -8,6 +8,7 @@ import inspect
 import os
 import pwd
 import re
+import stat
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_each_public_name_is_declared_in_one_probe_module(module: ModuleType) ->
 def test_holders_scan_argv_shape() -> None:
     """scan.sh, with the maps pre-filter (a regex no narrower than the globs) and the globs, each one argument."""
     assert holders_scan_argv(["/dev/nvidia*", "/dev/nvidia-caps/*"]) == [
-        "sh", "-c", SCAN_SH, "fleet-scan", "[[:space:]](/dev/nvidia.*|/dev/nvidia-caps/.*)",
+        "sh", "-c", SCAN_SH, "fleet-scan", "[[:space:]](/dev/nvidia.*|/dev/nvidia-caps/.*)", "/proc/devices",
         "/dev/nvidia*", "/dev/nvidia-caps/*"]
 
 
@@ -115,13 +116,13 @@ def holders_of(text: str) -> tuple[HolderRow, ...]:
 
 def test_parse_holders_groups_sorts_and_dedups() -> None:
     text = (
-        "alice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0"
-        "bob\t/proc/17/task/17/fd/3\t/dev/nvidiactl\0"
-        "alice\t/proc/4242/task/4242/fd/9\t/dev/nvidiactl\0"
-        "alice\t/proc/4242/task/4242/fd/8\t/dev/nvidia0\0"
-        "1000\t/proc/99/task/99/fd/4\t/dev/nvidia-uvm\0"
-        "alice\t/proc/4242/task/4250/fd/5\t/dev/nvidia0\0"  # a thread's own file table: its process holds it
-        "alice\t/proc/4242/map_files/7f3a10000000-7f3a10001000\t/dev/nvidia1\0"  # a mapping
+        "hit\talice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0"
+        "hit\tbob\t/proc/17/task/17/fd/3\t/dev/nvidiactl\0"
+        "hit\talice\t/proc/4242/task/4242/fd/9\t/dev/nvidiactl\0"
+        "hit\talice\t/proc/4242/task/4242/fd/8\t/dev/nvidia0\0"
+        "hit\t1000\t/proc/99/task/99/fd/4\t/dev/nvidia-uvm\0"
+        "hit\talice\t/proc/4242/task/4250/fd/5\t/dev/nvidia0\0"  # a thread's own file table: its process holds it
+        "hit\talice\t/proc/4242/map_files/7f3a10000000-7f3a10001000\t/dev/nvidia1\0"  # a mapping
     )
     assert holders_of(text) == (
         HolderRow(17, "bob", ("/dev/nvidiactl",)),
@@ -138,7 +139,7 @@ def test_parse_holders_empty() -> None:
 def test_parse_scan_tells_what_the_scan_could_not_see() -> None:
     """`init` (it saw /proc/1) and `unreadable` (an fd table it may not read) lines beside the holders."""
     text = (
-        "alice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0"
+        "hit\talice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0"
         "init\0"
         "unreadable\tbob\t/proc/77/task/77/fd\0"
         "unreadable\troot\t/proc/12/task/12/fd\0"
@@ -149,7 +150,7 @@ def test_parse_scan_tells_what_the_scan_could_not_see() -> None:
         rows=(HolderRow(4242, "alice", ("/dev/nvidia0",)),), init_seen=True, unreadable=(5, 12, 77)
     )
     assert holders_of(text) == (HolderRow(4242, "alice", ("/dev/nvidia0",)),)
-    assert parse_scan("alice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0").init_seen is False
+    assert parse_scan("hit\talice\t/proc/4242/task/4242/fd/7\t/dev/nvidia0\0").init_seen is False
 
 
 @pytest.mark.parametrize("line", ["unreadable\tbob\t/proc/self", "unreadable\tbob\t/proc/77/fd", "unreadable\tbob"])
@@ -158,19 +159,23 @@ def test_parse_scan_malformed_unreadable_line(line: str) -> None:
         parse_scan("init\0" + line + "\0")
 
 
+NOT_A_PROC_PATH = "not a /proc/PID/task/TID/fd/N or /proc/PID/map_files/RANGE path"
+
+
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("alice /proc/1/task/1/fd/2 /dev/nvidia0", "expected user<TAB>"),
-        ("\t/proc/4242/task/4242/fd/7\t/dev/nvidia0", "expected user<TAB>"),
-        ("alice\t/proc/4242/task/4242/fd/7\t", "expected user<TAB>"),
-        ("alice\t/proc/self/fd/7\t/dev/nvidia0", "not a /proc/PID/task/TID/fd/N or /proc/PID/map_files/RANGE path"),
-        ("alice\t/proc/4242/fd\t/dev/nvidia0", "not a /proc/PID/task/TID/fd/N or /proc/PID/map_files/RANGE path"),
+        ("alice /proc/1/task/1/fd/2 /dev/nvidia0", "expected a hit, dev, id, unreadable or init record"),
+        ("hit alice /proc/1/task/1/fd/2 /dev/nvidia0", "expected a hit, dev, id, unreadable or init record"),
+        ("hit\t\t/proc/4242/task/4242/fd/7\t/dev/nvidia0", "expected user<TAB>"),
+        ("hit\talice\t/proc/4242/task/4242/fd/7\t", "expected user<TAB>"),
+        ("hit\talice\t/proc/self/fd/7\t/dev/nvidia0", NOT_A_PROC_PATH),
+        ("hit\talice\t/proc/4242/fd\t/dev/nvidia0", NOT_A_PROC_PATH),
     ],
 )
 def test_parse_holders_malformed(line: str, reason: str) -> None:
     with pytest.raises(ProbeParseError, match=f"line 2: {reason}"):
-        holders_of("alice\t/proc/1/task/1/fd/1\t/dev/nvidia0\0" + line + "\0")
+        holders_of("hit\talice\t/proc/1/task/1/fd/1\t/dev/nvidia0\0" + line + "\0")
 
 
 def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
@@ -186,6 +191,102 @@ def test_holders_scan_finds_this_process(tmp_path: Path) -> None:
     seen = parse_scan(done.stdout)
     assert seen.init_seen  # /proc/1 is there for every scan that ran (no hidepid here)
     assert os.getpid() not in seen.unreadable
+
+
+def test_a_device_found_by_its_identity_is_named_as_the_globs_name_it() -> None:
+    """`dev` records carry the identity; `id` records say which path the globs named it by (the first, when two
+    name one device), a character device by its number, any other file by its inode; a character device of the
+    driver's that no glob names is `char MAJOR:MINOR` (decimal), a named file gone before its record `inode`."""
+    text = (
+        "id\t21b6\tcc3:0\ti5:300\t/dev/nvidia0\0"
+        "id\t21b6\tcc3:0\ti5:301\t/dev/nvidia-zero\0"
+        "id\t81a4\tc0:0\ti5:1234\t/srv/sim/dev/nvidia1\0"
+        "dev\tnobody\t/proc/40/task/41/fd/8\tcc3:0\0"  # a bind mount: the link reads /tmp/gpu
+        "dev\tnobody\t/proc/40/map_files/7f00-7f01\ti5:1234\0"  # a hard link, mapped
+        "dev\talice\t/proc/50/task/50/fd/3\tcc3:7\0"  # a mknod copy of a minor none names
+        "hit\talice\t/proc/50/task/50/fd/4\t/dev/nvidiactl\0"
+        "dev\tbob\t/proc/60/task/60/fd/3\ti5:99\0"
+        "init\0"
+    )
+    assert parse_scan(text) == HolderScan((
+        HolderRow(40, "nobody", ("/dev/nvidia0", "/srv/sim/dev/nvidia1")),
+        HolderRow(50, "alice", ("/dev/nvidiactl", "char 195:7")),
+        HolderRow(60, "bob", ("inode 5:99",)),
+    ), init_seen=True)
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ("failed", "an open file's identity could not be read"),
+    ("dev\tbob\t/proc/4/task/4/fd/3\t/dev/nvidia0", "not a device identity"),
+    ("id\t21b6\tcc3:0\t/dev/nvidia0", "expected id<TAB>MODE<TAB>c..<TAB>i..<TAB>PATH"),
+    ("id\tcrw\tcc3:0\ti5:300\t/dev/nvidia0", "not a hex number"),
+    ("id\t21b6\tx195\ti5:300\t/dev/nvidia0", "not a device identity"),
+])
+def test_an_identity_the_scan_could_not_read_is_unreadable_output(line: str, reason: str) -> None:
+    with pytest.raises(ProbeParseError, match=f"line 2: {reason}"):
+        parse_scan("init\0" + line + "\0")
+
+
+def run_scan(globs: Sequence[str], driver_devices: str = procs.DRIVER_DEVICES) -> HolderScan:
+    argv = holders_scan_argv(globs)
+    argv[5] = driver_devices
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return parse_scan(done.stdout)
+
+
+def mine(scan: HolderScan, pid: int) -> tuple[str, ...]:
+    return next((row.devices for row in scan.rows if row.pid == pid), ())
+
+
+def test_a_device_held_under_another_path_is_seen_by_its_inode(tmp_path: Path) -> None:
+    """A file held by a path no glob matches (a hard link here; a bind mount reads the same) is the device."""
+    device = tmp_path / "dev" / "nvidia0"
+    device.parent.mkdir()
+    device.write_bytes(b"")
+    other = tmp_path / "elsewhere"
+    os.link(device, other)
+    with other.open("rb"):
+        scan = run_scan([str(device.parent / "nvidia*")])
+    assert mine(scan, os.getpid()) == (str(device),)
+
+
+@pytest.fixture
+def char_device(tmp_path: Path) -> Path:
+    """A character device node with /dev/full's numbers (1:7), named like a GPU's."""
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root (CI is root)")
+    path = tmp_path / "nvidia9"
+    os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 7))
+    return path
+
+
+def test_a_character_device_is_seen_by_its_number_whatever_its_path(char_device: Path) -> None:
+    with open("/dev/full", "rb"):
+        scan = run_scan([str(char_device.parent / "nvidia*")])
+    assert mine(scan, os.getpid()) == (str(char_device),)
+
+
+def test_the_drivers_majors_count_whole(char_device: Path, tmp_path: Path) -> None:
+    """/proc/devices' nvidia* character majors count whole when a named device is of one: a minor no glob names (a
+    mknod copy's) is still the driver's. Here /proc/devices is a file that says major 1 is the driver's (block
+    majors and other names never count)."""
+    devices = tmp_path / "devices"
+    devices.write_text("Character devices:\n  1 nvidia-frontend\n  4 tty\n\nBlock devices:\n  5 nvidia\n")
+    with open("/dev/zero", "rb"):
+        scan = run_scan([str(char_device.parent / "nvidia*")], str(devices))
+    assert "char 1:5" in mine(scan, os.getpid())  # (and whatever else of major 1 this process holds: /dev/null)
+    devices.write_text("Character devices:\n  1 mem\n\nBlock devices:\n  1 nvidia\n")
+    with open("/dev/zero", "rb"):
+        scan = run_scan([str(char_device.parent / "nvidia*")], str(devices))
+    assert mine(scan, os.getpid()) == ()
+
+
+def test_a_driver_list_the_scan_cannot_read_ends_it(char_device: Path, tmp_path: Path) -> None:
+    argv = holders_scan_argv([str(char_device.parent / "nvidia*")])
+    argv[5] = str(tmp_path / "no-such-file")
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 3 and done.stdout.startswith("id\t")
 
 
 # --- process details -------------------------------------------------------
@@ -389,7 +490,7 @@ def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
     scan = procs.holder_scan(["/dev/nvidia*"])
     assert (scan.argv, scan.ok_exits, scan.needs_root) == (
         tuple(holders_scan_argv(["/dev/nvidia*"])), frozenset({0, 1}), True)
-    assert scan.parse("alice\t/proc/7/task/7/fd/3\t/dev/nvidia0\0init\0") == HolderScan(
+    assert scan.parse("hit\talice\t/proc/7/task/7/fd/3\t/dev/nvidia0\0init\0") == HolderScan(
         (HolderRow(7, "alice", ("/dev/nvidia0",)),), init_seen=True)
     assert (procs.ps([1, 2]).argv, procs.ps([1, 2]).ok_exits) == (tuple(ps_argv([1, 2])), ANY_EXIT)
     assert (procs.exe([1]).argv, procs.exe([1]).ok_exits) == (tuple(exe_argv([1])), ANY_EXIT)

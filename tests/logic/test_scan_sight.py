@@ -14,13 +14,14 @@ import pwd
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from support import scripted_node
-from support.hidden_holders import WAYS, HiddenHolders, hidden_holders
+from support.hidden_holders import TABLE_WAYS, HiddenHolders, hidden_holders
 from support.processes import NOBODY
 
 from fleet.inventory.host import Host
@@ -139,7 +140,7 @@ def test_the_scan_as_nobody_says_whose_fd_tables_it_could_not_read(holding: Hold
         f"cannot see every process on gpu-b02 as nobody ({why}): run as root or set become")
 
 
-@pytest.mark.parametrize("way", sorted(WAYS))
+@pytest.mark.parametrize("way", TABLE_WAYS)
 def test_the_scan_sees_a_holder_a_leaders_fd_table_does_not_show(hidden_holders: HiddenHolders, way: str,
                                                                  tmp_path: Path) -> None:
     """A thread's own file table, a process whose leader thread is gone, a mapping whose fd was closed: each holds
@@ -152,6 +153,30 @@ def test_the_scan_sees_a_holder_a_leaders_fd_table_does_not_show(hidden_holders:
     seen, done = run_scan([str(tmp_path / "nvidia*")])
     assert [(row.pid, row.devices) for row in seen.rows] == [(pid, (str(device),))], done.stderr
     assert hidden_holders.alive(pid)
+
+
+def test_the_scan_sees_a_device_held_under_a_path_in_another_mount_namespace(hidden_holders: HiddenHolders) -> None:
+    """nobody bind-mounts the device on a file of its own choosing, in its own namespace, and opens it there: the
+    link reads that path, which no glob matches; the scan still names the device (by its inode)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("unshare") is None:
+        pytest.skip("needs root, setpriv and unshare: the holder runs as nobody (CI has them)")
+    folder = Path(tempfile.mkdtemp(prefix="fleet-elsewhere-"))
+    try:
+        folder.chmod(0o755)
+        device, target = folder / "dev" / "nvidia0", folder / "gpu"
+        device.parent.mkdir(mode=0o755)
+        device.write_bytes(b"")
+        device.chmod(0o644)
+        target.write_bytes(b"")
+        pid = hidden_holders.elsewhere(device, target)
+        links = {os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd")}
+        assert str(target) in links and str(device) not in links  # its link names the other path
+        seen, done = run_scan([str(device.parent / "nvidia*")])
+        assert [(row.pid, row.user, row.devices) for row in seen.rows] == [(pid, "nobody", (str(device),))], (
+            done.stderr)
+    finally:
+        hidden_holders.end()
+        shutil.rmtree(folder)
 
 
 def test_ps_here_lists_pid_1() -> None:

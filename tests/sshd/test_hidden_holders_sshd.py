@@ -1,6 +1,7 @@
 """Holders a scan of /proc/PID/fd alone would miss, each a process of user `nobody` on a simulated node behind the
 real OpenSSH sshd: a thread with a file table of its own, a process whose leader thread exited while another keeps
-the device, a mapping whose fd was closed. `fleet check` says the node is not clean, naming each; `fleet reset` kills
+the device, a mapping whose fd was closed, the device bind-mounted on another path in a namespace of its own.
+`fleet check` says the node is not clean, naming each; `fleet reset` kills
 each (and says so) and ends clean: all of them are gone. Needs root (to run processes as nobody) and setpriv.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support.hidden_holders import WAYS, HiddenHolders, hidden_holders
+from support.hidden_holders import TABLE_WAYS, HiddenHolders, hidden_holders
 from support.processes import NOBODY
 from support.sshd_nodes import NAME, MakeHost, run
 from support.sshd_nodes import make_host as make_host  # the fixture: nodes stopped after the test
@@ -45,7 +46,7 @@ async def test_holders_hidden_from_a_leaders_fd_table_are_seen_killed_and_gone(
         make_host: MakeHost, hidden_holders: HiddenHolders, shared_device: Path, tmp_path: Path) -> None:
     _, host = make_host(NodeSpec(name=NAME))
     host = replace(host, devices=(*host.devices, str(shared_device.parent / "nvidia*")))
-    pids = {way: hidden_holders.hold(way, shared_device, prefix=NOBODY) for way in sorted(WAYS)}
+    pids = {way: hidden_holders.hold(way, shared_device, prefix=NOBODY) for way in TABLE_WAYS}
 
     checked, _ = await run(host, tmp_path, Mode.CHECK)
     assert checked.status is HostStatus.FAILED, checked.error
@@ -60,3 +61,24 @@ async def test_holders_hidden_from_a_leaders_fd_table_are_seen_killed_and_gone(
     assert {k.user for k in reset.killed} == {"nobody"}
     for pid in pids.values():
         assert await eventually(lambda pid=pid: not hidden_holders.alive(pid), 10), pid  # type: ignore[misc]
+
+
+async def test_a_device_held_under_another_path_is_seen_killed_and_gone(
+        make_host: MakeHost, hidden_holders: HiddenHolders, shared_device: Path, tmp_path: Path) -> None:
+    """The link reads a path no glob matches; the device is named as the globs name it, and the holder is killed."""
+    _, host = make_host(NodeSpec(name=NAME))
+    host = replace(host, devices=(*host.devices, str(shared_device.parent / "nvidia*")))
+    target = shared_device.parent / "gpu"
+    target.write_bytes(b"")
+    pid = hidden_holders.elsewhere(shared_device, target)
+
+    checked, _ = await run(host, tmp_path, Mode.CHECK)
+    assert checked.status is HostStatus.FAILED, checked.error
+    assert checked.reason is Reason.HOLDERS_LEFT, (checked.reason, checked.error)
+    assert checked.error == f"pid {pid} python still holds {shared_device}", checked.error
+    assert hidden_holders.alive(pid)
+
+    reset, _ = await run(host, tmp_path, Mode.RESET)
+    assert reset.status is HostStatus.CLEAN, reset.error
+    assert [(k.pid, k.user) for k in reset.killed] == [(pid, "nobody")]
+    assert await eventually(lambda: not hidden_holders.alive(pid), 10)

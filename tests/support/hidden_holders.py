@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from support.processes import NOBODY
+
 # The exit system call (the calling thread alone, not exit_group) and unshare's CLONE_FILES, by machine.
 _PRELUDE = (
     "import ctypes, mmap, os, platform, sys, threading, time\n"
@@ -52,7 +54,30 @@ WAYS = {
         "print(flush=True)\n"
         "time.sleep(300)\n"
     ),
+    # the device bind-mounted on a file elsewhere, in a mount namespace of its own, and opened there: the link reads
+    # that other path. `userns`: the user's own user namespace, as an unprivileged user can; `root`: where user
+    # namespaces are off, root mounts it in a mount namespace of its own, then becomes nobody
+    "elsewhere": _PRELUDE + (
+        "target, how = sys.argv[2], sys.argv[3]\n"
+        "CLONE_NEWUSER, CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x10000000, 0x20000, 4096, 16384, 1 << 18\n"
+        "if how == 'userns':\n"
+        "    assert libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0, ctypes.get_errno()\n"
+        "else:\n"
+        "    assert libc.unshare(CLONE_NEWNS) == 0, ctypes.get_errno()\n"
+        "    assert libc.mount(b'none', b'/', None, MS_REC | MS_PRIVATE, None) == 0, ctypes.get_errno()\n"
+        "assert libc.mount(path.encode(), target.encode(), None, MS_BIND, None) == 0, ctypes.get_errno()\n"
+        "if how != 'userns':\n"
+        "    os.setgroups([])\n"
+        "    os.setresgid(65534, 65534, 65534)\n"
+        "    os.setresuid(65534, 65534, 65534)\n"
+        "fd = os.open(target, os.O_RDONLY)\n"
+        "print(flush=True)\n"
+        "time.sleep(300)\n"
+    ),
 }
+# The ways a process keeps the device where a leader's fd table does not show it (the bind mount is another matter:
+# a path no glob matches)
+TABLE_WAYS = ("own_table", "leader_gone", "mapped")
 
 
 def _state(pid: int) -> str:
@@ -65,11 +90,11 @@ class HiddenHolders:
     def __init__(self) -> None:
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def hold(self, way: str, path: Path, prefix: Sequence[str] = ()) -> int:
+    def hold(self, way: str, path: Path, prefix: Sequence[str] = (), args: Sequence[str] = ()) -> int:
         if path.stat().st_size < 4096:
             path.write_bytes(b"\0" * 4096)  # room for the mapping
-        child = subprocess.Popen([*prefix, sys.executable, "-c", WAYS[way], str(path)], stdout=subprocess.PIPE,
-                                 cwd="/")
+        child = subprocess.Popen([*prefix, sys.executable, "-c", WAYS[way], str(path), *args],
+                                 stdout=subprocess.PIPE, cwd="/")
         self.started.append(child)
         assert child.stdout is not None
         assert child.stdout.readline() == b"\n", f"{way}: the holder did not start"
@@ -78,6 +103,13 @@ class HiddenHolders:
             assert time.monotonic() < deadline, "the leader thread did not exit"
             time.sleep(0.01)
         return child.pid
+
+    def elsewhere(self, path: Path, target: Path) -> int:
+        """A process of nobody's that holds `path` through a bind mount on `target` (a file nobody may mount on), in
+        a mount namespace of its own: its user namespace where an unprivileged user may make one, else root's."""
+        userns = subprocess.run([*NOBODY, "unshare", "--user", "--map-root-user", "--mount", "true"],
+                                capture_output=True, check=False).returncode == 0
+        return self.hold("elsewhere", path, NOBODY if userns else (), (str(target), "userns" if userns else "root"))
 
     def alive(self, pid: int) -> bool:
         child = next(c for c in self.started if c.pid == pid)

@@ -24,7 +24,7 @@ START = 4242  # every scripted process's start time (clock ticks since boot)
 
 def scan(holders: str = "") -> str:
     """A holder scan's output that saw every process: the holder lines, and /proc/1, each record ended by NUL."""
-    return "".join(f"{line}\0" for line in holders.splitlines()) + "init\0"
+    return "".join(f"hit\t{line}\0" for line in holders.splitlines()) + "init\0"
 
 
 def exe_reply(exes: dict[int, str]) -> Reply:

@@ -67,7 +67,7 @@ def test_device_globs_reach_find_as_lname_patterns_only(values: list[str], becom
     if not globs:
         return
     argv = procs.holders_scan_argv(globs)
-    assert argv[5:] == globs  # positional parameters of scan.sh: each reaches find as one -lname pattern
+    assert argv[6:] == globs  # positional parameters of scan.sh: each reaches find as one -lname pattern
     assert_round_trip(argv, become=become)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -37,6 +38,11 @@ from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 SIGNALS = frozenset({"TERM", "KILL"})
 
 _FD_PATH = re.compile(r"/proc/(\d+)/(?:task/\d+/fd/\d+|map_files/[0-9a-f]+-[0-9a-f]+)")
+# A device's identity as the scan prints it: c<major>:<minor> (hex) for a character device, i<st_dev>:<st_ino>
+_TOKEN = re.compile(r"c(?P<major>[0-9a-f]+):(?P<minor>[0-9a-f]+)|i\d+:\d+")
+# The driver's character devices are found by their numbers, in the majors /proc/devices lists for them
+DRIVER_DEVICES = "/proc/devices"
+
 _TABLE_PATH = re.compile(r"/proc/(\d+)/(?:task/\d+/fd|map_files)")
 _DELETED = b" (deleted)"
 _EXE_LINK = c_link_pattern(r"/proc/(?P<pid>\d+)/exe")
@@ -100,24 +106,32 @@ class HolderScan:
 
 
 def holders_scan_argv(devices: Sequence[str]) -> list[str]:
-    """The holder scan: `sh -c SCAN_SH fleet-scan MAPS_RE GLOB...` (scan.sh beside this file), one GNU find over
-    every thread's file table and the mappings of every process whose maps name a device file.
+    """The holder scan: `sh -c SCAN_SH fleet-scan MAPS_RE /proc/devices GLOB...` (scan.sh beside this file), one GNU
+    find over every thread's file table and the mappings of every process whose maps name a device file.
 
     A process holds a device through any of its threads' file tables (a thread may have its own:
     `unshare(CLONE_FILES)`; the leader thread may have exited while the others live on), so every
     /proc/PID/task/TID/fd is read, not /proc/PID/fd alone; and through a mapping that outlived its fd
     (`mmap`, then `close`): /proc/PID/map_files of each process whose /proc/PID/maps names a file a glob could
-    match (MAPS_RE, a superset of the globs) is read too (its links need root to read, which the scan runs as: a
-    scan that is not root is blind anyway, /proc/1's tables being root's).
-    Each hit prints `user<TAB>/proc/PID/task/TID/fd/N<TAB>target` (or `.../map_files/RANGE`); a file table
-    or map_files folder it may not read prints `unreadable<TAB>user<TAB>THAT FOLDER` (and is not entered);
-    /proc/1's first thread prints `init`, so that a scan that saw nothing can be told from one that saw no holder.
-    Each record ends in NUL, never in a newline: a target is a path, which may hold newlines (a
-    file in a user's own mount namespace), but no NUL, so no target can forge a record.
+    match (MAPS_RE, a superset of the globs) or a named device's inode is read too (its links need root to read,
+    which the scan runs as: a scan that is not root is blind anyway, /proc/1's tables being root's).
+    A device is what it is, not what its path says: the files the globs name are looked at first (a character
+    device by its number, any other file by its inode), and an open file or mapping whose link text no glob
+    matches is still a hit when it is one of them, or a character device of the driver's majors (/proc/devices'
+    nvidia and nvidia-* entries, when a named device is of one): a bind mount, a mknod copy, a path in another
+    mount namespace.
+    Records, each begun by its kind and ended by NUL (`parse_scan`): `id<TAB>MODE<TAB>c<major>:<minor><TAB>
+    i<st_dev>:<st_ino><TAB>PATH` a named device (its raw mode and number in hex, its inode),
+    `hit<TAB>user<TAB>/proc/PID/task/TID/fd/N<TAB>target` (or `.../map_files/RANGE`) a link a glob matches,
+    `dev<TAB>user<TAB>LINK<TAB>TOKEN` one that is a device by its identity, `unreadable<TAB>user<TAB>FOLDER` a file
+    table or map_files folder it may not read (and does not enter), `init` /proc/1's first thread (so that a scan
+    that saw nothing can be told from one that saw no holder), `failed` an identity it could not read. A target is
+    a path, which may hold newlines (a file in a user's own mount namespace), but no NUL, so no target can forge a
+    record.
     """
-    if not devices or not all(devices):
+    if not devices or not all(devices) or any(len(g.split()) != 1 for g in devices):
         raise ValueError(f"bad device globs: {list(devices)}")
-    return ["sh", "-c", SCAN_SH, "fleet-scan", maps_pattern(devices), *devices]
+    return ["sh", "-c", SCAN_SH, "fleet-scan", maps_pattern(devices), DRIVER_DEVICES, *devices]
 
 
 def maps_pattern(devices: Sequence[str]) -> str:
@@ -151,19 +165,38 @@ SCAN_SH = "\n".join(
 
 def parse_scan(text: str) -> HolderScan:
     """The holders (one HolderRow per pid, sorted, devices sorted and unique), `init` and `unreadable` records
-    (each ended by a NUL; one not ended, cut, is unreadable output)."""
+    (each ended by a NUL; one not ended, cut, is unreadable output; so is `failed`, an identity the scan could not
+    read). A device found by its identity is named by the path the globs named it by (`id` records), or, a
+    character device of the driver's that none names, as `char MAJOR:MINOR`."""
     users: dict[int, str] = {}
     devices: dict[int, set[str]] = {}
+    names: dict[str, str] = {}
+    by_identity: list[tuple[int, str, str]] = []
     init_seen, unreadable = False, set()
     for lineno, line in records(text):
+        kind, _, rest = line.partition("\t")
         if line == "init":
             init_seen = True
-        elif line.startswith("unreadable\t"):
+        elif kind == "unreadable":
             unreadable.add(_unreadable_pid(lineno, line))
-        else:
-            pid, user, device = _holder_line(lineno, line)
+        elif kind == "id":
+            mode, char, inode, path = _split(lineno, line, rest, 4, "id<TAB>MODE<TAB>c..<TAB>i..<TAB>PATH")
+            token = char if stat.S_ISCHR(_hex(lineno, line, mode)) else inode
+            names.setdefault(_token(lineno, line, token), path)
+        elif kind == "hit":
+            pid, user, device = _holder_line(lineno, line, rest)
             users.setdefault(pid, user)
             devices.setdefault(pid, set()).add(device)
+        elif kind == "dev":
+            pid, user, token = _holder_line(lineno, line, rest)
+            by_identity.append((pid, user, _token(lineno, line, token)))
+        elif line == "failed":
+            raise ProbeParseError(lineno, line, "an open file's identity could not be read (stat or grep failed)")
+        else:
+            raise ProbeParseError(lineno, line, "expected a hit, dev, id, unreadable or init record")
+    for pid, user, token in by_identity:
+        users.setdefault(pid, user)
+        devices.setdefault(pid, set()).add(names.get(token) or _unnamed(token))
     rows = tuple(HolderRow(pid, users[pid], tuple(sorted(devices[pid]))) for pid in sorted(users))
     return HolderScan(rows, init_seen, tuple(sorted(unreadable)))
 
@@ -177,6 +210,35 @@ def records(text: str) -> Iterator[tuple[int, str]]:
     yield from enumerate(whole, start=1)
 
 
+def _split(lineno: int, line: str, rest: str, count: int, form: str) -> list[str]:
+    parts = rest.split("\t", count - 1)
+    if len(parts) != count or not all(parts):
+        raise ProbeParseError(lineno, line, f"expected {form}")
+    return parts
+
+
+def _token(lineno: int, line: str, token: str) -> str:
+    if _TOKEN.fullmatch(token) is None:
+        raise ProbeParseError(lineno, line, "not a device identity (c<major>:<minor> or i<dev>:<inode>)")
+    return token
+
+
+def _hex(lineno: int, line: str, text: str) -> int:
+    try:
+        return int(text, 16)
+    except ValueError:
+        raise ProbeParseError(lineno, line, f"not a hex number: {text!r}") from None
+
+
+def _unnamed(token: str) -> str:
+    """A device no `id` record names, by its identity: a character device of the driver's majors that no glob names
+    (`char 195:7`), or a named file that was gone when the records were written (`inode 65024:1234`)."""
+    match = _TOKEN.fullmatch(token)
+    if match is not None and match.group("major") is not None:
+        return f"char {int(match.group('major'), 16)}:{int(match.group('minor'), 16)}"
+    return f"inode {token[1:]}"
+
+
 def _unreadable_pid(lineno: int, line: str) -> int:
     match = _TABLE_PATH.fullmatch(line.rsplit("\t", 1)[-1])
     if match is None:
@@ -184,14 +246,13 @@ def _unreadable_pid(lineno: int, line: str) -> int:
     return int(match.group(1))
 
 
-def _holder_line(lineno: int, line: str) -> tuple[int, str, str]:
-    parts = line.split("\t", 2)
-    if len(parts) != 3 or not parts[0] or not parts[2]:
-        raise ProbeParseError(lineno, line, "expected user<TAB>/proc/PID/fd/N<TAB>target")
-    match = _FD_PATH.fullmatch(parts[1])
+def _holder_line(lineno: int, line: str, rest: str) -> tuple[int, str, str]:
+    """(pid, user, last field) of `user<TAB>/proc/...<TAB>target or identity`."""
+    user, path, last = _split(lineno, line, rest, 3, "user<TAB>/proc/PID/task/TID/fd/N<TAB>target")
+    match = _FD_PATH.fullmatch(path)
     if match is None:
         raise ProbeParseError(lineno, line, "not a /proc/PID/task/TID/fd/N or /proc/PID/map_files/RANGE path")
-    return int(match.group(1)), parts[0], parts[2]
+    return int(match.group(1)), user, last
 
 
 # --- process details -------------------------------------------------------
