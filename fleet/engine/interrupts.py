@@ -1,13 +1,16 @@
-"""SIGINT, SIGTERM and SIGHUP over a whole run: the first cuts the run short, the second says what is still
-being finished, only the third abandons it; the report is written whatever comes.
+"""SIGINT, SIGTERM and SIGHUP over a whole run: the first cuts the run short, a later one says what is still
+being finished, and only the third SIGINT or SIGTERM abandons it; the report is written whatever comes.
 
     1st   the run is cancelled: in-flight commands are ended, every host gets its outcome, and what a
           run must finish (a Slurm node's release, `--via srun`'s cleanup) goes on, shielded and bounded
     2nd   one line on stderr: what is still being finished and for how long at most, and what a third
-          signal would leave behind (`still releasing 12 Slurm nodes (up to 45 s); again to abandon them
+          signal would leave behind (`still releasing 12 Slurm nodes (up to 234 s); again to abandon them
           drained`)
-    3rd   what was being finished is abandoned (each `Finishing` says so in its hosts' reports); the
-          report is still written
+    3rd   SIGINT or SIGTERM: what was being finished is abandoned (each `Finishing` says so in its hosts'
+          reports); the report is still written
+
+Only the operator's own signals (SIGINT, SIGTERM) count towards the third: a hang-up cuts the run as the first
+would, but never abandons anything, however many signals came before it.
 
 The signals stay handled from the moment `watch` starts until the report is on disk: an operator's
 second Ctrl-C, or systemd's SIGTERM after its SIGINT, never kills fleet with its nodes drained and no
@@ -38,6 +41,8 @@ from fleet import terminal
 from fleet.terminal import say
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The operator's interrupt (SIGINT or SIGTERM) that abandons what a cut run still finishes
+ABANDON_AT = 3
 HANGUP_LINE = ("fleet: terminal hung up (SIGHUP): finishing as for Ctrl-C; run long resets under systemd-run or"
                " tmux")
 
@@ -116,7 +121,7 @@ class Interrupts:
     """Counts the run's SIGINT/SIGTERM/SIGHUP and acts on each; see the module docstring."""
 
     def __init__(self, tell: Callable[[str], None] = say) -> None:
-        self.count = 0
+        self.count = 0  # SIGINT and SIGTERM: the operator's interrupts, the third of which abandons
         self.by: signal.Signals | None = None  # the signal that cut the run
         self.hung_up = False
         self._tell = tell
@@ -125,13 +130,13 @@ class Interrupts:
 
     @property
     def interrupted(self) -> bool:
-        return self.count > 0
+        return self.count > 0 or self.hung_up
 
     def cuts(self, scope: anyio.CancelScope, state: Cut) -> None:
         """The run's scope and state: the first signal marks the state interrupted and cancels the scope (at once,
         when one already came)."""
         self._run = scope, state
-        if self.count:
+        if self.interrupted:
             self._cut()
 
     def _cut(self) -> None:
@@ -162,23 +167,28 @@ class Interrupts:
                     signal.signal(signum, handler)
 
     def received(self, signum: int = signal.SIGINT) -> None:
+        first = not self.interrupted
         if signum == signal.SIGHUP:
             if self.hung_up:
                 return
             self.hung_up = True
             terminal.let_go()
             self._tell(HANGUP_LINE)
+        else:
+            self.count += 1
         self.by = self.by or signal.Signals(signum)
-        self.count += 1
-        if self.count == 1:
+        if first:
             self._cut()
             return
+        if signum == signal.SIGHUP:
+            return  # a hang-up after the cut: said once, never counted towards abandoning
         left = [(work, what) for work in self._finishing if not work.abandoned if (what := work.doing())]
         if not left:
             self._tell("fleet: already interrupted: ending in-flight commands, then writing the report")
-        elif self.count == 2:
+        elif self.count < ABANDON_AT:
+            more = "again" if self.count == ABANDON_AT - 1 else "twice more"
             for work, what in left:
-                self._tell(f"fleet: still {what} (up to {work.bound_s:g} s); again to abandon {work.left_behind}")
+                self._tell(f"fleet: still {what} (up to {work.bound_s:g} s); {more} to abandon {work.left_behind}")
         else:
             for work, what in left:
                 self._tell(f"fleet: stopped {what}: left {work.left_behind}; writing the report")

@@ -85,8 +85,8 @@ async def test_a_hang_up_cuts_as_ctrl_c_says_so_once_and_the_run_exits_129() -> 
         interrupts.received(signal.SIGHUP)
     assert run.cancel_called and state.interrupted and interrupts.by is signal.SIGHUP
     assert said == [HANGUP_LINE] and not work.abandoned
-    interrupts.received(signal.SIGINT)  # the operator's own signals still count: this is the second
-    assert said[-1] == "fleet: still releasing 2 Slurm nodes (up to 45 s); again to abandon them drained"
+    interrupts.received(signal.SIGINT)  # the operator's own signals count: this is the first of three
+    assert said[-1] == "fleet: still releasing 2 Slurm nodes (up to 45 s); twice more to abandon them drained"
     report = RunReport(run_id="r", command="reset", started_at="t", duration_s=1.0, hosts={})
     assert reporting.exit_code(report, interrupted=True, hung_up=interrupts.by is signal.SIGHUP) == 129
 
@@ -95,7 +95,22 @@ def test_the_first_signal_names_the_exit_status() -> None:
     interrupts = Interrupts(lambda line: None)
     interrupts.received(signal.SIGTERM)
     interrupts.received(signal.SIGHUP)
-    assert interrupts.by is signal.SIGTERM and interrupts.count == 2
+    assert interrupts.by is signal.SIGTERM and interrupts.count == 1 and interrupts.hung_up
+
+
+def test_a_hang_up_never_counts_towards_abandoning() -> None:
+    """Ctrl-C, Ctrl-C, then the terminal closes: the hang-up is said, and nothing is abandoned; only a third SIGINT
+    or SIGTERM abandons, however the signals came."""
+    for order in ([signal.SIGINT, signal.SIGINT, signal.SIGHUP], [signal.SIGHUP, signal.SIGINT, signal.SIGTERM]):
+        said: list[str] = []
+        interrupts = Interrupts(said.append)
+        work = interrupts.finishing(lambda: "releasing 3 Slurm nodes", 45, "them drained")
+        for signum in order:
+            interrupts.received(signum)
+        assert not work.abandoned and HANGUP_LINE in said, (order, said)
+        interrupts.received(signal.SIGTERM)
+        assert work.abandoned, order
+        assert said[-1] == "fleet: stopped releasing 3 Slurm nodes: left them drained; writing the report"
 
 
 def test_sighup_is_handled_unless_fleet_started_with_it_ignored() -> None:

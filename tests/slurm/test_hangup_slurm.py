@@ -40,3 +40,30 @@ async def test_a_hang_up_mid_run_still_releases_the_nodes_and_exits_129(sim: Sim
     assert process.returncode == 129, said
     assert said.count(HANGUP_LINE) == 1 and "stopped releasing" not in said, said
     released_as_interrupted(document, cluster)
+
+
+@pytest.mark.parametrize("sim", [{"linger_s": 60.0}], indirect=True)  # settle still waits at the first signal
+async def test_a_hang_up_after_two_interrupts_never_abandons_the_release(sim: SimFleet, cluster: SlurmCluster,
+                                                                        tmp_path: Path) -> None:
+    """Ctrl-C, Ctrl-C, then the terminal closes: the third signal is a hang-up, which never abandons the release
+    (only a third SIGINT or SIGTERM does). The nodes are released as for an interrupted run; exit 130 (the run was
+    cut by SIGINT)."""
+    logs = tmp_path / "logs"
+    process, stderr = start_cli(sim, cluster, tmp_path, "--slurm", "--drain-wait", "4")
+    try:
+        await until(lambda: settling(logs), "both hosts reached settle")
+        with cluster.frozen():  # the release waits on slurmctld while the signals come
+            process.send_signal(signal.SIGINT)
+            await until(lambda: logged(logs, "sim1", "slurm_release") or logged(logs, "sim1", "slurm_error"),
+                        "the release began", 30)
+            process.send_signal(signal.SIGINT)
+            await until(lambda: "still releasing" in stderr.read_text(), "the second SIGINT was answered", 10)
+            process.send_signal(signal.SIGHUP)
+            await until(lambda: HANGUP_LINE in stderr.read_text(), "the hang-up was said", 10)
+        document = await finish(process)
+    finally:
+        stop(process)
+    said = stderr.read_text()
+    assert process.returncode == 130, said
+    assert "stopped releasing" not in said, said
+    released_as_interrupted(document, cluster)
