@@ -312,6 +312,37 @@ class SlurmCluster:
         finally:
             os.kill(pid, signal.SIGCONT)
 
+    def save_point(self) -> None:
+        """Keep a copy of what slurmctld has saved so far (StateSaveLocation), for `crash_controller`."""
+        saved = self.root / "spool" / "ctld.saved"
+        shutil.rmtree(saved, ignore_errors=True)
+        shutil.copytree(self.root / "spool" / "ctld", saved)
+
+    def crash_controller(self, *, unsaved_since_save_point: bool = False) -> None:
+        """slurmctld SIGKILLed (by its pid): what it had not saved to StateSaveLocation yet is lost. With
+        `unsaved_since_save_point`, it is killed as if it had saved nothing since `save_point` (its saved state is
+        put back as it was then): a crash right before its state save."""
+        process = self._daemons["slurmctld"]
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        if unsaved_since_save_point:
+            state = self.root / "spool" / "ctld"
+            shutil.rmtree(state)
+            shutil.copytree(self.root / "spool" / "ctld.saved", state)
+
+    def start_controller(self) -> None:
+        """slurmctld started again after a crash, recovering its saved state (no `-c`); return once every slurmd has
+        registered with it again (no node UNKNOWN any more)."""
+        (self.run_dir / "slurmctld.pid").unlink(missing_ok=True)
+        self._start_daemons({"slurmctld": [_program("slurmctld"), "-D", "-i", "-f", str(self.conf_path)]})
+
+        def registered() -> bool:
+            with contextlib.suppress(SlurmClusterError, ValueError):
+                return all(not state.startswith("unk") for state in self.node_states().values())
+            return False
+
+        self._wait(registered, START_TIMEOUT_S, lambda: f"the nodes did not register: {self.node_states()}")
+
     def node_state(self, node: str) -> str:
         """sinfo's long state of node: idle, allocated, drained, draining, down... ("*": not responding)."""
         self._known(node)

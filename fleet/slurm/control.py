@@ -31,6 +31,8 @@ from fleet.transport.base import CommandResult
 SLURM_COMMAND_TIMEOUT_S = 30.0
 T = TypeVar("T")
 _NOT_FOUND = re.compile(r"^Node (\S+) not found$", re.MULTILINE)
+# A job id as squeue prints it: 4711, an array task 4711_3, a het job component 4711+1.
+_JOB_ID = re.compile(r"\d+(?:[_+]\d+)?")
 
 
 class SlurmError(FleetError):
@@ -92,6 +94,20 @@ class Slurm:
              "--nodelist", hostlist(wanted)]
         )
         return _parsed(lambda: parse_jobs(result.stdout, wanted))
+
+    async def jobs_named(self, name: str, user: str) -> tuple[str, ...]:
+        """The ids of `user`'s jobs called `name` that Slurm still has (pending, running, completing, ...)."""
+        result = await self.run(["squeue", "--noheader", "--name", name, "--user", user, "--states",
+                                 ",".join(("PENDING", *HOLDING_JOB_STATES)), "--format", "%i"])
+        ids = tuple(dict.fromkeys(line.strip() for line in result.stdout.splitlines() if line.strip()))
+        if not all(_JOB_ID.fullmatch(job) for job in ids):
+            raise SlurmError(f"squeue printed what is no job id: {result.stdout[:80]!r}")
+        return ids
+
+    async def cancel(self, job_ids: Sequence[str]) -> None:
+        """`scancel` the jobs by their ids (a job that ended meanwhile is no error: the caller reads back)."""
+        if job_ids:
+            await self.run(["scancel", *job_ids], ok=frozenset({0, 1}))
 
     async def update(self, names: Iterable[str], state: str, reason: str | None = None) -> None:
         """`scontrol update NodeName=... State=...[ Reason=...]` for every named node at once."""

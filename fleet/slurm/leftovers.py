@@ -31,7 +31,7 @@ from fleet.terminal import say
 
 # The name `--via srun` gives its reservation (`fleet.slurm.srun`): fleet- and a run id, nothing else.
 _FLEET_RESERVATION = re.compile(r"^fleet-(?P<run_id>\d{8}T\d{6}Z-[0-9a-f]{6})$")
-_FIELD = re.compile(r"(?:^|\s)(ReservationName|Nodes)=(\S*)")
+_FIELD = re.compile(r"(?:^|\s)(ReservationName|Nodes|Flags|State)=(\S*)")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,25 @@ def parse_reservations(text: str) -> dict[str, tuple[str, ...]]:
     return found
 
 
+def maintained_by_others(text: str) -> frozenset[str]:
+    """`scontrol show reservation --oneliner`: the nodes an active maintenance reservation that is no fleet run's
+    holds (an admin's: Slurm shows them MAINTENANCE, and they are the admin's, not fleet's). A line whose node list
+    cannot be read holds every node as far as anyone can say: `*`."""
+    held: set[str] = set()
+    for line in text.splitlines():
+        fields = dict(_FIELD.findall(line))
+        name = fields.get("ReservationName")
+        if name is None or _FLEET_RESERVATION.match(name) or "MAINT" not in fields.get("Flags", "").split(","):
+            continue
+        if fields.get("State", "ACTIVE") != "ACTIVE":
+            continue
+        try:
+            held.update(NodeSet(fields.get("Nodes") or ""))
+        except NodeSetParseError:
+            held.add("*")
+    return frozenset(held)
+
+
 def leftovers(reservations: Mapping[str, Sequence[str]], targets: Iterable[str], run_id: str,
               over: Callable[[str], bool]) -> list[Leftover]:
     """The `fleet-<run_id>` reservations of other runs that hold any of `targets`; `over(run_id)`: that run is
@@ -83,7 +102,7 @@ def holding_back(leftover: Leftover, clean: Iterable[str], now: Mapping[str, Slu
     """The nodes that removing `leftover` would put back into service unchecked: neither left clean by this run
     nor out of service in Slurm (a node Slurm no longer shows counts: it is not known to be safe)."""
     done = set(clean)
-    return [n for n in leftover.nodes if n not in done and (n not in now or now[n].in_service)]
+    return [n for n in leftover.nodes if n not in done and (n not in now or now[n].serves_unreserved)]
 
 
 def _stderr(line: str) -> None:
@@ -99,6 +118,7 @@ class Leftovers:
         self.slurm, self.run_id, self.log_dir, self.logs = slurm, run_id, log_dir, logs
         self.reset, self.say = reset, say
         self.found: list[Leftover] = []
+        self.others: frozenset[str] | None = None  # nodes someone else's maintenance holds; None: unread
 
     def _over(self, run_id: str) -> bool:
         return run_liveness(self.log_dir, run_id) is RunLiveness.OVER
@@ -112,10 +132,18 @@ class Leftovers:
                      " is neither seen nor removed")
             return []
         self.found = leftovers(parse_reservations(result.stdout), targets, self.run_id, self._over)
+        self.others = maintained_by_others(result.stdout)
         for leftover in self.found:
             self.say(f"fleet: {leftover.describe()}: no other job starts there until it ends")
             self._log(leftover, "seen")
         return self.found
+
+    def in_fleets_maintenance(self, node: SlurmNode) -> bool:
+        """The node is out of service only through the MAINTENANCE flag of a leftover fleet reservation: no one
+        else's maintenance holds it (as read when the run began; unread: never said)."""
+        if self.others is None or node.name in self.others or "*" in self.others:
+            return False
+        return node.serves_unreserved and any(node.name in leftover.nodes for leftover in self.found)
 
     async def settle(self, clean: Iterable[str]) -> None:
         """Remove each leftover of a run that is over whose nodes are all checked (see the module docstring)."""

@@ -12,7 +12,9 @@
                   drained or leave, `fleet.slurm.policy.release`), update; an update that answered
                   with an error is decided again from what Slurm then shows (`fleet.slurm.tries`); the
                   report's state_after/reason_after are Slurm's, read last (a resume's transient
-                  NOT_RESPONDING waited out, up to SETTLE_READ_S)
+                  NOT_RESPONDING waited out, up to SETTLE_READ_S); bounded by `release_s`, which holds
+                  every try at its longest, and past it the node is left with fleet's
+                  `release not finished` reason
 
 In a dry run and in `check`, Slurm is only read: nothing is drained, nothing waited for. The releases
 are what an interrupted run still finishes (`fleet.engine.interrupts`): a third signal abandons them.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,16 +40,32 @@ from fleet.node.poll import poll_until
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.records import SlurmNode
-from fleet.slurm.tries import tried
+from fleet.slurm.tries import tried, tries_s
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
+from fleet.transport.base import client_deadline
 
 # Default --drain-wait: how long a node's jobs may take to end before the host is skipped.
 DRAIN_WAIT_S = 600.0
-# Seconds the end of a host's Slurm lifecycle may take (it runs shielded, even on Ctrl-C).
-RELEASE_TIMEOUT_S = 45.0
 # Seconds a resumed node's state is read again while Slurm still flags it NOT_RESPONDING (until its next ping).
 SETTLE_READ_S = 10.0
 SETTLE_POLL_S = 0.5
+# Slurm commands in one try of a release: the read, and the update it decides.
+RELEASE_COMMANDS = 2
+# What a release whose bound ran out says, in the node's reason (fleet's own: the next run takes the drain over).
+NOT_FINISHED = "release not finished"
+
+
+def release_s(command_s: float, pause_s: float) -> float:
+    """The longest a node's release takes (it runs shielded, even on Ctrl-C): its tries, each a read and an update at
+    their client deadline, the pauses between, and the last read of what it left (waiting out a resumed node's
+    NOT_RESPONDING, up to SETTLE_READ_S, then one more read). Past it, one read and one drain leave the node with
+    fleet's `release not finished` reason (`finish_s`)."""
+    return tries_s(RELEASE_COMMANDS, command_s, pause_s=pause_s) + SETTLE_READ_S + client_deadline(command_s)
+
+
+def finish_s(command_s: float) -> float:
+    """What a release whose bound ran out may still take: a read, a drain and a read back."""
+    return 3 * client_deadline(command_s)
 
 
 @dataclass
@@ -85,7 +104,9 @@ class SlurmLifecycle:
         self.run_over = run_over
         self._nodes: dict[str, _Node] = {}  # host name -> its node
         self.waits = JobWaits(slurm, poll_s)
-        self._finishing = (interrupts or Interrupts()).finishing(self._still_held, RELEASE_TIMEOUT_S, "them drained")
+        self.release_s = release_s(slurm.timeout, poll_s)
+        self._finishing = (interrupts or Interrupts()).finishing(
+            self._still_held, self.release_s + finish_s(slurm.timeout), "them drained")
 
     def _still_held(self) -> str | None:
         """What an interrupted run still has to give back: "releasing 12 Slurm nodes", or None."""
@@ -180,13 +201,18 @@ class SlurmLifecycle:
         if node.error is not None:
             log.error("slurm_error", node=node.name, error=node.error)
             return HostStatus.FAILED, node.error, Reason.SLURM
-        if self.mode is not Mode.RESET or node.before is None:
+        if node.before is None or self.mode is Mode.CHECK:
+            return None
+        if node.how is policy.Admission.LEAVE:
+            log.warning("slurm_skipped", node=node.name, state=node.before.state, reason=node.before.reason)
+            return HostStatus.SKIPPED, policy.skipped(node.before), Reason.SLURM
+        if self.mode is not Mode.RESET:
             return None
         taken = self._taken_over(node)
         log.info("slurm_wait", node=node.name, state=node.before.state, jobs=list(node.jobs),
                  drain_wait_s=self.drain_wait_s, **({"taken_over": taken} if taken else {}))
         started = anyio.current_time()
-        wait = Wait(node.name, drained=node.how is not policy.Admission.LEAVE, jobs=node.jobs)
+        wait = Wait(node.name, drained=True, jobs=node.jobs)
         await self.waits.wait(wait, node.waiting_since + self.drain_wait_s)
         node.jobs = wait.jobs
         node.note(jobs=node.jobs, waited_s=round(anyio.current_time() - started, 3))
@@ -216,16 +242,33 @@ class SlurmLifecycle:
         if not self._held(node):
             node.given_back = True
             return node.note(state_after=node.before.state, reason_after=node.before.reason)
-        with self._finishing.shielded() as shield, anyio.move_on_after(RELEASE_TIMEOUT_S) as bound:
-            await self._release(run, node, report, log)
+        with self._finishing.shielded() as shield:
+            with anyio.move_on_after(self.release_s) as bound:
+                await self._release(run, node, report, log)
+            if bound.cancelled_caught:
+                await self._not_finished(node, log)
         node.given_back = True
         if shield.cancelled_caught:
             log.error("slurm_abandoned", node=node.name)
             return node.note(error=f"slurm: release abandoned at the third interrupt: {node.name} left drained"
                                    f" ({policy.own_reason(self.run_id)})", abandoned=True)
-        if bound.cancelled_caught:
-            return node.note(error=f"slurm: releasing {node.name} took over {RELEASE_TIMEOUT_S:g} s")
         return node.record
+
+    async def _not_finished(self, node: _Node, log: HostLog) -> None:
+        """The release's bound ran out: a node Slurm still shows drained with this run's bare reason (which says a
+        run is in flight) gets fleet's `release not finished` reason instead, read back; the record says so."""
+        why = f"{NOT_FINISHED} within {self.release_s:g} s"
+        after: SlurmNode | None = None
+        with anyio.move_on_after(finish_s(self.slurm.timeout)), suppress(SlurmError):
+            now = (await self.slurm.nodes([node.name])).get(node.name)
+            after = now
+            if policy.drained_for(now, self.run_id):
+                await self.slurm.update([node.name], "DRAIN", policy.failed_reason(self.run_id, why))
+                after = (await self.slurm.nodes([node.name])).get(node.name)
+        log.error("slurm_error", node=node.name, error=why)
+        node.note(state_after=after.state if after else None, reason_after=after.reason if after else None,
+                  error=f"slurm: releasing {node.name}: {why}"
+                        + (f"; left {policy.describe(after)}" if after else "; Slurm did not answer"))
 
     async def _release(self, run: HostRun, node: _Node, report: HostReport, log: HostLog) -> None:
         """Read, decide, update; after an update that answered with an error, read and decide again: it may have

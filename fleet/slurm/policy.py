@@ -3,15 +3,19 @@
 Before a host is touched (`admission`): a node in service is drained with fleet's reason for
 this run; a node an earlier fleet run left drained after failing it, or left drained by a run
 that is over (finished, or killed before its release: `fleet.engine.run_folder.run_liveness`) is taken
-over (adopted); any other drained or down node is left exactly as it is (its reason is someone
-else's: an admin's "bad DIMM", or a fleet run still in flight).
+over (adopted); any other node out of service (down, drained, failed, in maintenance, a reboot or power
+action: `fleet.slurm.records.OUT_OF_SERVICE`) is someone else's, an admin's "bad DIMM" or a fleet run
+still in flight: its host is skipped, and its state and reason are never changed.
 
-After (`release`), only while the node's reason is still this run's own: clean ->
-resume; untouched (skipped: jobs still running, never started; unreachable: never
-connected; a drain Slurm may or may not have applied) -> back exactly as it was; failed ->
-stays drained, and its reason says why. NHC's rule: fleet only ever resumes a node whose
-reason it set itself. What Slurm shows is the only truth: the release reads the node before
-each decision, so an update whose reply was lost is decided again from what it left.
+After (`release`), while the node's reason is still this run's own: clean -> resume; untouched
+(skipped: jobs still running, never started; unreachable: never connected; a drain Slurm may or may
+not have applied) -> back exactly as it was; failed -> stays drained, and its reason says why. NHC's
+rule: fleet only ever resumes a node whose reason it set itself. When fleet's drain is gone (a
+slurmctld restart that lost it, someone who resumed the node), a node fleet proved clean, or never
+touched, is left as Slurm shows it; one it failed, or could not prove clean, is drained again with
+fleet's reason (`out_of_service`), keeping a reason someone else set. What Slurm shows is the only
+truth: the release reads the node before each decision, so an update whose reply was lost is decided
+again from what it left.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from enum import StrEnum
 
 from fleet.inventory.messages import one_line
 from fleet.model.report import HostStatus
-from fleet.slurm.records import SlurmNode
+from fleet.slurm.records import OUT_OF_SERVICE, SlurmNode
 from fleet.text import shown
 
 REASON_PREFIX = "fleet: run "
@@ -54,19 +58,32 @@ class Admission(StrEnum):
 
     DRAIN = "drain"  # in service: drained now with this run's reason, resumed when clean
     ADOPT = "adopt"  # left drained by an earlier fleet run that failed it: this run takes the drain over
-    LEAVE = "leave"  # drained or down for another reason: never resumed, its reason never rewritten
+    LEAVE = "leave"  # out of service by someone else: the host is skipped, the node's state and reason untouched
 
 
 def admission(node: SlurmNode, earlier_over: bool = False) -> Admission:
     """`earlier_over`: the run named in a `fleet: run <id>` reason without an error part is known to be over
-    (finished, or killed before its release): its drain is an orphan, taken over like a failed run's."""
+    (finished, or killed before its release): its drain is an orphan, taken over like a failed run's. A node that
+    is also down, failed, in maintenance or anything else out of service is someone else's as well."""
     if node.in_service:
         return Admission.DRAIN
     earlier = fleet_run_of(node.reason)
-    if node.draining_or_drained and node.base != "DOWN" and earlier is not None \
+    if node.flags & OUT_OF_SERVICE == {"DRAIN"} and node.base != "DOWN" and earlier is not None \
             and (earlier[1] is not None or earlier_over):
         return Admission.ADOPT
     return Admission.LEAVE
+
+
+def whose(node: SlurmNode) -> str:
+    """Why a node fleet leaves alone is not fleet's: `out of service by someone else`, or the run in flight."""
+    run = in_flight_run(node)
+    return f"drained by fleet run {run}, which may still be in flight" if run else "out of service by someone else"
+
+
+def skipped(node: SlurmNode) -> str:
+    """The error of a host whose node is someone else's (`Admission.LEAVE`): it is not reset."""
+    return (f"slurm: {node.name} is {describe(node)}: {whose(node)}: not reset, its state and reason left as they"
+            " are (reset it without --slurm once it is yours)")
 
 
 def in_flight_run(node: SlurmNode) -> str | None:
@@ -111,15 +128,44 @@ def release(how: Admission, before: SlurmNode, now: SlurmNode | None, run_id: st
         return Action(Release.LEAVE, f"it was {describe(before)} before the run: left as it is")
     if now is None:
         return Action(Release.LEAVE, "Slurm no longer shows the node")
-    if not drained_for(now, run_id):
+    was = touched(status) if was_touched is None else was_touched
+    if drained_for(now, run_id):
+        if status is HostStatus.CLEAN:
+            return Action(Release.RESUME, "clean")
+        if not was:
+            if how is Admission.ADOPT:
+                return Action(Release.RESTORE, "never touched: drained again with its earlier reason", before.reason)
+            return Action(Release.RESUME, "never touched: back in service as it was")
+        return Action(Release.KEEP_DRAINED, "not clean: stays drained", failed_reason(run_id, error))
+    if status is HostStatus.CLEAN or not was:
         return Action(Release.LEAVE, f"not drained for this run (now {describe(now)}): left as it is")
-    if status is HostStatus.CLEAN:
-        return Action(Release.RESUME, "clean")
-    if not (touched(status) if was_touched is None else was_touched):
-        if how is Admission.ADOPT:
-            return Action(Release.RESTORE, "never touched: drained again with its earlier reason", before.reason)
-        return Action(Release.RESUME, "never touched: back in service as it was")
-    return Action(Release.KEEP_DRAINED, "not clean: stays drained", failed_reason(run_id, error))
+    return out_of_service(now, run_id, error, f"fleet's drain is gone (now {describe(now)})")
+
+
+def out_of_service(now: SlurmNode, run_id: str, error: str | None, why: str) -> Action:
+    """A node fleet failed, or could not prove clean, whose drain is not (or no longer) this run's: drained with
+    fleet's reason whatever its base state (a down node comes back into service by itself with ReturnToService, a
+    drained one never does), unless Slurm shows it drained already: for this run (a drain whose reply was lost:
+    done), or by someone else (their reason kept). A reason someone else set on a node that is not drained (an
+    admin's DOWN) is kept, fleet's after it (`drain_reason`)."""
+    if now.draining_or_drained:
+        earlier = fleet_run_of(now.reason)
+        if earlier is not None and earlier[0] == run_id:
+            return Action(Release.LEAVE, f"drained for this run ({describe(now)})")
+        return Action(Release.LEAVE, f"drained by someone else during the run ({describe(now)}): left as it is")
+    return Action(Release.KEEP_DRAINED, f"not clean: {why}: drained", drain_reason(now, run_id, error))
+
+
+def drain_reason(now: SlurmNode | None, run_id: str, error: str | None) -> str:
+    """fleet's reason for a node it keeps out of service; after the reason someone else set on it, kept whole when
+    there is one (`bad DIMM; fleet: run <id>: <error>`): a node whose reason is not fleet's alone stays theirs to
+    resume, and the next fleet run leaves it alone."""
+    ours = failed_reason(run_id, error)
+    theirs = now.reason if now is not None and now.reason and fleet_run_of(now.reason) is None else None
+    if theirs is None:
+        return ours
+    reason = f"{theirs}; {ours}"
+    return reason if len(reason) <= REASON_LIMIT else reason[: REASON_LIMIT - 3] + "..."
 
 
 def describe(node: SlurmNode) -> str:
@@ -138,28 +184,20 @@ def plan_line(node: SlurmNode, jobs: tuple[str, ...], drain_wait_s: float) -> st
         return f"slurm {describe(node)}: would drain{waits}, reset, resume if clean, else keep it drained"
     if how is Admission.ADOPT:
         return f"slurm {describe(node)}: would take over fleet's earlier drain{waits}, reset, resume if clean"
-    return f"slurm {describe(node)}: drained or down for another reason: would{waits[1:] + ',' if jobs else ''}" \
-        " reset, never resume, reason untouched"
+    return f"slurm {describe(node)}: {whose(node)}: would skip it, its state and reason left as they are"
 
 
 def after_step(now: SlurmNode | None, run_id: str, status: HostStatus, error: str | None, touched: bool) -> Action:
     """`--via srun`: what to do to a node once the job step is over (the reservation, not a drain, kept jobs off).
 
-    A node the step failed after it began working must stay out of service once the reservation is gone: it is
-    drained with fleet's reason whatever Slurm's base state (`DOWN`, `NOT_RESPONDING`, `FAIL`: a down node comes
-    back into service by itself with ReturnToService, a drained one never does), unless Slurm already shows it
-    drained, for this run (done: a drain whose reply was lost) or by someone else meanwhile (their reason is
-    kept). Any other node goes back to service when fleet removes the reservation."""
+    A node the step failed, or that may have been touched and sent no report, must stay out of service once the
+    reservation is gone (`out_of_service`). Any other node goes back to service when fleet removes the
+    reservation."""
     if status is HostStatus.CLEAN or not touched:
         return Action(Release.LEAVE, "clean" if status is HostStatus.CLEAN else "never touched")
     if now is None:
         return Action(Release.LEAVE, "Slurm no longer shows the node")
-    if now.draining_or_drained:
-        earlier = fleet_run_of(now.reason)
-        if earlier is not None and earlier[0] == run_id:
-            return Action(Release.LEAVE, f"drained for this run ({describe(now)})")
-        return Action(Release.LEAVE, f"drained by someone else during the run ({describe(now)}): left as it is")
-    return Action(Release.KEEP_DRAINED, f"not clean: drained (Slurm shows {now.state})", failed_reason(run_id, error))
+    return out_of_service(now, run_id, error, f"Slurm shows {now.state}")
 
 
 def drains(actions: Mapping[str, Action]) -> dict[str, list[str]]:

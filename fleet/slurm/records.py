@@ -18,8 +18,13 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 # Values that run to the end of their line in `scontrol show node`.
 FREE_TEXT_KEYS = ("Reason", "OS", "Comment", "Extra")
-# Base states in which a node may run jobs; a node in one of them without DRAIN is in service.
+# Base states in which a node may run jobs; a node in one of them without an out-of-service flag is in service.
 IN_SERVICE = frozenset({"IDLE", "ALLOCATED", "MIXED"})
+# Flags that take a node out of service, each set by someone on purpose (an admin, a maintenance reservation, a
+# reboot or power action), whose reason is theirs: DRAIN, FAIL (FAILING while a job still runs), MAINTENANCE, a
+# reboot asked or under way, a power state.
+OUT_OF_SERVICE = frozenset({"DRAIN", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWER_DOWN",
+                            "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP"})
 # Base states with a job on the node.
 BUSY = frozenset({"ALLOCATED", "MIXED"})
 # What squeue is asked for: every job state in which a job holds its nodes.
@@ -60,8 +65,14 @@ class SlurmNode:
 
     @property
     def in_service(self) -> bool:
-        """Slurm may place a job here: a base state that runs jobs, and no DRAIN."""
-        return self.base in IN_SERVICE and not self.draining_or_drained
+        """Slurm may place a job here: a base state that runs jobs, and no flag that takes it out of service."""
+        return self.base in IN_SERVICE and not self.flags & OUT_OF_SERVICE
+
+    @property
+    def serves_unreserved(self) -> bool:
+        """Slurm would place jobs here once no reservation holds it: in service but for the MAINTENANCE flag a
+        maintenance reservation sets."""
+        return self.base in IN_SERVICE and not self.flags & (OUT_OF_SERVICE - {"MAINTENANCE"})
 
     @property
     def busy(self) -> bool:

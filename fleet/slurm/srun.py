@@ -12,12 +12,13 @@
                its report as JSON lines (`fleet.slurm.noderun`), merged into the run's report and logs.
                srun runs in an environment fleet controls (`srun_env`: no SLURM_* input variable
                reframes its output or puts the step in someone's allocation)
-    cleanup    always (failure, deadline, Ctrl-C; shielded, bounded; a third interrupt abandons it):
-               the step's job cancelled if it still runs; every node the step failed (or whose frames
-               could not be read) drained with fleet's reason whatever its base state, read back, in
+    cleanup    always (failure, deadline, Ctrl-C; shielded, bounded by `cleanup_s`; a third interrupt
+               abandons it): the step's jobs cancelled by their ids, whether or not srun still lives, and
+               read back until Slurm shows none; every node the step failed, or that sent no report (its
+               reset may have run), drained with fleet's reason whatever its base state, read back, in
                tries (`fleet.slurm.cleanup`), *before* the reservation is removed (no moment lets a job
                onto an unclean node); a drain still unconfirmed keeps the reservation, naming the nodes;
-               the nodes read at once again for the report
+               leftover reservations settled; then the nodes read at once for the report
 
 The controller's work does not grow with the nodes: a fixed number of Slurm commands and one srun,
 whose fan-out is slurmd's tree.
@@ -26,6 +27,7 @@ whose fan-out is slurmd's tree.
 from __future__ import annotations
 
 import getpass
+import itertools
 import json
 import math
 import os
@@ -59,16 +61,18 @@ from fleet.model.report import (
     StepName,
     StepStatus,
 )
+from fleet.node.budget import TimeBudget
+from fleet.node.poll import poll_until
 from fleet.reset import verdict_time
 from fleet.slurm import policy
 from fleet.slurm.cleanup import Ended, drain_failed
 from fleet.slurm.control import Slurm, SlurmError, hostlist
-from fleet.slurm.frames import MARK, Assembler, FrameError
+from fleet.slurm.frames import Assembler, FrameError
 from fleet.slurm.leftovers import Leftovers
 from fleet.slurm.records import SlurmNode
-from fleet.slurm.reservation import Reservation
+from fleet.slurm.reservation import DELETE_RETRY_S, DELETE_TRIES, Reservation
 from fleet.slurm.runner import Stream
-from fleet.slurm.tries import tried
+from fleet.slurm.tries import tried, tries_s
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import client_deadline
 from fleet.transport.sessions import REAP_TIMEOUT_S
@@ -77,10 +81,15 @@ from fleet.transport.sessions import REAP_TIMEOUT_S
 NODE_COMMAND = ("fleet", "node-run")
 # Seconds srun may wait for the reserved nodes to be allocated before it gives up (--immediate).
 IMMEDIATE_S = 60
-# Seconds, after the step's job is cancelled, to go on reading the nodes' (interrupted) reports.
+# Seconds, after the step's job is cancelled, to go on reading the nodes' (interrupted) reports, and for Slurm to
+# show the step's jobs gone.
 CANCEL_GRACE_S = 20.0
-# Seconds the cleanup may take (drain the failed nodes, remove the reservation), shielded.
-CLEANUP_TIMEOUT_S = 90.0
+# Seconds between two looks at the step's jobs while they end.
+JOB_POLL_S = 1.0
+# Slurm commands in one try of the cleanup's drains: the read, a drain, the read back.
+DRAIN_COMMANDS = 3
+# What the error of a node that sent no report says it may be.
+NO_REPORT = "no report from the node: its reset may have run"
 # Bytes of one stdout line read from srun (a frame is under 1 KB; anything longer is noise).
 LINE_LIMIT = 1024 * 1024
 # Characters of srun's stderr kept, the last ones (its last lines explain a node that sent no report).
@@ -102,6 +111,18 @@ def step_seconds(hosts: Sequence[Host], options: RunOptions) -> float:
     longest (`fleet.reset.verdict_time`), with the run's options."""
     return max(verdict_time.walk_s(h, stop_units=options.stop_units, gpu_reset=options.gpu_reset,
                                    restore_settings=options.restore_settings) for h in hosts)
+
+
+def cleanup_s(command_s: float, pause_s: float) -> float:
+    """The longest the cleanup takes (it runs shielded, even on Ctrl-C), each Slurm command at its client deadline:
+    the step's jobs cancelled and seen gone (CANCEL_GRACE_S, then a last look and its scancel), the drains' tries,
+    the reservation's removal (its tries a second apart, one command hanging), the leftovers' read and removal, and
+    the last read for the report."""
+    command = client_deadline(command_s)
+    jobs = CANCEL_GRACE_S + 2 * command
+    drains = tries_s(DRAIN_COMMANDS, command_s, pause_s=pause_s)
+    removal = DELETE_TRIES * DELETE_RETRY_S + 2 * command
+    return jobs + drains + removal + 2 * command + command
 
 
 def srun_argv(reservation: str, nodes: Sequence[str], minutes: int, gpus: int = 0) -> list[str]:
@@ -134,19 +155,16 @@ class _Step:
     reports: dict[str, HostReport] = field(default_factory=dict)
     reported_at: dict[str, float] = field(default_factory=dict)  # when each report came (monotonic): the node's end
     heard_from: set[str] = field(default_factory=set)  # nodes a whole message came from
-    named: set[str] = field(default_factory=set)  # nodes any frame named, whole or not
     stderr_text: str = ""
     noise: list[str] = field(default_factory=list)  # stdout lines that were no node's JSON
     exit_status: dict[str, int | None] = field(default_factory=dict)  # each node's srun's
 
     def touched(self, name: str) -> bool:
         """Whether the step may have done anything to the node. Only a node that said so is untouched: its report
-        says no step ran (a version refusal), or nothing on srun's stdout can be its (no frame named it and no
-        line was unreadable: its task never started, since a node's first message comes before it acts)."""
+        says no step ran (a version refusal). A node srun was asked to run on that sent no report may have been
+        reset, whatever srun then did (killed before its first frame, its task's output lost): touched."""
         report = self.reports.get(name)
-        if report is not None:
-            return _ran(report)
-        return name in self.named or bool(self.noise)
+        return report is None or _ran(report)
 
     @property
     def stderr(self) -> list[str]:
@@ -174,9 +192,11 @@ class SrunRun:
         self.step = _Step()
         self.frames = Assembler()
         self.cleaned = False
+        self.cancelled: set[str] = set()  # the step's jobs scancelled
         self.leftovers = Leftovers(slurm, self.run_id, logs.path.parent, self.log, reset=options.mode is Mode.RESET)
+        self.cleanup_s = cleanup_s(slurm.timeout, poll_s)
         self.finishing = (interrupts or Interrupts()).finishing(
-            self._still_doing, CLEANUP_TIMEOUT_S + CANCEL_GRACE_S,
+            self._still_doing, self.cleanup_s + CANCEL_GRACE_S,
             f"the reservation {self.reservation} in place and failed nodes maybe not drained")
 
     def _still_doing(self) -> str | None:
@@ -195,14 +215,15 @@ class SrunRun:
                 if ready:
                     await self._run_step(ready)
         finally:
-            with self.finishing.shielded() as shield, anyio.move_on_after(CLEANUP_TIMEOUT_S) as bound:
+            with self.finishing.shielded() as shield, anyio.move_on_after(self.cleanup_s) as bound:
                 await self._cleanup()
                 await self.leftovers.settle(n for n, r in self.runs.items() if r.status is HostStatus.CLEAN)
+                await self._read_after()
             self.cleaned = True
             if shield.cancelled_caught:
                 self._abandoned()
             elif bound.cancelled_caught and self.maintenance.held:
-                self._keep_reservation(f"the cleanup took over {CLEANUP_TIMEOUT_S:g} s", [])
+                self._keep_reservation(f"the cleanup took over {self.cleanup_s:g} s", [])
 
     # --- read: who can take part -----------------------------------------------------------------
 
@@ -221,7 +242,7 @@ class SrunRun:
             if node is None:
                 self._end(name, HostStatus.FAILED, f"slurm: Slurm has no node {name} (set slurm_node if its Slurm"
                                                    " name differs)", Reason.SLURM)
-            elif not node.in_service:
+            elif not node.in_service and not self.leftovers.in_fleets_maintenance(node):
                 self._end(name, HostStatus.SKIPPED, f"slurm: {name} is {policy.describe(node)}: a job step cannot"
                                                     " run there; reset it over SSH (--via ssh)", Reason.SLURM)
             else:
@@ -331,7 +352,7 @@ class SrunRun:
         still say, then end srun."""
         if process.returncode is None:
             with suppress(SlurmError):
-                await self.slurm.run(["scancel", f"--name={self.reservation}", f"--user={getpass.getuser()}"])
+                await self._cancel(await self.slurm.jobs_named(self.reservation, getpass.getuser()))
             with anyio.move_on_after(CANCEL_GRACE_S):
                 await self._read_lines(out)
             process.kill()
@@ -356,9 +377,6 @@ class SrunRun:
 
     def _take(self, raw: bytes) -> None:
         line = raw.decode(errors="replace")
-        words = line.split(" ", 2)
-        if len(words) > 1 and words[0] == MARK:
-            self.step.named.add(words[1])
         try:
             whole = self.frames.feed(line)
         except FrameError as exc:
@@ -408,24 +426,64 @@ class SrunRun:
     # --- cleanup ------------------------------------------------------------------------------------
 
     async def _cleanup(self) -> None:
-        """Drain what must stay out of service, then remove the reservation, then read the nodes for the report:
-        in that order, so that no moment lets a job onto a node the step failed. A drain Slurm could not be seen
-        to take after the tries keeps the reservation (it ends by itself at its Duration), naming the nodes."""
-        ended = [Ended(name, self.runs[name].status or HostStatus.FAILED, self.runs[name].error,
+        """End the step's jobs, drain what must stay out of service, then remove the reservation: in that order, so
+        that no moment lets a job onto a node the step failed, and Slurm accepts the removal (it refuses one a job
+        still uses). A drain Slurm could not be seen to take after the tries keeps the reservation (it ends by
+        itself at its Duration), naming the nodes."""
+        if self.stepped:
+            still = await self._end_jobs()
+            if still is not None:  # the reservation's removal, refused while a job uses it, then says what is left
+                for name in self.stepped:
+                    self.log[name].warning("slurm_error", node=name, error=still)
+        ended = [Ended(name, self.runs[name].status or HostStatus.FAILED, self.runs[name].error or NO_REPORT,
                        self.step.touched(name)) for name in self.stepped]
         drained = await drain_failed(self.slurm, self.run_id, ended, self.log, self.poll_s)
         if not drained.unconfirmed:
             removed = await self.maintenance.remove()
             if removed is not None:
                 self._keep_reservation(f"not removed: {removed}", [])
+        if drained.unconfirmed:
+            self._keep_reservation(str(drained.error), drained.unconfirmed)
+
+    async def _end_jobs(self) -> str | None:
+        """Cancel the step's jobs by their ids until Slurm shows none: whether or not srun still lives (a srun killed
+        before its first frame leaves its job, and the reset in it, running). None once none is left; else what
+        is left (the ids, or why Slurm could not say), after CANCEL_GRACE_S."""
+        user = getpass.getuser()
+
+        async def look() -> tuple[str, ...] | SlurmError:
+            try:
+                jobs = await self.slurm.jobs_named(self.reservation, user)
+                await self._cancel(jobs)
+            except SlurmError as exc:
+                return exc
+            return jobs
+
+        polled = await poll_until(look, lambda seen: seen == (), itertools.repeat(JOB_POLL_S),
+                                  within=TimeBudget(CANCEL_GRACE_S))
+        if polled.met:
+            return None
+        if isinstance(polled.last, SlurmError):
+            return f"cannot tell whether the step's job ended: {polled.last}"
+        return f"job {', '.join(polled.last)} of the step still in Slurm after {CANCEL_GRACE_S:g} s"
+
+    async def _cancel(self, jobs: Sequence[str]) -> None:
+        """scancel each job once (Slurm then signals its tasks and, after KillWait, kills them: a second scancel
+        would only interrupt what the nodes' fleets do while they end, their verify)."""
+        fresh = [job for job in jobs if job not in self.cancelled]
+        if fresh:
+            await self.slurm.cancel(fresh)
+            self.cancelled.update(fresh)
+
+    async def _read_after(self) -> None:
+        """Every node as Slurm shows it now, after every change the cleanup made (drains, the reservation and the
+        leftovers removed): the report's state_after and reason_after."""
         after = await self._read_all(self.stepped)
         for name, run in self.runs.items():
             if name in self.stepped and after is not None:
                 self._record_after(name, after.get(name))
             elif name not in self.stepped and run.scheduler is not None and run.scheduler.state_after is None:
                 self._record_after(name, self.before.get(name))
-        if drained.unconfirmed:
-            self._keep_reservation(str(drained.error), drained.unconfirmed)
 
     async def _read_all(self, names: Sequence[str]) -> dict[str, SlurmNode] | None:
         """Every named node in one `scontrol show node`; None (each node's record says why) when Slurm failed."""

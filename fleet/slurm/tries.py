@@ -16,11 +16,18 @@ from typing import TypeVar
 
 from fleet.node.poll import poll_until
 from fleet.slurm.control import SlurmError
+from fleet.transport.base import client_deadline
 
 # Tries at one change: read, decide, update (and read back); again after any Slurm error in them.
 UPDATE_TRIES = 3
 
 T = TypeVar("T")
+
+
+def tries_s(commands: int, command_s: float, *, pause_s: float, tries: int = UPDATE_TRIES) -> float:
+    """The longest `tried` can take when each try runs `commands` Slurm commands, each bounded by `command_s` (its
+    client deadline, `fleet.transport.base.client_deadline`): every try at its longest, and the pauses between."""
+    return tries * commands * client_deadline(command_s) + (tries - 1) * pause_s
 
 
 def _quiet(attempt: int, error: SlurmError) -> None:

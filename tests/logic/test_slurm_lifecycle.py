@@ -15,16 +15,19 @@ from support.scripted_slurm import ScriptedSlurm
 from fleet.engine.walk import HostRun, Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport, HostStatus, Reason
-from fleet.slurm.lifecycle import SlurmLifecycle
+from fleet.slurm import lifecycle as lifecycles
+from fleet.slurm.lifecycle import RELEASE_COMMANDS, SETTLE_READ_S, SlurmLifecycle, finish_s, release_s
+from fleet.slurm.policy import failed_reason
 from fleet.slurm.tries import UPDATE_TRIES
+from fleet.transport.base import client_deadline
 
 RUN = "20261203T070000Z-abc123"
 OWN = f"fleet: run {RUN}"
 EARLIER = "20261202T070000Z-def456"
 
 
-def lifecycle(slurm: ScriptedSlurm, over: tuple[str, ...] = ()) -> SlurmLifecycle:
-    return SlurmLifecycle(slurm.client(), RUN, Mode.RESET, drain_wait_s=0, poll_s=0.01,
+def lifecycle(slurm: ScriptedSlurm, over: tuple[str, ...] = (), timeout: float | None = None) -> SlurmLifecycle:
+    return SlurmLifecycle(slurm.client(timeout), RUN, Mode.RESET, drain_wait_s=0, poll_s=0.01,
                           run_over=lambda run_id: run_id in over)
 
 
@@ -224,3 +227,52 @@ async def test_each_row_of_the_lifecycle_table(before: str | tuple[str, str], st
     run = await through(lifecycle(slurm), "sim1", status, "gpu 0 holds 4096 MiB")
     assert after(run)[:2] == expected  # the report says what Slurm shows
     assert (slurm.nodes["sim1"].state, slurm.nodes["sim1"].reason) == expected
+
+
+# --- the release's bound --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("command_s", "pause_s"), [(30.0, 2.0), (5.0, 0.01), (0.2, 0.5)])
+def test_the_release_bound_holds_every_try_at_its_longest(command_s: float, pause_s: float) -> None:
+    """Every try's read and update at their client deadline, the pauses between, and the last read after a resume:
+    a release whose commands all hang to their bound still ends inside it."""
+    tries = UPDATE_TRIES * RELEASE_COMMANDS * client_deadline(command_s) + (UPDATE_TRIES - 1) * pause_s
+    assert release_s(command_s, pause_s) == tries + SETTLE_READ_S + client_deadline(command_s)
+    assert finish_s(command_s) == 3 * client_deadline(command_s)
+
+
+async def test_a_read_that_hangs_twice_is_read_a_third_time_and_the_node_resumed() -> None:
+    """`scontrol show node` hangs past its bound at the release, twice: the third try reads, resumes, and the node
+    is never left with the bare reason of a run in flight."""
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    life = lifecycle(slurm, timeout=0.2)
+    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    await admit(life, run)
+    run.scheduler = (await life.ready(run, log())).record
+    run.started = time.monotonic()
+    run.finish(HostStatus.CLEAN)
+    slurm.hanging = 2
+    await release(life, run, run.report())
+    assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]
+    assert after(run) == ("IDLE", None, None)
+
+
+async def test_a_release_past_its_bound_leaves_fleets_release_not_finished_reason(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound spent while a read hangs: the node, still drained with the run's bare reason, gets `release not
+    finished` (a reason the next run takes over), read back, and the record says so."""
+    monkeypatch.setattr(lifecycles, "release_s", lambda command_s, pause_s: 0.1)  # under one hang
+    slurm = ScriptedSlurm({"sim1": "IDLE"})
+    life = lifecycle(slurm, timeout=0.2)
+    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    await admit(life, run)
+    run.scheduler = (await life.ready(run, log())).record
+    run.started = time.monotonic()
+    run.finish(HostStatus.CLEAN)
+    slurm.hanging = 1
+    await release(life, run, run.report())
+    reason = failed_reason(RUN, "release not finished within 0.1 s")
+    assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "DRAIN", reason)]
+    state, reason_after, error = after(run)
+    assert (state, reason_after) == ("IDLE+DRAIN", reason)
+    assert error == f"slurm: releasing sim1: release not finished within 0.1 s; left IDLE+DRAIN ({reason}, by root)"

@@ -154,13 +154,13 @@ async def logs(tmp_path: Path) -> AsyncIterator[RunLogs]:
 
 
 async def stepped(slurm: ScriptedSlurm, logs: RunLogs, outcomes: dict[str, HostStatus]) -> SrunRun:
-    """A run whose step took `outcomes`' nodes (each may have been touched), in its reservation."""
+    """A run whose step took `outcomes`' nodes (none sent a report: each may have been touched), in its
+    reservation."""
     runs = [HostRun(Host(name=n, address="127.0.0.1"), scheduler=SchedulerRecord(n, "IDLE")) for n in outcomes]
     srun = SrunRun(slurm.client(), runs, RunOptions(scheduler=SchedulerOptions(fan_out=True)), logs, poll_s=PAUSE_S)
     await srun.maintenance.create(list(outcomes), 17)
     srun.stepped = list(outcomes)
     for run, status in zip(runs, outcomes.values(), strict=True):
-        srun.step.named.add(run.host.name)
         run.finish(status, None if status is HostStatus.CLEAN else ERROR, None if status is HostStatus.CLEAN
                    else Reason.MEMORY_HELD)
     return srun
@@ -176,6 +176,7 @@ async def test_a_failed_node_slurm_shows_down_is_drained_before_the_reservation_
     srun = await stepped(slurm, logs, {"sim1": HostStatus.FAILED, "sim2": HostStatus.CLEAN})
     slurm.lose_replies = 1  # the drain's reply
     await srun._cleanup()
+    await srun._read_after()
     assert slurm.writes == [f"create {NAME}", "update sim1 DRAIN", f"delete {NAME}"]
     record = srun.runs["sim1"].scheduler
     assert record is not None and record.reason_after == FAILED and (record.state_after or "").endswith("+DRAIN")
@@ -219,3 +220,14 @@ async def test_a_reservation_slurm_still_shows_after_every_removal_is_named_on_e
     assert slurm.reservations == {NAME} and srun.maintenance.held
     assert error_of(srun, "sim1").startswith(f"slurm: reservation {NAME} kept until its Duration ends: not removed: ")
     assert error_of(srun, "sim1").endswith(f"; to remove it: scontrol delete ReservationName={NAME}")
+
+
+async def test_the_steps_job_is_cancelled_by_its_id_and_seen_gone_before_the_drains(logs: RunLogs) -> None:
+    """srun is gone (SIGKILLed before any frame) but its job lives on: cancelled by its id, once, and read back until
+    Slurm shows none; then the nodes, none of which sent a report, are drained before the reservation goes."""
+    slurm = ScriptedSlurm({"sim1": "IDLE+MAINT+RESERVED", "sim2": "IDLE+MAINT+RESERVED"})
+    slurm.named[NAME] = ["4711"]
+    srun = await stepped(slurm, logs, {"sim1": HostStatus.FAILED, "sim2": HostStatus.FAILED})
+    await srun._cleanup()
+    assert slurm.cancelled == ["4711"] and slurm.named[NAME] == []
+    assert slurm.writes == [f"create {NAME}", "update sim[1-2] DRAIN", f"delete {NAME}"]

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
+from support.processes import descendants
 from support.slurm import StartCluster, live
 
 from fleet.engine.run_folder import RunLiveness, RunLogs, run_liveness
@@ -75,16 +76,6 @@ def reset_argv(sim: SimFleet, logs: Path, *more: str) -> list[str]:
 
 def fleet_cli(argv: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=300, check=False)
-
-
-def descendants(pid: int) -> list[int]:
-    """pid's live descendants, from /proc (children of every thread, recursively)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with suppress(OSError):
-            for child in map(int, (task / "children").read_text().split()):
-                found += [child, *descendants(child)]
-    return found
 
 
 @dataclass
@@ -254,6 +245,9 @@ async def test_a_reservation_a_killed_srun_run_left_is_seen_and_removed_by_the_n
     assert cluster.reservations() == []
     assert {n: cluster.node_state(n) for n in NAMES} == {**dict.fromkeys(BUSY, "idle"), "sim4": "drained"}
     assert cluster.node_reason("sim4").startswith(f"fleet: run {report['run_id']}: ")
+    # the report says what Slurm shows once every cleanup is done, the leftover's removal included
+    assert {n: report["hosts"][n]["slurm"]["state_after"] for n in NAMES} == {
+        **dict.fromkeys(BUSY, "IDLE"), "sim4": "IDLE+DRAIN"}
     log = [json.loads(line) for line in (logs / report["run_id"] / "sim1.jsonl").read_text().splitlines()]
     assert [e["action"] for e in log if e["event"] == "slurm_leftover"] == ["seen", "removed"]
     runs, _ = history(logs, env)

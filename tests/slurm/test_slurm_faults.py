@@ -40,8 +40,11 @@ from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, Reason
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
+from fleet.slurm.control import SLURM_COMMAND_TIMEOUT_S
+from fleet.slurm.lifecycle import finish_s, release_s
 from fleet.slurm.policy import failed_reason
 from fleet.slurm.srun import SrunRun
+from fleet.slurm.waiting import POLL_S
 
 # --- 2. an update that failed is read again ---------------------------------------------------------------
 
@@ -130,7 +133,8 @@ async def test_a_second_interrupt_says_what_is_left_and_the_release_still_happen
     finally:
         stop(process)
     said = stderr.read_text()
-    assert "fleet: still releasing 2 Slurm nodes (up to 45 s); again to abandon them drained" in said, said
+    bound = release_s(SLURM_COMMAND_TIMEOUT_S, POLL_S) + finish_s(SLURM_COMMAND_TIMEOUT_S)
+    assert f"fleet: still releasing 2 Slurm nodes (up to {bound:g} s); again to abandon them drained" in said, said
     assert process.returncode == 130
     released_as_interrupted(document, cluster)
 
@@ -227,13 +231,14 @@ async def via_srun(sim: SimFleet, tmp_path: Path) -> Any:
                                  log_dir=tmp_path / "logs"))[1]
 
 
-def drained_by_fleet(cluster: SlurmCluster, report: Any) -> None:
-    """sim4 (Xid 79) failed and stays drained with fleet's reason and its error, as its record says; sim1 back in
-    service; no reservation left."""
+def drained_by_fleet(cluster: SlurmCluster, report: Any, theirs: str | None = None) -> None:
+    """sim4 (Xid 79) failed and stays drained with fleet's reason and its error (after `theirs`, a reason someone
+    else set), as its record says; sim1 back in service; no reservation left."""
     sim4 = report.hosts["sim4"]
     assert sim4.status is HostStatus.FAILED
     reason = cluster.node_reason("sim4")
-    assert reason == failed_reason(report.run_id, sim4.error)
+    ours = failed_reason(report.run_id, sim4.error)
+    assert reason == (ours if theirs is None else f"{theirs}; {ours}"[:200])
     assert sim4.scheduler is not None and sim4.scheduler.reason_after == reason and sim4.scheduler.error is None
     assert report.hosts["sim1"].status is HostStatus.CLEAN and state(cluster, "sim1") == "idle"
     assert cluster.reservations() == []
@@ -244,7 +249,7 @@ async def test_via_srun_a_failed_node_slurm_shows_down_after_the_step_ends_drain
 ) -> None:
     """As the step ends, sim4's slurmd stops answering and Slurm shows it DOWN. The cleanup drains it with fleet's
     reason all the same, before the reservation goes: a DOWN node returns to service by itself (ReturnToService),
-    a drained one never does."""
+    a drained one never does. The reason Slurm showed is kept, fleet's after it."""
     slurmd = cluster.pids["slurmd sim4"]
 
     async def down_first(srun: SrunRun, cleanup: Callable[[SrunRun], Any]) -> None:
@@ -258,7 +263,7 @@ async def test_via_srun_a_failed_node_slurm_shows_down_after_the_step_ends_drain
         shown = cluster.run("scontrol", "show", "node", "sim4").stdout
     finally:
         os.kill(slurmd, signal.SIGCONT)
-    drained_by_fleet(cluster, report)
+    drained_by_fleet(cluster, report, "Not responding")
     assert "State=DOWN+DRAIN" in shown, shown
     seen = [json.loads(line) for path in (tmp_path / "logs").glob("*/sim4.jsonl")
             for line in path.read_text().splitlines()]

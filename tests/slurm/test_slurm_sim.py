@@ -36,6 +36,7 @@ from fleet.report import uniform
 from fleet.report.render import to_document
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
+from fleet.slurm.policy import failed_reason
 
 # --- SSH fan-out, drained and resumed through Slurm --------------------------------------------------
 
@@ -43,8 +44,8 @@ from fleet.sim.slurmcluster import SlurmCluster
 async def test_drain_wait_reset_resume_around_jobs_and_admins(sim: SimFleet, cluster: SlurmCluster,
                                                               tmp_path: Path) -> None:
     """sim1 clean and resumed; sim2 runs a job past --drain-wait: skipped, untouched, back in service as it
-    was; sim3 drained by an admin: reset, but left drained with the admin's reason; sim4 fails its health
-    gate: left drained with fleet's reason and the error."""
+    was; sim3 drained by an admin: skipped, never reset, left drained with the admin's reason; sim4 fails its
+    health gate: left drained with fleet's reason and the error."""
     job = cluster.submit_sleep("sim2", 600)
     cluster.drain("sim3", "bad DIMM")
     sim2_before = busy_mib(sim, "sim2")
@@ -62,7 +63,9 @@ async def test_drain_wait_reset_resume_around_jobs_and_admins(sim: SimFleet, clu
     assert busy_mib(sim, "sim2") == sim2_before  # never touched
     assert slurm_of(sim2).jobs == (str(job),) and (slurm_of(sim2).state_after or "").split("+")[0] == "ALLOCATED"
 
-    assert hosts["sim3"].status is HostStatus.CLEAN
+    assert hosts["sim3"].status is HostStatus.SKIPPED and hosts["sim3"].reason is Reason.SLURM
+    assert "out of service by someone else: not reset" in (hosts["sim3"].error or "")
+    assert busy_mib(sim, "sim3") > 0
     assert state(cluster, "sim3") == "drained" and cluster.node_reason("sim3") == "bad DIMM"
     assert slurm_of(hosts["sim3"]).reason_before == "bad DIMM" == slurm_of(hosts["sim3"]).reason_after
 
@@ -108,10 +111,12 @@ async def test_dry_run_says_what_would_happen_and_changes_nothing(sim: SimFleet,
     cluster.drain("sim3", "bad DIMM")
     before = cluster.node_states()
     report = await reset(sim, tmp_path, mode=Mode.PLAN)
-    assert all(h.status is HostStatus.PLANNED for h in report.hosts.values())
+    assert {n: h.status for n, h in report.hosts.items()} == {
+        **dict.fromkeys(("sim1", "sim2", "sim4"), HostStatus.PLANNED), "sim3": HostStatus.SKIPPED}
     assert "would drain, reset" in (slurm_of(report.hosts["sim1"]).plan or "")
     assert f"for job {job}" in (slurm_of(report.hosts["sim2"]).plan or "")
-    assert "bad DIMM" in (slurm_of(report.hosts["sim3"]).plan or "")
+    assert "bad DIMM, by root): out of service by someone else: would skip it" in (
+        slurm_of(report.hosts["sim3"]).plan or "")
     assert cluster.node_states() == before and cluster.job_state(job) == "RUNNING"
     assert busy_mib(sim, "sim1") > 0
 
@@ -383,14 +388,16 @@ async def test_drain_wait_zero_resets_idle_nodes_and_skips_busy_ones_at_once(
     assert state(cluster, "sim2") == "allocated"
 
 
-async def test_via_srun_a_node_that_sends_no_report_fails_no_report_and_touches_nothing(
+async def test_via_srun_a_node_that_sends_no_report_fails_no_report_and_stays_drained(
     sim: SimFleet, cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """fleet not installed on the nodes: srun cannot start the task, no node says anything."""
+    """fleet not installed on the nodes: the task cannot run it, no node says anything. Nothing proves a node was
+    left as it was, so each stays out of service, with fleet's reason saying why."""
     monkeypatch.setattr("fleet.slurm.srun.NODE_COMMAND", ("fleet-not-installed", "node-run"))
     report = await reset(sim, tmp_path, via_srun=True)
     sim1 = report.hosts["sim1"]
     assert sim1.status is HostStatus.FAILED and sim1.reason is Reason.NO_REPORT
     assert "no report from sim1" in (sim1.error or "") and busy_mib(sim, "sim1") > 0
-    assert state(cluster, "sim1") == "idle"  # never touched: not drained for it
+    assert state(cluster, "sim1") == "drained" and cluster.node_reason("sim1") == failed_reason(report.run_id,
+                                                                                               sim1.error)
     assert cluster.reservations() == []

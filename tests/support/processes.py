@@ -3,6 +3,7 @@ it), and signal.sh run here as the node runs it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import signal
@@ -158,3 +159,21 @@ def named_child() -> Iterator[Callable[[str], int]]:
 def lock_held(path: str) -> bool:
     """Whether some process holds an flock on path (asked with a non-blocking flock of our own)."""
     return subprocess.run(["flock", "-n", "-E", "75", path, "true"], check=False).returncode == 75
+
+
+def descendants(pid: int) -> list[int]:
+    """pid's live descendants, from /proc (children of every thread, recursively)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            for child in map(int, (task / "children").read_text().split()):
+                found += [child, *descendants(child)]
+    return found
+
+
+def comm(pid: int) -> str | None:
+    """The process's comm (its executable's name, cut at 15 bytes), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
+    except OSError:
+        return None

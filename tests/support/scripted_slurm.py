@@ -7,6 +7,7 @@
     slurm.unreadable = 1          # the next `scontrol show` (node or reservation) fails
     slurm.not_responding_reads = 2   # after a resume, the node reads IDLE* twice before IDLE
     slurm.unreadable_after_update = 1  # once an update is applied, the next read fails
+    slurm.hanging = 2             # the next two `scontrol show node` never answer (past the client's timeout)
     lifecycle = SlurmLifecycle(slurm.client(), ...)
 
 A write is `scontrol update`, `scontrol create reservation` or `scontrol delete`. `updates` records every update
@@ -42,19 +43,23 @@ class ScriptedSlurm:
     def __init__(self, nodes: dict[str, str | tuple[str, str]]) -> None:
         self.nodes = {name: _Node(*((v,) if isinstance(v, str) else v)) for name, v in nodes.items()}
         self.jobs: dict[str, list[str]] = {}
+        self.named: dict[str, list[str]] = {}  # job name -> the ids of the jobs so named (`squeue --name`)
+        self.cancelled: list[str] = []  # job ids scancelled, in order
         self.updates: list[tuple[str, str, str | None]] = []
         self.lose_replies = 0
         self.refuse = 0
         self.unreadable = 0  # the next N `scontrol show` fail
         self.unreadable_after_update = 0  # ... from the next update on
         self.not_responding_reads = 0
+        self.hanging = 0  # the next N `scontrol show node` hang
         self._flagged: dict[str, int] = {}
         self.writes: list[str] = []  # every write applied, in order: "update sim1 DRAIN", "delete fleet-..."
         self.reservations: set[str] = set()
         self.created: list[str] = []  # reservations created (`scontrol create reservation ReservationName=...`)
         self.deleted: list[str] = []  # reservations removed (`scontrol delete ReservationName=...`)
 
-    def client(self) -> Slurm:
+    def client(self, timeout: float | None = None) -> Slurm:
+        """A Slurm client of this script (`timeout`: its command bound, Slurm's own by default)."""
         transport = ScriptedTransport([
             (("scontrol", "show", "node"), self._show),
             (("scontrol", "show", "reservation"), self._show_reservation),
@@ -62,8 +67,9 @@ class ScriptedSlurm:
             (("scontrol", "create", "reservation"), self._create),
             (("scontrol", "delete"), self._delete),
             (("squeue",), self._squeue),
+            (("scancel",), self._scancel),
         ])
-        return Slurm(LocalRunner(transport))
+        return Slurm(LocalRunner(transport)) if timeout is None else Slurm(LocalRunner(transport), timeout)
 
     # --- the commands ------------------------------------------------------------------------------
 
@@ -74,6 +80,9 @@ class ScriptedSlurm:
         return Reply(stderr="slurm_load_node error: Socket timed out on send/recv operation", exit_status=1)
 
     def _show(self, argv: Sequence[str]) -> Reply:
+        if self.hanging:
+            self.hanging -= 1
+            return Reply(delay_s=3600)
         fault = self._unreadable()
         if fault is not None:
             return fault
@@ -162,7 +171,17 @@ class ScriptedSlurm:
         return Reply(f"ReservationName={name} StartTime=2026-12-03T07:00:00 EndTime=2026-12-03T07:17:00"
                      " Duration=00:17:00\n   Nodes=sim1 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES\n")
 
+    def _scancel(self, argv: Sequence[str]) -> Reply:
+        for job in argv[1:]:
+            self.cancelled.append(job)
+            for ids in self.named.values():
+                if job in ids:
+                    ids.remove(job)
+        return Reply()
+
     def _squeue(self, argv: Sequence[str]) -> Reply:
+        if "--name" in argv:  # the step's jobs, by name: `named` (ids), each gone once scancelled
+            return Reply("".join(f"{job}\n" for job in self.named.get(argv[argv.index("--name") + 1], [])))
         wanted = set(NodeSet(argv[argv.index("--nodelist") + 1]))
         lines = [f"{job} {name}" for name in sorted(wanted) for job in self.jobs.get(name, [])]
         return Reply("".join(f"{line}\n" for line in lines))

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from support.paths import FIXTURES
+from support.paths import FIXTURES, REPO
 
 from fleet.model.report import HostStatus
 from fleet.slurm import policy
+from fleet.slurm.control import SLURM_COMMAND_TIMEOUT_S
+from fleet.slurm.lifecycle import finish_s, release_s
 from fleet.slurm.policy import Admission, Release
 from fleet.slurm.records import SlurmNode, SlurmParseError, parse_jobs, parse_node_list, parse_nodes, split_reason
+from fleet.slurm.srun import cleanup_s
+from fleet.slurm.waiting import POLL_S
 
 FIXTURES = FIXTURES / "slurm"
 RUN = "20261203T070000Z-abc123"
@@ -46,6 +50,12 @@ def test_a_record_without_state_is_an_error_not_an_idle_node() -> None:
         ("DOWN+DRAIN+NOT_RESPONDING", "DOWN", {"DRAIN", "NOT_RESPONDING"}, False, False),
         ("ALLOCATED", "ALLOCATED", set(), True, True),
         ("FUTURE", "FUTURE", set(), False, False),
+        ("IDLE+FAIL", "IDLE", {"FAIL"}, False, False),  # an admin's FAIL
+        ("MIXED+FAIL", "MIXED", {"FAIL"}, True, False),  # FAILING: a job still runs
+        ("IDLE+MAINTENANCE+RESERVED", "IDLE", {"MAINTENANCE", "RESERVED"}, False, False),
+        ("IDLE+RESERVED", "IDLE", {"RESERVED"}, False, True),  # a reservation's jobs still run there
+        ("IDLE+REBOOT_REQUESTED", "IDLE", {"REBOOT_REQUESTED"}, False, False),
+        ("IDLE+POWERED_DOWN", "IDLE", {"POWERED_DOWN"}, False, False),
     ],
 )
 def test_state_strings(state: str, base: str, flags: set[str], busy: bool, in_service: bool) -> None:
@@ -87,10 +97,25 @@ def test_partition_listing_keeps_order_and_drops_repeats() -> None:
         (SlurmNode("n", "IDLE+DRAIN", "fleet: run OLD: memory_held on GPU 0"), Admission.ADOPT),
         (SlurmNode("n", "IDLE+DRAIN", "fleet: run OTHER"), Admission.LEAVE),  # a fleet run in flight
         (SlurmNode("n", "DOWN+DRAIN", "fleet: run OLD: x"), Admission.LEAVE),
+        (SlurmNode("n", "IDLE+FAIL", "bad DIMM", "root"), Admission.LEAVE),
+        (SlurmNode("n", "MIXED+FAIL", "bad DIMM", "root"), Admission.LEAVE),
+        (SlurmNode("n", "IDLE+MAINTENANCE+RESERVED"), Admission.LEAVE),
+        (SlurmNode("n", "IDLE+REBOOT_REQUESTED", "new kernel", "root"), Admission.LEAVE),
+        (SlurmNode("n", "IDLE+DRAIN+FAIL", "fleet: run OLD: x", "root"), Admission.LEAVE),  # an admin's FAIL on it
+        (SlurmNode("n", "IDLE+RESERVED"), Admission.DRAIN),
     ],
 )
 def test_admission(node: SlurmNode, expected: Admission) -> None:
     assert policy.admission(node) is expected
+
+
+def test_a_node_out_of_service_by_someone_else_is_skipped_naming_its_state_and_reason() -> None:
+    admin = SlurmNode("gpu-b07", "IDLE+FAIL", "bad DIMM", "root")
+    assert policy.skipped(admin) == (
+        "slurm: gpu-b07 is IDLE+FAIL (bad DIMM, by root): out of service by someone else: not reset, its state and"
+        " reason left as they are (reset it without --slurm once it is yours)")
+    in_flight = SlurmNode("gpu-b07", "IDLE+DRAIN", "fleet: run OTHER", "root")
+    assert "drained by fleet run OTHER, which may still be in flight" in policy.skipped(in_flight)
 
 
 # --- after: resume, restore, keep drained, leave -----------------------------------------------------
@@ -127,10 +152,33 @@ def test_someone_elses_node_is_never_resumed_nor_rewritten() -> None:
 def test_a_reason_changed_during_the_run_is_left_alone() -> None:
     idle = SlurmNode("n", "IDLE")
     changed = SlurmNode("n", "IDLE+DRAIN", "admin: keep out", "root")
-    assert policy.release(Admission.DRAIN, idle, changed, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
-    resumed = SlurmNode("n", "IDLE")
-    assert policy.release(Admission.DRAIN, idle, resumed, RUN, HostStatus.FAILED, "x").what is Release.LEAVE
+    for status in (HostStatus.CLEAN, HostStatus.FAILED):
+        assert policy.release(Admission.DRAIN, idle, changed, RUN, status, "x").what is Release.LEAVE
     assert policy.release(Admission.DRAIN, idle, None, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
+
+
+@pytest.mark.parametrize("now", [SlurmNode("n", "IDLE"), SlurmNode("n", "UNKNOWN"), SlurmNode("n", "DOWN*")])
+def test_a_failed_node_whose_drain_is_gone_is_drained_again(now: SlurmNode) -> None:
+    """slurmctld restarted without the drain (UNKNOWN, no reason), or someone resumed the node: a node fleet failed
+    goes out of service again with fleet's reason; one fleet proved clean, or never touched, is left as it is."""
+    idle = SlurmNode("n", "IDLE")
+    action = policy.release(Admission.DRAIN, idle, now, RUN, HostStatus.FAILED, "memory leaked")
+    assert action.what is Release.KEEP_DRAINED and action.reason == f"fleet: run {RUN}: memory leaked"
+    assert policy.release(Admission.DRAIN, idle, now, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
+    assert policy.release(Admission.DRAIN, idle, now, RUN, HostStatus.SKIPPED, "x").what is Release.LEAVE
+
+
+def test_a_reason_someone_else_set_is_kept_and_fleets_follows_it() -> None:
+    """An admin's DOWN `bad DIMM` on a node fleet failed: drained, `bad DIMM` first (theirs to resume)."""
+    down = SlurmNode("n", "DOWN+MAINTENANCE+RESERVED", "bad DIMM", "root")
+    action = policy.after_step(down, RUN, HostStatus.FAILED, "no report", touched=True)
+    assert action.what is Release.KEEP_DRAINED and action.reason == f"bad DIMM; fleet: run {RUN}: no report"
+    assert policy.fleet_run_of(action.reason) is None
+    assert policy.admission(SlurmNode("n", "DOWN+DRAIN", action.reason)) is Admission.LEAVE
+    long = policy.drain_reason(SlurmNode("n", "DOWN", "x" * 300), RUN, "y")
+    assert len(long) == policy.REASON_LIMIT and long.startswith("x" * 100)
+    ours = SlurmNode("n", "DOWN", f"fleet: run {RUN}: earlier")
+    assert policy.drain_reason(ours, RUN, "now") == f"fleet: run {RUN}: now"
 
 
 def test_failed_reason_is_one_bounded_line() -> None:
@@ -143,4 +191,17 @@ def test_plan_lines_say_what_would_happen() -> None:
     assert "would drain, wait up to 600 s for jobs 3, 4, reset" in policy.plan_line(SlurmNode("n", "MIXED"),
                                                                                    ("3", "4"), 600)
     leave = policy.plan_line(SlurmNode("n", "IDLE+DRAIN", "bad DIMM", "root"), (), 600)
-    assert "bad DIMM" in leave and "never resume" in leave
+    assert leave == ("slurm IDLE+DRAIN (bad DIMM, by root): out of service by someone else: would skip it, its state"
+                     " and reason left as they are")
+    assert "IDLE+FAIL (bad DIMM, by root)" in policy.plan_line(SlurmNode("n", "IDLE+FAIL", "bad DIMM", "root"), (), 1)
+
+
+def test_the_bounds_docs_slurm_states_are_the_codes() -> None:
+    """docs/slurm.md's figures for the release's and the cleanup's bounds, at the defaults, are what the functions
+    give."""
+    text = (REPO / "docs" / "slurm.md").read_text()
+    release, finish = release_s(SLURM_COMMAND_TIMEOUT_S, POLL_S), finish_s(SLURM_COMMAND_TIMEOUT_S)
+    assert "released. Only past that bound" in text and f"{release:g} s at the defaults" in text
+    assert f"release not finished within {release:g} s" in text and f"{finish:g} s at most" in text
+    assert f"(up to {release + finish:g} s); again to abandon them drained" in text
+    assert f"{cleanup_s(SLURM_COMMAND_TIMEOUT_S, POLL_S):g} s at the defaults, each Slurm command at its bound" in text

@@ -12,7 +12,6 @@ from support.paths import FIXTURES
 
 from fleet.engine.run_folder import RUNNING_LOCK, SUMMARY, RunLiveness, RunLogs, run_liveness
 from fleet.model.report import HostReport, HostStatus, StepName, StepResult, StepStatus
-from fleet.slurm.frames import frames
 from fleet.slurm.policy import Release, after_step, drains
 from fleet.slurm.records import SlurmNode, gpu_count, parse_nodes
 from fleet.slurm.srun import _Step, by_gpus, srun_argv, srun_env
@@ -61,16 +60,13 @@ def _ran(*statuses: StepStatus) -> HostReport:
 
 
 def test_only_a_node_that_said_so_is_untouched() -> None:
+    """A node whose report says no step ran is untouched; any other, a node that sent nothing or half a frame
+    included, may have been reset (srun killed before its first frame, its task's output lost)."""
     step = _Step()
     step.reports["refused"] = _ran(*[StepStatus.SKIPPED] * 4)  # a version refusal: no step ran
     step.reports["worked"] = _ran(StepStatus.OK)
-    line = next(frames("partial", 1, {"log": {"event": "x" * 2000}}))
-    step.named.add(line.split()[1])
-    judge = step
-    assert not judge.touched("refused") and judge.touched("worked") and judge.touched("partial")
-    assert not judge.touched("silent")  # no frame, and nothing unreadable: its task never started
-    step.noise.append("0: @fleet silent 1 1 1 {...}")
-    assert judge.touched("silent")  # unreadable output could be its
+    assert not step.touched("refused") and step.touched("worked")
+    assert step.touched("partial") and step.touched("silent")
 
 
 def test_run_liveness_from_the_log_folder(tmp_path: Path) -> None:
