@@ -232,6 +232,17 @@ async def test_each_row_of_the_lifecycle_table(before: str | tuple[str, str], st
 # --- the release's bound --------------------------------------------------------------------------------
 
 
+async def reset_clean(slurm: ScriptedSlurm) -> tuple[SlurmLifecycle, HostRun]:
+    """sim1 admitted (drained), waited for, and ended clean; not released yet (its Slurm commands bounded at 0.2 s)."""
+    life = lifecycle(slurm, timeout=0.2)
+    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    await admit(life, run)
+    run.scheduler = (await life.ready(run, log())).record
+    run.started = time.monotonic()
+    run.finish(HostStatus.CLEAN)
+    return life, run
+
+
 @pytest.mark.parametrize(("command_s", "pause_s"), [(30.0, 2.0), (5.0, 0.01), (0.2, 0.5)])
 def test_the_release_bound_holds_every_try_at_its_longest(command_s: float, pause_s: float) -> None:
     """Every try's read and update at their client deadline, the pauses between, and the last read after a resume:
@@ -245,12 +256,7 @@ async def test_a_read_that_hangs_twice_is_read_a_third_time_and_the_node_resumed
     """`scontrol show node` hangs past its bound at the release, twice: the third try reads, resumes, and the node
     is never left with the bare reason of a run in flight."""
     slurm = ScriptedSlurm({"sim1": "IDLE"})
-    life = lifecycle(slurm, timeout=0.2)
-    run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await admit(life, run)
-    run.scheduler = (await life.ready(run, log())).record
-    run.started = time.monotonic()
-    run.finish(HostStatus.CLEAN)
+    life, run = await reset_clean(slurm)
     slurm.hanging = 2
     await release(life, run, run.report())
     assert slurm.updates == [("sim1", "DRAIN", OWN), ("sim1", "RESUME", None)]
@@ -263,12 +269,7 @@ async def test_a_release_past_its_bound_leaves_fleets_release_not_finished_reaso
     finished` (a reason the next run takes over), read back, and the record says so."""
     monkeypatch.setattr(lifecycles, "release_s", lambda command_s, pause_s: 0.1)  # under one hang
     slurm = ScriptedSlurm({"sim1": "IDLE"})
-    life = lifecycle(slurm, timeout=0.2)
-    run = HostRun(Host(name="sim1", address="127.0.0.1"))
-    await admit(life, run)
-    run.scheduler = (await life.ready(run, log())).record
-    run.started = time.monotonic()
-    run.finish(HostStatus.CLEAN)
+    life, run = await reset_clean(slurm)
     slurm.hanging = 1
     await release(life, run, run.report())
     reason = failed_reason(RUN, "release not finished within 0.1 s")

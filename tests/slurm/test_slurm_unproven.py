@@ -1,8 +1,8 @@
 """A node fleet could not prove clean never goes back into service, whatever srun, slurmctld or an admin does
 meanwhile, on a real Slurm (a slurmctld, a slurmd per simulated node, `Gres=gpu:8`): srun SIGKILLed before its
-first frame, slurmctld SIGKILLed before it saved fleet's drain and started again, an admin's FAIL and DOWN, a
-`scontrol show node` that hangs twice at the release. The same four busy simulated nodes as test_slurm_sim.py;
-sim4's kernel log holds an Xid 79, so its reset fails."""
+first frame, slurmctld SIGKILLed before it saved fleet's drain and started again, an admin's FAIL and DOWN. (A
+`scontrol show node` that hangs twice at the release: test_slurm_faults.py.) The same four busy simulated nodes as
+test_slurm_sim.py; sim4's kernel log holds an Xid 79, so its reset fails."""
 
 from __future__ import annotations
 
@@ -21,11 +21,7 @@ from support.slurm_fleet import cluster as cluster  # the fixtures: four busy no
 from support.slurm_fleet import sim as sim
 from support.waits import until
 
-from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
-from fleet.inventory.load import load_inventory
-from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, Reason, RunReport
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
@@ -129,34 +125,6 @@ async def test_a_node_an_admin_failed_is_skipped_its_state_and_reason_untouched(
         assert busy_mib(sim, "sim3") > 0  # never reset
         assert cluster.node_state("sim3") == failed and cluster.node_reason("sim3") == "bad DIMM"
         assert report.hosts["sim1"].status is HostStatus.CLEAN
-
-
-# --- a read that hangs twice at the release --------------------------------------------------------------------
-
-
-async def test_a_release_whose_reads_hang_twice_still_resumes_the_node(
-        sim: SimFleet, cluster: SlurmCluster, tmp_path: Path) -> None:
-    """slurmctld answers nothing as sim1's release begins, through two of its reads (each ends at scontrol's own
-    MessageTimeout); the third reads, resumes, and the node is never left with the bare reason of a run in
-    flight."""
-    logs = tmp_path / "logs"
-    hosts = select(load_inventory(sim.inventory_path), patterns=["sim1"])
-    outcome: dict[str, RunReport] = {}
-
-    async def run() -> None:
-        outcome["report"] = (await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0)), as_json=False,
-                                                  log_dir=logs))[1]
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(run)
-        await until(lambda: logged(logs, "sim1", "step_start", step="verify"), "sim1 reached verify")
-        with cluster.frozen():
-            await until(lambda: logged(logs, "sim1", "slurm_error", attempt=2), "two of the release's reads failed",
-                        120)
-    sim1 = outcome["report"].hosts["sim1"]
-    assert sim1.status is HostStatus.CLEAN
-    assert (slurm_of(sim1).state_after, slurm_of(sim1).reason_after, slurm_of(sim1).error) == ("IDLE", None, None)
-    assert state(cluster, "sim1") == "idle"
 
 
 # --- an admin's DOWN set during the step ------------------------------------------------------------------------
