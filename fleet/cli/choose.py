@@ -12,8 +12,10 @@ from pathlib import Path
 from fleet.engine import schedulers
 from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, inventory_path, load_inventory
-from fleet.inventory.targeting import named, select, select_with
+from fleet.inventory.nodesets import fold
+from fleet.inventory.targeting import named, select, select_with, unlisted
 from fleet.model.errors import UsageError
+from fleet.terminal import say
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Targets:
 def choose_targets(
     hosts: list[str] | None, inventory: str | None, group: list[str] | None, limit: str | None, exclude: str | None,
     *, nodes: str | None = None, partition: str | None = None, slurm: bool = False, scheduler: str | None = None,
-    rerun: list[str] | None = None,
+    rerun: list[str] | None = None, missing_ok: bool = False,
 ) -> Targets:
     outright = nodes is not None or partition is not None or rerun is not None
     inv = chosen_inventory(inventory, required=not outright)
@@ -38,14 +40,18 @@ def choose_targets(
         raise UsageError("--partition needs --slurm (or `scheduler: slurm` in the inventory)")
     if not outright:
         assert inv is not None
-        return Targets(select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude), inv,
-                       scheduler)
+        targets = Targets(select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude,
+                                 missing_ok=missing_ok), inv, scheduler)
+        if missing_ok and (left := unlisted(inv, hosts or [])):
+            say(f"fleet: left out {fold(left)}: not in {inv.path} (--missing-ok)")
+        return targets
     extra = named(nodes) if nodes is not None else list(rerun or [])
     if partition is not None:
         assert scheduler is not None
         extra += partition_hosts(scheduler, partition, inv)
     chosen = select_with(inv, extra, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude,
-                         origin="-w" if nodes is not None else "--rerun-failed" if rerun else "--partition")
+                         origin="-w" if nodes is not None else "--rerun-failed" if rerun else "--partition",
+                         missing_ok=missing_ok)
     return Targets(chosen, inv, scheduler)
 
 

@@ -25,6 +25,7 @@ from fleet.cli.options import (
     LimitOpt,
     LogDirOpt,
     MetricsFileOpt,
+    MissingOkOpt,
     NodesOpt,
     PartitionOpt,
     RestoreSettingsOpt,
@@ -60,6 +61,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 def _version(value: bool) -> None:
@@ -124,6 +126,7 @@ def reset(
     gpu_reset: GpuResetOpt = False,
     restore_settings: RestoreSettingsOpt = False,
     nodes: NodesOpt = None,
+    missing_ok: MissingOkOpt = False,
     scheduler: SchedulerOpt = None,
     slurm: SlurmOpt = False,
     drain_wait: Annotated[
@@ -154,7 +157,7 @@ def reset(
     check_via(via)
     rerun = _rerun_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
-                            slurm=slurm or via == "srun", scheduler=scheduler, rerun=rerun)
+                            slurm=slurm or via == "srun", scheduler=scheduler, rerun=rerun, missing_ok=missing_ok)
     options = RunOptions(
         mode=Mode.PLAN if dry_run else Mode.RESET, concurrency=concurrency, handle_signals=True,
         batch=parse_amount(batch, "--batch") if batch else None,
@@ -205,6 +208,7 @@ def check(
     as_json: JsonOpt = False,
     concurrency: ConcurrencyOpt = None,
     nodes: NodesOpt = None,
+    missing_ok: MissingOkOpt = False,
     scheduler: SchedulerOpt = None,
     slurm: SlurmOpt = False,
     partition: PartitionOpt = None,
@@ -214,7 +218,7 @@ def check(
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean. With Slurm, each node's state is reported."""
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm,
-                            scheduler=scheduler)
+                            scheduler=scheduler, missing_ok=missing_ok)
     check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
     options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True, progress=True, uniform=uniform,
                          scheduler=SchedulerOptions(name=chosen.scheduler) if chosen.scheduler else None)
@@ -284,7 +288,8 @@ def runs(
 
 @app.command()
 def show(
-    run_id: Annotated[str, typer.Argument(metavar="RUN_ID|last", help="A run id, or `last`.", show_default=False)],
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID|last", help="A run id, or `last` (the default).",
+                                          show_default=False)] = "last",
     host: Annotated[
         str | None, typer.Option("--host", metavar="HOST", help="That host's log, a readable line per event (with"
                                  " --json: one JSON list of its events).")

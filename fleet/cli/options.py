@@ -23,11 +23,19 @@ GroupOpt = Annotated[
 LimitOpt = Annotated[
     str | None, typer.Option("-l", "--limit", metavar="PATTERN", help="Intersect with these hosts/patterns.")
 ]
-ExcludeOpt = Annotated[str | None, typer.Option("--exclude", metavar="PATTERN", help="Remove these hosts/patterns.")]
+ExcludeOpt = Annotated[
+    str | None, typer.Option("-x", "--exclude", metavar="PATTERN", help="Remove these hosts/patterns (pdsh's and"
+                             " clush's -x).")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout; humans read stderr.")]
+MissingOkOpt = Annotated[
+    bool, typer.Option("--missing-ok", help="A node set may name hosts the inventory lacks: target only those it"
+                       " lists (said in one line). Without it, such a node set is exit 2 naming them.")
+]
 ConcurrencyOpt = Annotated[
     int | None,
-    typer.Option("-j", "--concurrency", min=1, metavar="N", help="At most N hosts with remote work in flight."),
+    typer.Option("-j", "-f", "--concurrency", min=1, metavar="N", help="At most N hosts with remote work in flight"
+                 " (default: every host at once; -f: pdsh's and clush's fan-out)."),
 ]
 NodesOpt = Annotated[
     str | None,

@@ -3,9 +3,11 @@
 A pattern is a comma-separated list (commas inside brackets do not split) of
 ClusterShell node sets (`gpu-b[01-04],gpu-h01`, operators such as `!` included),
 `@group`, `all`, or shell globs (`gpu-b*`). Node sets expand without group
-lookups and within the inventory's size bound, and may reach past the inventory:
-only the names it holds are kept. Anything that matches no host is a one-line
-`UsageError`, never a silent no-op.
+lookups and within the inventory's size bound. A target's node set that names
+hosts the inventory lacks is a `UsageError` naming them (`gpu-b[04-09]`), unless
+`missing_ok` (`--missing-ok`: only the names it holds are kept); a `--limit` or
+`--exclude` may name more than the inventory holds. Anything that matches no host
+is a one-line `UsageError`, never a silent no-op.
 """
 
 from __future__ import annotations
@@ -54,13 +56,29 @@ def _element(inv: Inventory, element: str) -> set[str]:
         return _group(inv, element[1:])
     if element == ALL:
         return set(inv.hosts)
-    if any(c in element for c in "*?") and "[" not in element:
+    if _is_glob(element):
         return set(fnmatch.filter(inv.hosts, element))
+    return {name for name in _nodes(element) if name in inv.hosts}
+
+
+def _is_glob(element: str) -> bool:
+    return any(c in element for c in "*?") and "[" not in element
+
+
+def _nodes(element: str) -> list[str]:
     try:
-        nodes = node_set(element)
+        return list(node_set(element))
     except ValueError as e:
         raise UsageError(f"host pattern: {e}") from None
-    return {name for name in nodes if name in inv.hosts}
+
+
+def unlisted(inv: Inventory, patterns: Sequence[str]) -> list[str]:
+    """The names the patterns' node sets give that the inventory does not list, in node-set order (a group, `all`
+    and a glob name only what it lists)."""
+    missing = {name for pattern in patterns for element in _split(pattern)
+               if not element.startswith("@") and element != ALL and not _is_glob(element)
+               for name in _nodes(element) if name not in inv.hosts}
+    return node_order(missing)
 
 
 def _matching(inv: Inventory, text: str, flag: str) -> set[str]:
@@ -84,14 +102,22 @@ def select(
     groups: Sequence[str] = (),
     limit: str | None = None,
     exclude: str | None = None,
+    missing_ok: bool = False,
 ) -> list[Host]:
     """The targeted hosts in node-set order: (patterns | groups) & limit - exclude.
 
     Patterns are node sets (`gpu-b[01-04],gpu-h01`), `@group`, `all`, or shell
-    globs (`gpu-b*`). Anything that matches no host is a `UsageError`.
+    globs (`gpu-b*`). Anything that matches no host is a `UsageError`; so is a
+    node set naming hosts the inventory lacks, unless `missing_ok`.
     """
     if not patterns and not groups:
         raise UsageError("no target: name hosts or use -g/--group")
+    missing = [] if missing_ok else unlisted(inv, patterns)
+    if missing:
+        listed = len(set().union(*(_matching(inv, p, "") for p in patterns)))
+        raise UsageError(f"{fold(missing)} not in {inv.path}: list {'it' if len(missing) == 1 else 'them'} there,"
+                         f" name {'it' if len(missing) == 1 else 'them'} with -w, or pass --missing-ok to target"
+                         f" only the {listed} it has")
     chosen: set[str] = set()
     for name in groups:
         chosen |= _group(inv, name)
@@ -134,6 +160,7 @@ def select_with(
     limit: str | None = None,
     exclude: str | None = None,
     origin: str = "-w",
+    missing_ok: bool = False,
 ) -> list[Host]:
     """`select`, with hosts named outright (`-w`, a Slurm partition) added to the targets: the inventory's entry
     for a name it lists, else a host with the inventory's `defaults` (`unlisted_host`)."""
@@ -142,4 +169,4 @@ def select_with(
     hosts = {**base.hosts, **unlisted}
     universe = replace(base, hosts={name: hosts[name] for name in node_order(hosts)})
     chosen = [*patterns, *([fold(list(extra))] if extra else [])]
-    return select(universe, patterns=chosen, groups=groups, limit=limit, exclude=exclude)
+    return select(universe, patterns=chosen, groups=groups, limit=limit, exclude=exclude, missing_ok=missing_ok)

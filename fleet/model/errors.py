@@ -72,9 +72,15 @@ class AuthError(TransportError):
 
 
 class HostKeyError(TransportError):
-    """The host key is not in known_hosts or does not match it."""
+    """The host key is not in known_hosts (or no known_hosts can be read)."""
 
     reason = Reason.HOST_KEY
+
+
+class HostKeyChanged(HostKeyError):
+    """known_hosts holds another key for the host: it changed (a reinstalled node, or someone in between)."""
+
+    reason = Reason.HOST_KEY_CHANGED
 
 
 class ConnectionLost(TransportError):

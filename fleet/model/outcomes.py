@@ -56,7 +56,8 @@ class Reason(StrEnum):
     LOCKED = "locked"  # another run holds the node's reset lock
     NOT_PERMITTED = "not_permitted"  # the user fleet runs as may not create the reset lock folder (not root)
     AUTH = "auth"  # SSH authentication, or sudo, refused
-    HOST_KEY = "host_key"  # the host key is unknown or changed
+    HOST_KEY = "host_key"  # the host key is not in known_hosts
+    HOST_KEY_CHANGED = "host_key_changed"  # known_hosts holds another key for the host: it changed
     CONNECT_TIMEOUT = "connect_timeout"  # no SSH session within connect_timeout
     CONNECT_REFUSED = "connect_refused"  # the address refused, or does not resolve
     CONNECTION_LOST = "connection_lost"  # the session dropped during the reset

@@ -131,7 +131,7 @@ async def test_refused_port_and_wrong_host_key_are_unreachable_and_untouched(
     refused, wrong_key = report.hosts["gpu-h01"], report.hosts["gpu-h02"]
     assert refused.status is HostStatus.UNREACHABLE and "refused" in (refused.error or "")
     assert wrong_key.status is HostStatus.UNREACHABLE and "host key" in (wrong_key.error or "").lower()
-    assert refused.reason is Reason.CONNECT_REFUSED and wrong_key.reason is Reason.HOST_KEY
+    assert refused.reason is Reason.CONNECT_REFUSED and wrong_key.reason is Reason.HOST_KEY_CHANGED
     assert all(s.status is StepStatus.SKIPPED for s in wrong_key.steps)
     assert sim.nodes["gpu-h02"].compute_pids() == before, "nothing may run on a host whose key is wrong"
     assert sim.nodes["gpu-h02"].unit_state("sglang.service") == "active"

@@ -176,9 +176,9 @@ def test_a_wrong_key_for_the_jump_makes_its_hosts_unreachable_naming_it(site: Si
     status, report = fleet_check(site, "-w", "gpu-j[01-02]")
     assert status == 1
     for result in report["hosts"].values():
-        assert (result["status"], result["reason"]) == ("unreachable", "host_key")
-        assert result["error"].startswith(f"jump host {site.jump_spec}: host key of 127.0.0.1:{site.jump.port}"
-                                          " not trusted"), result["error"]
+        assert (result["status"], result["reason"]) == ("unreachable", "host_key_changed")
+        assert result["error"].startswith(f"jump host {site.jump_spec}: host key of [127.0.0.1]:{site.jump.port}"
+                                          " CHANGED"), result["error"]
     assert accepted(site.jump) == 0 and accepted(site.target) == 0
 
 

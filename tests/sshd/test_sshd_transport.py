@@ -17,7 +17,8 @@ from support.sshd import Sshd
 from support.waits import gone_within, line_within
 
 from fleet.inventory.host import Host
-from fleet.model.errors import AuthError, CommandTimeout, HostKeyError
+from fleet.model.errors import AuthError, CommandTimeout, HostKeyChanged, HostKeyError
+from fleet.model.report import Reason
 from fleet.transport import ssh as ssh_module
 from fleet.transport.base import OUTPUT_LIMIT
 from fleet.transport.ssh import SshTransport, open_ssh
@@ -104,11 +105,29 @@ async def test_authorized_keys_environment_sets_path(
             await ssh.run(["true"], timeout=5, privileged=True)
 
 
-async def test_wrong_host_key_and_wrong_client_key(host: Host, tmp_path: Path) -> None:
-    wrong = tmp_path / "wrong_known_hosts"
-    wrong.write_text(f"[127.0.0.1]:{host.port} {make_client_key(tmp_path / 'k1').public_line}\n")
-    with pytest.raises(HostKeyError):
-        await open_ssh(replace(host, known_hosts=str(wrong)))
+async def test_a_changed_host_key_and_an_unknown_one_are_told_apart_in_openssh_terms(
+        host: Host, tmp_path: Path) -> None:
+    """known_hosts holds another key for `[127.0.0.1]:PORT`: CHANGED (its own reason), naming the file and the
+    `ssh-keygen -R` to run once checked. It holds a key for another name only: unknown, with the `ssh-keyscan`."""
+    lookup = f"[127.0.0.1]:{host.port}"
+    changed = tmp_path / "changed_known_hosts"
+    changed.write_text(f"{lookup} {make_client_key(tmp_path / 'k1').public_line}\n")
+    with pytest.raises(HostKeyChanged) as caught:
+        await open_ssh(replace(host, known_hosts=str(changed)))
+    assert caught.value.reason is Reason.HOST_KEY_CHANGED
+    assert str(caught.value) == (
+        f"host key of {lookup} CHANGED: {changed} holds another key for {lookup} (the node reinstalled, or someone"
+        f" in between); once you know which, remove the old one: ssh-keygen -R '{lookup}' -f {changed}")
+    unknown = tmp_path / "unknown_known_hosts"
+    unknown.write_text(f"gpu-b99 {make_client_key(tmp_path / 'k3').public_line}\n")
+    with pytest.raises(HostKeyError) as refused:
+        await open_ssh(replace(host, known_hosts=str(unknown)))
+    assert refused.value.reason is Reason.HOST_KEY and not isinstance(refused.value, HostKeyChanged)
+    assert str(refused.value) == (f"host key of {lookup} unknown: {lookup} is not in {unknown}; once checked, add"
+                                 f" it: ssh-keyscan -t ed25519 -p {host.port} 127.0.0.1 >> {unknown}")
+
+
+async def test_wrong_client_key(host: Host, tmp_path: Path) -> None:
     stranger = make_client_key(tmp_path / "k2")
     with pytest.raises(AuthError):
         await open_ssh(replace(host, identity_file=str(stranger.path)))

@@ -9,7 +9,7 @@ import pytest
 
 from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, load_inventory
-from fleet.inventory.targeting import named, select, select_with
+from fleet.inventory.targeting import named, select, select_with, unlisted
 from fleet.model.errors import UsageError
 
 
@@ -71,9 +71,16 @@ def test_select_pattern_forms(site: Inventory) -> None:
     assert names(select(site, patterns=[" gpu-s01 , gpu-h01"])) == ["gpu-h01", "gpu-s01"]
 
 
-def test_a_range_may_reach_past_the_inventory(site: Inventory) -> None:
-    """gpu-b[01-16] on a rack with four hosts in the file targets those four."""
-    assert len(select(site, patterns=["gpu-b[01-16]"])) == 4
+def test_a_range_that_reaches_past_the_inventory_names_what_it_lacks(site: Inventory) -> None:
+    """gpu-b[01-16] on a rack with four hosts in the file: exit 2 naming the twelve it lacks (a half-listed rack
+    checked by half is a mistake that passes silently); with --missing-ok, the four it lists."""
+    with pytest.raises(UsageError) as caught:
+        select(site, patterns=["gpu-b[01-16]"])
+    assert str(caught.value) == (f"gpu-b[05-16] not in {site.path}: list them there, name them with -w, or pass"
+                                 " --missing-ok to target only the 4 it has")
+    assert len(select(site, patterns=["gpu-b[01-16]"], missing_ok=True)) == 4
+    assert unlisted(site, ["gpu-b[01-16]", "@hopper", "gpu-h*", "all"]) == [f"gpu-b{i:02d}" for i in range(5, 17)]
+    assert len(select(site, patterns=["gpu-b[01-04]"], limit="gpu-b[01-99]")) == 4  # a limit may reach past it
 
 
 @pytest.mark.parametrize(

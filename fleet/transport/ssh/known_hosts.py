@@ -7,6 +7,7 @@ usable line at all is a HostKeyError.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ import asyncssh
 
 from fleet.inventory.host import Host, default_known_hosts
 from fleet.model.errors import (
+    HostKeyChanged,
     HostKeyError,
 )
 from fleet.transport.base import (
@@ -129,6 +131,32 @@ def known_hosts(host: Host) -> KnownHosts:
     if known.entries is None:
         raise HostKeyError(_unreadable(known, host))
     return known
+
+
+def untrusted(known: KnownHosts, hostname: str, port: int) -> HostKeyError:
+    """Why the key `hostname:port` showed was not trusted, in OpenSSH's terms: CHANGED when the files hold another
+    key for the name looked up (`[name]:port` off port 22), else unknown; each names the files read, the name
+    looked up, and what to run once the key is checked."""
+    lookup = hostname if port == 22 else f"[{hostname}]:{port}"
+    files = ", ".join(known.paths)
+    address = hostname if _is_address(hostname) else ""
+    listed = known.entries.match(hostname, address, None if port == 22 else port)[0] if known.entries else ()
+    if listed:
+        return HostKeyChanged(
+            f"host key of {lookup} CHANGED: {files} holds another key for {lookup} (the node reinstalled, or"
+            f" someone in between); once you know which, remove the old one: ssh-keygen -R '{lookup}' -f"
+            f" {known.paths[0]}")
+    port_option = "" if port == 22 else f" -p {port}"
+    return HostKeyError(f"host key of {lookup} unknown: {lookup} is not in {files}; once checked, add it:"
+                        f" ssh-keyscan -t ed25519{port_option} {hostname} >> {known.paths[0]}")
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _unreadable(known: KnownHosts, host: Host) -> str:

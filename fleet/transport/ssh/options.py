@@ -17,9 +17,8 @@ from fleet.model.errors import (
     AuthError,
     ConnectError,
     ConnectionLost,
-    HostKeyError,
 )
-from fleet.transport.ssh.known_hosts import KnownHosts, cached, known_hosts
+from fleet.transport.ssh.known_hosts import KnownHosts, cached, known_hosts, untrusted
 from fleet.transport.ssh.routing import Route
 
 # No SSH keepalives: every command has a client deadline (fleet.transport.base.client_deadline) and connecting
@@ -97,7 +96,10 @@ def connect_errors(host: Host, where: Route | None = None, *, prefix: str = "", 
     try:
         yield
     except asyncssh.HostKeyNotVerifiable as exc:
-        raise HostKeyError(f"{prefix}host key of {target} not trusted ({exc.reason})") from exc
+        hostname, port = (where.hostname, where.port) if where else (host.address, host.port or 22)
+        why = untrusted(known_hosts(host), hostname, port)
+        via = f" (reached via jump host {where.proxy_jump})" if where and where.proxy_jump else ""
+        raise type(why)(f"{prefix}{why}{via}") from exc
     except asyncssh.PermissionDenied as exc:
         raise AuthError(f"{prefix}authentication failed for {who} at {target}{hint}") from exc
     except asyncssh.KeyImportError as exc:

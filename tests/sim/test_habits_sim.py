@@ -1,0 +1,54 @@
+"""An operator's habits from pdsh, clush and OpenSSH, and a node set that names more than the inventory lists, through
+the CLI as a process on three clean simulated nodes: `-h`, `-x HOSTS`, `-f N`, `fleet show` for the last run, and
+`gpu-b[01-09]` on a rack whose inventory lists three (exit 2 naming the six, before anything connects; or, with
+`--missing-ok`, the three, said in one line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.sim_fleet import fast_vars, fleet_cli
+from support.sim_fleet import make_fleet as make_fleet  # the fixture: fleets torn down after the test
+
+from fleet.sim.node import NodeSpec
+
+NAMES = ["gpu-b01", "gpu-b02", "gpu-b03"]
+
+
+@pytest.mark.parametrize("command", [[], ["reset"], ["check"], ["show"], ["runs"], ["inventory"]])
+async def test_dash_h_is_help_everywhere(command: list[str]) -> None:
+    code, out, err = await fleet_cli(*command, "-h")
+    assert code == 0, err
+    assert out.startswith(f"Usage: fleet {' '.join(command)}".rstrip() + " "), out
+
+
+async def test_a_node_set_naming_hosts_the_inventory_lacks_stops_before_anything_connects(
+        make_fleet: Any, tmp_path: Path) -> None:
+    sim = await make_fleet([NodeSpec(name=n) for n in NAMES], fast_vars(NAMES))
+    logs = tmp_path / "logs"
+    code, out, err = await fleet_cli("check", "-i", str(sim.inventory_path), "gpu-b[01-09]", "--log-dir", str(logs))
+    assert code == 2 and out == ""
+    assert err == (f"fleet: error: gpu-b[04-09] not in {sim.inventory_path}: list them there, name them with -w,"
+                   " or pass --missing-ok to target only the 3 it has\n")
+    assert not logs.exists()  # nothing ran
+    code, out, err = await fleet_cli("check", "-i", str(sim.inventory_path), "gpu-b[01-09]", "--missing-ok",
+                                     "--json", "--log-dir", str(logs))
+    assert code == 0, err
+    assert f"fleet: left out gpu-b[04-09]: not in {sim.inventory_path} (--missing-ok)\n" in err
+    assert sorted(json.loads(out)["hosts"]) == NAMES
+
+
+async def test_x_excludes_f_is_the_fan_out_and_show_shows_the_last_run(make_fleet: Any, tmp_path: Path) -> None:
+    sim = await make_fleet([NodeSpec(name=n) for n in NAMES], fast_vars(NAMES))
+    logs = tmp_path / "logs"
+    code, out, err = await fleet_cli("check", "-i", str(sim.inventory_path), "gpu-b[01-03]", "-x", "gpu-b02",
+                                     "-f", "1", "--json", "--log-dir", str(logs))
+    assert code == 0, err
+    document = json.loads(out)
+    assert sorted(document["hosts"]) == ["gpu-b01", "gpu-b03"]
+    shown = [await fleet_cli("show", *last, "--json", "--log-dir", str(logs)) for last in ([], ["last"])]
+    assert shown[0] == shown[1] and shown[0][0] == 0
+    assert json.loads(shown[0][1])["run_id"] == document["run_id"]
