@@ -73,12 +73,24 @@ async def stop_units(node: Node, names: Sequence[str], window: float,
     for stop in stops:  # an exit other than 0 or 5 (e.g. polkit: "Interactive authentication required.") fails
         answers.result(stop)
     first = {unit: answers.read(show) for unit, show in zip(names, shows, strict=True)}
+    missing = [unit for unit, state in first.items() if state.missing]
     states = await _wait_down(node, names, budget, step, first)
     hung = [u for u in names if not states[u].is_down]
     if not hung:
-        return UnitsStopped(describe_units(states))
-    node.log.warning("drain_escalate", step=str(step), units=hung, after_s=round(budget.elapsed, 3))
-    return await _escalate(node, hung, states, window, step)
+        stopped = UnitsStopped(describe_units(states))
+    else:
+        node.log.warning("drain_escalate", step=str(step), units=hung, after_s=round(budget.elapsed, 3))
+        stopped = await _escalate(node, hung, states, window, step)
+    if missing and stopped.error is None:
+        return UnitsStopped(stopped.detail, no_such_unit(missing, node.host.name))
+    return stopped
+
+
+def no_such_unit(missing: Sequence[str], host: str) -> str:
+    """A unit in `services` the node does not have: a typo leaves the real service running, unstopped."""
+    names = ", ".join(missing)
+    return (f"{names}: no such unit on {host} (LoadState=not-found): a typo in services? the service that holds"
+            " the GPUs was not stopped")
 
 
 async def unit_states(node: Node, names: Sequence[str], budget: TimeBudget,
@@ -121,4 +133,4 @@ async def _escalate(node: Node, hung: Sequence[str], states: dict[str, units.Uni
 
 
 def describe_units(states: Mapping[str, units.UnitState]) -> str:
-    return ", ".join(f"{unit} {state.active_state}" for unit, state in states.items())
+    return ", ".join(f"{unit} {state.shown}" for unit, state in states.items())

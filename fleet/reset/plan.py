@@ -57,7 +57,7 @@ def build_plan(
         return PlannedProcess(h.pid, h.user, h.name, mib.get(h.pid), h.protected_by)
 
     return HostPlan(
-        units=tuple((unit, state.active_state) for unit, state in states.items()),
+        units=tuple((unit, state.shown) for unit, state in states.items()),
         would_kill=tuple(planned(h) for h in holders if h.protected_by is None),
         kept=tuple(planned(h) for h in holders if h.protected_by is not None),
         gpu_memory_mib=tuple(r.memory_used_mib for r in rows),

@@ -1,7 +1,7 @@
-"""An operator's habits from pdsh, clush and OpenSSH, and a node set that names more than the inventory lists, through
-the CLI as a process on three clean simulated nodes: `-h`, `-x HOSTS`, `-f N`, `fleet show` for the last run, and
-`gpu-b[01-09]` on a rack whose inventory lists three (exit 2 naming the six, before anything connects; or, with
-`--missing-ok`, the three, said in one line)."""
+"""An operator's habits from pdsh, clush and OpenSSH, and the mistakes a newcomer makes, through the CLI as a process
+on simulated nodes: `-h`, `-x HOSTS`, `-f N`, `fleet show` for the last run; `gpu-b[01-09]` on a rack whose
+inventory lists three (exit 2 naming the six, before anything connects; or, with `--missing-ok`, the three, said in
+one line); a `services` unit the node does not have."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.sim_fleet import fast_vars, fleet_cli
+from support.sim_fleet import busy, fast_vars, fleet_cli
 from support.sim_fleet import make_fleet as make_fleet  # the fixture: fleets torn down after the test
 
 from fleet.sim.node import NodeSpec
@@ -52,3 +52,22 @@ async def test_x_excludes_f_is_the_fan_out_and_show_shows_the_last_run(make_flee
     shown = [await fleet_cli("show", *last, "--json", "--log-dir", str(logs)) for last in ([], ["last"])]
     assert shown[0] == shown[1] and shown[0][0] == 0
     assert json.loads(shown[0][1])["run_id"] == document["run_id"]
+
+
+async def test_a_services_unit_the_node_does_not_have_is_named_and_fails_the_reset(
+        make_fleet: Any, tmp_path: Path) -> None:
+    """`services: [sglang-server.service]` where the node runs sglang.service: the dry run shows it `not-found`, and
+    the reset fails drain naming it (a typo leaves the real service unstopped), rather than ending clean."""
+    sim = await make_fleet([busy("gpu-b01")], {"gpu-b01": {**fast_vars(["gpu-b01"])["gpu-b01"],
+                                                          "services": ["sglang-server.service"]}})
+    logs = tmp_path / "logs"
+    code, out, err = await fleet_cli("reset", "-i", str(sim.inventory_path), "gpu-b01", "--dry-run", "--json",
+                                     "--log-dir", str(logs))
+    assert code == 0, err
+    assert "sglang-server.service (not-found)" in err, err
+    code, out, err = await fleet_cli("reset", "-i", str(sim.inventory_path), "gpu-b01", "-y", "--json", "--log-dir",
+                                     str(logs))
+    host = json.loads(out)["hosts"]["gpu-b01"]
+    assert code == 1 and host["status"] == "failed" and host["reason"] == "drain_failed", host
+    assert host["error"] == ("drain: sglang-server.service: no such unit on gpu-b01 (LoadState=not-found): a typo in"
+                             " services? the service that holds the GPUs was not stopped")

@@ -48,7 +48,7 @@ def test_unit_argv_shapes() -> None:
     assert unit_state_argv(unit) == [
         "systemctl",
         "show",
-        "--property=ActiveState,SubState,MainPID",
+        "--property=LoadState,ActiveState,SubState,MainPID",
         "--",
         unit,
     ]
@@ -105,6 +105,9 @@ def test_unit_argv_rejects_empty(make: Callable[[str], list[str]]) -> None:
             UnitState("deactivating", "stop-sigterm", 77),
         ),
         ("ActiveState=activating\nSubState=\n", UnitState("activating", None, None)),
+        # systemd's order: Service's properties, then Unit's (a unit the node does not have is inactive, dead)
+        ("MainPID=0\nLoadState=not-found\nActiveState=inactive\nSubState=dead\n",
+         UnitState("inactive", "dead", None, "not-found")),
     ],
 )
 def test_parse_unit_state(text: str, expected: UnitState) -> None:
@@ -279,3 +282,10 @@ def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
     restart = units.unit_restart(unit)
     assert (restart.argv, restart.ok_exits, restart.parse("Restart=always\n")) == (
         tuple(unit_restart_argv(unit)), ANY_EXIT, "always")
+
+
+def test_a_unit_systemd_does_not_know_reads_as_missing_never_as_stopped() -> None:
+    state = parse_unit_state("MainPID=0\nLoadState=not-found\nActiveState=inactive\nSubState=dead\n")
+    assert state.missing and state.is_down and state.shown == "not-found"
+    loaded = parse_unit_state("MainPID=0\nLoadState=loaded\nActiveState=inactive\nSubState=dead\n")
+    assert not loaded.missing and loaded.shown == "inactive"

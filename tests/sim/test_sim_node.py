@@ -306,6 +306,8 @@ def test_show_unknown_unit_is_inactive_dead(make_node: MakeNode) -> None:
     node = make_node(NodeSpec("show"))
     out = sh(node, "systemctl show --property=ActiveState,SubState,MainPID -- nope.service")
     assert (out.returncode, out.stdout) == (0, "MainPID=0\nActiveState=inactive\nSubState=dead\n")
+    out = sh(node, "systemctl show --property=LoadState,ActiveState,SubState,MainPID -- nope.service")
+    assert (out.returncode, out.stdout) == (0, "MainPID=0\nLoadState=not-found\nActiveState=inactive\nSubState=dead\n")
     out = sh(node, "systemctl is-active nope")
     assert (out.returncode, out.stdout) == (3, "inactive\n")
     out = sh(node, "systemctl frobnicate nope")

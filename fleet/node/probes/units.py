@@ -47,10 +47,21 @@ class UnitState:
     active_state: str
     sub_state: str | None
     main_pid: int | None
+    load_state: str | None = None  # `not-found`: the node has no such unit (a typo in `services`)
 
     @property
     def is_down(self) -> bool:
         return self.active_state in {"inactive", "failed"}
+
+    @property
+    def missing(self) -> bool:
+        """systemd knows no such unit (`LoadState=not-found`): it shows it inactive, and stops it without error."""
+        return self.load_state == "not-found"
+
+    @property
+    def shown(self) -> str:
+        """What a person reads of it: its ActiveState, or `not-found`."""
+        return "not-found" if self.missing else self.active_state
 
 
 def _pid_words(pids: Sequence[int]) -> list[str]:
@@ -66,7 +77,7 @@ def _unit(unit: str) -> str:
 
 
 def unit_state_argv(unit: str) -> list[str]:
-    return ["systemctl", "show", "--property=ActiveState,SubState,MainPID", "--", _unit(unit)]
+    return ["systemctl", "show", "--property=LoadState,ActiveState,SubState,MainPID", "--", _unit(unit)]
 
 
 def unit_stop_argv(unit: str) -> list[str]:
@@ -108,7 +119,8 @@ def parse_unit_state(text: str) -> UnitState:
     if not props.get("ActiveState"):
         raise ProbeParseError(*last, "no ActiveState")
     main_pid = int(props.get("MainPID") or 0)
-    return UnitState(props["ActiveState"], props.get("SubState") or None, main_pid or None)
+    return UnitState(props["ActiveState"], props.get("SubState") or None, main_pid or None,
+                     props.get("LoadState") or None)
 
 
 def cgroup_argv(pids: Sequence[int]) -> list[str]:
