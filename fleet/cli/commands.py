@@ -30,6 +30,10 @@ from fleet.cli.options import (
     PartitionOpt,
     RestoreSettingsOpt,
     SchedulerOpt,
+    ShowHostOpt,
+    ShowHtmlOpt,
+    ShowJsonOpt,
+    ShowRunArg,
     SlurmOpt,
     StopUnitsOpt,
     UniformOpt,
@@ -287,23 +291,8 @@ def runs(
 
 
 @app.command()
-def show(
-    run_id: Annotated[str, typer.Argument(metavar="RUN_ID|last", help="A run id, or `last` (the default).",
-                                          show_default=False)] = "last",
-    host: Annotated[
-        str | None, typer.Option("--host", metavar="HOST", help="That host's log, a readable line per event (with"
-                                 " --json: one JSON list of its events).")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON document: summary.json as it is (with --host: the host's"
-                      " events as a list).")
-    ] = False,
-    log_dir: LogDirOpt = None,
-    as_html: Annotated[
-        bool, typer.Option("--html", help="The path of the run's report.html (written first for a run that has"
-                           " none: from its summary.json, else from its history).")
-    ] = False,
-) -> None:
+def show(run_id: ShowRunArg = "last", host: ShowHostOpt = None, as_json: ShowJsonOpt = False,
+         log_dir: LogDirOpt = None, as_html: ShowHtmlOpt = False) -> None:
     """A past run's report again (its summary.json), or one host's log of it."""
     if as_html:
         if host is not None or as_json:

@@ -109,3 +109,19 @@ RestoreSettingsOpt = Annotated[
     typer.Option("--restore-settings", help="After the kill, restore each GPU's gpu_settings profile (clocks, power"
                  " limit, compute mode, persistence; MIG and ECC with --gpu-reset); a dry run lists it."),
 ]
+
+# `fleet show`
+ShowRunArg = Annotated[str, typer.Argument(metavar="RUN_ID|last", help="A run id, or `last` (the default).",
+                                           show_default=False)]
+ShowHostOpt = Annotated[
+    str | None, typer.Option("--host", metavar="HOST", help="That host's log, a readable line per event (with"
+                             " --json: one JSON list of its events).")
+]
+ShowJsonOpt = Annotated[
+    bool, typer.Option("--json", help="One JSON document: summary.json as it is (with --host: the host's events as a"
+                       " list).")
+]
+ShowHtmlOpt = Annotated[
+    bool, typer.Option("--html", help="The path of the run's report.html (written first for a run that has none: from"
+                       " its summary.json, else from its history).")
+]
