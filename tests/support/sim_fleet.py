@@ -24,7 +24,10 @@ from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 
 ALL = (0, 1, 2, 3, 4, 5, 6, 7)
-FAST = {"drain_timeout": 5, "kill_grace": 2, "settle_timeout": 15, "command_timeout": 5}
+# Bounds short enough for tests, but commands keep fleet's default bound (10 s): on a shared 2-core machine running
+# four workers, a command on a simulated node (a holder scan over every process here) can take seconds, and slow
+# is not dead. A test of a bound sets its own.
+FAST = {"drain_timeout": 5, "kill_grace": 2, "settle_timeout": 15, "command_timeout": 10}
 
 
 def busy(name: str, **kw: Any) -> NodeSpec:

@@ -22,8 +22,9 @@ globs=$*
 # ended while it read
 grep -E -q -e "$re" </dev/null; [ $? -eq 1 ] || exit 3
 # the named devices: the files the globs match (a glob holds no blank: procs.py refuses one), in the positional
-# parameters; one stat for the shell (mode|rdev|dev:inode a line), one for the records (`id<TAB>MODE<TAB>
-# c<major>:<minor><TAB>i<st_dev>:<st_ino><TAB>PATH`, the raw mode, major and minor in hex; S_IFCHR is 8192)
+# parameters; one stat of them all, a line each in their order (mode|rdev|dev:inode: the raw mode, major and minor
+# in hex; S_IFCHR is 8192), and a record each (`id<TAB>MODE<TAB>c<major>:<minor><TAB>i<st_dev>:<st_ino><TAB>PATH`).
+# A file gone between the glob and the stat (a driver reloading) ends the scan: its lines no longer say whose.
 set -f
 # shellcheck disable=SC2086 # one word a glob
 set -- $globs
@@ -39,23 +40,23 @@ tokens=
 chars=
 where=
 if [ "$#" -gt 0 ]; then
-  lines=$(stat -L -c '%f|%t:%T|%d:%i' -- "$@" 2>/dev/null)
-  [ $? -le 1 ] || exit 3
-  stat -L --printf 'id\t%f\tc%t:%T\ti%d:%i\t%n\0' -- "$@" 2>/dev/null
-  [ $? -le 1 ] || exit 3
-  while IFS='|' read -r mode rdev ino; do
-    [ -n "$ino" ] || continue
-    d=${ino%%:*}
-    where="$where $(((d >> 8 & 4095) | (d >> 32 & ~4095))) $((d & 255 | (d >> 12 & ~255))) ${ino#*:}"
-    if [ $((0x$mode & 61440)) -eq 8192 ]; then
-      ids="$ids c$rdev"
-      chars="$chars m${rdev%%:*}"
-      tokens="$tokens|^c$rdev "
-    else
-      ids="$ids i$ino"
-      tokens="$tokens| i$ino "
-    fi
-  done <<LINES
+  lines=$(stat -L -c '%f|%t:%T|%d:%i' -- "$@" 2>/dev/null) || exit 3
+  {
+    for f; do
+      IFS='|' read -r mode rdev ino <&3 && [ -n "$ino" ] || exit 3
+      printf 'id\t%s\tc%s\ti%s\t%s\0' "$mode" "$rdev" "$ino" "$f"
+      d=${ino%%:*}
+      where="$where $(((d >> 8 & 4095) | (d >> 32 & ~4095))) $((d & 255 | (d >> 12 & ~255))) ${ino#*:}"
+      if [ $((0x$mode & 61440)) -eq 8192 ]; then
+        ids="$ids c$rdev"
+        chars="$chars m${rdev%%:*}"
+        tokens="$tokens|^c$rdev "
+      else
+        ids="$ids i$ino"
+        tokens="$tokens| i$ino "
+      fi
+    done
+  } 3<<LINES
 $lines
 LINES
 fi
