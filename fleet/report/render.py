@@ -122,7 +122,8 @@ def human_lines(report: RunReport, rack: uniform.Rack | None = None) -> list[str
     settings = uniform.settings_line(report, rack)
     if settings is not None:
         lines.append(settings)
-    lines.append(f"{report.command} of {counts['total']} hosts in {report.duration_s:.1f} s: {tally}")
+    total = counts["total"]
+    lines.append(f"{report.command} of {total} host{'' if total == 1 else 's'} in {report.duration_s:.1f} s: {tally}")
     return lines
 
 

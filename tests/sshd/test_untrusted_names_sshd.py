@@ -70,6 +70,6 @@ def test_a_name_a_node_chose_is_shown_escaped_and_kept_as_data(make_host: MakeHo
     shown = done.stderr.decode()
     assert "\x1b" not in shown and "\r" not in shown, shown
     assert f"{NAME} failed holders_left: pid {pid} \\x0d\\x1b[2Kgpu-b01 clean\\x1b[8m still holds {device}\n" in shown
-    assert "check of 1 hosts in " in shown and ": 1 failed" in shown
+    assert "check of 1 host in " in shown and ": 1 failed" in shown
     report = json.loads(done.stdout)
     assert report["hosts"][NAME]["error"] == f"pid {pid} {EVIL} still holds {device}"  # the JSON: the name as data
