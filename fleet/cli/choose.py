@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fleet.engine import schedulers
 from fleet.inventory.host import Host
-from fleet.inventory.load import Inventory, inventory_path, load_inventory
+from fleet.inventory.load import Inventory, inventory_source, load_inventory
 from fleet.inventory.nodesets import fold
 from fleet.inventory.targeting import named, select, select_with, unlisted
 from fleet.model.errors import UsageError
@@ -43,7 +43,7 @@ def choose_targets(
         targets = Targets(select(inv, patterns=hosts or [], groups=group or [], limit=limit, exclude=exclude,
                                  missing_ok=missing_ok), inv, scheduler)
         if missing_ok and (left := unlisted(inv, hosts or [])):
-            say(f"fleet: left out {fold(left)}: not in {inv.path} (--missing-ok)")
+            say(f"fleet: left out {fold(left)}: not in {inv.named} (--missing-ok)")
         return targets
     extra = named(nodes) if nodes is not None else list(rerun or [])
     if partition is not None:
@@ -58,7 +58,7 @@ def choose_targets(
 def chosen_inventory(cli_value: str | None, *, required: bool) -> Inventory | None:
     if not required and cli_value is None and not os.environ.get("FLEET_INVENTORY", "").strip():
         return None
-    return load_inventory(inventory_path(cli_value))
+    return load_inventory(*inventory_source(cli_value))
 
 
 def chosen_scheduler(name: str | None, slurm: bool) -> str | None:

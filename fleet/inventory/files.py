@@ -34,12 +34,12 @@ def check_files(inventory: Inventory, hosts: Iterable[Host]) -> None:
             problem = checked[path]
             if problem is not None:
                 key = inventory.source(host.name, variable)
-                raise InventoryError(str(inventory.path), key, _message(host, variable, problem))
+                raise InventoryError(inventory.named, key, _message(host, variable, problem))
         if host.known_hosts is None:
             if not defaults:
                 defaults.append(_defaults_problem())
             if defaults[0] is not None:
-                raise InventoryError(str(inventory.path), inventory.source(host.name, "known_hosts"), defaults[0])
+                raise InventoryError(inventory.named, inventory.source(host.name, "known_hosts"), defaults[0])
 
 
 def _files(host: Host) -> list[tuple[str, str]]:

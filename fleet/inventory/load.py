@@ -145,6 +145,13 @@ class Inventory:
     sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # host -> variable -> key that set it
     scheduler: str | None = None  # `scheduler: slurm` (`fleet.engine.schedulers`): every reset goes through it
     defaults: Mapping[str, Any] = field(default_factory=dict)  # what `defaults` set: for hosts it does not list
+    # The file as messages name it, where that is not its path alone: `site.yaml (from $FLEET_INVENTORY)`.
+    label: str | None = None
+
+    @property
+    def named(self) -> str:
+        """The file as every message about it names it: its label, else its path."""
+        return self.label or str(self.path)
 
     def source(self, host: str, variable: str) -> str:
         """The key that set the host's variable (`groups.g.vars.services`); `defaults.<variable>` where none did."""
@@ -418,7 +425,7 @@ def _resolve(spec: InventoryFile, path: Path, label: str) -> Inventory:
         _check_lock_file(hosts[name], sources[name], label)
     resolved = {g: tuple(n for n in order if n in members[g]) for g in sorted(groups)}
     return Inventory(path=path, hosts=hosts, groups=resolved, sources=sources, scheduler=spec.scheduler,
-                     defaults=defaults.values)
+                     defaults=defaults.values, label=label if label != str(path) else None)
 
 
 def unlisted_host(name: str, inventory: Inventory | None) -> Host:
@@ -429,21 +436,35 @@ def unlisted_host(name: str, inventory: Inventory | None) -> Host:
     return _build_host(name, dict(inventory.defaults), (), inventory.path.parent)
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Read, validate and resolve an inventory file; raise `InventoryError` on any problem."""
-    label = str(path)
+def load_inventory(path: str | Path, label: str | None = None) -> Inventory:
+    """Read, validate and resolve an inventory file; raise `InventoryError` on any problem.
+
+    `label`: the file as every message about it names it (`inventory_source`); its path when None.
+    """
+    label = label or str(path)
     file = Path(path)
     return _resolve(_validate(read_data(file, label), label), file, label)
 
 
 def inventory_path(cli_value: str | None) -> Path:
     """The inventory named by `-i/--inventory`, else by `$FLEET_INVENTORY`."""
+    return inventory_source(cli_value)[0]
+
+
+def inventory_source(cli_value: str | None) -> tuple[Path, str]:
+    """The inventory named by `-i/--inventory`, else by `$FLEET_INVENTORY`, and the file as messages name it: its
+    path, followed by `(from $FLEET_INVENTORY)` when the variable named it (run from another folder, a relative
+    path there is no file of the command line's)."""
     if cli_value is not None and not cli_value.strip():
         raise UsageError("-i/--inventory: empty path")
-    value = cli_value or os.environ.get("FLEET_INVENTORY", "").strip()
+    if cli_value:
+        path = Path(cli_value).expanduser()
+        return path, str(path)
+    value = os.environ.get("FLEET_INVENTORY", "").strip()
     if not value:
         raise UsageError("no inventory: use -i/--inventory PATH or set $FLEET_INVENTORY")
-    return Path(value).expanduser()
+    path = Path(value).expanduser()
+    return path, f"{path} (from $FLEET_INVENTORY)"
 
 
 def host_vars(host: Host) -> dict[str, Any]:

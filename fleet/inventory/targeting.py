@@ -43,11 +43,11 @@ def _group(inv: Inventory, name: str) -> set[str]:
     if name == ALL:
         found = set(inv.hosts)
     elif name not in inv.groups:
-        raise UsageError(f"no group {name!r} in {inv.path}{suggest(name, inv.groups)}")
+        raise UsageError(f"no group {name!r} in {inv.named}{suggest(name, inv.groups)}")
     else:
         found = set(inv.groups[name])
     if not found:
-        raise UsageError(f"group {name!r} in {inv.path} has no hosts")
+        raise UsageError(f"group {name!r} in {inv.named} has no hosts")
     return found
 
 
@@ -90,7 +90,7 @@ def _matching(inv: Inventory, text: str, flag: str) -> set[str]:
         names = _element(inv, element)
         if not names:
             hint = f"; for the group, write '@{element}'" if element in inv.groups else ""
-            raise UsageError(f"no host in {inv.path} matches {flag}{element!r}{hint}")
+            raise UsageError(f"no host in {inv.named} matches {flag}{element!r}{hint}")
         found |= names
     return found
 
@@ -115,7 +115,7 @@ def select(
     missing = [] if missing_ok else unlisted(inv, patterns)
     if missing:
         listed = len(set().union(*(_matching(inv, p, "") for p in patterns)))
-        raise UsageError(f"{fold(missing)} not in {inv.path}: list {'it' if len(missing) == 1 else 'them'} there,"
+        raise UsageError(f"{fold(missing)} not in {inv.named}: list {'it' if len(missing) == 1 else 'them'} there,"
                          f" name {'it' if len(missing) == 1 else 'them'} with -w, or pass --missing-ok to target"
                          f" only the {listed} it has")
     chosen: set[str] = set()
@@ -129,7 +129,7 @@ def select(
         chosen -= _matching(inv, exclude, "--exclude ")
     hosts = [host for name, host in inv.hosts.items() if name in chosen]
     if not hosts:
-        raise UsageError(f"no host of {inv.path} left to target after --limit/--exclude")
+        raise UsageError(f"no host of {inv.named} left to target after --limit/--exclude")
     return hosts
 
 

@@ -63,6 +63,30 @@ Host gpu-n*
     assert (plain.port, plain.user, plain.jump) == (22, getpass.getuser(), None)
 
 
+def test_a_jump_host_is_named_with_the_address_and_port_it_is_reached_at(home: Path) -> None:
+    """A jump ssh_config names by an alias is named with its entry's HostName and Port; one written as `host` alone
+    gets the port it is reached at; each hop of several is named so."""
+    write_config(home, """\
+Host gpu-a*
+  HostName 10.0.0.7
+  ProxyJump rack7-jump
+Host gpu-b*
+  ProxyJump ops@bastion
+Host gpu-m*
+  ProxyJump rack7-jump,bastion:2022
+Host rack7-jump
+  HostName 127.0.0.9
+  Port 2200
+Host bastion
+  Port 2201
+""")
+    aliased = route(Host(name="gpu-a01", address="gpu-a01"))
+    assert aliased.label == "10.0.0.7:22 via jump host rack7-jump (127.0.0.9:2200)"
+    assert route(Host(name="gpu-b01", address="gpu-b01")).label == "gpu-b01:22 via jump host ops@bastion:2201"
+    multi = route(Host(name="gpu-m01", address="gpu-m01", port=2222))
+    assert multi.label == "gpu-m01:2222 via jump hosts rack7-jump (127.0.0.9:2200), bastion:2022"
+
+
 @pytest.mark.parametrize(("spec", "jump"), [
     ("bastion", Jump("bastion", "bastion")),
     ("bastion:2022", Jump("bastion:2022", "bastion", 2022)),

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from support.paths import REPO
 
+from fleet.cli.commands import main
+from fleet.inventory.files import check_files
 from fleet.inventory.host import DEFAULT_DEVICES, Connection, Host
-from fleet.inventory.load import VARIABLES, Inventory, host_vars, inventory_path, load_inventory
+from fleet.inventory.load import VARIABLES, Inventory, host_vars, inventory_path, inventory_source, load_inventory
+from fleet.inventory.targeting import select
 from fleet.model.errors import InventoryError, UsageError
 
 EXAMPLES = REPO / "inventory"
@@ -312,3 +315,58 @@ def test_inventory_path_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
         inventory_path(None)
     with pytest.raises(UsageError, match="empty path"):
         inventory_path("")
+
+
+def test_an_inventory_from_the_environment_is_named_so_in_its_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from another folder, `FLEET_INVENTORY=site.yaml` names no file of the command line's: every error about
+    the file says where its path came from; one from -i is named by its path alone."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLEET_INVENTORY", "site.yaml")
+    assert inventory_source(None) == (Path("site.yaml"), "site.yaml (from $FLEET_INVENTORY)")
+    assert inventory_source("site.yaml") == (Path("site.yaml"), "site.yaml")
+    with pytest.raises(InventoryError) as missing:
+        load_inventory(*inventory_source(None))
+    assert str(missing.value) == "site.yaml (from $FLEET_INVENTORY): no such file"
+    with pytest.raises(InventoryError) as from_cli:
+        load_inventory(*inventory_source("site.yaml"))
+    assert str(from_cli.value) == "site.yaml: no such file"
+    write(tmp_path, "defaults: {gpus: 8, nosuch: 1}\nhosts: {gpu-a01: {}}\n", "site.yaml")
+    with pytest.raises(InventoryError) as bad_key:
+        load_inventory(*inventory_source(None))
+    assert str(bad_key.value).startswith("site.yaml (from $FLEET_INVENTORY): defaults.nosuch: unknown variable")
+    write(tmp_path, "hosts: {gpu-a01: {}\n", "site.yaml")
+    with pytest.raises(InventoryError) as syntax:
+        load_inventory(*inventory_source(None))
+    assert str(syntax.value).startswith("site.yaml (from $FLEET_INVENTORY): line 2, column 1: YAML syntax error: ")
+
+
+def test_an_inventory_from_the_environment_keeps_its_name_after_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is checked once it has loaded (the files its keys name, the groups asked for) names it alike."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLEET_INVENTORY", "site.yaml")
+    write(tmp_path, "hosts: {gpu-a01: {identity_file: /nonexistent/id_fleet}}\n", "site.yaml")
+    inv = load_inventory(*inventory_source(None))
+    assert (inv.path, inv.named) == (Path("site.yaml"), "site.yaml (from $FLEET_INVENTORY)")
+    with pytest.raises(InventoryError) as missing_key:
+        check_files(inv, inv.hosts.values())
+    assert str(missing_key.value) == ("site.yaml (from $FLEET_INVENTORY): hosts.gpu-a01.identity_file:"
+                                      " /nonexistent/id_fleet does not exist")
+    with pytest.raises(UsageError, match=r"^no group 'gpus' in site\.yaml \(from \$FLEET_INVENTORY\)"):
+        select(inv, groups=["gpus"])
+    assert load_inventory(tmp_path / "site.yaml").named == str(tmp_path / "site.yaml")
+
+
+def test_the_command_line_names_an_inventory_from_the_environment_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`FLEET_INVENTORY=site.yaml fleet check` from a folder without it: one line, exit 2, naming the variable."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLEET_INVENTORY", "site.yaml")
+    assert main(["check", "gpu-a01", "--log-dir", str(tmp_path / "logs")]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "fleet: error: site.yaml (from $FLEET_INVENTORY): no such file\n")
+    assert not (tmp_path / "logs").exists()

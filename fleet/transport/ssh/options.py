@@ -98,7 +98,7 @@ def connect_errors(host: Host, where: Route | None = None, *, prefix: str = "", 
     except asyncssh.HostKeyNotVerifiable as exc:
         hostname, port = (where.hostname, where.port) if where else (host.address, host.port or 22)
         why = untrusted(known_hosts(host), hostname, port)
-        via = f" (reached via jump host {where.proxy_jump})" if where and where.proxy_jump else ""
+        via = f" (reached{where.via})" if where and where.via else ""
         raise type(why)(f"{prefix}{why}{via}") from exc
     except asyncssh.PermissionDenied as exc:
         raise AuthError(f"{prefix}authentication failed for {who} at {target}{hint}") from exc

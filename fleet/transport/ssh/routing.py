@@ -52,6 +52,9 @@ class Route:
     # ssh_config reaches the host some way of its own (ProxyCommand, CanonicalizeHostname): asyncssh resolves and
     # connects. Else fleet resolves `hostname` itself (bounded apart) and hands asyncssh the connected socket.
     own_way: bool = False
+    # The jump host(s) as messages name them: each hop as written, with the address and port it is really reached
+    # at (its own ssh_config entry's HostName and Port) where the hop does not say them (`rack7-jump (10.0.0.9:2200)`).
+    jumps_named: str | None = None
 
     @property
     def direct(self) -> bool:
@@ -60,14 +63,25 @@ class Route:
 
     @property
     def label(self) -> str:
-        """`host:port`, and the jump host it is reached through: what a message about connecting names."""
-        via = f" via jump host {self.proxy_jump}" if self.proxy_jump else ""
-        return f"{self.hostname}:{self.port}{via}"
+        """`host:port`, and the jump host it is reached through (as `host:port` too): what a message about
+        connecting names."""
+        return f"{self.hostname}:{self.port}{self.via}"
+
+    @property
+    def via(self) -> str:
+        """` via jump host rack7-jump (10.0.0.9:2200)`: the jump host(s), named with where each is reached; ''
+        without one."""
+        if self.proxy_jump is None:
+            return ""
+        named = self.jumps_named or self.proxy_jump
+        return f" via jump host{'s' if ',' in self.proxy_jump else ''} {named}"
 
 
 # Routes resolved, per (address, port, user, local user): ssh_config is parsed once for a host while the file
 # stays as it was (its mtime and size; a file it Includes is not watched).
 _ROUTES: dict[tuple[object, ...], tuple[object, Route]] = {}
+# How each jump host is named in messages, per (ProxyJump hop as written, local user), read the same way.
+_HOPS: dict[tuple[str, str], tuple[object, str]] = {}
 
 
 def route(host: Host) -> Route:
@@ -88,8 +102,34 @@ def route(host: Host) -> Route:
         tunnel = options.tunnel if isinstance(options.tunnel, str) else None
         jump = Jump.parse(tunnel) if tunnel and "," not in tunnel else None
         own_way = bool(options.proxy_command) or bool(options.canonicalize_hostname and options.canonical_domains)
-        entry = _ROUTES[key] = (stamp, Route(options.host, options.port, options.username, tunnel, jump, own_way))
+        named = ", ".join(_hop_named(hop.strip(), stamp) for hop in tunnel.split(",")) if tunnel else None
+        entry = _ROUTES[key] = (stamp, Route(options.host, options.port, options.username, tunnel, jump, own_way,
+                                             named))
     return entry[1]
+
+
+def _hop_named(spec: str, stamp: object) -> str:
+    """A jump host as messages name it: `[user@]host:port` where ssh_config sends it to the host written (its port
+    filled in), else as written with where it really goes (its entry's HostName and Port): `rack7-jump
+    (10.0.0.9:2200)`. Read once per ssh_config, like routes: every host behind one jump names it alike."""
+    key = (spec, _local_user())
+    entry = _HOPS.get(key)
+    if entry is not None and entry[0] == stamp:
+        return entry[1]
+    try:
+        hop = Jump.parse(spec)
+    except ConnectError:  # a hop of several that fleet cannot read: asyncssh says what it makes of it
+        return spec
+    options = asyncssh.SSHClientConnectionOptions(
+        host=hop.host, port=hop.port if hop.port is not None else (), username=hop.user or (),
+        config=(), client_keys=None, known_hosts=None,  # only where it goes: no key is loaded
+    )
+    if options.host == hop.host:
+        named = f"{hop.user + '@' if hop.user else ''}{hop.host}:{options.port}"
+    else:
+        named = f"{spec} ({options.host}:{options.port})"
+    _HOPS[key] = (stamp, named)
+    return named
 
 
 def _local_user() -> str:
