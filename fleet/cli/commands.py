@@ -15,21 +15,38 @@ from fleet.cli.choose import choose_targets, provenance
 from fleet.cli.options import (
     CHECK_EPILOG,
     RESET_EPILOG,
+    BatchOpt,
+    CanaryOpt,
+    CheckConcurrencyOpt,
+    CheckSchedulerOpt,
+    CheckSlurmOpt,
+    CheckUniformOpt,
     ConcurrencyOpt,
+    DeadlineOpt,
+    DrainWaitOpt,
+    DryRunOpt,
     ExcludeOpt,
+    FleetCommand,
     GpuResetOpt,
     GroupOpt,
     HostsArg,
     InventoryOpt,
     JsonOpt,
+    KeepDaysOpt,
     LimitOpt,
     LogDirOpt,
+    MaxFailOpt,
     MetricsFileOpt,
     MissingOkOpt,
     NodesOpt,
     PartitionOpt,
+    QuietOpt,
+    RerunFailedOpt,
     RestoreSettingsOpt,
+    RunsCountOpt,
+    RunsLimitOpt,
     SchedulerOpt,
+    SectionedCommand,
     ShowHostOpt,
     ShowHtmlOpt,
     ShowJsonOpt,
@@ -37,6 +54,9 @@ from fleet.cli.options import (
     SlurmOpt,
     StopUnitsOpt,
     UniformOpt,
+    VerboseOpt,
+    ViaOpt,
+    YesOpt,
     check_via,
 )
 from fleet.engine.interrupts import HANGUP_LINE, HungUp, hangups_unwind
@@ -99,33 +119,20 @@ def _confirm(targets: list[Host], yes: bool, dry_run: bool) -> None:
         raise typer.Exit(1)
 
 
-@app.command(epilog=RESET_EPILOG)
+@app.command(epilog=RESET_EPILOG, cls=SectionedCommand)
 def reset(
     hosts: HostsArg = None,
     inventory: InventoryOpt = None,
     group: GroupOpt = None,
     limit: LimitOpt = None,
     exclude: ExcludeOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Touch nothing; print the plan per host.")] = False,
-    yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask before resetting several hosts.")] = False,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
     concurrency: ConcurrencyOpt = None,
-    batch: Annotated[
-        str | None, typer.Option("--batch", metavar="N|P%", help="Rolling waves of N hosts or P% of them.")
-    ] = None,
-    max_fail: Annotated[
-        str | None,
-        typer.Option(
-            "--max-fail",
-            metavar="N|P%",
-            help="Once more than N (or P%) hosts failed or are unreachable, start no more.",
-        ),
-    ] = None,
-    canary: Annotated[
-        int, typer.Option("--canary", min=0, metavar="N", help="Reset N hosts first; stop if any fails.")
-    ] = 0,
-    deadline: Annotated[
-        str | None, typer.Option("--deadline", metavar="DURATION", help="Bound the whole run: 90s, 10m, 1h30m.")
-    ] = None,
+    batch: BatchOpt = None,
+    max_fail: MaxFailOpt = None,
+    canary: CanaryOpt = 0,
+    deadline: DeadlineOpt = None,
     stop_units: StopUnitsOpt = False,
     gpu_reset: GpuResetOpt = False,
     restore_settings: RestoreSettingsOpt = False,
@@ -133,31 +140,21 @@ def reset(
     missing_ok: MissingOkOpt = False,
     scheduler: SchedulerOpt = None,
     slurm: SlurmOpt = False,
-    drain_wait: Annotated[
-        str, typer.Option("--drain-wait", metavar="DURATION", help="With Slurm: how long a node's jobs may take"
-                          " to end before the host is skipped (0: do not wait).")
-    ] = "10m",
+    drain_wait: DrainWaitOpt = "10m",
     partition: PartitionOpt = None,
-    via: Annotated[
-        str, typer.Option("--via", metavar="ssh|srun", help="Fan out over SSH (default), or as one Slurm job step"
-                          " in which every node resets itself.")
-    ] = "ssh",
-    metrics_file: MetricsFileOpt = None,
+    via: ViaOpt = "ssh",
     uniform: UniformOpt = False,
-    rerun_failed: Annotated[
-        str | None,
-        typer.Option("--rerun-failed", metavar="[RUN_ID|last]", help="Target exactly the hosts that did not end"
-                     " clean in that reset (default: the last one that was not a dry run), with the inventory's"
-                     " variables of today."),
-    ] = None,
-    keep_days: Annotated[
-        int | None, typer.Option("--keep-days", min=1, metavar="N", help="After the run, remove the history's"
-                                 " records and the log folders of runs that started more than N days ago.")
-    ] = None,
+    rerun_failed: RerunFailedOpt = None,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    metrics_file: MetricsFileOpt = None,
     log_dir: LogDirOpt = None,
+    keep_days: KeepDaysOpt = None,
 ) -> None:
     """Drain -> kill -> settle -> verify on every target."""
+    if verbose and quiet:
+        raise UsageError("-v/--verbose and -q/--quiet: one or the other")
     check_via(via)
     rerun = _rerun_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
@@ -175,7 +172,8 @@ def reset(
     if via != "srun":  # with srun, no SSH: each node runs its own commands
         check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
     _confirm(chosen.hosts, yes, dry_run)
-    code = execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file)
+    code = execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file,
+                   per_host=True if verbose else False if quiet else None)
     if keep_days is not None:  # the nightly run keeps its own history in bounds; this run itself is never old
         try:
             prune(log_dir or default_log_dir(), keep_days, datetime.now(UTC))
@@ -202,7 +200,7 @@ def _rerun_targets(given: str, log_dir: Path | None, hosts: list[str] | None, gr
     return list(rerun.hosts)
 
 
-@app.command(epilog=CHECK_EPILOG)
+@app.command(epilog=CHECK_EPILOG, cls=SectionedCommand)
 def check(
     hosts: HostsArg = None,
     inventory: InventoryOpt = None,
@@ -210,14 +208,14 @@ def check(
     limit: LimitOpt = None,
     exclude: ExcludeOpt = None,
     as_json: JsonOpt = False,
-    concurrency: ConcurrencyOpt = None,
+    concurrency: CheckConcurrencyOpt = None,
     nodes: NodesOpt = None,
     missing_ok: MissingOkOpt = False,
-    scheduler: SchedulerOpt = None,
-    slurm: SlurmOpt = False,
+    scheduler: CheckSchedulerOpt = None,
+    slurm: CheckSlurmOpt = False,
     partition: PartitionOpt = None,
     metrics_file: MetricsFileOpt = None,
-    uniform: UniformOpt = False,
+    uniform: CheckUniformOpt = False,
     log_dir: LogDirOpt = None,
 ) -> None:
     """Verify only, read-only; exit 0 when every host is clean. With Slurm, each node's state is reported."""
@@ -229,7 +227,7 @@ def check(
     raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
 
 
-@app.command("inventory")
+@app.command("inventory", cls=SectionedCommand)
 def inventory_cmd(
     hosts: HostsArg = None,
     inventory: InventoryOpt = None,
@@ -251,7 +249,7 @@ def inventory_cmd(
     inventory_table(targets)
 
 
-@app.command()
+@app.command(cls=FleetCommand)
 def runs(
     host: Annotated[
         str | None, typer.Option("--host", metavar="HOST", help="That host's outcome in each run, and a tally.")
@@ -268,7 +266,8 @@ def runs(
     since: Annotated[
         str | None, typer.Option("--since", metavar="WHEN", help="Runs started since: 7d, 24h, 90m, 2026-12-01.")
     ] = None,
-    limit: Annotated[int, typer.Option("-n", "--limit", min=1, metavar="N", help="At most N runs, newest first.")] = 20,
+    limit: RunsCountOpt = 20,  # -n/--count; `_count_from_limit` sets it by this name for the old --limit
+    old_limit: RunsLimitOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     log_dir: LogDirOpt = None,
     keep_days: Annotated[
@@ -290,21 +289,25 @@ def runs(
         write(sys.stdout, "\n".join(lines) + "\n")
 
 
-@app.command()
+@app.command(cls=FleetCommand)
 def show(run_id: ShowRunArg = "last", host: ShowHostOpt = None, as_json: ShowJsonOpt = False,
          log_dir: LogDirOpt = None, as_html: ShowHtmlOpt = False) -> None:
-    """A past run's report again (its summary.json), or one host's log of it."""
+    """A past run's report again (its summary.json), or one host's log of it. Exits with the run's own status (a
+    host's log: 0)."""
     if as_html:
         if host is not None or as_json:
             raise UsageError("--html prints the path of the run's report.html: not with --host or --json")
         write(sys.stdout, shown_html(log_dir or default_log_dir(), run_id))
         return
-    write(sys.stdout, shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json))
+    text, code = shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json)
+    write(sys.stdout, text)
+    raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=FleetCommand)
 def demo(
-    nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, metavar="N", help="How many simulated nodes.")] = 16,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=64, metavar="N", help="How many simulated nodes (1 to"
+                                       " 64).")] = 16,
     slurm: Annotated[bool, typer.Option("--slurm", help="With a real Slurm cluster over the simulated nodes"
                                         " (Debian's slurmctld, slurmd, munge; as root).")] = False,
     via: Annotated[str, typer.Option("--via", metavar="ssh|srun", help="With --slurm: SSH fan-out, or one srun"

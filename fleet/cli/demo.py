@@ -32,6 +32,7 @@ import anyio
 
 from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.run import run_and_report
+from fleet.engine.run_folder import demo_log_dir
 from fleet.history import DEMO
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
@@ -47,6 +48,11 @@ from fleet.terminal import say
 CUT = (reporting.INTERRUPTED, reporting.HUNG_UP)  # a signal cut the run: the demo exits with its status
 
 ALL_GPUS = (0, 1, 2, 3, 4, 5, 6, 7)
+
+
+def node_name(number: int) -> str:
+    """The demo's node `number`: `demo-b01`, never a name a real inventory (or the README's `gpu-b01`) uses."""
+    return f"demo-b{number:02d}"
 
 
 def demo_specs(count: int) -> list[NodeSpec]:
@@ -65,7 +71,7 @@ def demo_specs(count: int) -> list[NodeSpec]:
     for i in range(1, count + 1):
         unit = UnitSpec("sglang.service", gpus=ALL_GPUS, mib=70_000, process_name="sglang")
         stray = WorkerSpec(gpus=(0,), mib=1523, name="python3", ignore_sigterm=i % 4 == 0)
-        name = f"gpu-b{i:02d}"
+        name = node_name(i)
         spec = NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=2.0 if i % 3 == 0 else 0.5,
                         xids=SICK_XIDS if count > 1 and name == sick(count) else ())
         spec = replace(spec, driver_version=OLDER_DRIVER) if name == old_driver(count) else spec
@@ -76,11 +82,11 @@ def demo_specs(count: int) -> list[NodeSpec]:
 
 
 def left_settings(count: int) -> dict[str, dict[str, Any]]:
-    """The nodes a last user left GPU settings on, and which (`NodeSpec` fields): from eight nodes, gpu-b03's
-    GPU 2 with locked clocks and gpu-b05's GPU 3 with its power limit lowered to 450 W (default 700)."""
+    """The nodes a last user left GPU settings on, and which (`NodeSpec` fields): from eight nodes, demo-b03's
+    GPU 2 with locked clocks and demo-b05's GPU 3 with its power limit lowered to 450 W (default 700)."""
     if count < 8:
         return {}
-    return {"gpu-b03": {"locked_clock_gpus": (2,)}, "gpu-b05": {"power_limits": ((3, 450.0),)}}
+    return {node_name(3): {"locked_clock_gpus": (2,)}, node_name(5): {"power_limits": ((3, 450.0),)}}
 
 
 SICK_XIDS = ((5, 79, "pid=2718, name=sglang, GPU has fallen off the bus."),)
@@ -88,18 +94,18 @@ SICK_XIDS = ((5, 79, "pid=2718, name=sglang, GPU has fallen off the bus."),)
 
 def sick(count: int) -> str:
     """The node the demo makes unhealthy: the last one."""
-    return f"gpu-b{count:02d}"
+    return node_name(count)
 
 
 OLDER_DRIVER = "535.183.01"  # a real driver's version (tests/fixtures/nvidia-smi), older than NodeSpec's
 
 
 def old_driver(count: int) -> str | None:
-    """The node the demo gives an older driver: gpu-b07, or with fewer than eight nodes the one before the sick
+    """The node the demo gives an older driver: demo-b07, or with fewer than eight nodes the one before the sick
     one; none with fewer than three (one of two would be a tie, no odd one out)."""
     if count < 3:
         return None
-    return "gpu-b07" if count >= 8 else f"gpu-b{count - 1:02d}"
+    return node_name(7 if count >= 8 else count - 1)
 
 
 def as_planned(report: RunReport, count: int) -> bool:
@@ -147,7 +153,7 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             targets = select(inventory, groups=["blackwell"])
             say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell --restore-settings -y\n")
             options = RunOptions(handle_signals=True, progress=True, restore_settings=True)
-            code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, table=True,
+            code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, per_host=True,
                                                 recorded_as=DEMO)
             say("\nwhat the nodes themselves say now:")
             _describe(sim)
@@ -169,7 +175,7 @@ def _verdict(report: RunReport, nodes: int, code: int = 0) -> int:
         say(f"as planned: {old_driver(nodes)}, on driver and fabric manager {OLDER_DRIVER}, named the odd one out by"
             " both (settings: above)")
     if left_settings(nodes):
-        say("as planned: the settings a last user left (gpu-b03's locked clocks, gpu-b05's 450 W power limit)"
+        say("as planned: the settings a last user left (demo-b03's locked clocks, demo-b05's 450 W power limit)"
             " restored and read back")
     return 0
 
@@ -184,7 +190,7 @@ def slurm_roles(count: int) -> tuple[str | None, str | None]:
     enough nodes besides the sick one."""
     if count < 4:
         return None, None
-    return "gpu-b01", "gpu-b02"
+    return node_name(1), node_name(2)
 
 
 def slurm_as_planned(report: RunReport, count: int, cluster: SlurmCluster, via_srun: bool = False) -> list[str]:
@@ -243,7 +249,7 @@ async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun:
                 options = RunOptions(handle_signals=True,
                                      scheduler=SchedulerOptions(SLURM_DRAIN_WAIT_S, fan_out=via_srun))
                 code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir,
-                                                    table=True, recorded_as=DEMO)
+                                                    per_host=True, recorded_as=DEMO)
                 say("\nwhat Slurm says now (sinfo -N):")
                 _sinfo(cluster)
                 wrong = slurm_as_planned(report, nodes, cluster, via_srun)
@@ -276,6 +282,13 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def run_demo(*, nodes: int = 16, as_json: bool = False, log_dir: Path | None = None, slurm: bool = False,
              via_srun: bool = False) -> int:
+    """The demo's exit status; its runs go to `log_dir`, else to its own folder (`demo_log_dir`), never into the
+    operator's history."""
+    folder = log_dir or demo_log_dir()
     if slurm or via_srun:
-        return anyio.run(_slurm_demo, nodes, as_json, log_dir, via_srun)
-    return anyio.run(_demo, nodes, as_json, log_dir)
+        code = anyio.run(_slurm_demo, nodes, as_json, folder, via_srun)
+    else:
+        code = anyio.run(_demo, nodes, as_json, folder)
+    if log_dir is None and code != 2:
+        say(f"the demo's runs are kept apart from yours: fleet runs --log-dir {folder}")
+    return code

@@ -78,7 +78,7 @@ async def _host_task(run: HostRun, options: RunOptions, gate: Gate, logs: RunLog
             where = ({"address": run.host.address, "port": run.host.port} if run.host.connection == Connection.SSH
                      else {"connection": str(run.host.connection)})
             log.info("host_start", command=options.mode.command, **where)
-            await _connected_walk(run, options, log, connector, logs.run_id)
+            await _connected_walk(run, options, log, connector, logs.run_id, gate.state.why_cut)
     except Exception as exc:  # connect, the log, a bug: one host never stops the others
         _internal_error(run, log, exc, run.current or ("connect" if run.started else "start"))
     finally:
@@ -117,7 +117,8 @@ async def _release(scheduler: Scheduler, run: HostRun, report: HostReport, log: 
                 log.exception("internal_error", step="release")
 
 
-async def _connected_walk(run: HostRun, options: RunOptions, log: HostLog, connector: Connector, run_id: str) -> None:
+async def _connected_walk(run: HostRun, options: RunOptions, log: HostLog, connector: Connector, run_id: str,
+                          why_cut: Callable[[], str | None]) -> None:
     try:
         transport = await connector(run.host)
     except TransportError as exc:
@@ -127,8 +128,9 @@ async def _connected_walk(run: HostRun, options: RunOptions, log: HostLog, conne
     try:
         for note in notes_of(transport):  # what connecting saw (known_hosts lines skipped), once per host
             log.warning(note.event, **note.fields)
-        await walk_host(Node(run.host, transport, log), run, options.mode, run_id, stop_units=options.stop_units,
-                        gpu_reset=options.gpu_reset, restore_settings=options.restore_settings)
+        await walk_host(Node(run.host, transport, log, why_cut), run, options.mode, run_id,
+                        stop_units=options.stop_units, gpu_reset=options.gpu_reset,
+                        restore_settings=options.restore_settings)
     except TransportError as exc:
         run.finish(HostStatus.FAILED, exc.during(run.current), exc.reason)
         log.error("transport_error", step=str(run.current), error=str(exc))
@@ -236,6 +238,7 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
     report = RunReport(
         run_id=run_id, command=options.mode.command, started_at=started_at,
         duration_s=round(time.monotonic() - t0, 3),
+        interrupted_by=(state.by or "signal") if state.interrupted else None,
         hosts={r.host.name: r.final if r.final is not None else r.report(cut_short, cut_reason, run_started=t0)
                for r in runs},
     )

@@ -79,9 +79,10 @@ def handled() -> tuple[signal.Signals, ...]:
 
 
 class Cut(Protocol):
-    """What the first signal marks (`fleet.engine.options.RunState`)."""
+    """What the first signal marks (`fleet.engine.options.RunState`): that it came, and which it was."""
 
     interrupted: bool
+    by: str | None
 
 
 @dataclass
@@ -143,6 +144,7 @@ class Interrupts:
         if self._run is not None:
             scope, state = self._run
             state.interrupted = True
+            state.by = self.by.name if self.by is not None else None
             scope.cancel()
 
     def finishing(self, doing: Callable[[], str | None], bound_s: float, left_behind: str) -> Finishing:

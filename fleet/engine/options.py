@@ -70,6 +70,7 @@ class Deadline:
 class RunState:
     deadline: Deadline = field(default_factory=Deadline)
     interrupted: bool = False
+    by: str | None = None  # the signal that interrupted the run (`SIGINT`, `SIGTERM`, `SIGHUP`)
     stopped: str | None = None  # why no new host starts: the failure budget or the canary
     started: float | None = None  # when the run started (monotonic clock): each host's start is said from it
 
@@ -78,6 +79,13 @@ class RunState:
         if self.deadline.passed and not self.interrupted:
             return str(self.deadline)
         return "interrupted"
+
+    def why_cut(self) -> str | None:
+        """What cut the run short, once something has (`interrupted by SIGINT`, `run deadline of 600 s reached`);
+        None while nothing has."""
+        if self.interrupted:
+            return f"interrupted by {self.by}" if self.by else "interrupted"
+        return str(self.deadline) if self.deadline.passed else None
 
     def cut_reason(self) -> Reason:
         return Reason.DEADLINE if self.cut_short() != "interrupted" else Reason.INTERRUPTED

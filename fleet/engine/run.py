@@ -32,7 +32,6 @@ from fleet.model.report import RunReport
 from fleet.report import render as reporting
 from fleet.report import uniform
 from fleet.report.html_report import RunPage, write_page
-from fleet.report.tables import report_table
 from fleet.report.uniform import fail_odd
 from fleet.terminal import say, write
 
@@ -112,20 +111,22 @@ async def run_and_report(
     *,
     as_json: bool,
     log_dir: Path | None,
-    table: bool = False,
+    per_host: bool | None = None,
     connector: Connector | None = None,
     recorded_as: str | None = None,
 ) -> tuple[int, RunReport]:
     """Run, write summary.json (even when interrupted), print the report; the exit status, and the report
-    (the demo checks what it showed). With `options.handle_signals`, SIGINT and SIGTERM are handled from the
-    start to the last line of the report (`fleet.engine.interrupts`)."""
+    (the demo checks what it showed). `per_host`: a line per host saying what was done, after the summary (None:
+    for a reset of up to a screenful of hosts, `fleet.report.render.per_host_wanted`). With
+    `options.handle_signals`, SIGINT and SIGTERM are handled from the start to the last line of the report
+    (`fleet.engine.interrupts`)."""
     if not options.handle_signals:
-        return await _run_and_report(targets, options, None, as_json, log_dir, table, connector, recorded_as)
+        return await _run_and_report(targets, options, None, as_json, log_dir, per_host, connector, recorded_as)
     interrupts = Interrupts()
     async with anyio.create_task_group() as signals:
         await signals.start(interrupts.watch)
         try:
-            outcome = await _run_and_report(targets, options, interrupts, as_json, log_dir, table, connector,
+            outcome = await _run_and_report(targets, options, interrupts, as_json, log_dir, per_host, connector,
                                             recorded_as)
         finally:
             signals.cancel_scope.cancel()
@@ -147,7 +148,7 @@ async def _hosts(targets: Sequence[Host], options: RunOptions, logs: RunLogs, hi
 
 
 async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrupts: Interrupts | None,
-                          as_json: bool, log_dir: Path | None, table: bool,
+                          as_json: bool, log_dir: Path | None, per_host: bool | None,
                           connector: Connector | None, recorded_as: str | None = None) -> tuple[int, RunReport]:
     raise_fd_limit(len(targets))
     logs = RunLogs(log_dir or default_log_dir(), new_run_id())
@@ -173,12 +174,13 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
         history.finish_run(list(run_report.hosts.values()), code)
         if as_json:
             write(sys.stdout, text)
-        if table:
-            report_table(run_report)
         for line in reporting.plan_lines(run_report):
             say(line)
         for line in reporting.human_lines(run_report, rack):
             say(line)
+        if reporting.per_host_wanted(run_report, per_host):
+            for line in reporting.done_lines(run_report):
+                say(line)
         say(f"logs: {logs.path}")
         if state.interrupted:
             say("fleet: interrupted; in-flight commands were ended, the report above is complete")
@@ -195,9 +197,10 @@ async def _run_and_report(targets: Sequence[Host], options: RunOptions, interrup
 
 
 def execute(targets: list[Host], options: RunOptions, *, as_json: bool, log_dir: Path | None,
-            metrics_file: Path | None = None) -> int:
+            metrics_file: Path | None = None, per_host: bool | None = None) -> int:
     """Run; then the metrics file (not for a dry run: it would replace the last real run's with `planned`)."""
-    code, report = anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir))
+    code, report = anyio.run(partial(run_and_report, targets, options, as_json=as_json, log_dir=log_dir,
+                                     per_host=per_host))
     if metrics_file is not None and options.mode is not Mode.PLAN:
         from fleet.report.metrics import render_metrics, write_metrics
 

@@ -35,8 +35,17 @@ def default_log_dir(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     if env.get("FLEET_LOG_DIR"):
         return Path(env["FLEET_LOG_DIR"])
-    state = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "fleet" / "runs"
+    return _state(env) / "runs"
+
+
+def demo_log_dir(env: dict[str, str] | None = None) -> Path:
+    """`fleet demo`'s own folder, $XDG_STATE_HOME/fleet/demo ($FLEET_LOG_DIR not read): its simulated runs never
+    enter the operator's history (`fleet runs`, `fleet show last`, `--rerun-failed`) or its log folders."""
+    return _state(dict(os.environ) if env is None else env) / "demo"
+
+
+def _state(env: dict[str, str]) -> Path:
+    return Path(env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")) / "fleet"
 
 
 RUNNING_LOCK = "running.lock"

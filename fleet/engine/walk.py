@@ -74,6 +74,8 @@ class HostRun:
     error: str | None = None
     reason: Reason | None = None
     current: StepName | None = None
+    step_started: float | None = None  # when the step in flight began (monotonic clock)
+    locking: float | None = None  # since when it waits for the node's reset lock (None: not waiting)
     steps: list[StepResult] = field(default_factory=list)
     killed: tuple[KilledProcess, ...] = ()
     kept: tuple[KeptProcess, ...] = ()  # GPU holders the kill left alive on purpose, each with why
@@ -82,6 +84,8 @@ class HostRun:
     memory_before: tuple[int | None, ...] | None = None  # each GPU's memory.used as the reset began
     health: tuple[HostFinding, ...] = ()  # verify's health findings on no listed GPU
     fabric_manager: FabricManager | None = None  # verify's read of the node's fabric manager
+    stopped: tuple[str, ...] = ()  # units the reset found up and stopped
+    restored: tuple[str, ...] = ()  # `--restore-settings`: the changes that took
     scheduler: SchedulerRecord | None = None  # what the scheduler seam (`fleet.engine.schedulers`) decided for it
     final: HostReport | None = None  # its report, made once as it ended (the task graph's `_host_task`)
     # The longest a host that goes wrong in one way takes to its verdict, by the phase it is held in
@@ -109,16 +113,21 @@ class HostRun:
             reason = None
         elif reason is None:
             reason = Reason.INTERNAL  # every way a host fails sets its reason: a missing one is a bug
-        done = {s.name for s in self.steps}
+        steps = list(self.steps)
+        if status is not self.status and self.current is not None and all(s.name != self.current for s in steps):
+            since = self.step_started if self.step_started is not None else self.started or time.monotonic()
+            steps.append(StepResult(self.current, StepStatus.INTERRUPTED, round(time.monotonic() - since, 3),
+                                    error=cut_short, reason=cut_reason))
+        done = {s.name for s in steps}
         skipped = [StepResult(n, StepStatus.SKIPPED) for n in STEP_ORDER if n not in done]
-        ordered = sorted([*self.steps, *skipped], key=lambda s: STEP_ORDER[s.name])
+        ordered = sorted([*steps, *skipped], key=lambda s: STEP_ORDER[s.name])
         end = self.ended or time.monotonic()
         duration = round(end - self.started, 3) if self.started is not None else 0.0
         start = (round(max(self.started - run_started, 0.0), 3)
                  if self.started is not None and run_started is not None else None)
         return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
                           self.scheduler, reason, self.memory_before, self.health, start, self.kept,
-                          self.fabric_manager)
+                          self.fabric_manager, stopped=self.stopped, restored=self.restored)
 
 
 def worst_by_phase(host: Host, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False,
@@ -145,11 +154,15 @@ async def walk_host(node: Node, run: HostRun, mode: Mode, run_id: str, *, stop_u
         try:
             held_s = verdict_time.held_s(node.host, stop_units=stop_units, gpu_reset=gpu_reset,
                                          restore_settings=restore_settings)
+            run.locking = time.monotonic()
             async with host_lock(node, run_id, held_s=held_s):
+                run.locking = None
                 await _walk(node, run, mode, stop_units=stop_units, gpu_reset=gpu_reset,
                             restore_settings=restore_settings)
         except LockError as exc:
             run.finish(HostStatus.FAILED, str(exc), exc.reason)
+        finally:
+            run.locking = None
 
 
 async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False,
@@ -159,14 +172,16 @@ async def _walk(node: Node, run: HostRun, mode: Mode, *, stop_units: bool = Fals
     if mode is Mode.RESET:
         run.current = StepName.DRAIN  # the baselines are read as drain begins (and logged in it)
         baseline, run.memory_before = await baselines.read(node)
-        await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))
+        run.stopped = (await _run_step(node, run, StepName.DRAIN, lambda: drain.drain(node))).stopped
         killed = await _run_step(node, run, StepName.KILL, lambda: kill.kill(node, stop_respawning=stop_units))
         run.killed, run.kept, spared = killed.killed, killed.left_alive, killed.spared
+        run.stopped += killed.stopped
         if killed.result.status is StepStatus.OK:
             async def settling() -> StepOutcome:
                 nonlocal restored
                 if restore_settings:
                     restored = (await restore.restore_settings(node, gpu_reset=gpu_reset))[1]
+                    run.restored = restored.done
                 settled = await settle.settle(node, killed.kept, killed.job_pids, gpu_reset=gpu_reset)
                 said = restored.detail
                 if not said:  # nothing restored, or not asked: settle's own result
@@ -185,7 +200,7 @@ async def _run_step(node: Node, run: HostRun, name: StepName,
                     body: Callable[[], Awaitable[StepOutcome]]) -> StepOutcome:
     """Run one step, turning a step's own failure into its outcome; transport loss propagates."""
     run.current = name
-    started = time.monotonic()
+    started = run.step_started = time.monotonic()
     node.log.info("step_start", step=name.value)
     try:
         outcome = await body()

@@ -134,10 +134,12 @@ def log_events(text: str) -> list[dict[str, Any]]:
     return events
 
 
-def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
-    """`fleet show`: what it prints on stdout. A run's summary.json (as it is, or for humans); one host's log
-    (a readable line per event, or one JSON list of its events); for a run with no summary (killed, or still
-    going), what the history has of it."""
+def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> tuple[str, int]:
+    """`fleet show`: what it prints on stdout, and its exit status. A run's summary.json (as it is, or for humans,
+    as the run said it: the plan, the outcome folded, a line per host for a screenful of them), with the run's own
+    exit status; one host's log (a readable line per event, or one JSON list of its events), 0; for a run with no
+    summary (killed, or still going), what the history has of it, with the exit status on record (1 when none: not
+    proven clean)."""
     run_id = resolve_run_id(folder, given)
     run_folder = folder / run_id
     if host is not None:
@@ -146,23 +148,28 @@ def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> str:
             raise UsageError(f"run {run_id} has no log of host {host} ({log} does not exist)")
         text = log.read_text(encoding="utf-8", errors="replace")
         if as_json:
-            return json.dumps(log_events(text), indent=1) + "\n"
-        return "".join(f"{line}\n" for line in log_lines(text))
+            return json.dumps(log_events(text), indent=1) + "\n", 0
+        return "".join(f"{line}\n" for line in log_lines(text)), 0
     summary = run_folder / "summary.json"
     if summary.is_file():
-        if as_json:
-            return summary.read_text(encoding="utf-8")
         report = read_summary(summary).report
-        return "\n".join([*render.plan_lines(report), *render.human_lines(report), f"logs: {run_folder}"]) + "\n"
+        code = render.exit_code(report, interrupted=report.interrupted_by is not None,
+                                hung_up=report.interrupted_by == "SIGHUP")
+        if as_json:
+            return summary.read_text(encoding="utf-8"), code
+        per_host = render.done_lines(report) if render.per_host_wanted(report, None) else []
+        lines = [*render.plan_lines(report), *render.human_lines(report), *per_host, f"logs: {run_folder}"]
+        return "\n".join(lines) + "\n", code
     with reading(folder) as history:
         record = history.get(run_id) if history else None
     if record is None:
         raise UsageError(f"run {run_id} has no summary.json and no record in {history_path(folder)}")
     record = RunRecord(looked_at(folder, record.run), record.hosts)
+    code = record.run.exit_code if record.run.exit_code is not None else render.FAILED
     if as_json:
         doc = {"run": record.run.document(), "hosts": {h.host: h.document() for h in record.hosts}}
-        return json.dumps(doc, indent=1) + "\n"
-    return "\n".join([*unfinished_lines(record), f"logs: {run_folder}"]) + "\n"
+        return json.dumps(doc, indent=1) + "\n", code
+    return "\n".join([*unfinished_lines(record), f"logs: {run_folder}"]) + "\n", code
 
 
 def read_summary(path: Path) -> RunPage:

@@ -206,16 +206,32 @@ def unfinished_lines(record: RunRecord) -> list[str]:
 
 def log_line(record: Mapping[str, Any]) -> str:
     """One host log event, readable: time, level, step, event and its fields (a command as its argv, exit
-    status and time; its output only in the raw JSONL)."""
+    status and time, or what cut it short and when; its output only in the raw JSONL)."""
     stamp = str(record.get("timestamp", ""))
     clock = stamp[11:23] if len(stamp) >= 23 and stamp[10] == "T" else stamp
     head = f"{clock:<12} {record.get('level', ''):<7} {record.get('step') or '-':<6} {record.get('event', ''):<13}"
-    if record.get("event") == "command" and isinstance(record.get("argv"), list):
+    cut = record.get("ended")
+    if record.get("event") == "batch" and cut and isinstance(record.get("asked"), list):  # cut short while it ran
+        asked = one_line("; ".join(map(str, record["asked"])))
+        return f"{head}  $ {asked}  -> cut short after {record.get('duration_s')} s: {one_line(str(cut))}"
+    if record.get("event") == "batch" and isinstance(record.get("sections"), int):  # its commands follow, each a line
         status = "timed out" if record.get("timed_out") else f"exit {record.get('exit_status')}"
-        if record.get("signal"):
-            status += f", signal {record['signal']}"
+        return (f"{head}  $ {record['sections']} commands in one (batch {record.get('batch')}: each below)  -> {status}"
+                f" in {record.get('duration_s')} s")
+    if record.get("event") == "command" and isinstance(record.get("argv"), list):
+        if cut:
+            status = f"cut short after {record.get('duration_s')} s: {one_line(str(cut))}"
+        else:
+            exited = record.get("exit_status")
+            status = ("timed out" if record.get("timed_out") else "no exit status" if exited is None
+                      else f"exit {exited}")
+            if record.get("signal"):
+                status += f", signal {record['signal']}"
+            status += f" in {record.get('duration_s')} s"
+        if record.get("note"):
+            status += f" ({one_line(str(record['note']))})"
         argv = one_line(shlex.join(map(str, record["argv"])))
-        return f"{head}  $ {argv}  -> {status} in {record.get('duration_s')} s"
+        return f"{head}  $ {argv}  -> {status}"
     fields = [f"{k}={_field(v)}" for k, v in record.items() if k not in _LOG_FRAME and v is not None]
     return f"{head}  {' '.join(fields)}".rstrip()
 

@@ -9,8 +9,8 @@ Reading is strict, as the relay reads bytes from a node: a key that is missing o
 status or reason code, raises `DocumentError`, one line naming the key (`gpus[2].memory_used_mib: expected an
 integer or null, got "x"`). Keys a newer fleet adds are ignored. Keys an older fleet did not write may be absent,
 each named in its reader: `start_s`, `health` and `kept` (0.1.0 wrote none), a finding's `pci`; the only-when-set
-blocks `memory_before_mib`, `fabric_manager` (verify's read of it), `plan` and the scheduler's record (under its
-scheduler's name: `slurm`), and in the record every key but `node`.
+blocks `memory_before_mib`, `fabric_manager` (verify's read of it), `stopped`, `restored`, `plan` (its `with_units`)
+and the scheduler's record (under its scheduler's name: `slurm`), and in the record every key but `node`.
 
 What the document does not keep: a step's `error` and `reason` (the host's say it), `would_stop` (read from the plan's
 `units`), and a scheduler's optional values (`plan`, `error`, `abandoned`, `waited_s`, `taken_over`) when empty.
@@ -95,6 +95,10 @@ def host_to_document(host: HostReport) -> dict[str, Any]:
         document["memory_before_mib"] = list(host.memory_before_mib)
     if host.fabric_manager is not None:
         document["fabric_manager"] = flat(host.fabric_manager)
+    if host.stopped:
+        document["stopped"] = list(host.stopped)
+    if host.restored:
+        document["restored"] = list(host.restored)
     if host.plan is not None:
         document["plan"] = plan_document(host.plan)
     if host.scheduler is not None:  # under its scheduler's name: `slurm`, as 0.1 wrote it
@@ -125,7 +129,8 @@ def plan_document(plan: HostPlan) -> dict[str, Any]:
     return {"would_stop": list(plan.would_stop), "units": dict(plan.units),
             "would_kill": [flat(p) for p in plan.would_kill], "kept": [flat(p) for p in plan.kept],
             "gpu_memory_mib": list(plan.gpu_memory_mib),
-            **({"would_restore": list(plan.would_restore)} if plan.would_restore else {})}
+            **({"would_restore": list(plan.would_restore)} if plan.would_restore else {}),
+            **({"with_units": [flat(p) for p in plan.with_units]} if plan.with_units else {})}
 
 
 def scheduler_fields(record: SchedulerRecord) -> dict[str, Any]:
@@ -264,7 +269,9 @@ def host_from_document(name: str, document: object, where: str = "") -> HostRepo
         fields.maybe_code("reason", Reason), fields.values("memory_before_mib", (int, type(None)),
                                                            "an integer or null", None),
         fields.items("health", host_finding_from, ()), fields.maybe_number("start_s", None),
-        fields.items("kept", kept_from, ()), fabric_manager_from(fields.inner("fabric_manager")))
+        fields.items("kept", kept_from, ()), fabric_manager_from(fields.inner("fabric_manager")),
+        stopped=fields.values("stopped", (str,), "a string", ()) or (),
+        restored=fields.values("restored", (str,), "a string", ()) or ())
 
 
 def run_from_document(document: object) -> RunReport:
@@ -275,7 +282,7 @@ def run_from_document(document: object) -> RunReport:
         raise DocumentError("hosts: missing")
     found = {name: host_from_document(name, value, hosts.path(name)) for name, value in hosts.document.items()}
     return RunReport(fields.text("run_id"), fields.text("command"), fields.text("started_at"),
-                     fields.number("duration_s"), found)
+                     fields.number("duration_s"), found, interrupted_by=fields.maybe_text("interrupted_by", None))
 
 
 def step_from(fields: Fields) -> StepResult:
@@ -349,7 +356,8 @@ def plan_from(fields: Fields) -> HostPlan:
     return HostPlan(tuple((unit, units.text(unit)) for unit in units.document),
                     fields.items("would_kill", planned_from), fields.items("kept", planned_from),
                     fields.values("gpu_memory_mib", (int, type(None)), "an integer or null") or (),
-                    fields.values("would_restore", (str,), "a string", ()) or ())
+                    fields.values("would_restore", (str,), "a string", ()) or (),
+                    fields.items("with_units", planned_from, ()))
 
 
 def scheduler_from(fields: Fields, by: str | None = None) -> SchedulerRecord:

@@ -32,6 +32,7 @@ class StepStatus(StrEnum):
     FAILED = "failed"
     TIMEOUT = "timeout"
     SKIPPED = "skipped"
+    INTERRUPTED = "interrupted"  # in flight when the run was cut short (a signal, --deadline): its error says which
 
 
 class Reason(StrEnum):

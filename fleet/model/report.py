@@ -100,6 +100,7 @@ class StepOutcome:
     spared: frozenset[int] = frozenset()  # pids of every GPU holder the kill left alive on purpose (any protection)
     left_alive: tuple[KeptProcess, ...] = ()  # the last round's kept holders, each with why (the report's `kept`)
     fabric_manager: FabricManager | None = None  # verify's read of the node's fabric manager (None: not read)
+    stopped: tuple[str, ...] = ()  # units this step found up and stopped (drain; the kill's `--stop-units`)
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,11 @@ class HostPlan:
     """What a reset would do on one host, read from the host without changing it."""
 
     units: tuple[tuple[str, str], ...] = ()  # (unit, ActiveState) for every unit in `services`
-    would_kill: tuple[PlannedProcess, ...] = ()
+    would_kill: tuple[PlannedProcess, ...] = ()  # holders outside those units: the kill's
     kept: tuple[PlannedProcess, ...] = ()
     gpu_memory_mib: tuple[int | None, ...] = ()
     would_restore: tuple[str, ...] = ()  # `--restore-settings`: each nvidia-smi change, and what waits for a reset
+    with_units: tuple[PlannedProcess, ...] = ()  # holders in a unit drain would stop: they end with it
 
     @property
     def would_stop(self) -> tuple[str, ...]:
@@ -167,6 +169,8 @@ class HostReport:
     start_s: float | None = None  # seconds from the run's start to the host's (None: it never started)
     kept: tuple[KeptProcess, ...] = ()  # GPU holders the kill left alive on purpose, each with why
     fabric_manager: FabricManager | None = None  # as verify read it (None: verify did not run, or did not read it)
+    stopped: tuple[str, ...] = ()  # the units the reset found up and stopped (drain, `--stop-units`)
+    restored: tuple[str, ...] = ()  # `--restore-settings`: each nvidia-smi change that took, as a line
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,7 @@ class RunReport:
     duration_s: float
     hosts: dict[str, HostReport] = field(default_factory=dict)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # inventory group -> its hosts in the run
+    interrupted_by: str | None = None  # the signal that cut the run short (`SIGINT`, `SIGTERM`, `SIGHUP`)
 
     def count(self, status: HostStatus) -> int:
         return sum(1 for h in self.hosts.values() if h.status is status)

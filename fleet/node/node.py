@@ -20,9 +20,12 @@ nvidia-smi bound, not one a step.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import anyio
 
 from fleet.inventory.host import Host
 from fleet.model.errors import CommandTimeout, StepFailed
@@ -49,10 +52,12 @@ def is_remote_command(event: Mapping[str, object]) -> bool:
 class Node:
     """What the steps talk to: one host, its transport, its log."""
 
-    def __init__(self, host: Host, transport: Transport, log: HostLog) -> None:
+    def __init__(self, host: Host, transport: Transport, log: HostLog,
+                 why_cut: Callable[[], str | None] = lambda: None) -> None:
         self.host = host
         self.transport = transport
         self.log = log
+        self.why_cut = why_cut  # what cut the run short (a signal, the deadline) once it has; None before
         self.commands = 0
         self.batches = 0
         self.driver_hung: str | None = None  # how the driver's first hang went; None while it has answered
@@ -88,8 +93,12 @@ class Node:
         bound = bounds.within(bounds.of(self.host, probe.driver), budget, step)
         timeout = bound.seconds
         self.commands += 1
+        started = time.monotonic()
         try:
             result = await self.transport.run(probe.argv, timeout=timeout, privileged=probe.needs_root)
+        except anyio.get_cancelled_exc_class():
+            self._log_cut_short("command", probe.argv, step, timeout, started)
+            raise
         except CommandTimeout as exc:
             self._log_result(exc.result, step, timeout, timed_out=True, bound=bound.name)
             self._driver_hung(probe, bound, step)
@@ -130,10 +139,14 @@ class Node:
         whole = framing.batch_timeout([b.seconds for b in limits])
         timeout = budget.command_timeout(whole) if budget else whole  # never past the step's end either
         privileged = any(p.needs_root for p, _ in asked)
+        started = time.monotonic()
         try:
             result = await self.transport.run(argv, timeout=timeout, privileged=privileged,
                                               stdin=framing.batch_input(tag))
             timed_out = False
+        except anyio.get_cancelled_exc_class():
+            self._log_cut_short("batch", argv, step, timeout, started, asked=[p.what for p, _ in asked])
+            raise
         except CommandTimeout as exc:
             result, timed_out = exc.result, True
         self._log_batch(result, step, timeout, timed_out, len(asked))
@@ -224,6 +237,19 @@ class Node:
         self._log_result(CommandResult(argv, None, "", "", time.monotonic() - started, "KILL"), None,
                          timeout, timed_out=True, note=f"did not end within {RELEASE_TIMEOUT_S:g} s of release: killed")
         return None
+
+    def _log_cut_short(self, event: str, argv: Sequence[str], step: StepName | None, timeout: float, started: float,
+                       **more: object) -> None:
+        """A command (or a batch) the run cancelled while it ran: still one event in the log, with how long it had
+        run and what ended it (`ended`: the interrupt, the run's deadline; `cancelled` when the run was not cut
+        short). Its transport ends it on the node (`fleet.transport.base`); it has no exit status."""
+        where: dict[str, object] = {"step": str(step)} if step is not None else {}
+        if event == "batch":
+            where["batch"] = self.batches
+        with suppress(OSError, ValueError):  # a log that cannot be written never stands in the cancel's way
+            self.log.warning(event, **where, argv=list(argv), exit_status=None, timed_out=False,
+                             timeout_s=round(timeout, 3), duration_s=round(time.monotonic() - started, 4),
+                             ended=self.why_cut() or "cancelled", **more)
 
     def _log_batch(self, result: CommandResult, step: StepName | None, timeout: float, timed_out: bool,
                    sections: int) -> None:

@@ -72,7 +72,8 @@ def page(run: RunPage, *, log_folder: str | None = None) -> str:
     hosts, report = run.hosts, run.report
     shown, escaped = rows(hosts), Escaped()
     title = f"fleet {report.command} {report.run_id}: {_tally(hosts)}"
-    body = [_header(run, hosts), _outcome(hosts), _grid(shown, escaped, run.rack), timeline(shown),
+    odd = uniform.odd(hosts, run.rack)
+    body = [_header(run, hosts), _outcome(hosts, odd), _grid(shown, escaped, odd), timeline(shown),
             _details(shown, escaped, log_folder),
             f"<footer>fleet {esc(run.fleet_version)} · built from summary.json · no script, nothing"
             " loaded from the network</footer>"]
@@ -116,8 +117,13 @@ def _header(run: RunPage, hosts: Hosts) -> str:
     started = report.started_at.replace("T", " ")
     took = secs(report.duration_s) if run.ended else secs(None)
     note = f"<p class=\"note\">{esc(run.note)}</p>" if run.note else ""
+    if report.interrupted_by:
+        note += (f"<p class=\"note\" data-interrupted=\"{esc(report.interrupted_by)}\">interrupted by"
+                 f" {esc(report.interrupted_by)}: the hosts it cut short ended failed, their step in flight"
+                 " interrupted; those not started, skipped</p>")
+    cut = f" · interrupted by {esc(report.interrupted_by)}" if report.interrupted_by else ""
     return (f"<header><h1>fleet {esc(report.command)} <span class=\"id\">{esc(report.run_id)}"
-            f"</span></h1>\n<p class=\"meta\">started {esc(started)} · took {took} ·"
+            f"</span></h1>\n<p class=\"meta\">started {esc(started)} · took {took}{cut} ·"
             f" {len(hosts)} hosts</p>\n<p class=\"verdict {'ok' if good == len(hosts) else 'bad'}\">{esc(verdict)}</p>"
             f"\n<ul class=\"counts\">{badges}</ul>{note}</header>")
 
@@ -137,13 +143,20 @@ def outcome_groups(hosts: Hosts) -> list[tuple[str, str, list[str], str]]:
             for (status, reason, _), members in ranked]
 
 
-def _outcome(hosts: Hosts) -> str:
+def _outcome(hosts: Hosts, odd: Mapping[str, Sequence[str]]) -> str:
+    """The outcome folded, then what else a reader must know of the run: the odd hosts out of the rack compared
+    (each with why) and the settings `--restore-settings` gave back (each host's changes)."""
     rows = [f"<tr data-row=\"outcome\" data-count=\"{len(names)}\"><td class=\"num\">{len(names)}</td>"
             f"<td><span class=\"badge {status_class(status)}\">{esc(status)}</span></td><td>{esc(reason)}</td>"
             f"<td class=\"set\">{esc(fold(names))}</td><td>{esc(error)}</td></tr>"
             for status, reason, names, error in outcome_groups(hosts)]
+    notes = [f"<li data-note=\"odd\">{esc(name)}: settings unlike the others': {esc('; '.join(why))}</li>"
+             for name, why in odd.items()]
+    notes += [f"<li data-note=\"restored\">{esc(name)}: restored {esc('; '.join(host.restored))}</li>"
+              for name, host in hosts.items() if host is not None and host.restored]
+    listed = f"\n<ul class=\"notes\">{''.join(notes)}</ul>" if notes else ""
     return ("<section id=\"outcome\"><h2>Outcome</h2>\n<table class=\"outcome\"><tr><th>hosts</th><th>status</th>"
-            "<th>reason</th><th>node set</th><th>error</th></tr>\n" + "\n".join(rows) + "</table></section>")
+            "<th>reason</th><th>node set</th><th>error</th></tr>\n" + "\n".join(rows) + f"</table>{listed}</section>")
 
 
 # --- the rack grid ----------------------------------------------------------------------------------------------
@@ -249,8 +262,7 @@ def _legend() -> str:
             " (hover it)</span></p>")
 
 
-def _grid(shown: Mapping[str, Row], e: Escaped, rack: uniform.Rack | None = None) -> str:
-    odd = uniform.odd({name: row.host for name, row in shown.items()}, rack)
+def _grid(shown: Mapping[str, Row], e: Escaped, odd: Mapping[str, Sequence[str]]) -> str:
     lines = "\n".join(_grid_row(row, e, odd.get(name, ())) for name, row in shown.items())
     return (f"<section id=\"grid\"><h2>GPUs</h2>\n{_legend()}\n<table class=\"grid\"><tr><th>host</th><th>status</th>"
             f"<th colspan=\"64\">GPUs</th></tr>\n{lines}</table></section>")
@@ -328,8 +340,10 @@ def _parts(host: HostReport, e: Escaped) -> list[str]:
     """The host's detail, but for its error and log: its steps, processes, health findings and Slurm's part."""
     steps = _table(STEPS_HEAD, (f"<tr><td>{s.name}</td><td>{s.status}</td><td>"
                                 f"{secs(s.duration_s) if s.status is not StepStatus.SKIPPED else '-'}</td><td>"
-                                f"{e[s.detail or '']}</td></tr>" for s in host.steps), "small steps")
-    return [steps, *_processes(host, e), _health(host, e), _scheduler(host)]
+                                f"{e[s.detail or s.error or '']}</td></tr>" for s in host.steps), "small steps")
+    done = [f"<p class=\"done\">{esc(what)}: {esc('; '.join(items))}</p>"
+            for what, items in (("stopped", host.stopped), ("restored", host.restored)) if items]
+    return [steps, *done, *_processes(host, e), _health(host, e), _scheduler(host)]
 
 
 def _host(row: Row, e: Escaped, log_folder: str) -> str:

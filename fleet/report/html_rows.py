@@ -24,7 +24,7 @@ Host = HostReport | None  # a host on the page; None: a target not on record
 Hosts = Mapping[str, Host]
 Bar = tuple[str, float, float, str]  # (class, start, length, words as HTML)
 _IDLE = (StepStatus.SKIPPED,)
-_BAD = (StepStatus.FAILED, StepStatus.TIMEOUT)
+_BAD = (StepStatus.FAILED, StepStatus.TIMEOUT, StepStatus.INTERRUPTED)
 
 
 def esc(value: object) -> str:

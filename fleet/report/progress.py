@@ -25,6 +25,7 @@ from rich.live import Live
 from rich.table import Table
 
 from fleet import terminal
+from fleet.inventory.nodesets import fold
 from fleet.model.report import HostStatus, StepName
 from fleet.report.tables import Quiet
 
@@ -32,6 +33,8 @@ STATUS_INTERVAL_VAR = "FLEET_STATUS_INTERVAL"
 DEFAULT_STATUS_INTERVAL_S = 30.0
 LIVE_REFRESH_S = 0.25
 SLOWEST = 3
+# A host that waits longer than this for the node's reset lock (another run holds it) is named on the progress line.
+LOCK_SAID_S = 3.0
 
 
 class Progressing(Protocol):
@@ -47,6 +50,8 @@ class Progressing(Protocol):
     def ended(self) -> float | None: ...
     @property
     def worst_s(self) -> float | None: ...  # the longest to its verdict when one thing goes wrong where it is now
+    @property
+    def locking(self) -> float | None: ...  # since when it waits for the node's reset lock (None: not waiting)
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Snapshot:
     elapsed_s: float
     eta_s: float | None
     slowest: tuple[tuple[str, str, float], ...]  # (host, step, seconds in flight)
+    locked_out: tuple[tuple[str, float], ...] = ()  # (host, seconds) waiting past LOCK_SAID_S for another run's lock
 
     @property
     def finished(self) -> int:
@@ -74,6 +80,7 @@ def snapshot(hosts: Mapping[str, Progressing], started: float, now: float) -> Sn
     worst: list[float | None] = []  # each flying host's worst_s
     durations = []
     waiting = 0
+    locked_out: list[tuple[str, float]] = []
     for name, host in hosts.items():
         if host.status is not None:
             done[host.status.value] += 1
@@ -82,13 +89,26 @@ def snapshot(hosts: Mapping[str, Progressing], started: float, now: float) -> Sn
         elif host.started is None:
             waiting += 1
         else:
-            step = host.current.value if host.current else "connect"
+            locking = host.locking
+            step = host.current.value if host.current else "lock" if locking is not None else "connect"
             in_flight[step] += 1
             flying.append((name, step, now - host.started))
             worst.append(host.worst_s)
+            if locking is not None and now - locking > LOCK_SAID_S:
+                locked_out.append((name, now - locking))
     slowest = tuple(sorted(flying, key=lambda f: -f[2])[:SLOWEST])
     eta = _eta(durations, [f[2] for f in flying], worst, waiting)
-    return Snapshot(len(hosts), done, in_flight, waiting, now - started, eta, slowest)
+    return Snapshot(len(hosts), done, in_flight, waiting, now - started, eta, slowest, tuple(locked_out))
+
+
+def lock_line(snap: Snapshot) -> str | None:
+    """`waiting for another run's reset lock: gpu-b[01-02] (up to 7 s)`: the hosts a lock held elsewhere keeps
+    waiting (None: none); the lock's holder is named if the wait runs out (`locked by run ...`)."""
+    if not snap.locked_out:
+        return None
+    longest = max(seconds for _, seconds in snap.locked_out)
+    return (f"waiting for another run's reset lock: {fold([name for name, _ in snap.locked_out])}"
+            f" ({'up to ' if len(snap.locked_out) > 1 else ''}{longest:.0f} s)")
 
 
 def _eta(durations: Sequence[float], elapsed: Sequence[float], worst: Sequence[float | None],
@@ -130,11 +150,14 @@ def status_line(snap: Snapshot) -> str:
     if snap.slowest:
         host, step, seconds = snap.slowest[0]
         parts.append(f"slowest {host} ({step}, {seconds:.0f} s)")
+    locked = lock_line(snap)
+    if locked is not None:
+        parts.append(locked)
     return "; ".join(parts)
 
 
 def _steps_in_order(counts: Counter[str]) -> list[tuple[str, int]]:
-    order = ["connect", *(s.value for s in StepName)]
+    order = ["connect", "lock", *(s.value for s in StepName)]
     return sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
 
 
@@ -143,14 +166,17 @@ def table(snap: Snapshot) -> Table:
     grid = Table(box=None, title=f"fleet: {snap.finished}/{snap.total} hosts done, {snap.elapsed_s:.0f} s"
                  + (f", about {snap.eta_s:.0f} s left" if snap.eta_s is not None and snap.finished < snap.total
                     else ""), title_justify="left")
-    steps = ["waiting", "connect", *(s.value for s in StepName)]
+    steps = ["waiting", "connect", *(["lock"] if snap.in_flight.get("lock") else []), *(s.value for s in StepName)]
     outcomes = [s.value for s in HostStatus]
     for column in [*steps, *outcomes]:
         grid.add_column(column, justify="right")
     counts = {"waiting": snap.waiting, **snap.in_flight, **snap.done}
     grid.add_row(*(str(counts.get(c, 0)) for c in [*steps, *outcomes]))
-    if snap.slowest:
-        grid.caption = "slowest: " + ", ".join(f"{h} ({s}, {t:.0f} s)" for h, s, t in snap.slowest)
+    captions = ["slowest: " + ", ".join(f"{h} ({s}, {t:.0f} s)" for h, s, t in snap.slowest)] if snap.slowest else []
+    locked = lock_line(snap)
+    captions += [locked] if locked is not None else []
+    if captions:
+        grid.caption = "\n".join(captions)
         grid.caption_justify = "left"
     return grid
 

@@ -9,10 +9,15 @@ from typing import Any
 from fleet import __version__
 from fleet.inventory.nodesets import fold
 from fleet.model.codec import host_to_document, json_writer
-from fleet.model.report import HostStatus, RunReport
+from fleet.model.report import HostReport, HostStatus, RunReport, StepName, StepStatus
 from fleet.report import uniform
+from fleet.reset.plan import would_keep
 from fleet.text import shown
 
+# Exit statuses of a run, worst first: a script tells "a node is dirty" (1) from "a node is down" (4) without the JSON.
+FAILED = 1  # a host ended failed (a run deadline fails the hosts it cut short)
+UNREACHABLE = 4  # a host was unreachable, none failed (Ansible's code for it)
+SKIPPED = 3  # a host was skipped (Slurm jobs, --canary, --max-fail, a deadline before it started), none worse
 INTERRUPTED = 130  # SIGINT or SIGTERM cut the run
 HUNG_UP = 129  # SIGHUP (128 + 1) cut it: the operator's terminal went away
 SUMMARY_KEYS = (HostStatus.CLEAN, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.SKIPPED)
@@ -54,6 +59,7 @@ def to_document(report: RunReport, rack: uniform.Rack | None = None) -> dict[str
         "command": report.command,
         "started_at": report.started_at,
         "duration_s": report.duration_s,
+        **({"interrupted_by": report.interrupted_by} if report.interrupted_by else {}),
         "summary": summary(report),
         "hosts": {name: host_to_document(h) for name, h in report.hosts.items()},
     }
@@ -64,11 +70,16 @@ def to_document(report: RunReport, rack: uniform.Rack | None = None) -> dict[str
 
 
 def exit_code(report: RunReport, *, interrupted: bool = False, hung_up: bool = False) -> int:
-    """0 all clean (or planned), 1 any other outcome; a run cut by a signal 130, by a hang-up (SIGHUP) 129."""
+    """0 every host clean (or planned); else the worst outcome's: failed 1, unreachable 4, skipped 3. A run cut by a
+    signal 130, by a hang-up (SIGHUP) 129."""
     if interrupted:
         return HUNG_UP if hung_up else INTERRUPTED
-    ok = all(h.status in (HostStatus.CLEAN, HostStatus.PLANNED) for h in report.hosts.values())
-    return 0 if ok else 1
+    seen = {h.status for h in report.hosts.values()}
+    for status, code in ((HostStatus.FAILED, FAILED), (HostStatus.UNREACHABLE, UNREACHABLE),
+                         (HostStatus.SKIPPED, SKIPPED)):
+        if status in seen:
+            return code
+    return 0
 
 
 # A number in an error (a clock time as one): where hosts' errors differ only in these, they fold into one line.
@@ -123,16 +134,88 @@ def human_lines(report: RunReport, rack: uniform.Rack | None = None) -> list[str
     if settings is not None:
         lines.append(settings)
     total = counts["total"]
-    lines.append(f"{report.command} of {total} host{'' if total == 1 else 's'} in {report.duration_s:.1f} s: {tally}")
+    cut = f", interrupted by {report.interrupted_by}" if report.interrupted_by else ""
+    lines.append(f"{report.command} of {total} host{'' if total == 1 else 's'} in {report.duration_s:.1f} s{cut}:"
+                 f" {tally}")
     return lines
 
 
+# Runs of up to this many hosts get a line per host after the summary (`-v`: any run; `-q`: none).
+SCREENFUL = 20
+# Processes named in a host's line, each list; the rest counted (every one is in the report).
+NAMED = 4
+# The GPU a restored setting's line names (`gpu 3: nvidia-smi -i 3 -pl 700 (...)`).
+_GPU = re.compile(r"gpu (\d+):")
+# A process's name cut to this many characters in a line (a title its user chose can be long).
+NAME_CHARS = 32
+
+
+def per_host_wanted(report: RunReport, asked: bool | None) -> bool:
+    """Whether the run's hosts each get a line after the summary: as asked (`-v` True, `-q` False), else for a
+    reset (not a dry run) of up to a screenful of hosts."""
+    if asked is not None:
+        return asked
+    return len(report.hosts) <= SCREENFUL and any(h.plan is None for h in report.hosts.values())
+
+
+def done_lines(report: RunReport) -> list[str]:
+    """A line per host saying what was done to it, from its report: the units stopped, the processes killed
+    (name:pid, the signal it took) and kept (why), how long settle took, the settings restored, the node's state in
+    its scheduler after. `demo-b01 clean in 4.8 s: stopped sglang.service; killed python3:30196 (SIGTERM); ...`"""
+    return [_done(name, host) for name, host in report.hosts.items() if host.plan is None]
+
+
+def _done(name: str, host: HostReport) -> str:
+    steps = {s.name: s for s in host.steps}
+    parts = [f"stopped {', '.join(host.stopped)}"] if host.stopped else []
+    kill = steps.get(StepName.KILL)
+    if host.killed:
+        parts.append("killed " + _listed([f"{_cut(k.name)}:{k.pid} ({k.signal})" for k in host.killed]))
+    elif kill is not None and kill.status is StepStatus.OK:
+        parts.append("killed nothing")
+    if host.kept:
+        parts.append("kept " + _listed([f"{_cut(k.name)}:{k.pid} ({k.why.removesuffix(' ' + k.name)})"
+                                        for k in host.kept]))
+    settle = steps.get(StepName.SETTLE)
+    if settle is not None and settle.status is StepStatus.OK:
+        parts.append(f"settled in {settle.duration_s:.1f} s")
+    if host.restored:
+        count, gpus = len(host.restored), sorted({m[1] for m in map(_GPU.match, host.restored) if m}, key=int)
+        on = f" on gpu {', '.join(gpus)}" if gpus else ""
+        parts.append(f"restored {count} setting{'' if count == 1 else 's'}{on}")
+    parts += [f"{s.name.value} {s.status.value}" for s in host.steps
+              if s.status in (StepStatus.FAILED, StepStatus.TIMEOUT, StepStatus.INTERRUPTED)]
+    if host.scheduler is not None and host.scheduler.state_after:
+        parts.append(f"{host.scheduler.by} {host.scheduler.state_after}")
+    took = f" in {host.duration_s:.1f} s" if host.duration_s else ""
+    return shown(f"{name} {host.status.value}{took}: {'; '.join(parts) or 'nothing done'}")
+
+
+def _listed(items: list[str]) -> str:
+    named = ", ".join(items[:NAMED])
+    return named if len(items) <= NAMED else f"{named} and {len(items) - NAMED} more"
+
+
+def _cut(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
+
+
 def plan_lines(report: RunReport) -> list[str]:
-    """Dry run: per host, what a reset would do (the steps' details, which the survey filled in)."""
+    """Dry run: per host, what a reset would do, a step a line (the steps' details, which the survey filled in;
+    the scheduler's plan first)."""
     lines = []
+    width = max(len(s.value) for s in StepName)
     for name, host in report.hosts.items():
-        if host.plan is not None:
-            scheduled = [host.scheduler.plan] if host.scheduler is not None and host.scheduler.plan else []
-            lines.append(f"{name}: " + "; ".join(shown(d) for d in [*scheduled, *(s.detail for s in host.steps
-                                                                                  if s.detail)]))
+        if host.plan is None:
+            continue
+        lines.append(f"{name} (dry run):")
+        if host.scheduler is not None and host.scheduler.plan:
+            lines.append(f"  {host.scheduler.by:<{width}}  {shown(host.scheduler.plan)}")
+        for step in host.steps:
+            detail = step.detail
+            keep = would_keep(host.plan) if step.name is StepName.KILL else ""
+            if keep and detail.endswith(f"; {keep}"):  # the holders kept on a line of their own
+                detail = detail.removesuffix(f"; {keep}")
+            lines += [f"  {step.name.value:<{width}}  {shown(detail)}"] if detail else []
+            lines += [f"  {'':<{width}}  {shown(keep)}"] if keep else []
     return lines

@@ -1,7 +1,7 @@
 """drain: stop the host's serving units gracefully; SIGKILL a unit only when its stop hangs.
 
-Asks the node: `systemctl stop --no-block` per unit in `services` and a first
-`systemctl show` of each, all in one command (a batch, `Node.batch`), then
+Asks the node: a `systemctl show` of each unit in `services` (was it up: the units it stops), `systemctl stop
+--no-block` of each and a first `systemctl show` of each again, all in one command (a batch, `Node.batch`), then
 `systemctl show` of the units still up until each is inactive or failed
 (backoff, within `drain_timeout`; one command a round); for a unit still up,
 `systemctl kill --signal=SIGKILL` and another wait of ESCALATION_WINDOW_S. Decides: a unit is down when inactive or
@@ -46,10 +46,12 @@ def longest_stop_s(host: Host, window: float) -> float:
 
 @dataclass(frozen=True)
 class UnitsStopped:
-    """What stopping units came to: one line of detail, and an error when one is still up."""
+    """What stopping units came to: one line of detail, an error when one is still up, and the units that were up
+    when the stop began and are down now."""
 
     detail: str
     error: str | None = None
+    stopped: tuple[str, ...] = ()
 
 
 async def drain(node: Node) -> StepOutcome:
@@ -60,18 +62,21 @@ async def drain(node: Node) -> StepOutcome:
     stopped = await stop_units(node, services, node.host.drain_timeout)
     status = StepStatus.FAILED if stopped.error else StepStatus.OK
     reason = Reason.DRAIN_FAILED if stopped.error else None
-    return StepOutcome(StepResult.since(StepName.DRAIN, started, stopped.detail, status, stopped.error, reason))
+    return StepOutcome(StepResult.since(StepName.DRAIN, started, stopped.detail, status, stopped.error, reason),
+                       stopped=stopped.stopped)
 
 
 async def stop_units(node: Node, names: Sequence[str], window: float,
                      step: StepName = StepName.DRAIN) -> UnitsStopped:
     """Stop units gracefully, polling up to `window` s; SIGKILL only those whose stop hangs."""
     budget = stop_room(node.host, window).start()
+    before = [units.unit_state_before_stop(unit) for unit in names]
     stops = [units.unit_stop(unit) for unit in names]
     shows = [units.unit_state(unit) for unit in names]
-    answers = await node.batch([*stops, *shows], step=step, budget=budget)
+    answers = await node.batch([*before, *stops, *shows], step=step, budget=budget)
     for stop in stops:  # an exit other than 0 or 5 (e.g. polkit: "Interactive authentication required.") fails
         answers.result(stop)
+    up = [unit for unit, show in zip(names, before, strict=True) if not answers.read(show).is_down]
     first = {unit: answers.read(show) for unit, show in zip(names, shows, strict=True)}
     missing = [unit for unit, state in first.items() if state.missing]
     states = await _wait_down(node, names, budget, step, first)
@@ -81,9 +86,8 @@ async def stop_units(node: Node, names: Sequence[str], window: float,
     else:
         node.log.warning("drain_escalate", step=str(step), units=hung, after_s=round(budget.elapsed, 3))
         stopped = await _escalate(node, hung, states, window, step)
-    if missing and stopped.error is None:
-        return UnitsStopped(stopped.detail, no_such_unit(missing, node.host.name))
-    return stopped
+    error = stopped.error or (no_such_unit(missing, node.host.name) if missing else None)
+    return UnitsStopped(stopped.detail, error, tuple(unit for unit in up if states[unit].is_down))
 
 
 def no_such_unit(missing: Sequence[str], host: str) -> str:

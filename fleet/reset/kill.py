@@ -232,7 +232,8 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
     spared = frozenset(h.pid for r in rounds for h in r.kept)
     left_alive = tuple(KeptProcess(h.pid, h.name, h.user, h.protected_by or "") for h in last.kept)
     return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error, reason), killed=killed,
-                       kept=kept, job_pids=job_pids, spared=spared, left_alive=left_alive)
+                       kept=kept, job_pids=job_pids, spared=spared, left_alive=left_alive,
+                       stopped=stopped.stopped if stopped is not None else ())
 
 
 # --- what the kill decides and says (pure) -----------------------------------

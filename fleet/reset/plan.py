@@ -18,17 +18,20 @@ from fleet.node.budget import Room
 from fleet.node.node import Node
 from fleet.node.probes import smi, units
 from fleet.reset.drain import unit_states
-from fleet.reset.holders import scan_holders
+from fleet.reset.holders import scan
 from fleet.reset.protection import Holder
 from fleet.reset.verify import VERIFY_COMMANDS
 
 # The survey's nvidia-smi reads: the GPU query and the compute apps.
 SURVEY_SMI = 2
+# Where a unit in `services` is up: one more command, the holders' units (whose processes drain would end).
+UNITS_READ = 1
 
 
 def survey_room(host: Host) -> Room:
-    """The survey's commands at their bounds: each unit's state, the holder scan and description, the two queries."""
-    return Room(0.0, commands_s(host, smi=SURVEY_SMI, other=len(host.services) + VERIFY_COMMANDS))
+    """The survey's commands at their bounds: each unit's state, the holder scan and description (and the holders'
+    units, where a unit is up), the two queries."""
+    return Room(0.0, commands_s(host, smi=SURVEY_SMI, other=len(host.services) + VERIFY_COMMANDS + UNITS_READ))
 
 
 async def survey(node: Node) -> HostPlan:
@@ -36,7 +39,8 @@ async def survey(node: Node) -> HostPlan:
     host = node.host
     budget = survey_room(host).start()
     states = await unit_states(node, host.services, budget) if host.services else {}
-    holders = await scan_holders(node, StepName.KILL, budget)
+    up = any(not state.is_down for state in states.values())
+    holders = (await scan(node, StepName.KILL, budget, with_units=up)).holders
     rows = await node.ask(smi.gpu_query(host.nvidia_smi, smi.VERIFY_FIELDS), step=StepName.VERIFY, budget=budget)
     apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.VERIFY, budget=budget)
     return build_plan(states, holders, apps, rows)
@@ -56,11 +60,14 @@ def build_plan(
     def planned(h: Holder) -> PlannedProcess:
         return PlannedProcess(h.pid, h.user, h.name, mib.get(h.pid), h.protected_by)
 
+    stopping = {unit for unit, state in states.items() if not state.is_down}
+    free = [h for h in holders if h.protected_by is None]
     return HostPlan(
         units=tuple((unit, state.shown) for unit, state in states.items()),
-        would_kill=tuple(planned(h) for h in holders if h.protected_by is None),
+        would_kill=tuple(planned(h) for h in free if h.unit not in stopping),
         kept=tuple(planned(h) for h in holders if h.protected_by is not None),
         gpu_memory_mib=tuple(r.memory_used_mib for r in rows),
+        with_units=tuple(planned(h) for h in free if h.unit in stopping),
     )
 
 
@@ -75,14 +82,22 @@ def _process(p: PlannedProcess) -> str:
     return f"pid {p.pid} {p.name} ({p.user}{memory})"
 
 
+def would_keep(plan: HostPlan) -> str:
+    """The holders a reset would leave alive, and why (empty: none); the end of the kill's line."""
+    return "would keep " + ", ".join(f"{_process(p)}: {p.kept_because}" for p in plan.kept) if plan.kept else ""
+
+
 def describe_plan(plan: HostPlan) -> dict[StepName, str]:
     """The plan per step, one line each, for the report's step details and the terminal."""
     states = ", ".join(f"{u} ({s})" for u, s in plan.units)
     drain = f"would stop {', '.join(plan.would_stop)}; now {states}" if plan.would_stop else (
         f"nothing to stop; now {states}" if plan.units else "no services to stop")
+    if plan.with_units:
+        drain += "; their processes end with them: " + ", ".join(_process(p) for p in plan.with_units)
     kill = "would kill " + (", ".join(_process(p) for p in plan.would_kill) or "nothing")
-    if plan.kept:
-        kill += "; would keep " + ", ".join(f"{_process(p)}: {p.kept_because}" for p in plan.kept)
+    keep = would_keep(plan)
+    if keep:
+        kill += f"; {keep}"
     used = [m for m in plan.gpu_memory_mib if m is not None]
     unknown = len(plan.gpu_memory_mib) - len(used)
     settle = f"GPUs now hold {sum(used)} MiB in all (max {max(used, default=0)} MiB on one GPU)" + (

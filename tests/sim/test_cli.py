@@ -111,6 +111,18 @@ def test_inventory_table_is_human_readable(capsys: pytest.CaptureFixture[str]) -
     assert "gpu-h01" in out and "address" in out
 
 
+def test_inventory_table_fits_80_columns_a_host_a_line(capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped, 80 columns: a cell too wide is cut with an ellipsis, never wrapped; the host names whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["inventory", "-i", str(SITE), "-g", "all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    names = [line.split()[0] for line in lines[1:]]
+    assert len(names) == len(set(names)) and all(name.startswith("gpu-") for name in names)
+    assert any("…" in line for line in lines)  # something was cut (the groups, the services), not wrapped
+
+
 @pytest.mark.parametrize(
     "command", [["reset", "-y"], ["reset", "--dry-run"], ["check"]], ids=["reset", "dry-run", "check"]
 )
@@ -191,7 +203,7 @@ async def test_stalled_host_is_unreachable_within_connect_timeout(tmp_path: Path
              "--log-dir", str(tmp_path / "logs")], check=False)
         elapsed = time.monotonic() - started
     doc = json.loads(result.stdout)
-    assert result.returncode == 1
+    assert result.returncode == 4  # one host unreachable, none failed
     assert doc["hosts"]["gpu-b01"]["status"] == "unreachable"
     assert "timed out" in doc["hosts"]["gpu-b01"]["error"]
     assert doc["hosts"]["gpu-b02"]["status"] == "clean"
@@ -262,20 +274,28 @@ def test_confirmation_prompt_on_a_terminal_names_count_and_groups(tmp_path: Path
 
 
 def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
-    """`make demo`'s job, small: a simulated fleet reset over SSH, one node failed by its health gate, torn down."""
-    proc = run_demo(tmp_path, "--nodes", "2", "--log-dir", str(tmp_path / "logs"))
+    """`make demo`'s job, small: a simulated fleet reset over SSH, one node failed by its health gate, torn down.
+    Its runs go to its own state folder, never the operator's ($FLEET_LOG_DIR and `fleet runs` stay untouched),
+    and its nodes' names are no real inventory's."""
+    state, real = tmp_path / "state", tmp_path / "real-logs"
+    with demo_env(tmp_path) as env:
+        proc = run_cli("demo", "--nodes", "2", timeout=300,
+                       env={**env, "XDG_STATE_HOME": str(state), "FLEET_LOG_DIR": str(real)})
     assert proc.returncode == 0, proc.stderr
-    assert "gpu-b01 clean" in proc.stderr
-    assert "gpu-b02 failed health: gpu 5: Xid 79" in proc.stderr
+    assert "demo-b01 clean" in proc.stderr
+    assert "demo-b02 failed health: gpu 5: Xid 79" in proc.stderr
     assert "simulated fleet torn down" in proc.stderr
+    demo_logs = state / "fleet" / "demo"
+    assert f"the demo's runs are kept apart from yours: fleet runs --log-dir {demo_logs}" in proc.stderr
+    assert (demo_logs / "history.sqlite").is_file() and not real.exists() and not (state / "fleet" / "runs").exists()
 
 
 def test_the_demo_of_eight_restores_the_settings_left_and_names_the_older_driver(tmp_path: Path) -> None:
-    """From eight nodes: gpu-b03's locked clocks and gpu-b05's lowered power limit given back (each change its own
-    event in the node's log), gpu-b07's older driver and fabric manager named the odd one out by both."""
+    """From eight nodes: demo-b03's locked clocks and demo-b05's lowered power limit given back (each change its own
+    event in the node's log), demo-b07's older driver and fabric manager named the odd one out by both."""
     proc = run_demo(tmp_path, "--nodes", "8", "--log-dir", str(tmp_path / "logs"))
     assert proc.returncode == 0, proc.stderr
-    assert ("settings: gpu-b07 driver 535.183.01 (7 others 550.90.07); gpu-b07 fabric manager 535.183.01 (7 others"
+    assert ("settings: demo-b07 driver 535.183.01 (7 others 550.90.07); demo-b07 fabric manager 535.183.01 (7 others"
             " 550.90.07)") in proc.stderr
     assert "restored and read back" in proc.stderr
     (run,) = [p for p in (tmp_path / "logs").iterdir() if p.is_dir()]
@@ -285,9 +305,9 @@ def test_the_demo_of_eight_restores_the_settings_left_and_names_the_older_driver
         lines = [json.loads(line) for line in (run / f"{host}.jsonl").read_text().splitlines()]
         return [e["argv"][1:] for e in lines if e["event"] == "command" and e["argv"][1:2] == ["-i"]]
 
-    assert changes("gpu-b03") == [["-i", "2", "-rgc"], ["-i", "2", "-rmc"], ["-i", "2", "-rac"]]
-    assert changes("gpu-b05") == [["-i", "3", "-pl", "700"]]
-    assert changes("gpu-b01") == []
+    assert changes("demo-b03") == [["-i", "2", "-rgc"], ["-i", "2", "-rmc"], ["-i", "2", "-rac"]]
+    assert changes("demo-b05") == [["-i", "3", "-pl", "700"]]
+    assert changes("demo-b01") == []
 
 
 # --- Slurm's options and hosts named outright ----------------------------------------------------------

@@ -339,7 +339,7 @@ async def test_a_history_that_cannot_be_written_is_a_warning_never_the_run_s_fai
 
     hosts = [Host(name=n, address="192.0.2.1") for n in ("gpu-b01", "gpu-b02")]
     code, report = await run_and_report(hosts, RunOptions(), as_json=False, log_dir=logs, connector=refused)
-    assert code == 1
+    assert code == 4  # unreachable, none failed
     assert {h.status for h in report.hosts.values()} == {HostStatus.UNREACHABLE}
     assert (logs / report.run_id / "summary.json").is_file()
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("fleet: warning:")]
@@ -600,7 +600,7 @@ async def test_a_run_killed_mid_way_leaves_its_finished_hosts_on_record(
     assert out[1].endswith("unfinished (killed): 1 of 2 on record (1 clean)")  # its running.lock is free
     assert main(["runs", "--status", "unfinished", "--log-dir", str(logs)]) == 0
     assert run_id in capsys.readouterr().out
-    assert main(["show", "last", "--log-dir", str(logs)]) == 0
+    assert main(["show", "last", "--log-dir", str(logs)]) == 1  # no end on record: not proven clean
     assert capsys.readouterr().out.splitlines() == [
         "gpu-b01 clean",
         f"reset {run_id} has no end on record (killed: its fleet process is gone, running.lock is free): 1 of 2"
@@ -662,12 +662,13 @@ async def test_runs_and_show_answer_from_real_runs(tmp_path: Path, capsys: pytes
     assert main(["runs", "--host", "gpu-b01", "--status", "failed", "--log-dir", str(logs)]) == 0
     assert capsys.readouterr().out == "gpu-b01: 0 runs\n"  # a known host, no run of that kind
 
-    # show: the same summary as the run printed, summary.json itself, a host's log
-    assert main(["show", "last", "--log-dir", str(logs)]) == 0
+    # show: the same summary as the run printed (its per-host lines too), summary.json itself, a host's log; the
+    # run's own exit status either way (one host failed)
+    assert main(["show", "last", "--log-dir", str(logs)]) == 1
     printed = runs[1].stderr.decode().splitlines()
     assert not [line for line in printed if line.startswith("fleet: warning")]
     assert capsys.readouterr().out.splitlines() == [line for line in printed if not line.startswith("fleet: ")]
-    assert main(["show", first, "--json", "--log-dir", str(logs)]) == 0
+    assert main(["show", first, "--json", "--log-dir", str(logs)]) == 1
     assert capsys.readouterr().out == (logs / first / "summary.json").read_text()
     assert main(["show", last, "--host", "gpu-b01", "--log-dir", str(logs)]) == 0
     shown = capsys.readouterr().out.splitlines()
@@ -792,6 +793,15 @@ def test_a_log_event_reads_as_one_line() -> None:
     assert log_line(command) == ("07:44:28.321 info    drain  command        $ systemctl stop --no-block --"
                                  " sglang.service  -> exit 0 in 0.1 s")
     assert log_line({**command, "timed_out": True}).endswith("-> timed out in 0.1 s")
+    not_run = {**command, "exit_status": None, "note": "not run: nvidia-smi timed out after 6 s before it"}
+    assert log_line(not_run).endswith("-> no exit status in 0.1 s (not run: nvidia-smi timed out after 6 s before it)")
+    cut = {**command, "exit_status": None, "duration_s": 12.3, "ended": "interrupted by SIGINT"}
+    assert log_line(cut).endswith("sglang.service  -> cut short after 12.3 s: interrupted by SIGINT")
+    ran = {**command, "event": "batch", "batch": 2, "sections": 3, "argv": ["sh", "-c", "IFS= read -r tag ..."]}
+    assert log_line(ran).endswith("batch          $ 3 commands in one (batch 2: each below)  -> exit 0 in 0.1 s")
+    batch = {**cut, "event": "batch", "argv": ["sh", "-c", "..."], "asked": ["nvidia-smi --query-gpu", "journal"]}
+    assert log_line(batch).endswith("batch          $ nvidia-smi --query-gpu; journal  -> cut short after 12.3 s:"
+                                    " interrupted by SIGINT")
     end = {"host": "gpu-b01", "run_id": "r", "step": "drain", "status": "ok", "duration_s": 0.2,
            "detail": "sglang.service inactive", "error": None, "event": "step_end", "level": "info",
            "timestamp": "2026-12-03T07:44:28.419465Z"}
@@ -816,7 +826,8 @@ def test_a_summary_document_gives_back_the_run_s_own_summary_lines() -> None:
     again = run_from_document(document)
     assert render.human_lines(again) == render.human_lines(report)
     assert render.plan_lines(again) == render.plan_lines(report)
-    assert render.plan_lines(again) == ["gpu-b01: slurm IDLE: would drain it; would stop sglang.service"]
+    assert render.plan_lines(again) == ["gpu-b01 (dry run):", "  slurm   slurm IDLE: would drain it",
+                                        "  drain   would stop sglang.service"]
 
 
 def test_a_run_id_says_when_the_run_started() -> None:

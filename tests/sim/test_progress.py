@@ -30,6 +30,21 @@ class FakeRun:
     started: float | None = None
     ended: float | None = None
     worst_s: float | None = None
+    locking: float | None = None
+
+
+def test_a_host_waiting_for_another_runs_lock_is_said_once_it_has_waited_a_few_seconds() -> None:
+    """Hosts that wait for the node's reset lock count as `lock`; past LOCK_SAID_S they are named, with the longest
+    wait, on the status line and in the live view's caption."""
+    hosts = {"a": FakeRun(None, None, 0.0, locking=1.0), "b": FakeRun(None, None, 0.0, locking=2.0),
+             "c": FakeRun(None, None, 0.0, locking=9.5), "d": FakeRun(None, StepName.KILL, 0.0)}
+    snap = progress.snapshot(hosts, started=0.0, now=10.0)
+    assert dict(snap.in_flight) == {"lock": 3, "kill": 1}
+    assert progress.status_line(snap).endswith("; waiting for another run's reset lock: a,b (up to 9 s)")
+    assert str(progress.table(snap).caption).endswith("waiting for another run's reset lock: a,b (up to 9 s)")
+    alone = progress.snapshot({"a": FakeRun(None, None, 0.0, locking=5.5)}, started=0.0, now=10.0)
+    assert progress.lock_line(alone) == "waiting for another run's reset lock: a (4 s)"
+    assert progress.lock_line(progress.snapshot(hosts, started=0.0, now=4.0)) is None  # none past 3 s yet
 
 
 def test_snapshot_counts_each_host_once_and_names_the_slowest() -> None:

@@ -186,8 +186,8 @@ async def test_a_nightly_reset_keeps_its_history_in_bounds(sim: SimFleet, tmp_pa
 
 
 def test_the_demo_is_recorded_as_such_and_is_never_last(tmp_path: Path) -> None:
-    """`fleet demo` writes to the same history (the default log folder): its simulated hosts are never what
-    `--rerun-failed last` reruns."""
+    """`fleet demo` records its runs as such (in its own folder, unless --log-dir names another): its simulated
+    hosts are never what `--rerun-failed last` reruns."""
     logs = str(tmp_path / "logs")
     with demo_env(tmp_path) as env:
         assert fleet_cli("demo", "--nodes", "2", "--log-dir", logs, env=env).returncode == 0

@@ -153,6 +153,23 @@ async def test_the_inventorys_port_wins_over_ssh_configs(site: Site) -> None:
     assert accepted(site.target) == 1
 
 
+async def test_a_host_the_jump_cannot_reach_names_the_jump_by_address_and_port(site: Site) -> None:
+    """ssh_config names the jump by an alias (`rack7-jump`) whose HostName and Port say where it is: the error of a
+    host behind it it cannot reach names the alias and where the jump really was."""
+    write_config(site.home, (site.home / ".ssh" / "config").read_text().replace(
+        f"ProxyJump root@127.0.0.1:{site.jump.port}", "ProxyJump rack7-jump")
+        + f"Host rack7-jump\n  HostName 127.0.0.1\n  Port {site.jump.port}\n  User root\n")
+    closed = Host(name="gpu-j01", address="gpu-j01", port=free_port(), connect_timeout=10)
+    with pytest.raises(ConnectError) as caught:
+        await open_ssh(closed)
+    assert str(caught.value) == (
+        f"cannot reach 127.0.0.1:{closed.port} via jump host rack7-jump (127.0.0.1:{site.jump.port}):"
+        " Connection refused"
+    )
+    assert caught.value.reason is Reason.CONNECT_REFUSED
+    assert accepted(site.jump) == 1 and accepted(site.target) == 0 and not jumps.jump_pool()
+
+
 def test_hosts_behind_one_jump_share_one_connection_to_it(site: Site) -> None:
     """`fleet check -w` (no inventory: the built-in defaults, ssh_config for the rest): two hosts, one jump
     connection, each host its own connection to the target through it."""
@@ -174,7 +191,7 @@ def test_a_wrong_key_for_the_jump_makes_its_hosts_unreachable_naming_it(site: Si
     (site.home / ".ssh" / "known_hosts").write_text(f"[127.0.0.1]:{site.jump.port} {wrong}\n"
                                                     + site.target.known_hosts.read_text())
     status, report = fleet_check(site, "-w", "gpu-j[01-02]")
-    assert status == 1
+    assert status == 4  # unreachable, none failed
     for result in report["hosts"].values():
         assert (result["status"], result["reason"]) == ("unreachable", "host_key_changed")
         assert result["error"].startswith(f"jump host {site.jump_spec}: host key of [127.0.0.1]:{site.jump.port}"
@@ -191,7 +208,7 @@ def test_an_encrypted_identity_file_without_an_agent_fails_its_host_at_once(site
     status, report = fleet_check(site, "-i", str(inventory), "gpu-j01")
     assert time.monotonic() - started < 30
     result = report["hosts"]["gpu-j01"]
-    assert (status, result["status"], result["reason"]) == (1, "unreachable", "auth")
+    assert (status, result["status"], result["reason"]) == (4, "unreachable", "auth")
     assert result["error"] == ENCRYPTED.format(path=key)
     assert accepted(site.jump) == 0 and accepted(site.target) == 0
 

@@ -158,9 +158,13 @@ def test_errors_of_another_shape_never_fold_together() -> None:
 def test_exit_codes() -> None:
     assert reporting.exit_code(_run({"a": (HostStatus.CLEAN, None)})) == 0
     assert reporting.exit_code(_run({"a": (HostStatus.PLANNED, None)})) == 0
-    assert reporting.exit_code(_run({"a": (HostStatus.CLEAN, None), "b": (HostStatus.SKIPPED, None)})) == 1
-    assert reporting.exit_code(_run({"a": (HostStatus.UNREACHABLE, "x")})) == 1
+    assert reporting.exit_code(_run({"a": (HostStatus.CLEAN, None), "b": (HostStatus.SKIPPED, None)})) == 3
+    assert reporting.exit_code(_run({"a": (HostStatus.UNREACHABLE, "x")})) == 4
+    assert reporting.exit_code(_run({"a": (HostStatus.UNREACHABLE, "x"), "b": (HostStatus.SKIPPED, None)})) == 4
+    assert reporting.exit_code(_run({"a": (HostStatus.UNREACHABLE, "x"), "b": (HostStatus.FAILED, "y"),
+                                     "c": (HostStatus.SKIPPED, None)})) == 1
     assert reporting.exit_code(_run({"a": (HostStatus.CLEAN, None)}), interrupted=True) == 130
+    assert reporting.exit_code(_run({"a": (HostStatus.FAILED, "y")}), interrupted=True, hung_up=True) == 129
 
 
 def test_render_is_the_document_with_a_host_a_line() -> None:

@@ -19,7 +19,8 @@ EVIL = '<script>alert("x")</script> & <img src=x onerror=alert(1)> "quoted" \'si
 
 def evil_document() -> dict[str, Any]:
     """The demo's summary with markup in each string a report carries: an error, a kept process, a step's detail,
-    a GPU's and a node's health finding, the scheduler's record (with a wait), a dry run's plan, a host's name."""
+    a GPU's and a node's health finding, the scheduler's record (with a wait), a dry run's plan, a host's name, the
+    units stopped and settings restored, the signal that interrupted the run."""
     document = demo_document()
     host = copy.deepcopy(document["hosts"]["gpu-b16"])
     host.update(error=EVIL, kept=[{"pid": 7, "name": EVIL, "user": EVIL, "why": EVIL}],
@@ -33,7 +34,9 @@ def evil_document() -> dict[str, Any]:
     planned = {"pid": 9, "user": EVIL, "name": EVIL, "mib": 512, "kept_because": EVIL}
     host["plan"] = {"would_stop": [EVIL], "units": {EVIL: EVIL}, "would_kill": [planned], "kept": [planned],
                     "gpu_memory_mib": [70000, None]}
+    host.update(stopped=[EVIL], restored=[EVIL])
     document["hosts"][EVIL] = host
+    document["interrupted_by"] = EVIL
     return document
 
 

@@ -222,6 +222,15 @@ def unit_state(unit: str) -> Probe[UnitState]:
 
 
 @functools.lru_cache(maxsize=_MADE)
+def unit_state_before_stop(unit: str) -> Probe[UnitState]:
+    """`unit_state` read in the stop's batch before the stop (whether the stop ends a running unit). It runs with
+    the stop's privilege: on a `become` host a batch is one command a privilege, the privileged one first, so it
+    still runs before the stop."""
+    return Probe(("systemctl", "show", "--property=ActiveState", "--", _unit(unit)),
+                 f"systemctl show {unit} (before its stop)", parse_unit_state, needs_root=True)
+
+
+@functools.lru_cache(maxsize=_MADE)
 def unit_stop(unit: str) -> Probe[str]:
     return action(unit_stop_argv(unit), f"systemctl stop {unit}", needs_root=True, ok_exits=STOP_ANSWERS)
 
