@@ -7,8 +7,8 @@ client key serves every host; `Match LocalAddress` gives each address its own au
 whose `environment="PATH=<node bin>:..."` makes that node's fake nvidia-smi/systemctl the ones found.
 Each node has its own process table, as a real node has: its processes live in a PID namespace of their own
 with its own /proc (fanoutlib/pidns.py), and every SSH session to its address runs inside it (a forced
-command, `nsenter`). `--shared-proc` puts every node in this machine's one table instead (rounds before
-fe7a526 ran so): then each node's holder scan walks every node's processes.
+command, `nsenter`). `--shared-proc` puts every node in this machine's one table instead (as the testbed
+did before fe7a526): then each node's holder scan walks every node's processes.
 
 Per size and repetition (interleaved; the units are restarted before every measured run):
 
@@ -192,7 +192,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "slow, not failing); defaults = none written, fleet's own defaults (README's host variables)")
     p.add_argument("--shared-proc", action="store_true",
                    help="every node in this machine's one process table (no PID namespace a node): each node's holder "
-                        "scan then walks every node's processes; for comparison with rounds before the namespaces")
+                        "scan then walks every node's processes; for comparison with figures measured before fe7a526")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, plans, outputs) for debugging")
     args = p.parse_args(argv)

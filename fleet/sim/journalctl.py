@@ -20,9 +20,9 @@ and what systemd 252 prints around them, as tests/fixtures/journalctl/ captured 
 source lines): `-- No entries --` when nothing was shown (not under -q); with --show-cursor, `-- cursor: ...` for
 the last message read (the cursor's own when nothing came after it), in journalctl's format
 (`s=<seqnum id>;i=<seqnum>;b=<boot id>;m=<monotonic>;t=<realtime>;x=<hash>`, hex) and only when there was one.
-Exit 0; 1 when there was no kernel message at all, when --grep matched nothing (systemd 243, PR #12581), and on
-every error. A pattern is a regular expression (Python's here, PCRE2 there), matched without case when it is all
-lowercase, as journalctl does.
+Exit 0; 1 when there was no kernel message at all, when --grep matched nothing (systemd 243,
+systemd/systemd#12581), and on every error. A pattern is a regular expression (Python's here, PCRE2 there),
+matched without case when it is all lowercase, as journalctl does.
 
 The node's journal (NodeSpec `journal`, switched with `SimNode.set_journal`): `ok`; `no_pcre`, a journalctl built
 without pattern matching (--grep: `Compiled without pattern matching support`); `no_files`, no journal file at all

@@ -18,8 +18,8 @@ from fleet.reset.verify import verify
 from fleet.transport.scripted import Reply, ScriptedTransport
 
 BUS = "00000000:01:00.0"
-# What nvidia-smi prints (stdout, exit 2) for a field its driver does not know: a real log, CoHDI/composable-
-# resource-operator issue #37 (the field there was device_minor; tests/fixtures/nvidia-smi/SOURCES.md).
+# What nvidia-smi prints (stdout, exit 2) for a field its driver does not know: a real log,
+# CoHDI/composable-resource-operator#37 (the field there was device_minor; tests/fixtures/nvidia-smi/SOURCES.md).
 UNKNOWN_FIELD = 'Field "fabric.state" is not a valid field to query.\n\n'
 
 
