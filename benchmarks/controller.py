@@ -42,8 +42,8 @@ from typing import Any
 
 import anyio
 
+from fleet.app.run import run_and_report
 from fleet.engine.options import RunOptions
-from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory

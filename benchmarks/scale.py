@@ -24,10 +24,10 @@ import anyio
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs, new_run_id
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus
+from fleet.runlog.folder import RunLogs, new_run_id
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 

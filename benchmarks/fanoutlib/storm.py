@@ -32,8 +32,8 @@ from typing import Any
 
 import anyio
 
+from fleet.app.run import raise_fd_limit
 from fleet.engine.graph import CLOSE_TIMEOUT_S
-from fleet.engine.run import raise_fd_limit
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select

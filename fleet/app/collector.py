@@ -18,9 +18,10 @@ their steps' records): each of those collections scanned objects still in use an
 generation, whose collections scanned them again (0.47 ms a host of 4.9 in all collections, measured at 3,000
 hosts; 0.18 ms so). Every YOUNG_OBJECTS instead: most of a host's short-lived objects are freed (by their count of
 references) before a collection comes, and one held in a cycle waits at most that many allocations (200,000: a
-few tens of MB at most, beside a run's 650 MB at 10,000 hosts; 50,000 before c595aa0, which scanned the hosts'
-live objects four times as often for about 1.5% of the run's CPU). `heap_frozen` does the same while the report is
-built.
+few tens of MB at most, beside a run's 650 MB at 10,000 hosts; at 50,000 the collector scanned the hosts' live
+objects four times as often, for about 1.5% of the run's CPU). `heap_frozen` does the same while the report is
+built. The application shell (`fleet.app.run`) paces the collector so for a run of the command line; the core
+(`fleet.engine.run.run`) leaves a library caller's collector alone.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fleet import __version__
+from fleet.app.run import execute
 from fleet.cli.choose import choose_targets, provenance
 from fleet.cli.options import (
     CHECK_EPILOG,
@@ -61,8 +61,6 @@ from fleet.cli.options import (
 )
 from fleet.engine.interrupts import HANGUP_LINE, HungUp, hangups_unwind
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run import execute
-from fleet.engine.run_folder import default_log_dir
 from fleet.engine.walk import Mode
 from fleet.engine.waves import parse_amount, parse_duration
 from fleet.history import UNFINISHED, history_path
@@ -75,8 +73,10 @@ from fleet.inventory.load import host_vars
 from fleet.inventory.nodesets import fold
 from fleet.model.errors import UsageError
 from fleet.report import render as reporting
+from fleet.runlog.folder import default_log_dir
 from fleet.terminal import say as _err
 from fleet.terminal import write
+from fleet.version import __version__
 
 app = typer.Typer(
     name="fleet",
@@ -160,12 +160,12 @@ def reset(
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
                             slurm=slurm or via == "srun", scheduler=scheduler, rerun=rerun, missing_ok=missing_ok)
     options = RunOptions(
-        mode=Mode.PLAN if dry_run else Mode.RESET, concurrency=concurrency, handle_signals=True,
+        mode=Mode.PLAN if dry_run else Mode.RESET, concurrency=concurrency,
         batch=parse_amount(batch, "--batch") if batch else None,
         max_fail=parse_amount(max_fail, "--max-fail") if max_fail else None,
         canary=canary,
         deadline_s=parse_duration(deadline) if deadline else None,
-        stop_units=stop_units, gpu_reset=gpu_reset, restore_settings=restore_settings, progress=True, uniform=uniform,
+        stop_units=stop_units, gpu_reset=gpu_reset, restore_settings=restore_settings, uniform=uniform,
         scheduler=SchedulerOptions(parse_duration(drain_wait, "--drain-wait", zero=True), fan_out=via == "srun",
                                    name=chosen.scheduler) if chosen.scheduler else None,
     )
@@ -222,7 +222,7 @@ def check(
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition, slurm=slurm,
                             scheduler=scheduler, missing_ok=missing_ok)
     check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
-    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, handle_signals=True, progress=True, uniform=uniform,
+    options = RunOptions(mode=Mode.CHECK, concurrency=concurrency, uniform=uniform,
                          scheduler=SchedulerOptions(name=chosen.scheduler) if chosen.scheduler else None)
     raise typer.Exit(execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file))
 

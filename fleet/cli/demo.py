@@ -30,15 +30,15 @@ from typing import Any
 
 import anyio
 
+from fleet.app.run import run_and_report
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run import run_and_report
-from fleet.engine.run_folder import demo_log_dir
 from fleet.history import DEMO
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostReport, HostStatus, RunReport, StepName
+from fleet.model.uniformity import odd
 from fleet.report import render as reporting
-from fleet.report.uniform import odd
+from fleet.runlog.folder import demo_log_dir
 from fleet.sim import slurmcluster
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
@@ -152,9 +152,9 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
             inventory = load_inventory(sim.inventory_path)
             targets = select(inventory, groups=["blackwell"])
             say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell --restore-settings -y\n")
-            options = RunOptions(handle_signals=True, progress=True, restore_settings=True)
+            options = RunOptions(restore_settings=True)
             code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir, per_host=True,
-                                                recorded_as=DEMO)
+                                                recorded_as=DEMO, handle_signals=True, progress_view=True)
             say("\nwhat the nodes themselves say now:")
             _describe(sim)
         say("simulated fleet torn down")
@@ -246,10 +246,9 @@ async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun:
                 via = " --via srun" if via_srun else ""
                 say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell --slurm"
                     f" --drain-wait {SLURM_DRAIN_WAIT_S:g}s{via} -y\n")
-                options = RunOptions(handle_signals=True,
-                                     scheduler=SchedulerOptions(SLURM_DRAIN_WAIT_S, fan_out=via_srun))
+                options = RunOptions(scheduler=SchedulerOptions(SLURM_DRAIN_WAIT_S, fan_out=via_srun))
                 code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir,
-                                                    per_host=True, recorded_as=DEMO)
+                                                    per_host=True, recorded_as=DEMO, handle_signals=True)
                 say("\nwhat Slurm says now (sinfo -N):")
                 _sinfo(cluster)
                 wrong = slurm_as_planned(report, nodes, cluster, via_srun)

@@ -19,17 +19,17 @@ host may start); the graph records it on the host.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import Deadline, RunOptions, RunState
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.schedulers import Scheduler
 from fleet.engine.walk import HostRun, walk_host, worst_by_phase
 from fleet.engine.waves import FailureBudget, split_waves, tolerated
@@ -39,12 +39,13 @@ from fleet.model.errors import TransportError
 from fleet.model.hostlog import HostLog, NoLog
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport
 from fleet.node.node import Node
-from fleet.report import progress
+from fleet.runlog.folder import RunLogs
 from fleet.transport import Transport, connect
 from fleet.transport.base import notes_of
 
 Connector = Callable[[Host], Awaitable[Transport]]
 HostEnded = Callable[[HostReport], None]  # told each host's final report as it finishes (the run's history)
+Watch = Callable[[Mapping[str, HostRun]], Coroutine[Any, Any, None]]  # watches the hosts as they go, until cancelled
 CLOSE_TIMEOUT_S = 5.0
 
 
@@ -198,6 +199,7 @@ def host_runs(hosts: Sequence[Host], options: RunOptions) -> list[HostRun]:
 async def run_hosts(
     hosts: Sequence[Host], options: RunOptions, logs: RunLogs, *, connector: Connector = connect,
     scheduler: Scheduler | None = None, on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None,
+    watch: Watch | None = None,
 ) -> tuple[RunReport, RunState]:
     """Run the command on every host (in waves when asked); always return a full report. `on_host_end` is told
     each host's report as the host finishes."""
@@ -206,27 +208,25 @@ async def run_hosts(
     async def body(state: RunState) -> None:
         await _run_waves(runs, options, logs, connector, state, scheduler, on_host_end)
 
-    return await run_bounded(runs, options, logs.run_id, body, interrupts)
+    return await run_bounded(runs, options, logs.run_id, body, interrupts, watch)
 
 
 async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
                       body: Callable[[RunState], Awaitable[None]],
-                      interrupts: Interrupts | None = None) -> tuple[RunReport, RunState]:
-    """Run `body` within the run's bounds (the deadline, and SIGINT/SIGTERM: both cancel it); then the full
-    report of every host, those the run cut short included.
+                      interrupts: Interrupts | None = None, watch: Watch | None = None) -> tuple[RunReport, RunState]:
+    """Run `body` within the run's bounds (the deadline, and the signals `interrupts` hears: both cancel it); then
+    the full report of every host, those the run cut short included.
 
-    `interrupts`: the caller's (which handles the signals until its report is written); without one, with
-    `options.handle_signals`, the run handles them itself while it runs."""
+    `interrupts`: the caller's, whose handlers the caller installed (`Interrupts.watch`) and keeps until its report
+    is written; `watch`: the caller's view of the hosts as they go (the CLI's progress line), cancelled as the run
+    ends."""
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
     state = RunState(Deadline(options.deadline_s), started=t0)
     async with anyio.create_task_group() as outer:
-        if interrupts is None and options.handle_signals:
-            interrupts = Interrupts()
-            await outer.start(interrupts.watch)
         if interrupts is not None:
             interrupts.cuts(outer.cancel_scope, state)
-        if options.progress:
-            outer.start_soon(progress.watch, {r.host.name: r for r in runs})
+        if watch is not None:
+            outer.start_soon(watch, {r.host.name: r for r in runs})
         with anyio.move_on_after(state.deadline.start()) as deadline:
             await body(state)
         state.deadline.hit = deadline.cancelled_caught
@@ -238,7 +238,8 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
     report = RunReport(
         run_id=run_id, command=options.mode.command, started_at=started_at,
         duration_s=round(time.monotonic() - t0, 3),
-        interrupted_by=(state.by or "signal") if state.interrupted else None,
+        interrupted_by=(state.by or "signal") if state.interrupted else None, cut_short=state.why_cut(),
+        stopped=state.stopped,
         hosts={r.host.name: r.final if r.final is not None else r.report(cut_short, cut_reason, run_started=t0)
                for r in runs},
     )

@@ -30,7 +30,6 @@ class RunOptions:
 
     mode: Mode = Mode.RESET
     concurrency: int | None = None
-    handle_signals: bool = False
     batch: Amount | None = None
     max_fail: Amount | None = None
     canary: int = 0
@@ -39,8 +38,7 @@ class RunOptions:
     gpu_reset: bool = False  # reset GPUs whose memory does not come back (`fleet.reset.remedy`)
     restore_settings: bool = False  # give the GPUs their `gpu_settings` back after the kill (`fleet.reset.restore`)
     scheduler: SchedulerOptions | None = None  # None: no workload manager is asked
-    progress: bool = False  # show the run as it goes on stderr (`fleet.report.progress`)
-    uniform: bool = False  # fail the hosts whose GPU settings differ from the run's others (`fleet.report.uniform`)
+    uniform: bool = False  # fail the hosts whose GPU settings differ from the run's others (`fleet.model.uniformity`)
 
 
 @dataclass

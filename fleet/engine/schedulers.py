@@ -20,11 +20,11 @@ from fleet.model import plugs
 if TYPE_CHECKING:
     from fleet.engine.interrupts import Interrupts
     from fleet.engine.options import RunOptions, RunState
-    from fleet.engine.run_folder import RunLogs
     from fleet.engine.walk import HostRun
     from fleet.inventory.load import Inventory
     from fleet.model.hostlog import HostLog
     from fleet.model.report import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
+    from fleet.runlog.folder import RunLogs
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ Targets = Callable[[str, "Inventory | None"], list[str]]
 
 @dataclass(frozen=True)
 class Plug:
-    """What a scheduler module provides. `run_via(hosts, options, logs, on_host_end=, interrupts=)`: the run
-    through the scheduler itself, when it can run the reset on its nodes."""
+    """What a scheduler module provides. `run_via(hosts, options, logs, on_host_end=, interrupts=, watch=, tell=)`:
+    the run through the scheduler itself, when it can run the reset on its nodes."""
 
     lifecycle: Lifecycle
     run_via: RunVia | None = None  # taken when `SchedulerOptions.fan_out` asks the scheduler to fan out

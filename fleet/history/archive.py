@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleet.engine.run_folder import SUMMARY, run_liveness
 from fleet.history import (
     History,
     Liveness,
@@ -40,6 +39,7 @@ from fleet.model.codec import Fields, run_from_document
 from fleet.model.errors import UsageError
 from fleet.report import render
 from fleet.report.html_report import REPORT_HTML, RunPage, write_page
+from fleet.runlog.folder import SUMMARY, run_liveness
 from fleet.terminal import say
 
 
@@ -153,8 +153,7 @@ def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> tuple
     summary = run_folder / "summary.json"
     if summary.is_file():
         report = read_summary(summary).report
-        code = render.exit_code(report, interrupted=report.interrupted_by is not None,
-                                hung_up=report.interrupted_by == "SIGHUP")
+        code = render.exit_code(report)
         if as_json:
             return summary.read_text(encoding="utf-8"), code
         per_host = render.done_lines(report) if render.per_host_wanted(report, None) else []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fleet.history.schema import stamp, transaction
 
-# What a run id looks like (`fleet.engine.run_folder.new_run_id`): only such folders are ever removed by prune.
+# What a run id looks like (`fleet.runlog.folder.new_run_id`): only such folders are ever removed by prune.
 RUN_ID = re.compile(r"^(\d{8}T\d{6}Z)-[0-9a-f]{6}$")
 
 

@@ -9,12 +9,12 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from fleet.engine.run_folder import RunLiveness
 from fleet.history.schema import json_text, parse_stamp
 from fleet.model import codec
 from fleet.model.codec import scheduler_fields, step_document
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, HostStatus, Reason, flat
+from fleet.runlog.folder import RunLiveness
 
 
 @dataclass(frozen=True)

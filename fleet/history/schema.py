@@ -23,9 +23,9 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fleet import __version__
 from fleet.model.codec import json_writer
 from fleet.model.errors import UsageError
+from fleet.version import __version__
 
 HISTORY_FILE = "history.sqlite"
 BUSY_TIMEOUT_S = 10.0

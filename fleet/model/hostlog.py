@@ -1,6 +1,6 @@
 """What a host's log is to the code that writes it: structlog's bound logger, as far as fleet uses it.
 
-Each call writes one event (`event`, plus the fields given) to the host's JSONL log (`fleet.engine.run_folder`); a
+Each call writes one event (`event`, plus the fields given) to the host's JSONL log (`fleet.runlog.folder`); a
 leaf module, so that the lowest layers (`fleet.node`) can name the type without importing the report layer.
 """
 

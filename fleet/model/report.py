@@ -182,6 +182,10 @@ class RunReport:
     hosts: dict[str, HostReport] = field(default_factory=dict)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # inventory group -> its hosts in the run
     interrupted_by: str | None = None  # the signal that cut the run short (`SIGINT`, `SIGTERM`, `SIGHUP`)
+    # Not in the JSON document (the hosts' errors say it): what cut the run short (`interrupted by SIGINT`, `run
+    # deadline of 600 s reached`), and why hosts were left unstarted (the failure budget, the canary); None: neither.
+    cut_short: str | None = None
+    stopped: str | None = None
 
     def count(self, status: HostStatus) -> int:
         return sum(1 for h in self.hosts.values() if h.status is status)

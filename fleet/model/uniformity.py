@@ -19,16 +19,20 @@ The fabric manager's version is the host's own (`FABRIC_MANAGER`, from verify's 
 part in that property (`absent`: neither alike nor odd, never "not observed": a rack of PCIe nodes is not
 "unobserved"); None where the binary gave no version (failed, timed out, unreadable), odd as any value not
 observed.
+
+A run's rack (`rack`: its hosts' reports in) is compared once; `odd` names its odd hosts out, each with why, and
+`fail_odd` is `--uniform`'s verdict: an odd host out that ended clean fails, reason `not_uniform`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleet.model.fabric import FabricManager, FmState
 from fleet.model.gpu_facts import GpuSettings
+from fleet.model.report import HostReport, HostStatus, Reason, RunReport
 
 __all__ = ["ABSENT", "FABRIC_MANAGER", "PROPERTIES", "Comparison", "Property", "compare", "compare_groups",
            "node_settings", "odd_hosts"]
@@ -193,3 +197,58 @@ def why(c: Comparison, value: str | None) -> str:
     rivals = Counter(v for v in c.odd.values() if v is not None and v != value)
     said = ", ".join(f"{v} on {n}" for v, n in sorted(rivals.items()))
     return f"{c.label} {shown} (no majority{': ' + said if said else ''})"
+
+
+# --- a run's rack: its hosts' settings compared, the odd ones out, and `--uniform`'s verdict on them ------------
+
+
+def host_settings(host: HostReport | None) -> dict[str, str | None] | None:
+    """A host's settings compared (`fleet.model.uniformity.node_settings` of its GPUs'); None where verify read no
+    GPU's (it never ran, or a report of a fleet that did not read them): such a host takes no part."""
+    if host is None or all(g.settings is None for g in host.gpus):
+        return None
+    return node_settings([g.settings for g in host.gpus], listed=len(host.gpus), fabric_manager=host.fabric_manager)
+
+
+def _settings(hosts: Mapping[str, HostReport | None]) -> dict[str, Mapping[str, str | None]]:
+    found = {name: host_settings(h) for name, h in hosts.items()}
+    return {name: values for name, values in found.items() if values is not None}
+
+
+@dataclass(frozen=True)
+class Rack:
+    """A run's hosts' settings (those verify read) and each property compared across them: made once a report
+    (`rack`) for the JSON report, the summary's line and the page, which each show it."""
+
+    read: Mapping[str, Mapping[str, str | None]]
+    found: tuple[Comparison, ...]
+
+
+def rack(hosts: Mapping[str, HostReport | None]) -> Rack:
+    read = _settings(hosts)
+    return Rack(read, compare(read))
+
+
+def comparisons(hosts: Mapping[str, HostReport | None]) -> tuple[Comparison, ...]:
+    """Each property compared across the hosts whose settings verify read; () for fewer than two."""
+    return rack(hosts).found
+
+
+def odd(hosts: Mapping[str, HostReport | None], compared: Rack | None = None) -> dict[str, list[str]]:
+    """The odd hosts out, each with why (`driver 570.86.15 (15 others 575.57.08)`, one a property); `compared`:
+    `rack(hosts)` when the caller has it."""
+    return odd_hosts((compared or rack(hosts)).found)
+
+
+def fail_odd(report: RunReport) -> RunReport:
+    """`--uniform`: every odd host out that ended clean fails, reason `not_uniform`, its error naming each property
+    it differs by; a host that failed already keeps its own reason."""
+    lines = odd(report.hosts)
+    hosts = {name: _failed(host, lines[name]) if name in lines and host.status is HostStatus.CLEAN else host
+             for name, host in report.hosts.items()}
+    return replace(report, hosts=hosts)
+
+
+def _failed(host: HostReport, why: list[str]) -> HostReport:
+    return replace(host, status=HostStatus.FAILED, reason=Reason.NOT_UNIFORM,
+                   error=f"not uniform with the run's other hosts: {'; '.join(why)}")

@@ -23,8 +23,8 @@ from operator import attrgetter
 from pathlib import Path
 
 from fleet.inventory.nodesets import fold
+from fleet.model import uniformity
 from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, Level, RunReport, StepStatus
-from fleet.report import uniform
 from fleet.report.html_rows import STATUS_ORDER, Escaped, Host, Hosts, Row, esc, rows, secs, status_class, status_of
 from fleet.report.html_style import CSS
 from fleet.report.html_timeline import BAR_UNITS, timeline
@@ -49,7 +49,7 @@ class RunPage:
     ended: bool = True
     not_on_record: tuple[str, ...] = ()
     note: str | None = None
-    rack: uniform.Rack | None = None  # `uniform.rack(report.hosts)` when the caller has it
+    rack: uniformity.Rack | None = None  # `uniformity.rack(report.hosts)` when the caller has it
 
     @property
     def hosts(self) -> dict[str, Host]:
@@ -72,7 +72,7 @@ def page(run: RunPage, *, log_folder: str | None = None) -> str:
     hosts, report = run.hosts, run.report
     shown, escaped = rows(hosts), Escaped()
     title = f"fleet {report.command} {report.run_id}: {_tally(hosts)}"
-    odd = uniform.odd(hosts, run.rack)
+    odd = uniformity.odd(hosts, run.rack)
     body = [_header(run, hosts), _outcome(hosts, odd), _grid(shown, escaped, odd), timeline(shown),
             _details(shown, escaped, log_folder),
             f"<footer>fleet {esc(run.fleet_version)} · built from summary.json · no script, nothing"

@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet import __version__
 from fleet.model.report import HostReport, HostStatus, Level, RunReport
+from fleet.version import __version__
 
 MIB = 1024 * 1024
 

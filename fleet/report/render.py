@@ -6,13 +6,14 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from fleet import __version__
 from fleet.inventory.nodesets import fold
+from fleet.model import uniformity
 from fleet.model.codec import host_to_document, json_writer
 from fleet.model.report import HostReport, HostStatus, RunReport, StepName, StepStatus
 from fleet.report import uniform
 from fleet.reset.plan import would_keep
 from fleet.text import shown
+from fleet.version import __version__
 
 # Exit statuses of a run, worst first: a script tells "a node is dirty" (1) from "a node is down" (4) without the JSON.
 FAILED = 1  # a host ended failed (a run deadline fails the hosts it cut short)
@@ -50,8 +51,8 @@ def summary(report: RunReport) -> dict[str, int]:
     return counts
 
 
-def to_document(report: RunReport, rack: uniform.Rack | None = None) -> dict[str, Any]:
-    """The CONTRACT's JSON report, for --json and summary.json alike; `rack`: `uniform.rack(report.hosts)` when the
+def to_document(report: RunReport, rack: uniformity.Rack | None = None) -> dict[str, Any]:
+    """The CONTRACT's JSON report, for --json and summary.json alike; `rack`: `uniformity.rack(report.hosts)` when the
     caller has it."""
     document = {
         "run_id": report.run_id,
@@ -69,11 +70,11 @@ def to_document(report: RunReport, rack: uniform.Rack | None = None) -> dict[str
     return document
 
 
-def exit_code(report: RunReport, *, interrupted: bool = False, hung_up: bool = False) -> int:
+def exit_code(report: RunReport) -> int:
     """0 every host clean (or planned); else the worst outcome's: failed 1, unreachable 4, skipped 3. A run cut by a
     signal 130, by a hang-up (SIGHUP) 129."""
-    if interrupted:
-        return HUNG_UP if hung_up else INTERRUPTED
+    if report.interrupted_by is not None:
+        return HUNG_UP if report.interrupted_by == "SIGHUP" else INTERRUPTED
     seen = {h.status for h in report.hosts.values()}
     for status, code in ((HostStatus.FAILED, FAILED), (HostStatus.UNREACHABLE, UNREACHABLE),
                          (HostStatus.SKIPPED, SKIPPED)):
@@ -112,7 +113,7 @@ def _range(values: tuple[str, ...]) -> str:
     return f"{min(values, key=key)}-{max(values, key=key)}"
 
 
-def human_lines(report: RunReport, rack: uniform.Rack | None = None) -> list[str]:
+def human_lines(report: RunReport, rack: uniformity.Rack | None = None) -> list[str]:
     """Hosts with the same outcome folded into node-set notation: one line per status, reason and shape of error
     (`gpu-b[03,07,11] failed memory_held: gpu 0 holds 1523-4096 MiB after 60 s`), so 500 hosts stay readable.
     `rack` as `to_document`'s."""

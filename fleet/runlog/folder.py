@@ -4,7 +4,7 @@ The run's folder also holds `running.lock`, which the run's fleet process keeps 
 folder's creation to its last log line: the kernel drops the lock when the process ends, however it
 ends, so `run_liveness` tells a run in flight from one that is over (finished, or killed) on this machine.
 
-No global logging configuration: every host gets its own logger (`fleet.report.jsonl.HostLogger`, the lines
+No global logging configuration: every host gets its own logger (`fleet.runlog.jsonl.HostLogger`, the lines
 structlog's chain would write) appending to that host's file. Each line carries `timestamp`, `level`, `event`,
 `host`, `run_id` and, where there is one, `step`.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.model.errors import UsageError
-from fleet.report.jsonl import HostLogger, write_line
+from fleet.runlog.jsonl import HostLogger, write_line
 
 
 def new_run_id(now: datetime | None = None) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-# The per-node log's chain (fleet.engine.run_folder before HostLogger): what a line is.
+# The per-node log's chain (fleet.runlog.folder before HostLogger): what a line is.
 PROCESSORS: list[Any] = [
     structlog.processors.add_log_level,
     structlog.processors.TimeStamper(fmt="iso", utc=True),

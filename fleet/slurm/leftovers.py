@@ -4,7 +4,7 @@ starts on its nodes, and the killed run never drained the nodes its step may hav
 
     find    one `scontrol show reservation` as the run begins: each `fleet-<run_id>` reservation of another run
             that holds a target is said once on stderr and in each such host's log (`slurm_leftover`), with
-            whether its run is over (`fleet.engine.run_folder.run_liveness`: its running.lock free, or its summary)
+            whether its run is over (`fleet.runlog.folder.run_liveness`: its running.lock free, or its summary)
     settle  after this run's own cleanup (a reset, not a dry run): a leftover whose run is over is removed when
             none of its nodes would go back into service unchecked: each is a host this run left clean, or
             Slurm shows it out of service (drained, down). Otherwise it is kept, and the line names the nodes
@@ -24,7 +24,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-from fleet.engine.run_folder import RunLiveness, run_liveness
+from fleet.runlog.folder import RunLiveness, run_liveness
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.records import SlurmNode
 from fleet.terminal import say

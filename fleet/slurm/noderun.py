@@ -24,18 +24,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import anyio
 import structlog
 
-from fleet import __version__
 from fleet.engine.graph import run_hosts
+from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory import gpu_settings
 from fleet.inventory.host import Connection, Host
 from fleet.model.codec import host_to_document
 from fleet.model.report import HostReport, HostStatus, Reason
+from fleet.runlog.folder import RunLogs
 from fleet.slurm.frames import frames
+from fleet.version import __version__
 
 NODE_VARIABLE = "SLURMD_NODENAME"
 
@@ -121,7 +123,7 @@ async def node_run(document: dict[str, Any], node: str, out: IO[str]) -> int:
                        Reason.SLURM)
     options = document.get("options") or {}
     run_options = RunOptions(
-        mode=Mode.RESET, handle_signals=True, deadline_s=options.get("deadline_s"),
+        mode=Mode.RESET, deadline_s=options.get("deadline_s"),
         stop_units=bool(options.get("stop_units")), gpu_reset=bool(options.get("gpu_reset")),
         restore_settings=bool(options.get("restore_settings")),
     )
@@ -131,7 +133,12 @@ async def node_run(document: dict[str, Any], node: str, out: IO[str]) -> int:
         return _failed(lines, name, f"the controller's variables for {name} do not fit this fleet: {exc}",
                        Reason.VERSION)
     lines.emit(log=step_event(name, str(document.get("run_id")), os.environ))
-    report, _ = await run_hosts([host], run_options, LineLogs(str(document.get("run_id")), lines))
+    interrupts = Interrupts()  # this process is the node's command: its signals are its own to handle
+    async with anyio.create_task_group() as signals:
+        await signals.start(interrupts.watch)
+        report, _ = await run_hosts([host], run_options, LineLogs(str(document.get("run_id")), lines),
+                                    interrupts=interrupts)
+        signals.cancel_scope.cancel()
     outcome = report.hosts[name]
     lines.report(outcome)
     return 0 if outcome.status is HostStatus.CLEAN else 1
@@ -139,8 +146,6 @@ async def node_run(document: dict[str, Any], node: str, out: IO[str]) -> int:
 
 def main() -> int:
     """`fleet node-run`: the document on stdin, this node's name from Slurm's environment."""
-    import anyio
-
     node = os.environ.get(NODE_VARIABLE, "")
     if not node:
         print(f"fleet node-run: ${NODE_VARIABLE} is not set: run me through srun (--via srun)", file=sys.stderr)

@@ -8,10 +8,10 @@ import anyio
 
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLiveness, RunLogs, run_liveness
 from fleet.engine.schedulers import Plug, Scheduler
 from fleet.inventory.load import Inventory
 from fleet.model.errors import UsageError
+from fleet.runlog.folder import RunLiveness, RunLogs, run_liveness
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.lifecycle import SlurmLifecycle
 from fleet.slurm.srun import run_via_srun
@@ -19,7 +19,7 @@ from fleet.slurm.srun import run_via_srun
 
 def lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None) -> Scheduler:
     """The run's Slurm lifecycle; an earlier run's drain is known to be over when its log folder, beside this run's,
-    says so (`fleet.engine.run_folder.run_liveness`)."""
+    says so (`fleet.runlog.folder.run_liveness`)."""
     assert options.scheduler is not None
 
     def run_over(run_id: str) -> bool:

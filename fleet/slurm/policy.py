@@ -2,7 +2,7 @@
 
 Before a host is touched (`admission`): a node in service is drained with fleet's reason for
 this run; a node an earlier fleet run left drained after failing it, or left drained by a run
-that is over (finished, or killed before its release: `fleet.engine.run_folder.run_liveness`) is taken
+that is over (finished, or killed before its release: `fleet.runlog.folder.run_liveness`) is taken
 over (adopted); any other node out of service (down, drained, failed, in maintenance, a reboot or power
 action: `fleet.slurm.records.OUT_OF_SERVICE`) is someone else's, an admin's "bad DIMM" or a fleet run
 still in flight: its host is skipped, and its state and reason are never changed.

@@ -32,7 +32,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,11 +41,9 @@ import anyio
 from anyio.abc import ByteReceiveStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from fleet import __version__
-from fleet.engine.graph import HostEnded, host_runs, run_bounded
+from fleet.engine.graph import HostEnded, Watch, host_runs, run_bounded
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions, RunState
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import HostRun, Mode
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
@@ -64,6 +62,7 @@ from fleet.model.report import (
 from fleet.node.budget import TimeBudget
 from fleet.node.poll import poll_until
 from fleet.reset import verdict_time
+from fleet.runlog.folder import RunLogs
 from fleet.slurm import policy
 from fleet.slurm.cleanup import Ended, drain_failed
 from fleet.slurm.control import Slurm, SlurmError, hostlist
@@ -76,6 +75,7 @@ from fleet.slurm.tries import tried, tries_s
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import client_deadline
 from fleet.transport.sessions import REAP_TIMEOUT_S
+from fleet.version import __version__
 
 # The command each task runs; found on the node's PATH, as any installed tool.
 NODE_COMMAND = ("fleet", "node-run")
@@ -177,7 +177,7 @@ class SrunRun:
 
     def __init__(self, slurm: Slurm, runs: Sequence[HostRun], options: RunOptions, logs: RunLogs,
                  on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None, *,
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S, tell: Callable[[str], None] | None = None) -> None:
         """`poll_s`: the pause between two tries at a Slurm command that failed (and between two looks at jobs)."""
         assert options.scheduler is not None
         self.slurm, self.options, self.logs, self.poll_s = slurm, options, logs, poll_s
@@ -193,7 +193,8 @@ class SrunRun:
         self.frames = Assembler()
         self.cleaned = False
         self.cancelled: set[str] = set()  # the step's jobs scancelled
-        self.leftovers = Leftovers(slurm, self.run_id, logs.path.parent, self.log, reset=options.mode is Mode.RESET)
+        self.leftovers = Leftovers(slurm, self.run_id, logs.path.parent, self.log, reset=options.mode is Mode.RESET,
+                                   **({"say": tell} if tell is not None else {}))
         self.cleanup_s = cleanup_s(slurm.timeout, poll_s)
         self.finishing = (interrupts or Interrupts()).finishing(
             self._still_doing, self.cleanup_s + CANCEL_GRACE_S,
@@ -553,9 +554,11 @@ def _minutes(seconds: float) -> int:
 
 
 async def run_via_srun(hosts: Sequence[Host], options: RunOptions, logs: RunLogs, slurm: Slurm | None = None,
-                       on_host_end: HostEnded | None = None,
-                       interrupts: Interrupts | None = None) -> tuple[RunReport, RunState]:
-    """The run's report, as `fleet.engine.graph.run_hosts` gives it, from one job step instead of SSH fan-out."""
+                       on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None,
+                       watch: Watch | None = None,
+                       tell: Callable[[str], None] | None = None) -> tuple[RunReport, RunState]:
+    """The run's report, as `fleet.engine.graph.run_hosts` gives it, from one job step instead of SSH fan-out;
+    `tell`: the operator's lines (a leftover reservation kept or removed)."""
     runs = host_runs(hosts, options)
-    srun = SrunRun(slurm or Slurm(), runs, options, logs, on_host_end, interrupts)
-    return await run_bounded(runs, options, logs.run_id, srun.body, interrupts)
+    srun = SrunRun(slurm or Slurm(), runs, options, logs, on_host_end, interrupts, tell=tell)
+    return await run_bounded(runs, options, logs.run_id, srun.body, interrupts, watch)

@@ -14,10 +14,10 @@ from support.scripted_run import make_host, node_script
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.inventory.host import Host
 from fleet.model.errors import ConnectionLost, SessionSilent
 from fleet.model.report import HostStatus, Reason, RunReport
+from fleet.runlog.folder import RunLogs
 from fleet.transport.base import Note
 from fleet.transport.scripted import Reply, ScriptedTransport
 

@@ -87,8 +87,9 @@ async def test_a_hang_up_cuts_as_ctrl_c_says_so_once_and_the_run_exits_129() -> 
     assert said == [HANGUP_LINE] and not work.abandoned
     interrupts.received(signal.SIGINT)  # the operator's own signals count: this is the first of three
     assert said[-1] == "fleet: still releasing 2 Slurm nodes (up to 45 s); twice more to abandon them drained"
-    report = RunReport(run_id="r", command="reset", started_at="t", duration_s=1.0, hosts={})
-    assert reporting.exit_code(report, interrupted=True, hung_up=interrupts.by is signal.SIGHUP) == 129
+    assert state.by == "SIGHUP"  # the report's `interrupted_by`, as the run makes it
+    report = RunReport(run_id="r", command="reset", started_at="t", duration_s=1.0, hosts={}, interrupted_by=state.by)
+    assert reporting.exit_code(report) == 129
 
 
 def test_the_first_signal_names_the_exit_status() -> None:

@@ -16,12 +16,12 @@ from support.scripted_run import LOCK, make_host, node_script, run
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.engine.waves import Amount
 from fleet.inventory.host import Host
 from fleet.model.outcomes import CommandResult
 from fleet.model.report import HostStatus, Reason, StepName, StepStatus
+from fleet.runlog.folder import RunLogs
 from fleet.transport.scripted import Reply, ScriptedTransport
 
 

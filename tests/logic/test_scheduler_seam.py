@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 import pytest
 from support.scripted_run import make_host, node_script
 
+from fleet.app.run import run_and_report
 from fleet.cli.choose import chosen_scheduler
 from fleet.engine import schedulers
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run import run_and_report
 from fleet.engine.schedulers import Ready
 from fleet.engine.walk import HostRun
 from fleet.inventory.host import Host

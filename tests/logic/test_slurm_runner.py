@@ -11,10 +11,10 @@ import pytest
 from support.scripted_slurm import ScriptedSlurm
 
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import HostRun
 from fleet.inventory.host import Host
 from fleet.model.report import HostStatus, Reason, SchedulerRecord
+from fleet.runlog.folder import RunLogs
 from fleet.slurm.control import Slurm
 from fleet.slurm.runner import LocalRunner, Stream
 from fleet.slurm.srun import SrunRun, step_seconds

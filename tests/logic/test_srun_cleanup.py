@@ -16,10 +16,10 @@ import structlog
 from support.scripted_slurm import ScriptedSlurm
 
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import HostRun
 from fleet.inventory.host import Host
 from fleet.model.report import HostStatus, Reason, SchedulerRecord
+from fleet.runlog.folder import RunLogs
 from fleet.slurm.cleanup import Drained, Ended, drain_failed
 from fleet.slurm.control import SlurmError
 from fleet.slurm.reservation import Reservation

@@ -12,10 +12,10 @@ from support.paths import FIXTURES
 from support.sim_fleet import fast_vars, make_fleet, reset
 from support.sim_nodes import MakeNode, make_node, sh
 
+from fleet.model import uniformity
 from fleet.model.fabric import FabricManager, FmState
 from fleet.model.report import HostStatus
 from fleet.node.probes.fabricmanager import NOT_FOUND
-from fleet.report import uniform
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec
 
@@ -64,5 +64,5 @@ async def test_a_fabric_manager_that_fails_prints_garbage_or_hangs_is_not_observ
     assert garbage is not None and garbage.state is FmState.NOT_OBSERVED
     assert "unreadable nv-fabricmanager --version" in (garbage.why or "")
     assert hung is not None and hung.state is FmState.NOT_OBSERVED and "did not answer within 2 s" in (hung.why or "")
-    assert uniform.odd(hosts) == {
+    assert uniformity.odd(hosts) == {
         n: [f"fabric manager not observed (2 others {VERSION})"] for n in ("gpu-m03", "gpu-m04", "gpu-m05")}

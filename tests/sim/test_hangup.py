@@ -22,9 +22,9 @@ from support.hung_fleet import hung_fleet as hung_fleet  # two nodes whose unit 
 from support.waits import until
 
 from fleet.engine.interrupts import HANGUP_LINE
-from fleet.engine.run_folder import SUMMARY
 from fleet.history import History, history_path
 from fleet.report.html_report import REPORT_HTML
+from fleet.runlog.folder import SUMMARY
 from fleet.sim.fleetsim import SimFleet
 
 WAIT_S = 60

@@ -22,10 +22,9 @@ import anyio
 import pytest
 from anyio.abc import Process
 
+from fleet.app.run import run_and_report
 from fleet.cli.commands import main
 from fleet.engine.options import RunOptions
-from fleet.engine.run import run_and_report
-from fleet.engine.run_folder import RunLiveness, RunLogs, new_run_id
 from fleet.history import (
     HISTORY_FILE,
     History,
@@ -79,6 +78,7 @@ from fleet.model.report import (
     StepStatus,
 )
 from fleet.report import render
+from fleet.runlog.folder import RunLiveness, RunLogs, new_run_id
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 

@@ -21,7 +21,6 @@ from support import scripted_node
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
@@ -29,6 +28,7 @@ from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, RunReport, StepName, StepOutcome, StepStatus
 from fleet.node.node import Node
 from fleet.reset import kill
+from fleet.runlog.folder import RunLogs
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 from fleet.transport import Transport, attention, connect

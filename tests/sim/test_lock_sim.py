@@ -19,10 +19,10 @@ from support.sim_fleet import busy, fast_vars
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostReport, HostStatus, Reason, StepStatus
+from fleet.runlog.folder import RunLogs
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import WorkerSpec
 

@@ -23,10 +23,10 @@ from support.sim_fleet import FAST, busy, step
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, Reason, RunReport, StepName, StepStatus
+from fleet.runlog.folder import RunLogs
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 

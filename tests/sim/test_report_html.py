@@ -25,9 +25,9 @@ from support.report_page import (
     synthetic_document,
 )
 
+from fleet.app.run import run_and_report
 from fleet.cli.commands import main
 from fleet.engine.options import RunOptions
-from fleet.engine.run import run_and_report
 from fleet.history import History, history_path
 from fleet.inventory.host import Host
 from fleet.inventory.nodesets import fold
@@ -317,8 +317,8 @@ async def test_an_interrupted_run_still_writes_its_page(tmp_path: Path) -> None:
 
     hosts = [Host(name="gpu-b01", address="192.0.2.1")]
     with anyio.fail_after(20):
-        code, report = await run_and_report(hosts, RunOptions(handle_signals=True), as_json=False, log_dir=tmp_path,
-                                            connector=hangs)
+        code, report = await run_and_report(hosts, RunOptions(), as_json=False, log_dir=tmp_path, connector=hangs,
+                                            handle_signals=True)
     assert code == 130
     text = (tmp_path / report.run_id / REPORT_HTML).read_text()
     assert "interrupted during connect" in "".join(Page(text).text)

@@ -15,10 +15,10 @@ import pytest
 from support.demo_run import demo_env
 
 from fleet.cli.commands import optional_value
-from fleet.engine.run_folder import new_run_id
 from fleet.history import HISTORY_FILE, History, HostRow, RunRecord, RunRow, not_clean
 from fleet.history.rerun import Rerun, decide, find_run
 from fleet.model.errors import UsageError
+from fleet.runlog.folder import new_run_id
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 

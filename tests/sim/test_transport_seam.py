@@ -11,8 +11,8 @@ from typing import ClassVar
 
 import pytest
 
+from fleet.app.run import run_and_report
 from fleet.engine.options import RunOptions
-from fleet.engine.run import run_and_report
 from fleet.inventory.host import Host
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from support.slurm import StartCluster
 
+from fleet.app.run import run_and_report
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run import run_and_report
 from fleet.history import (
     History,
     Recorder,

@@ -28,7 +28,7 @@ import pytest
 from support.processes import descendants
 from support.slurm import StartCluster, live
 
-from fleet.engine.run_folder import RunLiveness, RunLogs, run_liveness
+from fleet.runlog.folder import RunLiveness, RunLogs, run_liveness
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.sim.slurmcluster import SlurmCluster

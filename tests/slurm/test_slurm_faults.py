@@ -32,12 +32,12 @@ from support.slurm_fleet import (
 from support.slurm_fleet import sim as sim
 from support.waits import until
 
+from fleet.app.run import run_and_report
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run import run_and_report
-from fleet.engine.run_folder import RUNNING_LOCK, SUMMARY
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostStatus, Reason
+from fleet.runlog.folder import RUNNING_LOCK, SUMMARY
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
 from fleet.slurm.control import SLURM_COMMAND_TIMEOUT_S

@@ -25,14 +25,14 @@ from support.slurm_fleet import NAMES, busy_mib, events, reset, slurm_of, state
 from support.slurm_fleet import cluster as cluster  # the fixtures: four busy nodes, their Slurm
 from support.slurm_fleet import sim as sim
 
+from fleet.app.run import run_and_report
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
+from fleet.model import uniformity
 from fleet.model.fabric import FabricManager
 from fleet.model.report import HostStatus, Reason, StepName
-from fleet.report import uniform
 from fleet.report.render import to_document
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
@@ -274,7 +274,7 @@ async def test_via_srun_resets_through_a_real_job_step(sim: SimFleet, cluster: S
     assert hosts["sim1"].memory_before_mib is not None and hosts["sim1"].memory_before_mib[0] == 30000 + 1523
     assert {k.name for k in hosts["sim1"].killed} >= {"python3"}
     assert [k.why for k in hosts["sim1"].kept] == ["protected name nvidia-persistenced"]  # relayed as data
-    assert (uniform.host_settings(hosts["sim1"]) or {}).get("gpus") == "8"  # the GPUs' settings relayed (rack compared)
+    assert (uniformity.host_settings(hosts["sim1"]) or {}).get("gpus") == "8"  # the GPUs' settings relayed
     assert hosts["sim1"].fabric_manager == FabricManager.absent()  # its fabric manager (none) relayed too
     assert hosts["sim2"].status is HostStatus.SKIPPED and f"job {job}" in (hosts["sim2"].error or "")
     # the step began once sim2's wait ran out: every node that took part waited that long (report.html's bar)

@@ -19,10 +19,10 @@ from support.sshd import Sshd
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport, HostStatus, Reason, StepName, StepStatus
+from fleet.runlog.folder import RunLogs
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
 ALL = (0, 1, 2, 3, 4, 5, 6, 7)

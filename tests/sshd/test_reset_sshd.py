@@ -14,10 +14,10 @@ from support.sshd_nodes import make_host as make_host  # the fixture: nodes stop
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport, HostStatus, StepName
+from fleet.runlog.folder import RunLogs
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec, WorkerSpec
 
 ALL = (0, 1, 2, 3, 4, 5, 6, 7)

@@ -26,8 +26,8 @@ from support.keys import ClientKey
 from support.sshd import Sshd
 from support.waits import eventually, line_within
 
+from fleet.app.run import run_and_report
 from fleet.engine.options import RunOptions
-from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.errors import SessionSilent
@@ -177,9 +177,9 @@ class Run:
 
 async def fleet_reset(hosts: Sequence[Host], log_dir: Path, **options: Any) -> Run:
     """One `fleet reset` run as the CLI makes it (report, summary.json, per-host logs)."""
-    connector = options.pop("connector", None)
+    connector, handle_signals = options.pop("connector", None), options.pop("handle_signals", False)
     status, _ = await run_and_report(hosts, RunOptions(mode=Mode.RESET, **options), as_json=False, log_dir=log_dir,
-                                  connector=connector)
+                                     connector=connector, handle_signals=handle_signals)
     return Run(status, log_dir)
 
 

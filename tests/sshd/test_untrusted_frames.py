@@ -30,10 +30,10 @@ from support.sshd_nodes import make_host as make_host  # the fixture: nodes stop
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport
+from fleet.runlog.folder import RunLogs
 from fleet.sim.node import NodeSpec, SimNode
 from fleet.transport import batch
 from fleet.transport.ssh import open_ssh

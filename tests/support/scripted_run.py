@@ -6,14 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import anyio
+
 from fleet.engine.graph import run_hosts
+from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions, RunState
-from fleet.engine.run_folder import RunLogs
 from fleet.inventory.host import Host
 from fleet.model.errors import ConnectError
 from fleet.model.report import RunReport
 from fleet.node.probes import smi
 from fleet.reset import lock
+from fleet.runlog.folder import RunLogs
 from fleet.transport.scripted import Answer, Reply, ScriptedTransport
 from support import scripted_node
 
@@ -62,7 +65,14 @@ async def run(hosts: Sequence[Host], scripts: Mapping[str, ScriptedTransport], t
 
     logs = RunLogs(tmp_path, "run-1")
     logs.create()
-    # options: RunOptions' fields, as each test gives them
-    report, state = await run_hosts(hosts, RunOptions(**options), logs, connector=connector)  # type: ignore[arg-type]
+    # options: RunOptions' fields, as each test gives them; `handle_signals`: this process's SIGINT, SIGTERM and
+    # SIGHUP cut the run (as the command line's do)
+    interrupts = Interrupts() if options.pop("handle_signals", False) else None
+    async with anyio.create_task_group() as signals:
+        if interrupts is not None:
+            await signals.start(interrupts.watch)
+        report, state = await run_hosts(hosts, RunOptions(**options), logs, connector=connector,  # type: ignore[arg-type]
+                                        interrupts=interrupts)
+        signals.cancel_scope.cancel()
     logs.close()
     return report, state

@@ -15,11 +15,11 @@ import pytest
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.report import HostReport, RunReport, StepName
+from fleet.runlog.folder import RunLogs
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, UnitSpec
 

@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
+from fleet.app.run import run_and_report
 from fleet.engine.options import RunOptions, SchedulerOptions
-from fleet.engine.run import run_and_report
 from fleet.engine.walk import Mode
 from fleet.inventory.load import load_inventory
 from fleet.inventory.targeting import select

@@ -13,10 +13,10 @@ import pytest
 
 from fleet.engine.graph import run_hosts
 from fleet.engine.options import RunOptions
-from fleet.engine.run_folder import RunLogs
 from fleet.engine.walk import Mode
 from fleet.inventory.host import Host
 from fleet.model.report import HostReport
+from fleet.runlog.folder import RunLogs
 from fleet.sim.node import NodeSpec, SimNode, UnitSpec
 from support.keys import ClientKey
 from support.sim_fleet import ALL

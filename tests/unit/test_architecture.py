@@ -192,14 +192,18 @@ def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read(
 # The Slurm plug sits above the engine: it implements the engine's `Scheduler` (and its `--via srun` controller runs
 # the engine), and the engine reaches it only by name, through `fleet.model.plugs.SCHEDULERS`.
 LAYERS = (
-    ("fleet.model", "fleet.terminal", "fleet.text"),  # the shared words; the terminal's one writer; bytes shown
+    ("fleet.model", "fleet.terminal", "fleet.text", "fleet.version"),  # the shared words; the terminal's one
+    # writer; bytes shown; the version
     ("fleet.inventory",),
     ("fleet.transport",),
     ("fleet.node",),
     ("fleet.reset",),  # the steps of a reset
-    ("fleet.report",),  # presents a run: text, JSON, HTML, metrics, JSONL lines, progress
-    ("fleet.engine", "fleet.history"),  # runs the hosts; records the runs (and reads their run folders)
+    ("fleet.runlog",),  # a run's log folder and its per-node JSONL logs: the engine writes them, the history reads
+    ("fleet.report",),  # presents a run: text, JSON, HTML, metrics, progress
+    ("fleet.history",),  # records the runs (and reads their run folders): of the model, never of the engine
+    ("fleet.engine",),  # runs the hosts: the core, `fleet.engine.run.run`
     ("fleet.slurm",),  # scheduler plugs
+    ("fleet.app",),  # the application around a run: history, summary, page, terminal, signals, the process's limits
     ("fleet.cli", "fleet.__main__"),
     ("fleet.sim",),  # the simulator knows the product; the product never knows it (but the demo, above)
 )
@@ -218,7 +222,8 @@ def layer(name: str) -> int:
 
 
 def test_the_rooms_are_layers_model_transport_node_reset_report_engine_plugs_cli() -> None:
-    """model <- inventory <- transport <- node <- reset <- report <- engine, history <- scheduler plugs <- cli: a
+    """model <- inventory <- transport <- node <- reset <- runlog <- report <- history <- engine <- scheduler plugs <-
+    app <- cli: a
     module of a lower room never imports one of a higher room, but the few named in UPWARD."""
     graph = import_graph()
     upward = {(name, dep) for name, deps in graph.items() if name != "fleet"

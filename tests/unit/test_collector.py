@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 
 import pytest
 
-from fleet.engine.collector import YOUNG_OBJECTS, heap_frozen, paced_collection
+from fleet.app.collector import YOUNG_OBJECTS, heap_frozen, paced_collection
 
 
 class Node:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import structlog
 
-from fleet.engine.run_folder import RunLogs
-from fleet.report import jsonl
-from fleet.report.jsonl import HostLogger
+from fleet.runlog import jsonl
+from fleet.runlog.folder import RunLogs
+from fleet.runlog.jsonl import HostLogger
 
 STAMP = re.compile(r'"timestamp": "[^"]*"')
 # The per-node log's chain as it was written before HostLogger, spelled out here so that the pin is not the
@@ -127,7 +127,7 @@ def test_a_run_writes_one_file_a_host_and_relayed_lines_join_it(tmp_path: Path) 
 def test_the_timestamp_is_isoformats(monkeypatch: pytest.MonkeyPatch, nanos: int) -> None:
     """The stamp is TimeStamper's (`datetime.isoformat`, UTC, `Z`): no fraction on a whole second, microseconds
     otherwise; its date made once a second, so two seconds apart never share one."""
-    monkeypatch.setattr("fleet.report.jsonl.time.time_ns", lambda: nanos)
+    monkeypatch.setattr("fleet.runlog.jsonl.time.time_ns", lambda: nanos)
     when = datetime.fromtimestamp(nanos // 1000 / 1e6, tz=UTC).replace(microsecond=(nanos // 1000) % 1_000_000)
     assert jsonl._stamp() == when.isoformat().replace("+00:00", "Z")
 

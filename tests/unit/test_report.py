@@ -163,8 +163,8 @@ def test_exit_codes() -> None:
     assert reporting.exit_code(_run({"a": (HostStatus.UNREACHABLE, "x"), "b": (HostStatus.SKIPPED, None)})) == 4
     assert reporting.exit_code(_run({"a": (HostStatus.UNREACHABLE, "x"), "b": (HostStatus.FAILED, "y"),
                                      "c": (HostStatus.SKIPPED, None)})) == 1
-    assert reporting.exit_code(_run({"a": (HostStatus.CLEAN, None)}), interrupted=True) == 130
-    assert reporting.exit_code(_run({"a": (HostStatus.FAILED, "y")}), interrupted=True, hung_up=True) == 129
+    assert reporting.exit_code(replace(_run({"a": (HostStatus.CLEAN, None)}), interrupted_by="SIGTERM")) == 130
+    assert reporting.exit_code(replace(_run({"a": (HostStatus.FAILED, "y")}), interrupted_by="SIGHUP")) == 129
 
 
 def test_render_is_the_document_with_a_host_a_line() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import resource
 
-from fleet.engine.run import FDS_RESERVE, fd_limit_wanted
+from fleet.app.run import FDS_RESERVE, fd_limit_wanted
 
 INF = resource.RLIM_INFINITY
 

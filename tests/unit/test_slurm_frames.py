@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from fleet import __version__
 from fleet.inventory.host import Connection, Host
 from fleet.inventory.load import host_vars
 from fleet.slurm import frames
 from fleet.slurm.frames import Assembler, FrameError
 from fleet.slurm.noderun import host_of, node_run
+from fleet.version import __version__
 
 
 def messages_through(lines: list[str]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from support.paths import FIXTURES
 
-from fleet.engine.run_folder import RUNNING_LOCK, SUMMARY, RunLiveness, RunLogs, run_liveness
 from fleet.model.report import HostReport, HostStatus, StepName, StepResult, StepStatus
+from fleet.runlog.folder import RUNNING_LOCK, SUMMARY, RunLiveness, RunLogs, run_liveness
 from fleet.slurm.policy import Release, after_step, drains
 from fleet.slurm.records import SlurmNode, gpu_count, parse_nodes
 from fleet.slurm.srun import _Step, by_gpus, srun_argv, srun_env

@@ -9,6 +9,7 @@ from dataclasses import replace
 from support.paths import FIXTURES
 from support.report_page import ODD_HOST, demo_document, synthetic_document
 
+from fleet.model import uniformity
 from fleet.model.codec import run_from_document
 from fleet.model.fabric import FabricManager
 from fleet.model.gpu_facts import GpuSettings
@@ -140,11 +141,11 @@ def gpus(gpu: GpuSettings = H100, count: int = 8) -> list[GpuSettings | None]:
 
 
 def test_a_host_takes_part_only_with_settings_read() -> None:
-    assert uniform.host_settings(None) is None
-    assert uniform.host_settings(HostReport("x", HostStatus.CLEAN, gpus=(GpuReport(0, 0),))) is None  # older fleet
+    assert uniformity.host_settings(None) is None
+    assert uniformity.host_settings(HostReport("x", HostStatus.CLEAN, gpus=(GpuReport(0, 0),))) is None  # older fleet
     one_unread = HostReport("x", HostStatus.CLEAN, gpus=(GpuReport(0, 0, settings=H100), GpuReport(1, 0)))
-    assert uniform.host_settings(one_unread) == {**node_settings([H100, None]), "gpus": "2"}
-    assert (uniform.host_settings(one_unread) or {})["driver"] is None
+    assert uniformity.host_settings(one_unread) == {**node_settings([H100, None]), "gpus": "2"}
+    assert (uniformity.host_settings(one_unread) or {})["driver"] is None
 
 
 def test_the_summary_line_folds_the_odd_hosts_of_one_value_and_says_what_no_host_said() -> None:
@@ -169,7 +170,7 @@ def test_the_json_document_per_run_and_per_group() -> None:
 
 def test_uniform_fails_the_odd_ones_that_were_clean_and_leaves_a_failed_ones_reason() -> None:
     odd = gpus(replace(H100, vbios="96.00.61.00.01"))
-    report = uniform.fail_odd(report_of({"a": gpus(), "b": gpus(), "c": odd, "d": odd, "e": gpus()}, failed=("d",)))
+    report = uniformity.fail_odd(report_of({"a": gpus(), "b": gpus(), "c": odd, "d": odd, "e": gpus()}, failed=("d",)))
     assert {n: (h.status, h.reason) for n, h in report.hosts.items() if h.status is not HostStatus.CLEAN} == {
         "c": (HostStatus.FAILED, Reason.NOT_UNIFORM), "d": (HostStatus.FAILED, Reason.MEMORY_HELD)}
     assert report.hosts["c"].error == ("not uniform with the run's other hosts: VBIOS 96.00.61.00.01"
@@ -233,23 +234,23 @@ def test_the_summary_line_json_and_uniform_name_the_fabric_manager() -> None:
     assert document["properties"]["fabric_manager"] == {"majority": "575.57.08", "alike": 3,
                                                         "odd": {"gpu-b03": "535.183.01"}, "tie": False,
                                                         "unobserved": False, "absent": 0}
-    assert uniform.odd(report.hosts) == {"gpu-b03": ["fabric manager 535.183.01 (3 others 575.57.08)"]}
-    failed = uniform.fail_odd(report).hosts["gpu-b03"]
+    assert uniformity.odd(report.hosts) == {"gpu-b03": ["fabric manager 535.183.01 (3 others 575.57.08)"]}
+    failed = uniformity.fail_odd(report).hosts["gpu-b03"]
     assert failed.reason is Reason.NOT_UNIFORM and "fabric manager 535.183.01" in (failed.error or "")
 def test_the_rack_compared_once_shows_what_each_part_computing_it_shows() -> None:
-    """A run compares its rack once (`uniform.rack`) for the JSON report, the summary and the page: each the same,
+    """A run compares its rack once (`uniformity.rack`) for the JSON report, the summary and the page: each the same,
     byte for byte, as when it compares the rack itself (a synthetic 512-host report with an odd host, and the
     demo's summary.json)."""
     for document in (synthetic_document(), demo_document()):
         report = run_from_document(document)
-        rack = uniform.rack(report.hosts)
+        rack = uniformity.rack(report.hosts)
         assert render(to_document(report, rack)) == render(to_document(report))
         assert human_lines(report, rack) == human_lines(report)
         assert page(RunPage(report, "0", rack=rack)) == page(RunPage(report, "0"))
-        assert uniform.odd(report.hosts, rack) == uniform.odd(report.hosts)
-    assert uniform.odd(report.hosts) == {"gpu-b07": ["driver 535.183.01 (15 others 550.90.07)",  # the demo's
+        assert uniformity.odd(report.hosts, rack) == uniformity.odd(report.hosts)
+    assert uniformity.odd(report.hosts) == {"gpu-b07": ["driver 535.183.01 (15 others 550.90.07)",  # the demo's
                                                      "fabric manager 535.183.01 (15 others 550.90.07)"]}
-    odd = uniform.odd(run_from_document(synthetic_document()).hosts)
+    odd = uniformity.odd(run_from_document(synthetic_document()).hosts)
     assert list(odd) == [ODD_HOST]
 
 
