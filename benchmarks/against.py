@@ -108,6 +108,9 @@ def main() -> None:
         tmp = Path(tmp_dir)
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
                               check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        head += "+changes" if changed else ""  # this tree is not HEAD: never the same name as a --ref HEAD
         subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tmp / "ref"), args.ref], cwd=HERE,
                        check=True)
         try:

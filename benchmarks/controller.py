@@ -200,20 +200,22 @@ class Replay:
         parts = sections_of(asked)
         if parts is None:
             reply = self.reply(key(asked))
-            return CommandResult(asked, reply.exit_status, reply.stdout, reply.stderr, 0.0)
+            return CommandResult(argv=asked, exit_status=reply.exit_status, stdout=reply.stdout, stderr=reply.stderr,
+                                 duration_s=0.0)
         tag = batch.tag_of(stdin)
         if tag is None:  # as batch.sh: no tag on stdin, nothing run
-            return CommandResult(asked, 2, "", "", 0.0)
+            return CommandResult(argv=asked, exit_status=2, stdout="", stderr="", duration_s=0.0)
         answered = [self.reply(part) for part in parts]
         out, err = batch.frame(tag, [(r.exit_status, r.stdout, r.stderr) for r in answered])
-        return CommandResult(asked, 0, out, err, 0.0)
+        return CommandResult(argv=asked, exit_status=0, stdout=out, stderr=err, duration_s=0.0)
 
     async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
         await next_turn()
         asked = tuple(argv)
         reply = self.reply(key(asked))
         first = reply.stdout.split("\n", 1)[0]
-        ended = CommandResult(asked, reply.exit_status, reply.stdout, reply.stderr, 0.0)
+        ended = CommandResult(argv=asked, exit_status=reply.exit_status, stdout=reply.stdout, stderr=reply.stderr,
+                              duration_s=0.0)
         if reply.exit_status == 0 and first:
             return OpenCommand(first, release=lambda: _released(ended))
         return OpenCommand(first, ended)

@@ -116,18 +116,20 @@ class HostRun:
         steps = list(self.steps)
         if status is not self.status and self.current is not None and all(s.name != self.current for s in steps):
             since = self.step_started if self.step_started is not None else self.started or time.monotonic()
-            steps.append(StepResult(self.current, StepStatus.INTERRUPTED, round(time.monotonic() - since, 3),
+            steps.append(StepResult(name=self.current, status=StepStatus.INTERRUPTED,
+                                    duration_s=round(time.monotonic() - since, 3),
                                     error=cut_short, reason=cut_reason))
         done = {s.name for s in steps}
-        skipped = [StepResult(n, StepStatus.SKIPPED) for n in STEP_ORDER if n not in done]
+        skipped = [StepResult(name=n, status=StepStatus.SKIPPED) for n in STEP_ORDER if n not in done]
         ordered = sorted([*steps, *skipped], key=lambda s: STEP_ORDER[s.name])
         end = self.ended or time.monotonic()
         duration = round(end - self.started, 3) if self.started is not None else 0.0
         start = (round(max(self.started - run_started, 0.0), 3)
                  if self.started is not None and run_started is not None else None)
-        return HostReport(self.host.name, status, duration, error, tuple(ordered), self.killed, self.gpus, self.plan,
-                          self.scheduler, reason, self.memory_before, self.health, start, self.kept,
-                          self.fabric_manager, stopped=self.stopped, restored=self.restored)
+        return HostReport(name=self.host.name, status=status, duration_s=duration, error=error, steps=tuple(ordered),
+                          killed=self.killed, gpus=self.gpus, plan=self.plan, scheduler=self.scheduler, reason=reason,
+                          memory_before_mib=self.memory_before, health=self.health, start_s=start, kept=self.kept,
+                          fabric_manager=self.fabric_manager, stopped=self.stopped, restored=self.restored)
 
 
 def worst_by_phase(host: Host, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False,
@@ -209,8 +211,9 @@ async def _run_step(node: Node, run: HostRun, name: StepName,
         reason = exc.reason if isinstance(exc, StepFailed) else Reason.COMMAND_TIMEOUT
         if reason is Reason.PROBE_FAILED:  # a command the step relies on failed: the step itself failed
             reason = FAILED_STEP_REASONS.get(name, reason)
-        outcome = StepOutcome(StepResult(name, status, round(time.monotonic() - started, 3), str(exc), str(exc),
-                                         reason))
+        took = round(time.monotonic() - started, 3)
+        outcome = StepOutcome(result=StepResult(name=name, status=status, duration_s=took, detail=str(exc),
+                                                error=str(exc), reason=reason))
     result = outcome.result
     run.steps.append(result)
     level = node.log.info if result.status is StepStatus.OK else node.log.warning

@@ -190,16 +190,16 @@ def host_from_row(row: HostRow) -> HostReport:
     after, settle = row.memory_after_mib or [], row.settle_s or []
     found = codec.records_from(row.health, _finding_on, "health")
     said = _settings(row.settings)
-    gpus = tuple(GpuReport(i, m, settle_s=settle[i] if i < len(settle) else None,
+    gpus = tuple(GpuReport(index=i, memory_used_mib=m, settle_s=settle[i] if i < len(settle) else None,
                            health=tuple(f for gpu, f in found if gpu == i and isinstance(f, Finding)),
                            settings=said[i] if i < len(said) else None)
                  for i, m in enumerate(after))
     health = tuple(f for gpu, f in found if gpu is None and isinstance(f, HostFinding))
     before = row.memory_before_mib
     return HostReport(
-        row.host, HostStatus(row.status), row.duration_s, row.error,
-        codec.records_from([{**s, "detail": ""} for s in row.steps], codec.step_from, "steps"),
-        codec.records_from(row.killed, codec.killed_from, "killed"), gpus,
+        name=row.host, status=HostStatus(row.status), duration_s=row.duration_s, error=row.error,
+        steps=codec.records_from([{**s, "detail": ""} for s in row.steps], codec.step_from, "steps"),
+        killed=codec.records_from(row.killed, codec.killed_from, "killed"), gpus=gpus,
         scheduler=codec.scheduler_from(codec.Fields(row.slurm, "slurm")) if row.slurm is not None else None,
         reason=_reason(row.reason), memory_before_mib=tuple(before) if before is not None else None, health=health,
         fabric_manager=codec.fabric_manager_from(codec.Fields(row.fabric_manager, "fabric_manager")

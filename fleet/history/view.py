@@ -184,7 +184,8 @@ def record_page(record: RunRecord) -> RunPage:
     run = record.run
     hosts = {row.host: host_from_row(row) for row in record.hosts}
     state = "ended without a summary" if run.finished else "has no end on record (still running, or killed)"
-    return RunPage(RunReport(run.run_id, run.command, run.started_at, run.duration_s or 0.0, hosts), run.fleet_version,
+    return RunPage(RunReport(run_id=run.run_id, command=run.command, started_at=run.started_at,
+                             duration_s=run.duration_s or 0.0, hosts=hosts), run.fleet_version,
                    ended=run.finished, not_on_record=tuple(n for n in run.targets if n not in hosts),
                    note=f"this run {state}: built from its history, {len(record.hosts)} of {len(run.targets)} hosts"
                         " on record")
@@ -194,7 +195,7 @@ def unfinished_lines(record: RunRecord) -> list[str]:
     """`fleet show` of a run with no summary.json (running, or killed): what the history has of it."""
     run = record.run
     hosts = {h.host: host_from_row(h) for h in record.hosts}
-    report = RunReport(run.run_id, run.command, run.started_at, 0.0, hosts)
+    report = RunReport(run_id=run.run_id, command=run.command, started_at=run.started_at, duration_s=0.0, hosts=hosts)
     missing = [name for name in run.targets if name not in hosts]
     lines = human_lines(report)[:-1] if hosts else []
     why = _NO_END.get(run.liveness, "still running, or killed")

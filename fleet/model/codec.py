@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from _json import make_encoder
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from enum import StrEnum
@@ -62,18 +61,10 @@ SCHEDULER_WHEN_SET = ("plan", "error", "abandoned", "waited_s", "taken_over")
 
 
 def json_writer(item_separator: str = ", ", key_separator: str = ": ") -> Callable[[object], str]:
-    """`json.dumps(value, separators=(item_separator, key_separator))`: the same text, by the same C encoder, made
-    once here where `json.dumps` makes it again for every value (a few microseconds each, and a run writes about
-    ten values a host: summary.json's line, the history's columns). Without json's check for a value that holds
-    itself: these are trees of plain values, made from frozen records."""
-    default = json.JSONEncoder().default  # what json.dumps does with a value of no JSON type: TypeError
-    encode = make_encoder(None, default, json.encoder.encode_basestring_ascii, None, key_separator, item_separator,
-                          False, False, True)
-
-    def write(value: object) -> str:
-        return "".join(encode(value, 0))
-
-    return write
+    """`json.dumps(value, separators=(item_separator, key_separator))`, its encoder made once: the same text, by
+    json's C encoder. Without json's check for a value that holds itself: these are trees of plain values, made
+    from frozen records."""
+    return json.JSONEncoder(separators=(item_separator, key_separator), check_circular=False).encode
 
 
 
@@ -263,13 +254,15 @@ def host_from_document(name: str, document: object, where: str = "") -> HostRepo
     by = next((name for name in plugs.SCHEDULERS if name in fields.document), None)  # the record's key: its scheduler
     record = fields.inner(by) if by is not None else None
     return HostReport(
-        name, fields.code("status", HostStatus), fields.number("duration_s"), fields.maybe_text("error"),
-        fields.items("steps", step_from), fields.items("killed", killed_from), fields.items("gpus", gpu_from),
-        plan_from(plan) if plan is not None else None, scheduler_from(record, by) if record is not None else None,
-        fields.maybe_code("reason", Reason), fields.values("memory_before_mib", (int, type(None)),
-                                                           "an integer or null", None),
-        fields.items("health", host_finding_from, ()), fields.maybe_number("start_s", None),
-        fields.items("kept", kept_from, ()), fabric_manager_from(fields.inner("fabric_manager")),
+        name=name, status=fields.code("status", HostStatus), duration_s=fields.number("duration_s"),
+        error=fields.maybe_text("error"), steps=fields.items("steps", step_from),
+        killed=fields.items("killed", killed_from), gpus=fields.items("gpus", gpu_from),
+        plan=plan_from(plan) if plan is not None else None,
+        scheduler=scheduler_from(record, by) if record is not None else None,
+        reason=fields.maybe_code("reason", Reason),
+        memory_before_mib=fields.values("memory_before_mib", (int, type(None)), "an integer or null", None),
+        health=fields.items("health", host_finding_from, ()), start_s=fields.maybe_number("start_s", None),
+        kept=fields.items("kept", kept_from, ()), fabric_manager=fabric_manager_from(fields.inner("fabric_manager")),
         stopped=fields.values("stopped", (str,), "a string", ()) or (),
         restored=fields.values("restored", (str,), "a string", ()) or ())
 
@@ -281,21 +274,24 @@ def run_from_document(document: object) -> RunReport:
     if hosts is None:
         raise DocumentError("hosts: missing")
     found = {name: host_from_document(name, value, hosts.path(name)) for name, value in hosts.document.items()}
-    return RunReport(fields.text("run_id"), fields.text("command"), fields.text("started_at"),
-                     fields.number("duration_s"), found, interrupted_by=fields.maybe_text("interrupted_by", None))
+    return RunReport(run_id=fields.text("run_id"), command=fields.text("command"), started_at=fields.text("started_at"),
+                     duration_s=fields.number("duration_s"), hosts=found,
+                     interrupted_by=fields.maybe_text("interrupted_by", None))
 
 
 def step_from(fields: Fields) -> StepResult:
-    return StepResult(fields.code("name", StepName), fields.code("status", StepStatus), fields.number("duration_s"),
-                      fields.text("detail"))
+    return StepResult(name=fields.code("name", StepName), status=fields.code("status", StepStatus),
+                      duration_s=fields.number("duration_s"), detail=fields.text("detail"))
 
 
 def killed_from(fields: Fields) -> KilledProcess:
-    return KilledProcess(fields.integer("pid"), fields.text("name"), fields.text("user"), fields.text("signal"))
+    return KilledProcess(pid=fields.integer("pid"), name=fields.text("name"), user=fields.text("user"),
+                         signal=fields.text("signal"))
 
 
 def kept_from(fields: Fields) -> KeptProcess:
-    return KeptProcess(fields.integer("pid"), fields.text("name"), fields.text("user"), fields.text("why"))
+    return KeptProcess(pid=fields.integer("pid"), name=fields.text("name"), user=fields.text("user"),
+                       why=fields.text("why"))
 
 
 def finding_from(fields: Fields) -> Finding:
@@ -303,15 +299,16 @@ def finding_from(fields: Fields) -> Finding:
 
 
 def host_finding_from(fields: Fields) -> HostFinding:
-    return HostFinding(fields.text("check"), fields.code("level", Level), fields.text("detail"),
-                       fields.maybe_text("pci", None))
+    return HostFinding(check=fields.text("check"), level=fields.code("level", Level), detail=fields.text("detail"),
+                       pci=fields.maybe_text("pci", None))
 
 
 def gpu_from(fields: Fields) -> GpuReport:
-    return GpuReport(fields.integer("index"), fields.maybe_integer("memory_used_mib"), fields.maybe_text("uuid"),
-                     fields.maybe_text("name"), fields.maybe_integer("memory_total_mib"),
-                     fields.maybe_number("settle_s"), fields.items("health", finding_from),
-                     gpu_settings_from(fields.inner("settings")))
+    return GpuReport(index=fields.integer("index"), memory_used_mib=fields.maybe_integer("memory_used_mib"),
+                     uuid=fields.maybe_text("uuid"),
+                     name=fields.maybe_text("name"), memory_total_mib=fields.maybe_integer("memory_total_mib"),
+                     settle_s=fields.maybe_number("settle_s"), health=fields.items("health", finding_from),
+                     settings=gpu_settings_from(fields.inner("settings")))
 
 
 def fabric_manager_from(fields: Fields | None) -> FabricManager | None:
@@ -345,19 +342,19 @@ _SETTING_READERS: dict[str, Callable[[Fields, str], object]] = {
 
 
 def planned_from(fields: Fields) -> PlannedProcess:
-    return PlannedProcess(fields.integer("pid"), fields.text("user"), fields.text("name"),
-                          fields.maybe_integer("mib"), fields.maybe_text("kept_because"))
+    return PlannedProcess(pid=fields.integer("pid"), user=fields.text("user"), name=fields.text("name"),
+                          mib=fields.maybe_integer("mib"), kept_because=fields.maybe_text("kept_because"))
 
 
 def plan_from(fields: Fields) -> HostPlan:
     units = fields.inner("units")
     if units is None:
         raise DocumentError(f"{fields.path('units')}: missing")
-    return HostPlan(tuple((unit, units.text(unit)) for unit in units.document),
-                    fields.items("would_kill", planned_from), fields.items("kept", planned_from),
-                    fields.values("gpu_memory_mib", (int, type(None)), "an integer or null") or (),
-                    fields.values("would_restore", (str,), "a string", ()) or (),
-                    fields.items("with_units", planned_from, ()))
+    return HostPlan(units=tuple((unit, units.text(unit)) for unit in units.document),
+                    would_kill=fields.items("would_kill", planned_from), kept=fields.items("kept", planned_from),
+                    gpu_memory_mib=fields.values("gpu_memory_mib", (int, type(None)), "an integer or null") or (),
+                    would_restore=fields.values("would_restore", (str,), "a string", ()) or (),
+                    with_units=fields.items("with_units", planned_from, ()))
 
 
 def scheduler_from(fields: Fields, by: str | None = None) -> SchedulerRecord:
@@ -366,11 +363,14 @@ def scheduler_from(fields: Fields, by: str | None = None) -> SchedulerRecord:
     written)."""
     jobs = fields.values("jobs", (str,), "a string", ()) or ()
     return SchedulerRecord(
-        fields.text("node"), fields.maybe_text("state_before", None), fields.maybe_text("reason_before", None),
-        fields.maybe_text("state_after", None), fields.maybe_text("reason_after", None), jobs,
-        fields.maybe_text("plan", None), fields.maybe_text("error", None), fields.boolean("abandoned", False),
-        fields.maybe_number("waited_s", None), fields.maybe_text("taken_over", None),
-        by if by is not None else fields.text("by", SchedulerRecord.by))
+        node=fields.text("node"), state_before=fields.maybe_text("state_before", None),
+                           reason_before=fields.maybe_text("reason_before", None),
+        state_after=fields.maybe_text("state_after", None), reason_after=fields.maybe_text("reason_after", None),
+                           jobs=jobs,
+        plan=fields.maybe_text("plan", None), error=fields.maybe_text("error", None),
+                           abandoned=fields.boolean("abandoned", False),
+        waited_s=fields.maybe_number("waited_s", None), taken_over=fields.maybe_text("taken_over", None),
+        by=by if by is not None else fields.text("by", SchedulerRecord.by))
 
 
 def records_from(values: object, read: Callable[[Fields], T], where: str) -> tuple[T, ...]:

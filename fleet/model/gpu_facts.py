@@ -323,13 +323,10 @@ class GpuSettings:
 
     @classmethod
     def of(cls, gpu: GpuHealth) -> GpuSettings:
-        """Its settings' facts, set in one dict as the instance's attributes: what `__init__` sets, in the fields'
-        order (`SETTINGS`' order is the fields', checked below; no `__post_init__`), where a frozen dataclass's
-        `__init__` pays an `object.__setattr__` a field (17 a GPU, 8 GPUs a host)."""
+        """Its settings: each `SETTINGS` row's fact, by the field of its name (the fields are the rows, checked
+        below)."""
         facts: Mapping[str, Any] = gpu.facts  # each by its row's reader: the field's type
-        settings = object.__new__(cls)
-        settings.__dict__.update(zip(_SETTING_NAMES, map(facts.get, _SETTING_NAMES), strict=True))
-        return settings
+        return cls(**{name: facts.get(name) for name in _SETTING_NAMES})
 
     @classmethod
     def of_each(cls, gpus: Sequence[GpuHealth]) -> list[GpuSettings]:
@@ -343,5 +340,5 @@ class GpuSettings:
 
 
 _SETTING_NAMES = tuple(fact.name for fact in SETTINGS)
-if tuple(f.name for f in fields(GpuSettings)) != _SETTING_NAMES or hasattr(GpuSettings, "__post_init__"):
-    raise TypeError("GpuSettings' fields are not SETTINGS' rows, in their order, or __init__ does more than set them")
+if tuple(f.name for f in fields(GpuSettings)) != _SETTING_NAMES:
+    raise TypeError("GpuSettings' fields are not SETTINGS' rows, in their order")

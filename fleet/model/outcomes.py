@@ -95,7 +95,7 @@ def line_of(decide: Callable[P, Verdict | None]) -> Callable[P, str | None]:
     return line
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, kw_only=True)
 class CommandResult:
     """What one remote command did: exit status or signal, both streams apart."""
 
@@ -105,13 +105,6 @@ class CommandResult:
     stderr: str
     duration_s: float
     signal: str | None = None
-
-    def __init__(self, argv: tuple[str, ...], exit_status: int | None, stdout: str, stderr: str, duration_s: float,
-                 signal: str | None = None) -> None:
-        # The fields set once, in one update of the instance's dict: a frozen dataclass's own __init__ pays an
-        # object.__setattr__ a field, and a host makes about 30 of these (one a command and a batch's section).
-        self.__dict__.update(argv=argv, exit_status=exit_status, stdout=stdout, stderr=stderr, duration_s=duration_s,
-                             signal=signal)
 
     @property
     def ok(self) -> bool:

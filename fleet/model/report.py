@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from fleet.model.fabric import FabricManager
@@ -18,7 +18,7 @@ from fleet.model.outcomes import Verdict as Verdict
 from fleet.model.outcomes import line_of as line_of
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepResult:
     name: StepName
     status: StepStatus
@@ -31,10 +31,11 @@ class StepResult:
     def since(cls, name: StepName, started: float, detail: str, status: StepStatus = StepStatus.OK,
               error: str | None = None, reason: Reason | None = None) -> StepResult:
         """The result of a step that began at `started` (monotonic clock) and ends now."""
-        return cls(name, status, round(time.monotonic() - started, 3), detail, error, reason)
+        return cls(name=name, status=status, duration_s=round(time.monotonic() - started, 3), detail=detail,
+                   error=error, reason=reason)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KilledProcess:
     pid: int
     name: str
@@ -42,7 +43,7 @@ class KilledProcess:
     signal: str  # "SIGTERM" or "SIGKILL": the last signal it needed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KeptProcess:
     """A GPU holder the kill left alive on purpose, and why (its protection: `protected name nvidia-persistenced`,
     `a Slurm job's process (job 4711, ...)`): `{"pid", "name", "user", "why"}`."""
@@ -62,7 +63,7 @@ class Finding:
     detail: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostFinding:
     """A health fact that belongs to no GPU nvidia-smi listed: an Xid on another PCI address (`pci`: an NVSwitch, a
     GPU that fell off the bus), or the node's own (`pci` None: a kernel log fleet could not read).
@@ -74,7 +75,7 @@ class HostFinding:
     pci: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuReport:
     index: int
     memory_used_mib: int | None
@@ -86,7 +87,7 @@ class GpuReport:
     settings: GpuSettings | None = None  # what nvidia-smi said of its settings at verify
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepOutcome:
     """What one step came to: its line in the report (`result`) and what it learned for the host's report."""
 
@@ -103,7 +104,7 @@ class StepOutcome:
     stopped: tuple[str, ...] = ()  # units this step found up and stopped (drain; the kill's `--stop-units`)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlannedProcess:
     """A GPU holder a dry run found: what a reset would do to it and why."""
 
@@ -114,7 +115,7 @@ class PlannedProcess:
     kept_because: str | None = None  # set for a protected holder a reset would leave alive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostPlan:
     """What a reset would do on one host, read from the host without changing it."""
 
@@ -130,7 +131,7 @@ class HostPlan:
         return tuple(unit for unit, state in self.units if state not in ("inactive", "failed"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulerRecord:
     """A host's node in its workload manager around the run (`--scheduler`): as fleet found it and as it left it.
 
@@ -152,7 +153,7 @@ class SchedulerRecord:
     by: str = "slurm"  # the scheduler's name; a record read from a document before 0.3 is Slurm's, its only one
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostReport:
     name: str
     status: HostStatus
@@ -173,7 +174,7 @@ class HostReport:
     restored: tuple[str, ...] = ()  # `--restore-settings`: each nvidia-smi change that took, as a line
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunReport:
     run_id: str
     command: str
@@ -193,9 +194,12 @@ class RunReport:
 
 def flat(record: Any) -> dict[str, Any]:
     """`dataclasses.asdict` of a record whose fields are plain values (no dataclass, list or dict inside: a
-    `KilledProcess`, a `Finding`), for a fraction of its cost: the report and the history take one of each a host,
-    10,000 hosts at once. It is a copy of the record's own attributes: a dataclass's `__init__` sets each field, in
-    their order, and these records (frozen, no `__slots__`) hold nothing else (`tests/unit/test_report.py` checks
-    each record class against `fields`)."""
-    attributes: dict[str, Any] = record.__dict__
-    return attributes.copy()  # a copy of its own (of an instance dict, the quickest: dict() goes item by item)
+    `KilledProcess`, a `Finding`), without its deep copy: each field by name, its names read once a class."""
+    kind = type(record)
+    names = _NAMES.get(kind)
+    if names is None:
+        names = _NAMES[kind] = tuple(f.name for f in fields(kind))
+    return {name: getattr(record, name) for name in names}
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}  # each record class's field names, read once

@@ -176,7 +176,8 @@ class Node:
         """One section (`framing.answers`) as its own command's result; a CommandTimeout (naming its bound) when
         its own `timeout` ended it (its event then names the bound too). `where`: the batch's leading fields."""
         status, stdout, stderr, ran_s = section
-        result = CommandResult(probe.argv, status, stdout, stderr, batch.duration_s)
+        result = CommandResult(argv=probe.argv, exit_status=status, stdout=stdout, stderr=stderr,
+                               duration_s=batch.duration_s)
         if not framing.bound_fired(status, ran_s, bound.seconds):
             self._log_command(result, where, bound.seconds, timed_out=False)
             return result
@@ -189,7 +190,8 @@ class Node:
         """A section with no complete frame: no answer, never an empty one. Why, in this order: an earlier
         section timed out (this one never ran), the batch itself timed out, or its output was cut (the
         transport's bound) or it ended early: unreadable."""
-        cut = CommandResult(probe.argv, None, "", "", batch.duration_s, batch.signal)
+        cut = CommandResult(argv=probe.argv, exit_status=None, stdout="", stderr="", duration_s=batch.duration_s,
+                            signal=batch.signal)
         if hung is not None:
             note = f"not run: {hung} before it in the batch"
             failure = StepFailed(f"{probe.what} not run: {hung}", StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
@@ -208,7 +210,8 @@ class Node:
         """A section the step's budget ended before its own bound could (it was running), or kept from running:
         said so, never as a hang of its bound."""
         why = f"cut: {spent}" if running else f"not run: {spent}"
-        self._log_result(CommandResult(probe.argv, None, "", "", batch.duration_s, batch.signal), step,
+        self._log_result(CommandResult(argv=probe.argv, exit_status=None, stdout="", stderr="",
+                                       duration_s=batch.duration_s, signal=batch.signal), step,
                          bound.seconds, timed_out=running, batch=self.batches, note=why)
         return StepFailed(f"{probe.what} {why}", StepStatus.TIMEOUT, Reason.COMMAND_TIMEOUT)
 
@@ -234,7 +237,8 @@ class Node:
         if result is not None:
             self._log_result(result, None, timeout, timed_out=False)
             return result
-        self._log_result(CommandResult(argv, None, "", "", time.monotonic() - started, "KILL"), None,
+        self._log_result(CommandResult(argv=argv, exit_status=None, stdout="", stderr="",
+                                       duration_s=time.monotonic() - started, signal="KILL"), None,
                          timeout, timed_out=True, note=f"did not end within {RELEASE_TIMEOUT_S:g} s of release: killed")
         return None
 

@@ -152,11 +152,12 @@ NAME_CHARS = 32
 
 
 def per_host_wanted(report: RunReport, asked: bool | None) -> bool:
-    """Whether the run's hosts each get a line after the summary: as asked (`-v` True, `-q` False), else for a
-    reset (not a dry run) of up to a screenful of hosts."""
-    if asked is not None:
-        return asked
-    return len(report.hosts) <= SCREENFUL and any(h.plan is None for h in report.hosts.values())
+    """Whether the run's hosts each get a line after the summary of what was done to them: never for a check (it
+    does nothing) or a dry run (its plan says it); as asked (`-v` True, `-q` False), else for a reset of up to a
+    screenful of hosts."""
+    if report.command != "reset" or all(h.plan is not None for h in report.hosts.values()):
+        return False
+    return asked if asked is not None else len(report.hosts) <= SCREENFUL
 
 
 def done_lines(report: RunReport) -> list[str]:

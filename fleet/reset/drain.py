@@ -58,11 +58,11 @@ async def drain(node: Node) -> StepOutcome:
     """Stop every unit in `services` gracefully; escalate to SIGKILL only when the stop hangs."""
     started, services = time.monotonic(), node.host.services
     if not services:
-        return StepOutcome(StepResult.since(StepName.DRAIN, started, "no services to stop"))
+        return StepOutcome(result=StepResult.since(StepName.DRAIN, started, "no services to stop"))
     stopped = await stop_units(node, services, node.host.drain_timeout)
     status = StepStatus.FAILED if stopped.error else StepStatus.OK
     reason = Reason.DRAIN_FAILED if stopped.error else None
-    return StepOutcome(StepResult.since(StepName.DRAIN, started, stopped.detail, status, stopped.error, reason),
+    return StepOutcome(result=StepResult.since(StepName.DRAIN, started, stopped.detail, status, stopped.error, reason),
                        stopped=stopped.stopped)
 
 

@@ -204,9 +204,10 @@ def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, 
             if owner is not None:
                 found[owner.bus_id].append(finding)
             else:
-                host.append(HostFinding(finding.check, finding.level, finding.detail, pci))
+                host.append(HostFinding(check=finding.check, level=finding.level, detail=finding.detail, pci=pci))
     level = policy.level("xid", by_name("xid").default) if kernel.unread is not None else None
-    unread = None if level is None else HostFinding("xid", level, f"cannot read the kernel log ({kernel.unread})")
+    unread = None if level is None else HostFinding(check="xid", level=level,
+                                                    detail=f"cannot read the kernel log ({kernel.unread})")
     return Judgement({bus: tuple(f) for bus, f in found.items()}, tuple(host), unread, kernel.unread)
 
 

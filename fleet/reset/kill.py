@@ -230,8 +230,8 @@ def _kill_outcome(started: float, rounds: Sequence[KillRound], stopped: UnitsSto
     kept = frozenset(h.pid for h in last.kept if h.part_of_the_machine)
     job_pids = frozenset(h.pid for h in last.kept if job_of(h) is not None)
     spared = frozenset(h.pid for r in rounds for h in r.kept)
-    left_alive = tuple(KeptProcess(h.pid, h.name, h.user, h.protected_by or "") for h in last.kept)
-    return StepOutcome(StepResult.since(StepName.KILL, started, detail, status, error, reason), killed=killed,
+    left_alive = tuple(KeptProcess(pid=h.pid, name=h.name, user=h.user, why=h.protected_by or "") for h in last.kept)
+    return StepOutcome(result=StepResult.since(StepName.KILL, started, detail, status, error, reason), killed=killed,
                        kept=kept, job_pids=job_pids, spared=spared, left_alive=left_alive,
                        stopped=stopped.stopped if stopped is not None else ())
 

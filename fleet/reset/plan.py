@@ -58,7 +58,7 @@ def build_plan(
         mib[app.pid] += app.used_mib or 0
 
     def planned(h: Holder) -> PlannedProcess:
-        return PlannedProcess(h.pid, h.user, h.name, mib.get(h.pid), h.protected_by)
+        return PlannedProcess(pid=h.pid, user=h.user, name=h.name, mib=mib.get(h.pid), kept_because=h.protected_by)
 
     stopping = {unit for unit, state in states.items() if not state.is_down}
     free = [h for h in holders if h.protected_by is None]
@@ -74,7 +74,7 @@ def build_plan(
 def planned_steps(plan: HostPlan) -> list[StepResult]:
     """The report's steps for a planned host: none ran (`skipped`), each says what it would do."""
     lines = describe_plan(plan)
-    return [StepResult(name, StepStatus.SKIPPED, 0.0, lines[name]) for name in StepName]
+    return [StepResult(name=name, status=StepStatus.SKIPPED, duration_s=0.0, detail=lines[name]) for name in StepName]
 
 
 def _process(p: PlannedProcess) -> str:

@@ -150,7 +150,7 @@ async def _after_reset(node: Node, kept: Collection[int], before: Waited, chosen
     after = await _wait_free(node, kept, wait_room(host).start())
     if after.free:
         detail = f"{reset.line}; {len(after.rows)} GPUs at or under {host.memory_threshold_mib} MiB after it"
-        return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=before.settled)
+        return StepOutcome(result=StepResult.since(StepName.SETTLE, started, detail), settle_s=before.settled)
     still = unsettled_error(after.rows, after.allowance, host.settle_timeout)
     line = f"needs_reboot: {still}, even after {reset.line}"
     return _failed(started, before, (Reason.NEEDS_REBOOT, line), StepStatus.FAILED)
@@ -158,12 +158,13 @@ async def _after_reset(node: Node, kept: Collection[int], before: Waited, chosen
 
 def _settled(started: float, waited: Waited, threshold: int) -> StepOutcome:
     detail = f"{len(waited.rows)} GPUs at or under {threshold} MiB after {waited.elapsed:.1f} s"
-    return StepOutcome(StepResult.since(StepName.SETTLE, started, detail), settle_s=waited.settled)
+    return StepOutcome(result=StepResult.since(StepName.SETTLE, started, detail), settle_s=waited.settled)
 
 
 def _failed(started: float, waited: Waited, verdict: Verdict, status: StepStatus = StepStatus.TIMEOUT) -> StepOutcome:
     reason, line = verdict
-    return StepOutcome(StepResult.since(StepName.SETTLE, started, line, status, line, reason), settle_s=waited.settled)
+    return StepOutcome(result=StepResult.since(StepName.SETTLE, started, line, status, line, reason),
+                       settle_s=waited.settled)
 
 
 @dataclass(frozen=True)

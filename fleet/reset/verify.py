@@ -113,7 +113,7 @@ async def verify(node: Node, settle_s: Mapping[int, float] | None = None, baseli
     reason, error = verdict if verdict else (None, None)
     detail = describe_verify(rows, apps, holders) + describe_kept(kept_apps) + describe_health(rows, findings)
     status = StepStatus.FAILED if error else StepStatus.OK
-    return StepOutcome(StepResult.since(StepName.VERIFY, started, detail, status, error, reason), gpus=gpus,
+    return StepOutcome(result=StepResult.since(StepName.VERIFY, started, detail, status, error, reason), gpus=gpus,
                        health=findings.host_findings, fabric_manager=fabricmanager.observed(answers, fm_probe))
 
 
@@ -206,10 +206,10 @@ def gpu_reports(rows: Sequence[smi.GpuRow], settle_s: Mapping[int, float],
                 findings: Mapping[str, Sequence[Finding]] | None = None,
                 settings: Mapping[str, GpuSettings] | None = None) -> tuple[GpuReport, ...]:
     found, said = findings or {}, settings or {}
-    return tuple(  # by position, in GpuReport's order (index, memory used, uuid, name, total, settle_s, health,
-        # settings): fewer calls than by keyword, a report of every GPU
-        GpuReport(r.index, r.memory_used_mib, r.uuid, r.name, r.memory_total_mib, settle_s.get(r.index),
-                  tuple(found.get(r.pci_bus_id or "", ())), said.get(r.pci_bus_id or ""))
+    return tuple(
+        GpuReport(index=r.index, memory_used_mib=r.memory_used_mib, uuid=r.uuid, name=r.name,
+                  memory_total_mib=r.memory_total_mib, settle_s=settle_s.get(r.index),
+                  health=tuple(found.get(r.pci_bus_id or "", ())), settings=said.get(r.pci_bus_id or ""))
         for r in rows
     )
 

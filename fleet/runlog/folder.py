@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.model.errors import UsageError
-from fleet.runlog.jsonl import HostLogger, write_line
+from fleet.runlog.jsonl import HostLogger, Lines, write_line
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -88,6 +88,7 @@ class RunLogs:
         self.path = log_dir / run_id
         self._files: dict[str, io.FileIO] = {}
         self._running: int | None = None
+        self._common = Lines()  # what its hosts' log lines have in common, made once for the run
 
     def create(self) -> None:
         """The run's folder, and its `running.lock` held (exclusive) until `close`."""
@@ -99,7 +100,7 @@ class RunLogs:
             raise UsageError(f"cannot create log folder {self.path}: {exc.strerror}") from exc
 
     def host_logger(self, host: str) -> HostLogger:
-        return HostLogger(self._file(host), host, self.run_id)
+        return HostLogger(self._file(host), host, self.run_id, self._common)
 
     def relay(self, host: str, record: dict[str, Any]) -> None:
         """Append an event a node logged itself (`--via srun`) to that host's log, as it was logged there."""

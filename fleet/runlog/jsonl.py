@@ -44,8 +44,7 @@ def _fallback(value: Any) -> Any:
         return repr(value)
 
 
-_ENCODER = json.JSONEncoder(default=_fallback)
-_ENCODE = _ENCODER.encode
+_ENCODE = json.JSONEncoder(default=_fallback).encode
 
 
 class _Keys(dict[str, str]):
@@ -64,76 +63,81 @@ class _Events(dict[str, str]):
         return closing
 
 
-_KEYS = _Keys()
-_EVENTS = _Events()
-
-
 def _float(value: float) -> str:
     return repr(value) if isfinite(value) else _ENCODE(value)  # an exact float: its repr, when finite
 
 
-def _list(value: list[Any]) -> str:
-    """A list of strings (an argv) item by item, a short one remembered; any other list as the encoder writes it."""
-    items = tuple(value)
-    if not _ONLY_STR.issuperset(map(type, items)):  # exact strings only: a tuple of them is the text it encodes
-        return _ENCODER.encode(value)
-    known = _REMEMBERED.get(items)
-    if known is not None:
-        return known
-    text = f"[{', '.join(map(encode_basestring_ascii, items))}]"
-    if sum(map(len, items)) <= _REMEMBERED_CHARS:
-        if len(_REMEMBERED) >= _REMEMBERED_LISTS:
-            _REMEMBERED.clear()
-        _REMEMBERED[items] = text
-    return text
-
-
 _ONLY_STR = frozenset({str})
 # Lists of strings as JSON, remembered by their exact items: the same argv (a long shell script, a batch's program
-# and lines) is logged for every host, most of its text the same for all. At most 256 lists of up to 16 k
-# characters each, kept with their JSON: 8 MB at most (all forgotten when full: a run logs far fewer).
-_REMEMBERED: dict[tuple[str, ...], str] = {}
-_REMEMBERED_LISTS = 256
-_REMEMBERED_CHARS = 16_384
-
+# and lines) is logged for every host of a run, most of its text the same for all. At most REMEMBERED_LISTS lists
+# of up to REMEMBERED_CHARS characters each, kept with their JSON: 8 MB at most a run (all forgotten when full: a
+# run logs far fewer), and gone with the run's `Lines`.
+REMEMBERED_LISTS = 256
+REMEMBERED_CHARS = 16_384
 
 # How a value of exactly this type is written; any other type (subclasses included: an IntEnum, a StrEnum) by the
-# encoder JSONRenderer uses.
+# encoder JSONRenderer uses. A list of strings: `Lines.value`.
 _BY_TYPE: dict[type, Callable[[Any], str]] = {
     str: encode_basestring_ascii,
     int: repr,  # an exact int: its repr is its JSON
     bool: {True: "true", False: "false"}.__getitem__,
     type(None): {None: "null"}.__getitem__,
     float: _float,
-    list: _list,
 }
 
 
 def _value(value: Any) -> str:
-    """`value` as JSONRenderer writes it."""
-    return _BY_TYPE.get(type(value), _ENCODER.encode)(value)
+    """`value` as JSONRenderer writes it (a list as the encoder writes it)."""
+    return _BY_TYPE.get(type(value), _ENCODE)(value)
 
 
-_SECOND: list[Any] = [None, ""]  # the last whole second stamped (its digits), and its `YYYY-MM-DDTHH:MM:SS`
+class Lines:
+    """What the lines of one run's logs have in common, made once for all its hosts' loggers: the fields' and
+    events' names as JSON, the argvs logged (each host logs the same ones), and the second the last stamp fell in.
+    A run's `RunLogs` holds one; it goes with the run."""
 
+    __slots__ = ("events", "keys", "remembered", "second")
 
-def _stamp() -> str:
-    """Now, as TimeStamper(fmt="iso", utc=True) writes it (`datetime.isoformat`: no fraction on a whole second);
-    the date and time of day made once a second."""
-    micros = str(time.time_ns() // 1000)  # microseconds since the epoch: the last six digits are the fraction
-    second, fraction = micros[:-6], micros[-6:]
-    if second != _SECOND[0]:
-        _SECOND[:] = second, datetime.fromtimestamp(int(second), tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{_SECOND[1]}.{fraction}Z" if fraction != "000000" else f"{_SECOND[1]}Z"
+    def __init__(self) -> None:
+        self.keys, self.events = _Keys(), _Events()
+        self.remembered: dict[tuple[str, ...], str] = {}
+        self.second: tuple[str, str] = ("", "")  # the last whole second stamped (its digits), `YYYY-MM-DDTHH:MM:SS`
+
+    def value(self, value: Any) -> str:
+        """`value` as JSONRenderer writes it; a list of strings item by item, a short one remembered."""
+        if type(value) is not list:
+            return _BY_TYPE.get(type(value), _ENCODE)(value)
+        items = tuple(value)
+        if not _ONLY_STR.issuperset(map(type, items)):  # exact strings only: a tuple of them is the text it encodes
+            return _ENCODE(value)
+        known = self.remembered.get(items)
+        if known is not None:
+            return known
+        text = f"[{', '.join(map(encode_basestring_ascii, items))}]"
+        if sum(map(len, items)) <= REMEMBERED_CHARS:
+            if len(self.remembered) >= REMEMBERED_LISTS:
+                self.remembered.clear()
+            self.remembered[items] = text
+        return text
+
+    def stamp(self) -> str:
+        """Now, as TimeStamper(fmt="iso", utc=True) writes it (`datetime.isoformat`: no fraction on a whole
+        second); the date and time of day made once a second."""
+        micros = str(time.time_ns() // 1000)  # microseconds since the epoch: the last six digits are the fraction
+        second, fraction = micros[:-6], micros[-6:]
+        if second != self.second[0]:
+            self.second = second, datetime.fromtimestamp(int(second), tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self.second[1]}.{fraction}Z" if fraction != "000000" else f"{self.second[1]}Z"
 
 
 class HostLogger:
     """A `fleet.model.hostlog.HostLog` writing one host's lines to `out` (opened unbuffered, in append mode)."""
 
-    __slots__ = ("_host", "_opening", "_out", "_run_id")
+    __slots__ = ("_host", "_lines", "_opening", "_out", "_run_id")
 
-    def __init__(self, out: io.FileIO, host: str, run_id: str) -> None:
-        self._out = out
+    def __init__(self, out: io.FileIO, host: str, run_id: str, lines: Lines | None = None) -> None:
+        """`lines`: the run's (`RunLogs` hands every host's logger the same), else one of its own."""
+        self._out, self._lines = out, lines if lines is not None else Lines()
         self._host, self._run_id = host, run_id
         self._opening = f'{{"host": {_value(host)}, "run_id": {_value(run_id)}'
 
@@ -161,10 +165,12 @@ class HostLogger:
                                           run_id=self._run_id)
             write_text(self._out, f"{getattr(chain, level)(event, **fields)}\n")
             return
+        lines = self._lines
+        keys, value = lines.keys, lines.value
         line = [self._opening]
-        for name, value in fields.items():
-            line += _KEYS[name], _BY_TYPE.get(type(value), _ENCODE)(value)
-        line.append(f'{_EVENTS[event]}, "level": "{level}", "timestamp": "{_stamp()}"}}\n')
+        for name, given in fields.items():
+            line += keys[name], value(given)
+        line.append(f'{lines.events[event]}, "level": "{level}", "timestamp": "{lines.stamp()}"}}\n')
         write_text(self._out, "".join(line))
 
 

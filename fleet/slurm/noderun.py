@@ -105,7 +105,7 @@ def host_of(name: str, variables: dict[str, Any]) -> Host:
 
 
 def _failed(lines: Lines, name: str, error: str, reason: Reason) -> int:
-    lines.report(HostReport(name, HostStatus.FAILED, error=error, reason=reason))
+    lines.report(HostReport(name=name, status=HostStatus.FAILED, error=error, reason=reason))
     return 1
 
 

@@ -238,7 +238,8 @@ class SrunRun:
         eligible = []
         for name, run in self.runs.items():
             node = self.before.get(name)
-            run.scheduler = SchedulerRecord(name, node.state if node else None, node.reason if node else None,
+            run.scheduler = SchedulerRecord(node=name, state_before=node.state if node else None,
+                                            reason_before=node.reason if node else None,
                                     jobs=jobs.get(name, ()))
             if node is None:
                 self._end(name, HostStatus.FAILED, f"slurm: Slurm has no node {name} (set slurm_node if its Slurm"

@@ -79,15 +79,17 @@ class ScriptedTransport:
             tag = batch.tag_of(stdin)
             if tag is None:  # as batch.sh: no tag on stdin, nothing run
                 self.sent.append(tuple(bounded_argv(argv, timeout, become=self.become and privileged)))
-                return CommandResult(tuple(argv), 2, "", "", 0.0)
+                return CommandResult(argv=tuple(argv), exit_status=2, stdout="", stderr="", duration_s=0.0)
             return await self._run_batch(argv, tag, batched, timeout=timeout, privileged=privileged)
         reply = self._answer(argv, timeout, privileged)
         if reply.delay_s > timeout:
             await anyio.sleep(timeout)
-            raise CommandTimeout(CommandResult(tuple(argv), None, reply.stdout, reply.stderr, timeout), timeout)
+            raise CommandTimeout(CommandResult(argv=tuple(argv), exit_status=None, stdout=reply.stdout,
+                                               stderr=reply.stderr, duration_s=timeout), timeout)
         if reply.delay_s:
             await anyio.sleep(reply.delay_s)
-        return CommandResult(tuple(argv), reply.exit_status, reply.stdout, reply.stderr, reply.delay_s)
+        return CommandResult(argv=tuple(argv), exit_status=reply.exit_status, stdout=reply.stdout, stderr=reply.stderr,
+                             duration_s=reply.delay_s)
 
     async def _run_batch(self, argv: Sequence[str], tag: str, parts: Sequence[tuple[float, Sequence[str]]], *,
                          timeout: float, privileged: bool) -> CommandResult:
@@ -101,7 +103,8 @@ class ScriptedTransport:
             if took > left:
                 await anyio.sleep(left)
                 out, err = batch.frame(tag, done)
-                raise CommandTimeout(CommandResult(tuple(argv), None, out, err, timeout), timeout)
+                raise CommandTimeout(CommandResult(argv=tuple(argv), exit_status=None, stdout=out, stderr=err,
+                                                   duration_s=timeout), timeout)
             if took:
                 await anyio.sleep(took)
             left -= took
@@ -110,7 +113,7 @@ class ScriptedTransport:
             if hung:
                 break  # as batch.sh: the rest are not run
         out, err = batch.frame(tag, done)
-        return CommandResult(tuple(argv), 0, out, err, timeout - left)
+        return CommandResult(argv=tuple(argv), exit_status=0, stdout=out, stderr=err, duration_s=timeout - left)
 
     async def open_command(self, argv: Sequence[str], *, timeout: float, privileged: bool = False) -> OpenCommand:
         reply = self._answer(argv, timeout, privileged)
@@ -120,12 +123,14 @@ class ScriptedTransport:
         if reply.exit_status == 0 and first:
             self.open_commands += 1
             return OpenCommand(first, release=lambda: self._release(argv, reply))
-        ended = CommandResult(tuple(argv), reply.exit_status, reply.stdout, reply.stderr, reply.delay_s)
+        ended = CommandResult(argv=tuple(argv), exit_status=reply.exit_status, stdout=reply.stdout, stderr=reply.stderr,
+                              duration_s=reply.delay_s)
         return OpenCommand(first, ended)
 
     async def _release(self, argv: Sequence[str], reply: Reply) -> CommandResult:
         self.open_commands -= 1
-        return CommandResult(tuple(argv), 0, reply.stdout, reply.stderr, reply.delay_s)
+        return CommandResult(argv=tuple(argv), exit_status=0, stdout=reply.stdout, stderr=reply.stderr,
+                             duration_s=reply.delay_s)
 
     async def close(self) -> None:
         self.closed = True

@@ -341,8 +341,10 @@ async def test_sections_the_steps_budget_cut_say_so_never_that_they_hung_for_the
 
 def test_a_bound_the_budget_set_is_no_hang_of_the_commands_own() -> None:
     smi = probe("nvidia-smi", hang="nvidia-smi did not answer within {s} s ({bound}): driver may be wedged")
-    own = CommandTimeout(CommandResult(("nvidia-smi",), 124, "", "", 30.0), 30.0, "nvidia-smi's bound")
-    left = CommandTimeout(CommandResult(("nvidia-smi",), 124, "", "", 4.0), 4.0,
+    own = CommandTimeout(CommandResult(argv=("nvidia-smi",), exit_status=124, stdout="", stderr="", duration_s=30.0),
+                         30.0, "nvidia-smi's bound")
+    left = CommandTimeout(CommandResult(argv=("nvidia-smi",), exit_status=124, stdout="", stderr="", duration_s=4.0),
+                          4.0,
                           "what was left of verify's 240 s budget")
     assert hang_line(smi, own) == "nvidia-smi did not answer within 30 s (nvidia-smi's bound): driver may be wedged"
     assert hang_line(smi, left) == ("nvidia-smi did not answer within 4 s (what was left of verify's 240 s budget): "

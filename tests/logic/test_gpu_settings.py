@@ -120,13 +120,13 @@ def test_the_simulated_nvidia_smi_says_the_same_settings_both_ways(tmp_path: Pat
 def test_the_json_report_carries_a_gpus_settings_both_ways() -> None:
     """`gpus[].settings` where verify read them (null where it did not; a document without the key reads as
     null), read back as the same record (the --via srun relay reads a node's report so)."""
-    read = GpuReport(0, 0, settings=H200_590)
+    read = GpuReport(index=0, memory_used_mib=0, settings=H200_590)
     document = json.loads(json.dumps(gpu_document(read)))
     assert document["settings"]["power_limit_w"] == 700.0 and document["settings"]["driver"] == "590.48.01"
     assert gpu_from(Fields(document)) == read
-    assert gpu_document(GpuReport(0, 0))["settings"] is None
-    older = {k: v for k, v in gpu_document(GpuReport(0, 0)).items() if k != "settings"}
-    assert gpu_from(Fields(older)) == GpuReport(0, 0)
+    assert gpu_document(GpuReport(index=0, memory_used_mib=0))["settings"] is None
+    older = {k: v for k, v in gpu_document(GpuReport(index=0, memory_used_mib=0)).items() if k != "settings"}
+    assert gpu_from(Fields(older)) == GpuReport(index=0, memory_used_mib=0)
 
 
 async def test_a_reset_records_each_gpus_settings(make_fleet: Any, tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def run_read(tmp_path: Path, stdout: str, stderr: str = "", status: int = 0, cur
     argv = read_argv(cursor)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
     ran = (tmp_path / "argv").read_text().splitlines()
-    return Ran(CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr, 0.1), ran)
+    return Ran(CommandResult(argv=tuple(argv), exit_status=done.returncode, stdout=done.stdout, stderr=done.stderr,
+                             duration_s=0.1), ran)
 
 
 def replay(tmp_path: Path, name: str, cursor: str | None = None) -> Ran:
@@ -187,14 +188,15 @@ def test_no_journalctl_at_all(tmp_path: Path) -> None:
     argv = read_argv()
     done = subprocess.run(argv, capture_output=True, text=True, env={"PATH": str(tmp_path)}, timeout=30, check=False)
     with pytest.raises(KernelLogUnread, match=r"journalctl exited 127: .*journalctl.*not found"):
-        reading(CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr, 0.1))
+        reading(CommandResult(argv=tuple(argv), exit_status=done.returncode, stdout=done.stdout, stderr=done.stderr,
+                              duration_s=0.1))
 
 
 def test_output_cut_anywhere_is_no_answer(tmp_path: Path) -> None:
     """The transport's bound, a batch ended early: without the end line, never "no Xids"."""
     whole = replay(tmp_path, "since-boot").result
     for cut in range(len(whole.stdout)):
-        part = CommandResult(whole.argv, 0, whole.stdout[:cut], "", 0.1)
+        part = CommandResult(argv=whole.argv, exit_status=0, stdout=whole.stdout[:cut], stderr="", duration_s=0.1)
         if part.stdout.endswith(whole.stdout.splitlines()[-1]):
             continue  # the whole end line is there (only its newline cut): the read is whole
         with pytest.raises(KernelLogUnread):
@@ -240,7 +242,8 @@ def test_a_real_journal_holding_an_xid_whose_thread_name_is_cut_mid_utf8(tmp_pat
     wrapper.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(read_argv(), capture_output=True, text=True, env=env, timeout=30, check=False)
-    log = reading(CommandResult(tuple(read_argv()), done.returncode, done.stdout, done.stderr, 0.1))
+    log = reading(CommandResult(argv=tuple(read_argv()), exit_status=done.returncode, stdout=done.stdout,
+                                stderr=done.stderr, duration_s=0.1))
     assert [(x.code, x.pid, x.process_name) for x in log.xids] == [
         (13, 4242, CUT_NAME), (43, 4243, b"caf\xe9"), (31, 4245, b"a\nb"),
     ]

@@ -95,7 +95,8 @@ async def test_kept_holders_are_logged_with_why() -> None:
     outcome = await kill.kill(remote(t, log))
     assert outcome.result.detail == "no GPU holders to kill; kept pid 900 python3 (fleet's own session)"
     assert ("kept", {"step": "kill", "pid": 900, "name": "python3", "reason": "fleet's own session"}) in log.events
-    assert outcome.left_alive == (KeptProcess(900, "python3", "root", "fleet's own session"),)  # the report's kept
+    assert outcome.left_alive == (KeptProcess(pid=900, name="python3", user="root", why="fleet's own session"),
+                                  )  # the report's kept
 
 
 CRON = "0::/system.slice/cron.service"

@@ -67,7 +67,8 @@ def test_bounded_argv_prefixes_sudo_only_when_asked_and_bounds_sudo_itself() -> 
                                                                       " password; use -S\n"])
 def test_a_sudo_that_asks_is_one_auth_error_line(stderr: str) -> None:
     host = make_host()
-    result = CommandResult(("systemctl", "stop", "--no-block", "--", "x.service"), 1, "", stderr, 0.01)
+    result = CommandResult(argv=("systemctl", "stop", "--no-block", "--", "x.service"), exit_status=1, stdout="",
+                           stderr=stderr, duration_s=0.01)
     with pytest.raises(AuthError) as caught:
         finish(result, host, 5, become=True)
     assert str(caught.value) == (

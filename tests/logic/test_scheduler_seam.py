@@ -48,7 +48,7 @@ class Fake:
 
     async def admit(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
         self.calls.extend(f"admit {r.host.name}" for r in runs)
-        return {r.host.name: SchedulerRecord(r.host.name, state_before="ready", by="fake") for r in runs}
+        return {r.host.name: SchedulerRecord(node=r.host.name, state_before="ready", by="fake") for r in runs}
 
     async def ready(self, run: HostRun, log: object) -> Ready:
         record = run.scheduler
@@ -59,7 +59,8 @@ class Fake:
     async def release(self, run: HostRun, report: HostReport, log: object) -> SchedulerRecord | None:
         self.calls.append(f"release {run.host.name} {report.status}")
         after = "ready" if report.status in (HostStatus.CLEAN, HostStatus.SKIPPED) else "cordoned"
-        return SchedulerRecord(run.host.name, "ready", state_after=after, by="fake") if run.scheduler else None
+        return SchedulerRecord(node=run.host.name, state_before="ready", state_after=after,
+                               by="fake") if run.scheduler else None
 
 
 PLUG = schedulers.Plug(lifecycle=lambda options, logs, interrupts: Fake())
@@ -100,8 +101,8 @@ async def test_a_fake_scheduler_runs_a_reset_through_the_seam(tmp_path: Path) ->
     _, report = await run_and_report([make_host("gpu-01"), make_host("gpu-02")], options, as_json=False,
                                      log_dir=tmp_path, connector=connector)
     clean, busy = report.hosts["gpu-01"], report.hosts["gpu-02"]
-    assert clean.status is HostStatus.CLEAN and clean.scheduler == SchedulerRecord("gpu-01", "ready",
-                                                                                    state_after="ready", by="fake")
+    assert clean.status is HostStatus.CLEAN and clean.scheduler == SchedulerRecord(node="gpu-01", state_before="ready",
+                                                                                   state_after="ready", by="fake")
     assert busy.status is HostStatus.SKIPPED and busy.error == "fake: pod still running" and not scripts["gpu-02"].ran
     assert sorted(Fake.calls) == ["admit gpu-01", "admit gpu-02", "release gpu-01 clean", "release gpu-02 skipped"]
     summary = summary_of(tmp_path)["hosts"]["gpu-01"]
@@ -150,7 +151,7 @@ async def test_a_reset_through_the_fake_keeps_its_jobs_on_in_process_nodes(tmp_p
     assert (held.status, held.reason) == (HostStatus.FAILED, Reason.MEMORY_HELD_BY_JOB)
     assert f"memory held by a Fake job (podstepd pid {daemon}); " in (held.error or "")
     assert (held.error or "").endswith("fleet never kills a job's processes: cordon the node in Fake first")
-    assert held.scheduler == SchedulerRecord("gpu-01", "ready", state_after="cordoned", by="fake")
+    assert held.scheduler == SchedulerRecord(node="gpu-01", state_before="ready", state_after="cordoned", by="fake")
     assert busy.status is HostStatus.SKIPPED and busy.error == "fake: pod still running"
     for sim_node in sim.nodes.values():
         assert not [p for p in sim_node.recorded_pids() if sim_node.alive(p)], "teardown left a process alive"

@@ -156,7 +156,8 @@ async def logs(tmp_path: Path) -> AsyncIterator[RunLogs]:
 async def stepped(slurm: ScriptedSlurm, logs: RunLogs, outcomes: dict[str, HostStatus]) -> SrunRun:
     """A run whose step took `outcomes`' nodes (none sent a report: each may have been touched), in its
     reservation."""
-    runs = [HostRun(Host(name=n, address="127.0.0.1"), scheduler=SchedulerRecord(n, "IDLE")) for n in outcomes]
+    runs = [HostRun(Host(name=n, address="127.0.0.1"),
+                    scheduler=SchedulerRecord(node=n, state_before="IDLE")) for n in outcomes]
     srun = SrunRun(slurm.client(), runs, RunOptions(scheduler=SchedulerOptions(fan_out=True)), logs, poll_s=PAUSE_S)
     await srun.maintenance.create(list(outcomes), 17)
     srun.stepped = list(outcomes)

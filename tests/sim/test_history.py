@@ -87,7 +87,7 @@ NOW = datetime(2026, 12, 2, 11, 5, 1, tzinfo=UTC)
 
 def host(name: str, status: HostStatus = HostStatus.CLEAN, error: str | None = None, reason: Reason | None = None,
          **kw: Any) -> HostReport:
-    return HostReport(name, status, 1.5, error, reason=reason, **kw)
+    return HostReport(name=name, status=status, duration_s=1.5, error=error, reason=reason, **kw)
 
 
 def record_run(history: History, run_id: str, started: datetime, reports: list[HostReport],
@@ -158,7 +158,7 @@ def test_a_host_recorded_again_is_updated_and_keeps_when_it_first_ended(tmp_path
     with History.open(tmp_path / HISTORY_FILE) as history:
         history.start_run("run-1", "reset", ["gpu-b01"], {}, stamp(NOW), "0.1.0", "/logs")
         history.record_host("run-1", host("gpu-b01", HostStatus.FAILED, "x", Reason.SLURM), stamp(NOW))
-        history.record_host("run-1", host("gpu-b01", scheduler=SchedulerRecord("gpu-b01", state_after="IDLE")),
+        history.record_host("run-1", host("gpu-b01", scheduler=SchedulerRecord(node="gpu-b01", state_after="IDLE")),
                             stamp(NOW + timedelta(seconds=9)))
         (row,) = history.host_history("gpu-b01")
     assert (row.status, row.reason, row.error, row.ended_at) == ("clean", None, None, stamp(NOW))
@@ -173,7 +173,9 @@ def test_hosts_recorded_together_are_each_on_record_across_statements_and_keep_w
     names = [f"gpu-b{i:03d}" for i in range(120)]
     with History.open(tmp_path / HISTORY_FILE) as history:
         history.start_run("run-1", "reset", names, {}, stamp(NOW), "0.1.0", "/logs")
-        history.record_hosts("run-1", [(host(n, gpus=(GpuReport(0, i),)), stamp(NOW + timedelta(seconds=i)))
+        history.record_hosts("run-1",
+                             [(host(n, gpus=(GpuReport(index=0, memory_used_mib=i),)),
+                               stamp(NOW + timedelta(seconds=i)))
                                        for i, n in enumerate(names)])
         later = stamp(NOW + timedelta(hours=1))
         history.record_hosts("run-1", [(host(n, HostStatus.FAILED, "release failed", Reason.SLURM), later)
@@ -186,11 +188,14 @@ def test_hosts_recorded_together_are_each_on_record_across_statements_and_keep_w
     assert [h.memory_after_mib for h in record.hosts[:3]] == [[0], [1], [2]]
 
 def test_a_host_report_becomes_the_hosts_columns() -> None:
-    gpus = (GpuReport(0, 3, settle_s=0.4, health=(Finding("xid", Level.FAIL, "Xid 79"),)), GpuReport(1, None))
+    gpus = (GpuReport(index=0, memory_used_mib=3, settle_s=0.4, health=(Finding("xid", Level.FAIL, "Xid 79"),)),
+            GpuReport(index=1, memory_used_mib=None))
     report = HostReport(
-        "gpu-b01", HostStatus.FAILED, 6.1, "gpu 0: Xid 79", (StepResult(StepName.DRAIN, StepStatus.OK, 1.2, "x"),),
-        (KilledProcess(39865, "python3", "root", "SIGTERM"),), gpus, reason=Reason.HEALTH,
-        health=(HostFinding("xid", Level.FAIL, "Xid 74", "0000:05:00"),),
+        name="gpu-b01", status=HostStatus.FAILED, duration_s=6.1, error="gpu 0: Xid 79",
+        steps=(StepResult(name=StepName.DRAIN, status=StepStatus.OK, duration_s=1.2, detail="x"),),
+        killed=(KilledProcess(pid=39865, name="python3", user="root", signal="SIGTERM"),), gpus=gpus,
+        reason=Reason.HEALTH,
+        health=(HostFinding(check="xid", level=Level.FAIL, detail="Xid 74", pci="0000:05:00"),),
     )
     values = host_values(report)
     assert values["reason"] == "health"
@@ -215,12 +220,14 @@ def test_the_settings_column_is_each_gpus_settings_whether_gpus_share_one_value_
     h100 = GpuSettings(name="NVIDIA H100 80GB HBM3", driver="575.57.08", power_limit_w=700.0, mig=False)
     lowered = GpuSettings(name="NVIDIA H100 80GB HBM3", driver="575.57.08", power_limit_w=450.0, mig=False)
     alike = dataclasses.replace(h100)
-    gpus = (GpuReport(0, 0, settings=h100), GpuReport(1, 0, settings=h100), GpuReport(2, 0, settings=lowered),
-            GpuReport(3, 0, settings=None), GpuReport(4, 0, settings=alike), GpuReport(5, 0, settings=h100))
+    gpus = (GpuReport(index=0, memory_used_mib=0, settings=h100), GpuReport(index=1, memory_used_mib=0, settings=h100),
+            GpuReport(index=2, memory_used_mib=0, settings=lowered),
+            GpuReport(index=3, memory_used_mib=0, settings=None), GpuReport(index=4, memory_used_mib=0, settings=alike),
+            GpuReport(index=5, memory_used_mib=0, settings=h100))
     column = host_values(host("gpu-b01", gpus=gpus))["settings"]
     assert column == json_text([settings_document(g) for g in gpus])
-    assert [None if s is None else s["power_limit_w"] for s in json.loads(column)] == [700.0, 700.0, 450.0, None,
-                                                                                        700.0, 700.0]
+    assert [None if s is None else s["power_limit_w"] for s in json.loads(column)] == [700.0, 700.0, 450.0, None, 700.0,
+                                                                                       700.0]
 
 # --- the schema -----------------------------------------------------------------------------------------------
 
@@ -252,7 +259,7 @@ def test_migration_2_adds_the_settings_column_and_keeps_the_rows_before_it(tmp_p
                          " memory_after_mib) VALUES ('run-1', 'gpu-b01', 'clean', 1.0, '[]', 0, '[]', '[]', '[0]')")
     said = GpuSettings(name="NVIDIA H100 80GB HBM3", driver="570.86.15", mig=False, power_limit_w=700.0,
                        app_clock_graphics_mhz=1980)
-    gpus = (GpuReport(0, 0, settings=said), GpuReport(1, 0))
+    gpus = (GpuReport(index=0, memory_used_mib=0, settings=said), GpuReport(index=1, memory_used_mib=0))
     with History.open(path) as history:
         assert history.conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         (before,) = history.host_history("gpu-b01")
@@ -371,7 +378,7 @@ def test_the_recorder_writes_a_run_from_its_own_thread_and_warns_once_when_it_ca
 
 
 def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     written: list[tuple[str, str]] = []
     original = History.record_hosts
 
@@ -400,7 +407,7 @@ def test_a_host_is_written_again_at_the_run_end_only_when_its_report_changed(tmp
 
 
 def test_the_writes_queued_while_the_recorder_gathers_are_one_transaction(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Hosts that end while the writer pauses after the first of them (`GATHER_S`) cost one commit together; the
     run's start was written at once, before any pause."""
     pausing, queued, committed, batches = threading.Event(), threading.Event(), threading.Event(), []
@@ -456,7 +463,7 @@ path, run_id, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 with History.open(path) as history:
     history.start_run(run_id, "reset", [f"{run_id}-{i}" for i in range(count)], {}, now_stamp(), "0.1.0", "/logs")
     for i in range(count):  # a transaction a host, as a run writes them
-        history.record_host(run_id, HostReport(f"{run_id}-{i}", HostStatus.CLEAN, 0.1))
+        history.record_host(run_id, HostReport(name=f"{run_id}-{i}", status=HostStatus.CLEAN, duration_s=0.1))
     history.finish_run(run_id, now_stamp(), 0)
 """
 
@@ -610,7 +617,7 @@ async def test_a_run_killed_mid_way_leaves_its_finished_hosts_on_record(
 
 
 async def test_an_interrupted_run_is_on_record_whole_with_its_exit_status(half_hung_fleet: SimFleet,
-                                                                         tmp_path: Path) -> None:
+                                                                          tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     async with _reset_process(half_hung_fleet, logs) as proc:
         run_id = await _on_record(history_path(logs), "gpu-b01", proc)
@@ -813,14 +820,19 @@ def test_a_log_event_reads_as_one_line() -> None:
 
 def test_a_summary_document_gives_back_the_run_s_own_summary_lines() -> None:
     plan = HostPlan(units=(("sglang.service", "active"),),
-                    would_kill=(PlannedProcess(39865, "root", "python3", 1523),), gpu_memory_mib=(1523,))
-    report = RunReport("run-1", "reset", stamp(NOW), 7.9, {
-        "gpu-b01": HostReport("gpu-b01", HostStatus.PLANNED, 1.0, None,
-                              (StepResult(StepName.DRAIN, StepStatus.OK, 0.1, "would stop sglang.service"),),
+                    would_kill=(PlannedProcess(pid=39865, user="root", name="python3", mib=1523),),
+                    gpu_memory_mib=(1523,))
+    report = RunReport(run_id="run-1", command="reset", started_at=stamp(NOW), duration_s=7.9, hosts={
+        "gpu-b01": HostReport(name="gpu-b01", status=HostStatus.PLANNED, duration_s=1.0, error=None,
+                              steps=(StepResult(name=StepName.DRAIN, status=StepStatus.OK, duration_s=0.1,
+                                                detail="would stop sglang.service"),),
                               plan=plan,
-                              scheduler=SchedulerRecord("gpu-b01", "IDLE", plan="slurm IDLE: would drain it")),
-        "gpu-b02": HostReport("gpu-b02", HostStatus.FAILED, 2.0, "gpu 0 holds 1523 MiB", reason=Reason.MEMORY_HELD),
-        "gpu-b03": HostReport("gpu-b03", HostStatus.FAILED, 2.0, "gpu 0 holds 4096 MiB", reason=Reason.MEMORY_HELD),
+                              scheduler=SchedulerRecord(node="gpu-b01", state_before="IDLE",
+                                                        plan="slurm IDLE: would drain it")),
+        "gpu-b02": HostReport(name="gpu-b02", status=HostStatus.FAILED, duration_s=2.0, error="gpu 0 holds 1523 MiB",
+                              reason=Reason.MEMORY_HELD),
+        "gpu-b03": HostReport(name="gpu-b03", status=HostStatus.FAILED, duration_s=2.0, error="gpu 0 holds 4096 MiB",
+                              reason=Reason.MEMORY_HELD),
     })
     document = json.loads(render.render(render.to_document(report)))
     again = run_from_document(document)

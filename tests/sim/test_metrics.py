@@ -43,27 +43,35 @@ def mixed_run() -> RunReport:
     """A clean host (a warn finding, one GPU settled), a failed one (reason, findings, settle times, killed
     processes, a GPU whose memory nvidia-smi did not give), an unreachable and a skipped one."""
     clean = HostReport(
-        "gpu-a01", HostStatus.CLEAN, 6.5,
-        killed=(KilledProcess(100, "python3", "root", "SIGTERM"), KilledProcess(101, "python3", "root", "SIGKILL")),
-        gpus=(GpuReport(0, 0, settle_s=0.4),
-              GpuReport(1, 3, health=(Finding("persistence", Level.WARN, "persistence mode off"),))),
+        name="gpu-a01", status=HostStatus.CLEAN, duration_s=6.5,
+        killed=(KilledProcess(pid=100, name="python3", user="root", signal="SIGTERM"),
+                KilledProcess(pid=101, name="python3", user="root", signal="SIGKILL")),
+        gpus=(GpuReport(index=0, memory_used_mib=0, settle_s=0.4),
+              GpuReport(index=1, memory_used_mib=3,
+                        health=(Finding("persistence", Level.WARN, "persistence mode off"),))),
     )
     failed = HostReport(
-        "gpu-a02", HostStatus.FAILED, 61.25, "gpu 0: Xid 79 at 11:02:13: GPU has fallen off the bus",
-        killed=(KilledProcess(200, "vllm", "svc", "SIGKILL"),),
-        gpus=(GpuReport(0, 1523, health=(Finding("xid", Level.FAIL, "Xid 79 at 11:02:13: GPU has fallen off the bus"),
+        name="gpu-a02", status=HostStatus.FAILED, duration_s=61.25,
+        error="gpu 0: Xid 79 at 11:02:13: GPU has fallen off the bus",
+        killed=(KilledProcess(pid=200, name="vllm", user="svc", signal="SIGKILL"),),
+        gpus=(GpuReport(index=0, memory_used_mib=1523,
+                        health=(Finding("xid", Level.FAIL, "Xid 79 at 11:02:13: GPU has fallen off the bus"),
                                           Finding("ecc_corrected", Level.WARN, "12 corrected"))),
-              GpuReport(1, 0, settle_s=2.5),
-              GpuReport(2, None, settle_s=1.0, health=(Finding("pcie_width", Level.FAIL, "x8 of x16"),))),
+              GpuReport(index=1, memory_used_mib=0, settle_s=2.5),
+              GpuReport(index=2, memory_used_mib=None, settle_s=1.0,
+                        health=(Finding("pcie_width", Level.FAIL, "x8 of x16"),))),
         reason=Reason.HEALTH,
-        health=(HostFinding("xid", Level.FAIL, "Xid 74 at 11:02:13: NVLink Error", "0000:05:00"),),
+        health=(HostFinding(check="xid", level=Level.FAIL, detail="Xid 74 at 11:02:13: NVLink Error", pci="0000:05:00"),
+                ),
     )
-    unreachable = HostReport("gpu-a03", HostStatus.UNREACHABLE, 10.0, "connect timed out",
+    unreachable = HostReport(name="gpu-a03", status=HostStatus.UNREACHABLE, duration_s=10.0, error="connect timed out",
                              reason=Reason.CONNECT_TIMEOUT)
-    skipped = HostReport("gpu-a04", HostStatus.SKIPPED, 0.0, "not started: failure budget spent",
+    skipped = HostReport(name="gpu-a04", status=HostStatus.SKIPPED, duration_s=0.0,
+                         error="not started: failure budget spent",
                          reason=Reason.STOPPED)
     hosts = {h.name: h for h in (failed, skipped, clean, unreachable)}  # out of order on purpose
-    return RunReport("20261202T110501Z-3f9c2a", "reset", "2026-12-02T11:05:01+00:00", 78.5, hosts)
+    return RunReport(run_id="20261202T110501Z-3f9c2a", command="reset", started_at="2026-12-02T11:05:01+00:00",
+                     duration_s=78.5, hosts=hosts)
 
 
 def parse(text: str) -> tuple[dict[str, tuple[str, str]], Series]:
@@ -157,12 +165,17 @@ def test_a_clean_host_has_no_reason_series_and_an_unverified_one_no_findings() -
 def test_findings_on_no_listed_gpu_count_with_their_pci_address() -> None:
     """A host whose nvidia-smi listed no GPU (one fell off the bus) and a kernel log fleet could not read: its own
     findings are counted, the Xid's by its PCI address; the unread log has no address."""
-    lost = HostReport("gpu-a05", HostStatus.FAILED, 3.0, "x", reason=Reason.KERNEL_LOG, health=(
-        HostFinding("xid", Level.FAIL, "Xid 79 at 11:02:13: GPU has fallen off the bus", "0000:44:00"),
-        HostFinding("xid", Level.WARN, "Xid 45 at 11:02:14: Preemptive cleanup, due to previous errors", "0000:44:00"),
-        HostFinding("xid", Level.FAIL, "cannot read the kernel log (journalctl exited 1: no journal files)"),
+    lost = HostReport(name="gpu-a05", status=HostStatus.FAILED, duration_s=3.0, error="x", reason=Reason.KERNEL_LOG,
+                      health=(
+        HostFinding(check="xid", level=Level.FAIL, detail="Xid 79 at 11:02:13: GPU has fallen off the bus",
+                    pci="0000:44:00"),
+        HostFinding(check="xid", level=Level.WARN,
+                    detail="Xid 45 at 11:02:14: Preemptive cleanup, due to previous errors", pci="0000:44:00"),
+        HostFinding(check="xid", level=Level.FAIL,
+                    detail="cannot read the kernel log (journalctl exited 1: no journal files)"),
     ))
-    run = RunReport("r", "reset", "2026-12-02T11:05:01+00:00", 3.0, {"gpu-a05": lost})
+    run = RunReport(run_id="r", command="reset", started_at="2026-12-02T11:05:01+00:00", duration_s=3.0,
+                    hosts={"gpu-a05": lost})
     _, series = parse(render_metrics(run, exit_code=1, finished_at=FINISHED))
     assert per_host("fleet_host_health_findings", "gpu-a05", 2, level="fail").items() <= series.items()
     assert per_host("fleet_host_health_findings", "gpu-a05", 1, level="warn").items() <= series.items()
@@ -194,9 +207,10 @@ def test_text_is_grouped_help_type_then_samples_with_valid_names() -> None:
 
 
 def test_every_status_and_reason_is_a_valid_label_value() -> None:
-    hosts = {f"n{i:02d}": HostReport(f"n{i:02d}", HostStatus.FAILED, 1.0, "x", reason=r)
+    hosts = {f"n{i:02d}": HostReport(name=f"n{i:02d}", status=HostStatus.FAILED, duration_s=1.0, error="x", reason=r)
              for i, r in enumerate(Reason)}
-    _, series = parse(render_metrics(RunReport("r", "reset", "t", 1.0, hosts), exit_code=1, finished_at=1.0))
+    _, series = parse(render_metrics(RunReport(run_id="r", command="reset", started_at="t", duration_s=1.0,
+                                               hosts=hosts), exit_code=1, finished_at=1.0))
     assert {dict(labels)["reason"] for name, labels in series if name == "fleet_host_reason"} == {
         r.value for r in Reason}
     assert {dict(labels)["status"] for name, labels in series if name == "fleet_host_status"} == {
@@ -207,14 +221,16 @@ def test_label_values_are_escaped() -> None:
     """Backslash, double quote and line feed in a label value come back unchanged through the parser."""
     odd = 'a\\b "quoted"\nnext'
     assert metrics.escape_label(odd) == 'a\\\\b \\"quoted\\"\\nnext'
-    _, series = parse(render_metrics(RunReport("r1", odd, "t", 1.0), exit_code=0, finished_at=2.0))
+    _, series = parse(render_metrics(RunReport(run_id="r1", command=odd, started_at="t", duration_s=1.0), exit_code=0,
+                                     finished_at=2.0))
     info = [labels for name, labels in series if name == "fleet_run_info"]
     assert [dict(labels)["command"] for labels in info] == [odd]
     assert metrics.escape_help("a\\b\nc") == "a\\\\b\\nc"
 
 
 def test_a_run_without_hosts_has_only_run_families_and_an_interrupt_keeps_its_code() -> None:
-    families, series = parse(render_metrics(RunReport("r1", "check", "t", 0.5), exit_code=130, finished_at=3.0))
+    families, series = parse(render_metrics(RunReport(run_id="r1", command="check", started_at="t", duration_s=0.5),
+                                            exit_code=130, finished_at=3.0))
     assert list(families) == FAMILIES[:5]  # no family without samples
     assert series[("fleet_run_exit_code", frozenset())] == 130
     assert all(series[("fleet_run_hosts", frozenset({("status", s.value)}))] == 0 for s in HostStatus)

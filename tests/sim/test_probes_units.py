@@ -272,10 +272,11 @@ def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
     assert units.unit_state(unit).argv == tuple(unit_state_argv(unit))
     assert units.unit_state(unit).parse("ActiveState=failed\n") == UnitState("failed", None, None)
     assert (units.unit_stop(unit).argv, units.unit_stop(unit).ok_exits) == (tuple(unit_stop_argv(unit)),
-                                                                           frozenset({0, 5}))
+                                                                            frozenset({0, 5}))
     kill = units.unit_kill(unit)
     assert (kill.argv, kill.ok_exits, kill.needs_root) == (tuple(unit_kill_argv(unit)), frozenset({0}), True)
-    refused = CommandResult(kill.argv, 1, "", "systemctl: unrecognized option '--kill-whom=all'\n", 0.01)
+    refused = CommandResult(argv=kill.argv, exit_status=1, stdout="",
+                            stderr="systemctl: unrecognized option '--kill-whom=all'\n", duration_s=0.01)
     assert not kill.answered(refused)  # a kill systemctl refused is no answer: the step fails with why
     assert kill.failure(refused) == (
         "systemctl kill sglang.service exited 1: systemctl: unrecognized option '--kill-whom=all'")

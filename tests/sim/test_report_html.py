@@ -276,13 +276,17 @@ def test_a_host_that_never_started_ends_the_timeline() -> None:
 def test_kept_holders_are_the_reports_data_never_read_from_the_kill_steps_prose() -> None:
     """Each holder the kill left alive is a row of its own (pid, name, why) from the host's `kept`, whatever its name
     or its why holds (spaces, parentheses); a kill step's detail that names a kept holder adds no row."""
-    kept = (KeptProcess(7, "python3", "alice", "a Slurm job's process (job 4711, cgroup /a/job_4711)"),
-            KeptProcess(9, "nv hostengine (2)", "root", "protected name nv-hostengine"))
-    steps = (StepResult(StepName.KILL, StepStatus.OK, 1.0, "no GPU holders to kill; kept pid 7 python3 (...), pid 9"
+    kept = (KeptProcess(pid=7, name="python3", user="alice",
+                        why="a Slurm job's process (job 4711, cgroup /a/job_4711)"),
+            KeptProcess(pid=9, name="nv hostengine (2)", user="root", why="protected name nv-hostengine"))
+    steps = (StepResult(name=StepName.KILL, status=StepStatus.OK, duration_s=1.0,
+                        detail="no GPU holders to kill; kept pid 7 python3 (...), pid 9"
                         " nv hostengine (2) (protected name nv-hostengine)"),)
-    hosts = {"gpu-b01": HostReport("gpu-b01", HostStatus.CLEAN, 2.0, None, steps, kept=kept),
-             "gpu-b02": HostReport("gpu-b02", HostStatus.CLEAN, 2.0, None, steps)}
-    text = page(RunPage(RunReport("r1", "reset", "2026-12-03T03:00:00+00:00", 3.0, hosts), "0.2.0"))
+    hosts = {"gpu-b01": HostReport(name="gpu-b01", status=HostStatus.CLEAN, duration_s=2.0, error=None, steps=steps,
+                                   kept=kept),
+             "gpu-b02": HostReport(name="gpu-b02", status=HostStatus.CLEAN, duration_s=2.0, error=None, steps=steps)}
+    text = page(RunPage(RunReport(run_id="r1", command="reset", started_at="2026-12-03T03:00:00+00:00", duration_s=3.0,
+                                  hosts=hosts), "0.2.0"))
     details = {r.get("data-host"): r for r in Page(text).of("host")}
     rows = [c for c in details["gpu-b01"].children if c.tag == "tr"]
     assert "kept pidnamewhy" in details["gpu-b01"].text
@@ -347,7 +351,9 @@ def test_show_html_of_a_run_killed_before_its_summary_builds_the_page_from_the_h
     with History.open(history_path(tmp_path)) as history:
         history.start_run("run-k", "reset", ["gpu-b01", "gpu-b02"], {"mode": "reset"}, "2026-12-03T03:00:00Z",
                           "0.2.0", tmp_path)
-        history.record_host("run-k", HostReport("gpu-b01", HostStatus.FAILED, 3.5, "gpu 0 holds 900 MiB",
+        history.record_host("run-k",
+                            HostReport(name="gpu-b01", status=HostStatus.FAILED, duration_s=3.5,
+                                       error="gpu 0 holds 900 MiB",
                                                 reason=Reason.MEMORY_HELD))
     assert main(["show", "run-k", "--html", "--log-dir", str(tmp_path)]) == 0
     path = Path(capsys.readouterr().out.strip())

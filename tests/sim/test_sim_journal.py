@@ -198,7 +198,7 @@ def test_fleets_read_through_the_simulated_journal(tmp_path: Path) -> None:
 
 def run(node: SimNode, argv: list[str]) -> CommandResult:
     out, err, status = ask(node, argv)
-    return CommandResult(tuple(argv), status, out, err, 0.1)
+    return CommandResult(argv=tuple(argv), exit_status=status, stdout=out, stderr=err, duration_s=0.1)
 
 
 # --- the driver's Xid 45 for a worker killed with GPU memory ---------------------------------------------------

@@ -76,7 +76,8 @@ async def test_a_kernel_log_that_cannot_be_read_fails_the_host_unless_xids_are_i
         result, _ = await run(host, tmp_path, mode)
         assert result.status is HostStatus.FAILED and result.reason is Reason.KERNEL_LOG, (mode, result.error)
         assert result.error == f"cannot read the kernel log on {NAME} ({why}): {IGNORE}"
-        assert result.health == (HostFinding("xid", Level.FAIL, f"cannot read the kernel log ({why})"),)
+        assert result.health == (HostFinding(check="xid", level=Level.FAIL,
+                                             detail=f"cannot read the kernel log ({why})"),)
     ignoring = replace(host, health_ignore=("xid",))
     result, events = await run(ignoring, tmp_path)
     assert result.status is HostStatus.CLEAN and result.health == (), result.error
@@ -180,8 +181,7 @@ async def test_xid_45_for_the_processes_the_reset_ended_only_warns(make_host: Ma
     assert all(lv is Level.WARN for gpu in ALL for lv, _ in xid_findings(result, gpu))
 
 
-async def test_an_application_xid_of_a_process_the_reset_did_not_end_fails(make_host: MakeHost,
-                                                                           tmp_path: Path) -> None:
+async def test_an_application_xid_of_a_process_the_reset_did_not_end_fails(make_host: MakeHost, tmp_path: Path) -> None:
     """The same Xid 45 during the reset, for a pid the reset did not end: a failure."""
     node, host = make_host(serving(xid_on_kill=True))
     other = xid(6, 45, "pid=999999, name=other, Ch 00000002")

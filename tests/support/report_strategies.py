@@ -34,28 +34,38 @@ pids = st.integers(min_value=1, max_value=4_194_304)
 levels = st.sampled_from(Level)
 
 findings = st.builds(Finding, words, levels, words)
-host_findings = st.builds(HostFinding, words, levels, words, maybe_words)
-steps = st.builds(StepResult, st.sampled_from(StepName), st.sampled_from(StepStatus), seconds, words)
-killed = st.builds(KilledProcess, pids, words, words, st.sampled_from(("SIGTERM", "SIGKILL")))
-kept = st.builds(KeptProcess, pids, words, words, words)
+host_findings = st.builds(HostFinding, check=words, level=levels, detail=words, pci=maybe_words)
+steps = st.builds(StepResult, name=st.sampled_from(StepName), status=st.sampled_from(StepStatus), duration_s=seconds,
+                  detail=words)
+killed = st.builds(KilledProcess, pid=pids, name=words, user=words, signal=st.sampled_from(("SIGTERM", "SIGKILL")))
+kept = st.builds(KeptProcess, pid=pids, name=words, user=words, why=words)
 maybe_switch = st.none() | st.booleans()
 maybe_watts = st.none() | st.floats(min_value=0, max_value=5000, allow_nan=False)
 maybe_mhz = st.none() | st.integers(min_value=0, max_value=10_000)
 gpu_settings = st.builds(GpuSettings, maybe_words, maybe_words, maybe_words, maybe_switch, maybe_words, maybe_switch,
                          maybe_switch, maybe_switch, maybe_switch, maybe_watts, maybe_watts, maybe_watts, maybe_switch,
                          maybe_mhz, maybe_mhz, maybe_mhz, maybe_mhz)
-gpus = st.builds(GpuReport, st.integers(min_value=0, max_value=63), mib, maybe_words, maybe_words, mib,
-                 st.none() | seconds, st.lists(findings, max_size=2).map(tuple), st.none() | gpu_settings)
-planned = st.builds(PlannedProcess, pids, words, words, mib, maybe_words)
-plans = st.builds(HostPlan, st.dictionaries(words, words, max_size=3).map(lambda d: tuple(d.items())),
-                  st.lists(planned, max_size=2).map(tuple), st.lists(planned, max_size=2).map(tuple),
-                  st.lists(mib, max_size=8).map(tuple), st.lists(words, max_size=2).map(tuple))
+gpus = st.builds(GpuReport, index=st.integers(min_value=0, max_value=63), memory_used_mib=mib, uuid=maybe_words,
+                 name=maybe_words, memory_total_mib=mib,
+                 settle_s=st.none() | seconds, health=st.lists(findings, max_size=2).map(tuple),
+                 settings=st.none() | gpu_settings)
+planned = st.builds(PlannedProcess, pid=pids, user=words, name=words, mib=mib, kept_because=maybe_words)
+plans = st.builds(HostPlan, units=st.dictionaries(words, words, max_size=3).map(lambda d: tuple(d.items())),
+                  would_kill=st.lists(planned, max_size=2).map(tuple), kept=st.lists(planned, max_size=2).map(tuple),
+                  gpu_memory_mib=st.lists(mib, max_size=8).map(tuple),
+                  would_restore=st.lists(words, max_size=2).map(tuple))
 set_words = st.none() | st.text(min_size=1, max_size=12)  # an optional scheduler value: absent, or not empty
-schedulers = st.builds(SchedulerRecord, words, maybe_words, maybe_words, maybe_words, maybe_words,
-                       st.lists(words, max_size=3).map(tuple), set_words, set_words, st.booleans(),
-                       st.none() | st.floats(min_value=0.001, max_value=1e5, allow_nan=False), set_words)
+schedulers = st.builds(SchedulerRecord, node=words, state_before=maybe_words, reason_before=maybe_words,
+                       state_after=maybe_words, reason_after=maybe_words,
+                       jobs=st.lists(words, max_size=3).map(tuple), plan=set_words, error=set_words,
+                       abandoned=st.booleans(),
+                       waited_s=st.none() | st.floats(min_value=0.001, max_value=1e5, allow_nan=False),
+                       taken_over=set_words)
 hosts = st.builds(
-    HostReport, words, st.sampled_from(HostStatus), seconds, maybe_words, st.lists(steps, max_size=4).map(tuple),
-    st.lists(killed, max_size=3).map(tuple), st.lists(gpus, max_size=3).map(tuple), st.none() | plans,
-    st.none() | schedulers, st.none() | st.sampled_from(Reason), st.none() | st.lists(mib, max_size=8).map(tuple),
-    st.lists(host_findings, max_size=2).map(tuple), st.none() | seconds, st.lists(kept, max_size=3).map(tuple))
+    HostReport, name=words, status=st.sampled_from(HostStatus), duration_s=seconds, error=maybe_words,
+    steps=st.lists(steps, max_size=4).map(tuple),
+    killed=st.lists(killed, max_size=3).map(tuple), gpus=st.lists(gpus, max_size=3).map(tuple), plan=st.none() | plans,
+    scheduler=st.none() | schedulers, reason=st.none() | st.sampled_from(Reason),
+    memory_before_mib=st.none() | st.lists(mib, max_size=8).map(tuple),
+    health=st.lists(host_findings, max_size=2).map(tuple), start_s=st.none() | seconds,
+    kept=st.lists(kept, max_size=3).map(tuple))

@@ -59,8 +59,9 @@ def test_a_host_comes_back_from_its_document(host: HostReport) -> None:
 @settings(max_examples=50, deadline=None)
 @given(st.dictionaries(st.text(min_size=1, max_size=10), hosts, max_size=4))
 def test_a_run_comes_back_from_its_summary_json(found: dict[str, HostReport]) -> None:
-    run = RunReport("20261203T030000Z-5e1f00", "reset", "2026-12-03T03:00:00+00:00", 9.5,
-                    {name: replace(h, name=name) for name, h in found.items()})
+    run = RunReport(run_id="20261203T030000Z-5e1f00", command="reset", started_at="2026-12-03T03:00:00+00:00",
+                    duration_s=9.5,
+                    hosts={name: replace(h, name=name) for name, h in found.items()})
     again = run_from_document(json.loads(render(to_document(run))))
     assert again == run and list(again.hosts) == list(run.hosts)
 
@@ -222,16 +223,18 @@ def test_the_history_row_reads_back_what_it_keeps_of_the_report(host: HostReport
     before = host.memory_before_mib if host.memory_before_mib is not None else (
         host.plan.gpu_memory_mib if host.plan is not None else None)
     assert host_from_row(row) == HostReport(
-        host.name, host.status, host.duration_s, host.error, tuple(StepResult(s.name, s.status, s.duration_s)
+        name=host.name, status=host.status, duration_s=host.duration_s, error=host.error,
+        steps=tuple(StepResult(name=s.name, status=s.status, duration_s=s.duration_s)
                                                                    for s in host.steps),
-        host.killed, tuple(GpuReport(g.index, g.memory_used_mib, settle_s=g.settle_s, health=g.health,
+        killed=host.killed,
+        gpus=tuple(GpuReport(index=g.index, memory_used_mib=g.memory_used_mib, settle_s=g.settle_s, health=g.health,
                                      settings=g.settings) for g in host.gpus),
         scheduler=host.scheduler, reason=host.reason, memory_before_mib=before, health=host.health)
 
 
 def test_a_row_with_a_reason_of_another_fleet_reads_as_none(tmp_path: Path) -> None:
-    host = HostReport("gpu-b01", HostStatus.FAILED, 1.0, "odd", reason=Reason.HEALTH,
-                      kept=(KeptProcess(7, "x", "root", "protected name x"),))
+    host = HostReport(name="gpu-b01", status=HostStatus.FAILED, duration_s=1.0, error="odd", reason=Reason.HEALTH,
+                      kept=(KeptProcess(pid=7, name="x", user="root", why="protected name x"),))
     with History.open(history_path(tmp_path)) as history:
         history.start_run("r1", "reset", [host.name], {}, "2026-12-03T03:00:00Z", "0.2.0", tmp_path)
         history.record_host("r1", host)
@@ -260,7 +263,8 @@ def test_a_scheduler_record_is_keyed_by_its_scheduler_in_the_document_and_named_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record of another scheduler than Slurm: under its own name in the document (read back only where that
     scheduler is registered), as `by` in the history's column (read back whatever is registered)."""
-    host = HostReport("gpu-b01", HostStatus.CLEAN, 1.0, None, scheduler=SchedulerRecord("b01", "ready", by="k8s"))
+    host = HostReport(name="gpu-b01", status=HostStatus.CLEAN, duration_s=1.0, error=None,
+                      scheduler=SchedulerRecord(node="b01", state_before="ready", by="k8s"))
     document = through_json(host_to_document(host))
     assert "slurm" not in document and document["k8s"] == {"node": "b01", "state_before": "ready",
                                                           "reason_before": None, "state_after": None,

@@ -10,7 +10,7 @@ from fleet.model.outcomes import CommandResult
 
 
 def made() -> CommandResult:
-    return CommandResult(("nvidia-smi", "-L"), 0, "GPU 0\n", "", 0.25)
+    return CommandResult(argv=("nvidia-smi", "-L"), exit_status=0, stdout="GPU 0\n", stderr="", duration_s=0.25)
 
 
 def test_its_fields_are_set_in_their_order_with_the_signal_none_by_default() -> None:
@@ -25,7 +25,7 @@ def test_it_is_a_value_compared_and_hashed_by_its_fields() -> None:
     assert made() == made() and hash(made()) == hash(made())
     assert made() != dataclasses.replace(made(), stderr="warning\n")
     assert CommandResult(argv=("true",), exit_status=0, stdout="", stderr="", duration_s=0.0, signal=None) == \
-        CommandResult(("true",), 0, "", "", 0.0)
+        CommandResult(argv=("true",), exit_status=0, stdout="", stderr="", duration_s=0.0)
 
 
 def test_it_cannot_be_changed() -> None:

@@ -19,7 +19,7 @@ FM = FIXTURES / "fabricmanager"
 
 
 def ran(status: int, stdout: str = "", stderr: str = "") -> CommandResult:
-    return CommandResult(ARGV, status, stdout, stderr, 0.01)
+    return CommandResult(argv=ARGV, exit_status=status, stdout=stdout, stderr=stderr, duration_s=0.01)
 
 
 @pytest.mark.parametrize(("capture", "version"), [("fm450.102.04_version.txt", "450.102.04"),
@@ -81,7 +81,7 @@ def test_the_probe_takes_every_exit_status_and_no_root() -> None:
 @pytest.mark.parametrize("found", [FabricManager.present("535.161.08"), FabricManager.absent(),
                                    FabricManager.unread("nv-fabricmanager --version exited 1: x"), None])
 def test_the_record_goes_through_the_json_report_both_ways(found: FabricManager | None) -> None:
-    host = HostReport("gpu-b01", HostStatus.CLEAN, fabric_manager=found)
+    host = HostReport(name="gpu-b01", status=HostStatus.CLEAN, fabric_manager=found)
     document = host_to_document(host)
     assert ("fabric_manager" in document) is (found is not None)
     assert host_from_document("gpu-b01", document) == host
@@ -96,6 +96,6 @@ def test_the_record_goes_through_the_json_report_both_ways(found: FabricManager 
     ("535.161.08", "fabric_manager: expected an object"),
 ])
 def test_the_codec_is_strict(value: object, error: str) -> None:
-    document = {**host_to_document(HostReport("x", HostStatus.CLEAN)), "fabric_manager": value}
+    document = {**host_to_document(HostReport(name="x", status=HostStatus.CLEAN)), "fabric_manager": value}
     with pytest.raises(DocumentError, match=error.replace(".", r"\.")):
         host_from_document("x", document, "hosts.x")

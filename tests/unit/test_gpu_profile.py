@@ -108,7 +108,7 @@ def test_the_profile_as_written_reads_back(tmp_path: Path) -> None:
     host = load_inventory(path).hosts["gpu-a"]
     assert host_vars(host)["gpu_settings"]["power_limit"] == 450.0
     assert host_of("gpu-a", host_vars(host)).gpu_settings == host.gpu_settings == GpuProfile(mig=True,
-                                                                                            power_limit_w=450.0)
+                                                                                             power_limit_w=450.0)
 
 
 # ---------------------------------------------------------------- the comparison
@@ -196,7 +196,7 @@ def test_health_fail_makes_any_warning_check_fail() -> None:
 
 
 def test_a_failing_difference_is_the_hosts_error_with_reason_gpu_settings() -> None:
-    rows = (GpuRow(3, 0, "GPU-a", "00000000:18:00.0"),)
+    rows = (GpuRow(index=3, memory_used_mib=0, uuid="GPU-a", pci_bus_id="00000000:18:00.0"),)
     found = judge([gpu_of(LOWERED)], KernelReads(), HealthPolicy(fail=frozenset({"gpu_settings"})))
     verdict = verify_verdict(rows, (), 1, Allowance(16, 256), (), found)
     assert verdict == (Reason.GPU_SETTINGS, "gpu 3: power limit 450 W, default 700 W")

@@ -225,8 +225,9 @@ def test_xid_119_on_no_listed_gpu_is_the_hosts_with_its_pci_address() -> None:
     text = "".join(f"{ctime_epoch(line[1:25])} node kernel: {line[27:]}\n" for line in lines)
     found = judged([gpu()], parse_xids(text))
     assert found == Judgement({BUS: ()}, (
-        HostFinding("xid", Level.FAIL, "Xid 119 at 16:24:18: GSP RPC Timeout (5 times, last at 16:30:13)",
-                    "0000:9b:00"),
+        HostFinding(check="xid", level=Level.FAIL,
+                    detail="Xid 119 at 16:24:18: GSP RPC Timeout (5 times, last at 16:30:13)",
+                    pci="0000:9b:00"),
     ))
     assert fails(found) == list(found.host)
 
@@ -236,7 +237,8 @@ def test_application_xids_since_boot_warn() -> None:
     lines = fixture(KLOG / "gpud-readme_dmesg-ctime_xid-13-31-109.log").splitlines()
     text = "".join(f"{T0 + i} node kernel: {line[27:]}\n" for i, line in enumerate(lines))
     found = judged([gpu()], parse_xids(text))
-    assert found.host == tuple(HostFinding("xid", Level.WARN, detail, "0000:cb:00") for detail in (
+    assert found.host == tuple(HostFinding(check="xid", level=Level.WARN, detail=detail,
+                                           pci="0000:cb:00") for detail in (
         "Xid 13 at 11:02:14: Graphics Engine Exception (3 times, last at 11:02:16)",
         "Xid 109 at 11:02:17: pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, "
         "Info 0x58005 (2 times, last at 11:02:21)",
@@ -301,7 +303,7 @@ def test_the_real_xid_45_of_a_killed_process_warns_naming_it() -> None:
     killed: warnings that name the process; the same lines for a pid fleet did not kill fail."""
     first, second = message_xids("syslog-kernel_xid-45-caused-by-previous-xid.log", T0 + 60)
     gpus = [gpu("00000000:DC:00.0"), gpu("00000000:ED:00.0")]
-    ended = Ended.of([KilledProcess(1818990, "python3", "root", "SIGTERM")])
+    ended = Ended.of([KilledProcess(pid=1818990, name="python3", user="root", signal="SIGTERM")])
     found = judged(gpus, during=[first, second], ended=ended)
     assert found.gpus == {
         "00000000:DC:00.0": (Finding("xid", Level.WARN, "Xid 45 at 11:03:13: Preemptive cleanup, due to previous "
@@ -345,11 +347,14 @@ def test_an_application_xid_naming_no_pid_warns_on_a_gpu_whose_holder_fleet_kill
 def test_the_processes_the_reset_ended_are_placed_on_gpus_by_the_apps_read_as_the_reset_began() -> None:
     """Killed by fleet, or a compute app as the reset began that is none at verify (drain stopped its unit); a
     kept one still running (the MPS server) ended nothing."""
-    rows = [GpuRow(0, 1523, "GPU-aaaa", "00000000:83:00.0"), GpuRow(1, 0, "GPU-bbbb", "00000000:1B:00.0")]
-    before = [ComputeApp("GPU-aaaa", 4242, "python3", 1523), ComputeApp("GPU-bbbb", 77, "nvidia-cuda-mps-server", 10),
-              ComputeApp("GPU-cccc", 4242, "python3", 1), ComputeApp("GPU-bbbb", 501, "/opt/sglang/bin/sglang", 30)]
-    after = [ComputeApp("GPU-bbbb", 77, "nvidia-cuda-mps-server", 10)]
-    ended = Ended.of([KilledProcess(4242, "python3", "root", "SIGKILL")], before, rows, after)
+    rows = [GpuRow(index=0, memory_used_mib=1523, uuid="GPU-aaaa", pci_bus_id="00000000:83:00.0"),
+            GpuRow(index=1, memory_used_mib=0, uuid="GPU-bbbb", pci_bus_id="00000000:1B:00.0")]
+    before = [ComputeApp(gpu_uuid="GPU-aaaa", pid=4242, process_name="python3", used_mib=1523),
+              ComputeApp(gpu_uuid="GPU-bbbb", pid=77, process_name="nvidia-cuda-mps-server", used_mib=10),
+              ComputeApp(gpu_uuid="GPU-cccc", pid=4242, process_name="python3", used_mib=1),
+              ComputeApp(gpu_uuid="GPU-bbbb", pid=501, process_name="/opt/sglang/bin/sglang", used_mib=30)]
+    after = [ComputeApp(gpu_uuid="GPU-bbbb", pid=77, process_name="nvidia-cuda-mps-server", used_mib=10)]
+    ended = Ended.of([KilledProcess(pid=4242, name="python3", user="root", signal="SIGKILL")], before, rows, after)
     assert ended == Ended({4242: "pid 4242 python3, which fleet killed",
                            501: "pid 501 sglang, which the reset stopped"},
                           {"0000:83:00": (4242,), "0000:1b:00": (501,)})
@@ -363,8 +368,8 @@ def test_a_kept_jobs_process_whose_step_ended_on_its_own_downgrades_nothing() ->
     """The kill kept pid 6001 (a Slurm job's step, `spared`); it was a compute app as the reset began and ended on
     its own before verify: the reset did not end it, so its application Xid during the reset still fails, by pid and
     on its GPU alike."""
-    rows = [GpuRow(0, 0, "GPU-aaaa", "00000000:83:00.0")]
-    before = [ComputeApp("GPU-aaaa", 6001, "python3", 30000)]
+    rows = [GpuRow(index=0, memory_used_mib=0, uuid="GPU-aaaa", pci_bus_id="00000000:83:00.0")]
+    before = [ComputeApp(gpu_uuid="GPU-aaaa", pid=6001, process_name="python3", used_mib=30000)]
     ended = Ended.of([], before, rows, after=[], spared=frozenset({6001}))
     assert ended == Ended({}, {})
     by_pid = Xid(T0, PCI, 43, "pid=6001, name=python3, Ch 00000008")
@@ -382,11 +387,11 @@ def test_a_kept_jobs_process_whose_step_ended_on_its_own_downgrades_nothing() ->
 def test_an_unread_kernel_log_fails_the_xid_check_as_the_hosts() -> None:
     why = "journalctl exited 1: No journal files were found."
     found = judged([gpu()], unread=why)
-    assert found.unread == HostFinding("xid", Level.FAIL, f"cannot read the kernel log ({why})")
+    assert found.unread == HostFinding(check="xid", level=Level.FAIL, detail=f"cannot read the kernel log ({why})")
     assert found.unread_why == why and found.host_findings == (found.unread,)
     assert fails(found) == []  # the unread log is no Xid: verify gives it its own reason
     assert judged([gpu()], unread=why, policy=HealthPolicy(warn=frozenset({"xid"}))).unread == HostFinding(
-        "xid", Level.WARN, f"cannot read the kernel log ({why})")
+        check="xid", level=Level.WARN, detail=f"cannot read the kernel log ({why})")
     assert judged([gpu()], unread=why, policy=HealthPolicy(ignore=frozenset({"xid"}))).unread is None
 
 

@@ -65,11 +65,12 @@ def expected(method: str, event: str, fields: dict[str, Any]) -> str:
     return str(getattr(logger, method)(event, **fields))
 
 
-def written(tmp_path: Path, method: str, event: str, fields: dict[str, Any]) -> str:
+def written(tmp_path: Path, method: str, event: str, fields: dict[str, Any], lines: jsonl.Lines | None = None) -> str:
+    """The line a host's logger writes for the event (`lines`: a run's, shared with other loggers)."""
     path = tmp_path / "gpu-b01.jsonl"
     path.unlink(missing_ok=True)
     with io.FileIO(path, "a") as out:
-        getattr(HostLogger(out, "gpu-b01", "20261204T000000Z-abcdef"), method)(event, **fields)
+        getattr(HostLogger(out, "gpu-b01", "20261204T000000Z-abcdef", lines), method)(event, **fields)
     text = path.read_text(encoding="utf-8")
     assert text.endswith("\n") and text.count("\n") == 1, "one event is one line"
     return text[:-1]
@@ -129,13 +130,14 @@ def test_the_timestamp_is_isoformats(monkeypatch: pytest.MonkeyPatch, nanos: int
     otherwise; its date made once a second, so two seconds apart never share one."""
     monkeypatch.setattr("fleet.runlog.jsonl.time.time_ns", lambda: nanos)
     when = datetime.fromtimestamp(nanos // 1000 / 1e6, tz=UTC).replace(microsecond=(nanos // 1000) % 1_000_000)
-    assert jsonl._stamp() == when.isoformat().replace("+00:00", "Z")
+    assert jsonl.Lines().stamp() == when.isoformat().replace("+00:00", "Z")
 
 
 def test_argvs_past_the_remembered_ones_are_still_written_as_the_chain_writes_them(tmp_path: Path) -> None:
     """More distinct argvs than are remembered (the memory is emptied when full): each line still the chain's."""
-    for index in range(jsonl._REMEMBERED_LISTS + 5):
+    lines = jsonl.Lines()
+    for index in range(jsonl.REMEMBERED_LISTS + 5):
         fields = {"argv": ["nvidia-smi", f"--id={index}", "\u00e9"], "exit_status": index}
-        assert STAMP.sub("T", written(tmp_path, "info", "command", fields)) == STAMP.sub(
+        assert STAMP.sub("T", written(tmp_path, "info", "command", fields, lines)) == STAMP.sub(
             "T", expected("info", "command", fields))
-    assert len(jsonl._REMEMBERED) <= jsonl._REMEMBERED_LISTS
+    assert 0 < len(lines.remembered) <= jsonl.REMEMBERED_LISTS

@@ -15,10 +15,12 @@ def test_build_plan_splits_kill_and_keep_with_memory_per_process() -> None:
         Holder(4400, "root", "sglang", None, ("/dev/nvidia0", "/dev/nvidia1")),
         Holder(4412, "alice", "python3", None, ("/dev/nvidia0",)),
     ]
-    apps = [ComputeApp("GPU-a", 4400, "sglang", 70000), ComputeApp("GPU-b", 4400, "sglang", 70000),
-            ComputeApp("GPU-a", 4412, "python3", 1523)]
+    apps = [ComputeApp(gpu_uuid="GPU-a", pid=4400, process_name="sglang", used_mib=70000),
+            ComputeApp(gpu_uuid="GPU-b", pid=4400, process_name="sglang", used_mib=70000),
+            ComputeApp(gpu_uuid="GPU-a", pid=4412, process_name="python3", used_mib=1523)]
     units = {"sglang.service": UnitState("active", "running", 4400), "old.service": UnitState("inactive", None, None)}
-    plan = build_plan(units, holders, apps, (GpuRow(0, 71523), GpuRow(1, 70000)))
+    plan = build_plan(units, holders, apps,
+                      (GpuRow(index=0, memory_used_mib=71523), GpuRow(index=1, memory_used_mib=70000)))
     assert plan.would_stop == ("sglang.service",)
     assert [(p.pid, p.mib) for p in plan.would_kill] == [(4400, 140000), (4412, 1523)]
     assert [(p.pid, p.kept_because, p.mib) for p in plan.kept] == [(10, "nvidia-persistenced", None)]

@@ -121,14 +121,16 @@ def test_one_query_answers_for_every_gpu() -> None:
 )
 def test_failures_are_explained_as_the_other_nvidia_smi_queries(name: str) -> None:
     text = fixture(SMI / name)
-    result = CommandResult(("nvidia-smi", "-q"), 9, "", text, 0.2)
+    result = CommandResult(argv=("nvidia-smi", "-q"), exit_status=9, stdout="", stderr=text, duration_s=0.2)
     assert health("nvidia-smi").failure(result) == classify_smi_failure(9, "", text)
 
 
 def test_unreadable_output_fails_the_step_naming_the_line() -> None:
     probe = health("nvidia-smi")
     with pytest.raises(StepFailed, match=r"unreadable nvidia-smi -q output: line 2: unexpected indentation"):
-        probe.read(CommandResult(probe.argv, 0, "GPU 00000000:83:00.0\n   Persistence Mode : Enabled\n", "", 0.1))
+        probe.read(CommandResult(argv=probe.argv, exit_status=0,
+                                 stdout="GPU 00000000:83:00.0\n   Persistence Mode : Enabled\n", stderr="",
+                                 duration_s=0.1))
 
 
 # --- nvidia-smi -q: golden parses of real captures ---------------------------------

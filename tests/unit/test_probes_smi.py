@@ -266,17 +266,17 @@ def test_csv_with_header_on_nothing() -> None:
 
 APPS_FIXTURES = {
     "h100-80gb-hbm3_drv590.48.01_1gpu_query-compute-apps_csv_load-3procs.csv": (
-        ComputeApp(MASKED_UUID, 11327, "/root/tools/memhog", 2566),
-        ComputeApp(MASKED_UUID, 11328, "/root/tools/memhog", 1542),
-        ComputeApp(MASKED_UUID, 11345, "./gpu_burn", 15690),
+        ComputeApp(gpu_uuid=MASKED_UUID, pid=11327, process_name="/root/tools/memhog", used_mib=2566),
+        ComputeApp(gpu_uuid=MASKED_UUID, pid=11328, process_name="/root/tools/memhog", used_mib=1542),
+        ComputeApp(gpu_uuid=MASKED_UUID, pid=11345, process_name="./gpu_burn", used_mib=15690),
     ),
     "h200-mig_drv590.48.01_1gpu_query-compute-apps_csv_load-3procs.csv": (
-        ComputeApp(MASKED_UUID, 12249, "/root/tools/memhog", 2194),
-        ComputeApp(MASKED_UUID, 12250, "/root/tools/memhog", 1170),
-        ComputeApp(MASKED_UUID, 12267, "./gpu_burn", 13526),
+        ComputeApp(gpu_uuid=MASKED_UUID, pid=12249, process_name="/root/tools/memhog", used_mib=2194),
+        ComputeApp(gpu_uuid=MASKED_UUID, pid=12250, process_name="/root/tools/memhog", used_mib=1170),
+        ComputeApp(gpu_uuid=MASKED_UUID, pid=12267, process_name="./gpu_burn", used_mib=13526),
     ),
     "geforce-rtx-4080-super_drv595.71.05_1gpu_query-compute-apps_csv_desktop-only-C+G-listed.csv": (
-        ComputeApp(MASKED_UUID, 2165, "/usr/bin/kwin_wayland", 25),
+        ComputeApp(gpu_uuid=MASKED_UUID, pid=2165, process_name="/usr/bin/kwin_wayland", used_mib=25),
     ),
     "h100-80gb-hbm3_drv590.48.01_1gpu_query-compute-apps_csv_idle-header-only.csv": (),
 }
@@ -315,13 +315,13 @@ def test_desktop_capture_has_na_serial() -> None:
 def test_compute_app_name_with_comma_and_spaces() -> None:
     text = "GPU-abc, 4242, python train.py --tag a, b, 1234\nGPU-abc, 7, /opt/my app/bin, [N/A]"
     assert parse_compute_apps(text) == (
-        ComputeApp("GPU-abc", 4242, "python train.py --tag a, b", 1234),
-        ComputeApp("GPU-abc", 7, "/opt/my app/bin", None),
+        ComputeApp(gpu_uuid="GPU-abc", pid=4242, process_name="python train.py --tag a, b", used_mib=1234),
+        ComputeApp(gpu_uuid="GPU-abc", pid=7, process_name="/opt/my app/bin", used_mib=None),
     )
 
 
 def test_compute_app_na_uuid() -> None:
-    assert parse_compute_apps("[N/A], 10, x, 3") == (ComputeApp(None, 10, "x", 3),)
+    assert parse_compute_apps("[N/A], 10, x, 3") == (ComputeApp(gpu_uuid=None, pid=10, process_name="x", used_mib=3),)
 
 
 @pytest.mark.parametrize(
@@ -346,7 +346,7 @@ def test_compute_apps_malformed(text: str, reason: str) -> None:
 )
 def test_compute_apps_any_printable_name_round_trips(name: str, pid: int, used: int) -> None:
     assert parse_compute_apps(f"{MASKED_UUID}, {pid}, {name}, {used}\n") == (
-        ComputeApp(MASKED_UUID, pid, name, used),
+        ComputeApp(gpu_uuid=MASKED_UUID, pid=pid, process_name=name, used_mib=used),
     )
 
 
@@ -436,13 +436,14 @@ def test_the_probes_run_those_argvs_read_their_output_and_explain_a_failure() ->
     query = smi.gpu_query("/usr/bin/nvidia-smi", SETTLE_FIELDS)
     assert query.argv == tuple(gpu_query_argv("/usr/bin/nvidia-smi", SETTLE_FIELDS))
     assert query.parse("0, GPU-a, 5, Enabled\n1, GPU-b, [N/A], [N/A]") == (
-        GpuRow(0, 5, "GPU-a", mig=True), GpuRow(1, None, "GPU-b"))
+        GpuRow(index=0, memory_used_mib=5, uuid="GPU-a", mig=True), GpuRow(index=1, memory_used_mib=None, uuid="GPU-b"))
     apps = smi.compute_apps("nvidia-smi")
     assert apps.argv == tuple(compute_apps_argv("nvidia-smi"))
-    assert apps.parse("GPU-a, 7, x, 3") == (ComputeApp("GPU-a", 7, "x", 3),)
+    assert apps.parse("GPU-a, 7, x, 3") == (ComputeApp(gpu_uuid="GPU-a", pid=7, process_name="x", used_mib=3),)
     text = fixture("error_no-devices-found.txt")
     for probe in (query, apps):
-        assert probe.failure(CommandResult(probe.argv, 6, text, "", 0.1)) == classify_smi_failure(6, text, "")
+        assert probe.failure(CommandResult(argv=probe.argv, exit_status=6, stdout=text, stderr="",
+                                           duration_s=0.1)) == classify_smi_failure(6, text, "")
 
 
 # --- device minor numbers (nvidia-smi -q) -------------------------------------------------------------

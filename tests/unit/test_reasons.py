@@ -43,14 +43,16 @@ def test_kill_verdicts_carry_their_reason(after_kill: frozenset[int], back: list
     assert verdict is not None and verdict[0] is reason
 
 
-ROWS = (GpuRow(0, 0, "GPU-a"), GpuRow(1, 0, "GPU-b"))
+ROWS = (GpuRow(index=0, memory_used_mib=0, uuid="GPU-a"), GpuRow(index=1, memory_used_mib=0, uuid="GPU-b"))
 
 
 @pytest.mark.parametrize(
     ("rows", "apps", "holders", "findings", "reason"),
     [
-        ((GpuRow(0, 1523, "GPU-a"), GpuRow(1, 0, "GPU-b")), (), (), None, Reason.MEMORY_HELD),
-        (ROWS, (ComputeApp("GPU-a", 7, "/usr/bin/python3", 0),), (), None, Reason.HOLDERS_LEFT),
+        ((GpuRow(index=0, memory_used_mib=1523, uuid="GPU-a"), GpuRow(index=1, memory_used_mib=0, uuid="GPU-b")), (),
+         (), None, Reason.MEMORY_HELD),
+        (ROWS, (ComputeApp(gpu_uuid="GPU-a", pid=7, process_name="/usr/bin/python3", used_mib=0),), (), None,
+         Reason.HOLDERS_LEFT),
         (ROWS, (), (Holder(8, "root", "python3", None, ("/dev/nvidia0",)),), None, Reason.HOLDERS_LEFT),
         (ROWS[:1], (), (), None, Reason.GPU_MISSING),
         ((), (), (), None, Reason.GPU_MISSING),
@@ -69,17 +71,22 @@ def test_a_warning_is_no_reason_to_fail() -> None:
 
 
 def test_the_host_takes_verifys_reason_a_reboots_or_the_first_failures() -> None:
-    drain = StepResult(StepName.DRAIN, StepStatus.FAILED, 1.0, "x", "systemctl stop refused", Reason.DRAIN_FAILED)
-    verify = StepResult(StepName.VERIFY, StepStatus.FAILED, 1.0, "y", "gpu 0 holds 9 MiB", Reason.MEMORY_HELD)
-    reboot = StepResult(StepName.SETTLE, StepStatus.FAILED, 1.0, "z", "needs_reboot: gpu 0", Reason.NEEDS_REBOOT)
+    drain = StepResult(name=StepName.DRAIN, status=StepStatus.FAILED, duration_s=1.0, detail="x",
+                       error="systemctl stop refused", reason=Reason.DRAIN_FAILED)
+    verify = StepResult(name=StepName.VERIFY, status=StepStatus.FAILED, duration_s=1.0, detail="y",
+                        error="gpu 0 holds 9 MiB", reason=Reason.MEMORY_HELD)
+    reboot = StepResult(name=StepName.SETTLE, status=StepStatus.FAILED, duration_s=1.0, detail="z",
+                        error="needs_reboot: gpu 0", reason=Reason.NEEDS_REBOOT)
     assert host_outcome([drain, verify])[2] is Reason.MEMORY_HELD
     assert host_outcome([drain])[1:] == ("drain: systemctl stop refused", Reason.DRAIN_FAILED)
     assert host_outcome([drain, reboot, verify])[2] is Reason.NEEDS_REBOOT
-    timeout = StepResult(StepName.SETTLE, StepStatus.TIMEOUT, 1.0, "w", "nvidia-smi did not answer")
+    timeout = StepResult(name=StepName.SETTLE, status=StepStatus.TIMEOUT, duration_s=1.0, detail="w",
+                         error="nvidia-smi did not answer")
     assert host_outcome([timeout])[2] is Reason.COMMAND_TIMEOUT
-    unexplained = StepResult(StepName.SETTLE, StepStatus.FAILED, 1.0, "v", "nvidia-smi exited 9")
+    unexplained = StepResult(name=StepName.SETTLE, status=StepStatus.FAILED, duration_s=1.0, detail="v",
+                             error="nvidia-smi exited 9")
     assert host_outcome([unexplained])[2] is Reason.PROBE_FAILED
-    assert host_outcome([StepResult(StepName.VERIFY, StepStatus.OK)]) == (
+    assert host_outcome([StepResult(name=StepName.VERIFY, status=StepStatus.OK)]) == (
         host_outcome([])[0], None, None)
 
 
@@ -87,9 +94,12 @@ def test_the_host_takes_verifys_reason_a_reboots_or_the_first_failures() -> None
 def test_settle_saying_whose_the_memory_is_beats_verifys_memory_held_but_not_a_health_failure(reason: Reason) -> None:
     """A leaked context or a job's memory is the host's error (a refused --gpu-reset's holders with it), not
     verify's plainer `gpu 3 holds 4096 MiB` of that same memory; verify finding something else still wins."""
-    settled = StepResult(StepName.SETTLE, StepStatus.TIMEOUT, 60.0, "x", "gpu 3 holds 4096 MiB with ...", reason)
-    held = StepResult(StepName.VERIFY, StepStatus.FAILED, 1.0, "y", "gpu 3 holds 4096 MiB", Reason.MEMORY_HELD)
-    sick = StepResult(StepName.VERIFY, StepStatus.FAILED, 1.0, "y", "gpu 5: Xid 79", Reason.HEALTH)
+    settled = StepResult(name=StepName.SETTLE, status=StepStatus.TIMEOUT, duration_s=60.0, detail="x",
+                         error="gpu 3 holds 4096 MiB with ...", reason=reason)
+    held = StepResult(name=StepName.VERIFY, status=StepStatus.FAILED, duration_s=1.0, detail="y",
+                      error="gpu 3 holds 4096 MiB", reason=Reason.MEMORY_HELD)
+    sick = StepResult(name=StepName.VERIFY, status=StepStatus.FAILED, duration_s=1.0, detail="y", error="gpu 5: Xid 79",
+                      reason=Reason.HEALTH)
     assert host_outcome([settled, held])[1:] == ("settle: gpu 3 holds 4096 MiB with ...", reason)
     assert host_outcome([settled, sick])[1:] == ("gpu 5: Xid 79", Reason.HEALTH)
     assert host_outcome([settled])[2] is reason

@@ -18,6 +18,7 @@ from fleet.model.report import (
     Finding,
     GpuReport,
     HostFinding,
+    HostPlan,
     HostReport,
     HostStatus,
     KilledProcess,
@@ -34,10 +35,11 @@ from fleet.report import render as reporting
 
 def _run(statuses: dict[str, tuple[HostStatus, str | None]], command: str = "reset") -> RunReport:
     hosts = {
-        n: HostReport(n, s, 1.0, e, tuple(StepResult(x, StepStatus.OK) for x in StepName))
+        n: HostReport(name=n, status=s, duration_s=1.0, error=e,
+                      steps=tuple(StepResult(name=x, status=StepStatus.OK) for x in StepName))
         for n, (s, e) in statuses.items()
     }
-    return RunReport("r1", command, "2026-12-02T10:00:00+00:00", 2.0, hosts)
+    return RunReport(run_id="r1", command=command, started_at="2026-12-02T10:00:00+00:00", duration_s=2.0, hosts=hosts)
 
 
 def test_document_matches_the_contract_shape() -> None:
@@ -57,11 +59,14 @@ def test_document_matches_the_contract_shape() -> None:
 def test_findings_on_no_listed_gpu_are_the_hosts_health_with_their_pci_address() -> None:
     """An Xid on an NVSwitch (no listed GPU) and a kernel log that could not be read: in the host's `health`, and
     back from the document as a node that reset itself (`--via srun`) hands it over."""
-    found = (HostFinding("xid", Level.FAIL, "Xid 74 at 11:02:13: NVLink Error", "0000:05:00"),
-             HostFinding("xid", Level.FAIL, "cannot read the kernel log (journalctl exited 1: No journal files were "
+    found = (HostFinding(check="xid", level=Level.FAIL, detail="Xid 74 at 11:02:13: NVLink Error", pci="0000:05:00"),
+             HostFinding(check="xid", level=Level.FAIL,
+                         detail="cannot read the kernel log (journalctl exited 1: No journal files were "
                                             "found.)"))
-    host = HostReport("gpu-b02", HostStatus.FAILED, 1.0, "PCI 0000:05:00 (no listed GPU): Xid 74 at 11:02:13: "
-                      "NVLink Error", tuple(StepResult(x, StepStatus.OK) for x in StepName), reason=Reason.HEALTH,
+    host = HostReport(name="gpu-b02", status=HostStatus.FAILED, duration_s=1.0,
+                      error="PCI 0000:05:00 (no listed GPU): Xid 74 at 11:02:13: "
+                      "NVLink Error", steps=tuple(StepResult(name=x, status=StepStatus.OK) for x in StepName),
+                      reason=Reason.HEALTH,
                       health=found)
     document = json.loads(json.dumps(host_to_document(host)))
     assert document["health"] == [
@@ -74,12 +79,14 @@ def test_findings_on_no_listed_gpu_are_the_hosts_health_with_their_pci_address()
 
 def test_a_hosts_records_are_written_as_asdict_writes_them() -> None:
     """`flat` (the report's and the history's cheap asdict) gives what asdict gives, nested findings included."""
-    gpus = (GpuReport(0, 0, "GPU-0", "H100", 81559, 0.4, (Finding("ecc", Level.FAIL, "1 uncorrectable"),
+    gpus = (GpuReport(index=0, memory_used_mib=0, uuid="GPU-0", name="H100", memory_total_mib=81559, settle_s=0.4,
+                      health=(Finding("ecc", Level.FAIL, "1 uncorrectable"),
                                                           Finding("pcie", Level.WARN, "gen 4 of 5"))),
-            GpuReport(1, None))
-    host = HostReport("gpu-b01", HostStatus.FAILED, 1.0, "gpu 0: 1 uncorrectable", reason=Reason.HEALTH, gpus=gpus,
-                      killed=(KilledProcess(7713, "python3", "root", "SIGKILL"),),
-                      health=(HostFinding("xid", Level.FAIL, "Xid 79", "0000:05:00"),))
+            GpuReport(index=1, memory_used_mib=None))
+    host = HostReport(name="gpu-b01", status=HostStatus.FAILED, duration_s=1.0, error="gpu 0: 1 uncorrectable",
+                      reason=Reason.HEALTH, gpus=gpus,
+                      killed=(KilledProcess(pid=7713, name="python3", user="root", signal="SIGKILL"),),
+                      health=(HostFinding(check="xid", level=Level.FAIL, detail="Xid 79", pci="0000:05:00"),))
     document = host_to_document(host)
     assert document["gpus"] == [asdict(g) for g in gpus]
     assert [list(g) for g in document["gpus"]] == [list(asdict(g)) for g in gpus]  # the keys in the same order
@@ -90,10 +97,12 @@ def test_a_hosts_records_are_written_as_asdict_writes_them() -> None:
 def test_a_hosts_start_in_the_run_comes_back_from_the_document() -> None:
     """start_s (seconds from the run's start to the host's, null for a host that never started) survives the JSON
     both ways (`--via srun`'s hand-over, `fleet show`); an older summary.json has none."""
-    steps = tuple(StepResult(x, StepStatus.OK, 0.5) for x in StepName)
-    run = RunReport("r1", "reset", "2026-12-02T10:00:00+00:00", 9.0, {
-        "gpu-b01": HostReport("gpu-b01", HostStatus.CLEAN, 2.0, None, steps, start_s=4.25),
-        "gpu-b02": HostReport("gpu-b02", HostStatus.SKIPPED, 0.0, "stopped", reason=Reason.STOPPED),
+    steps = tuple(StepResult(name=x, status=StepStatus.OK, duration_s=0.5) for x in StepName)
+    run = RunReport(run_id="r1", command="reset", started_at="2026-12-02T10:00:00+00:00", duration_s=9.0, hosts={
+        "gpu-b01": HostReport(name="gpu-b01", status=HostStatus.CLEAN, duration_s=2.0, error=None, steps=steps,
+                              start_s=4.25),
+        "gpu-b02": HostReport(name="gpu-b02", status=HostStatus.SKIPPED, duration_s=0.0, error="stopped",
+                              reason=Reason.STOPPED),
     })
     document = json.loads(reporting.render(reporting.to_document(run)))
     assert [h["start_s"] for h in document["hosts"].values()] == [4.25, None]
@@ -125,20 +134,21 @@ def test_human_lines_fold_hosts_with_the_same_outcome() -> None:
 def test_hosts_fold_by_reason_with_the_range_of_their_numbers() -> None:
     """500 hosts stay readable: one line per status, reason and shape of error, numbers that differ as ranges."""
     held = Reason.MEMORY_HELD
-    hosts = {f"gpu-b{i:02d}": HostReport(f"gpu-b{i:02d}", HostStatus.FAILED, 1.0,
-                                         f"gpu 0 holds {mib} MiB after 60 s (threshold 16 MiB)", reason=held)
+    hosts = {f"gpu-b{i:02d}": HostReport(name=f"gpu-b{i:02d}", status=HostStatus.FAILED, duration_s=1.0,
+                                         error=f"gpu 0 holds {mib} MiB after 60 s (threshold 16 MiB)", reason=held)
              for i, mib in ((3, 1523), (7, 4096), (11, 2000))}
-    hosts |= {f"gpu-c{i:02d}": HostReport(f"gpu-c{i:02d}", HostStatus.FAILED, 1.0,
-                                          f"cannot see every process on gpu-c{i:02d} as bob (permission denied on"
+    hosts |= {f"gpu-c{i:02d}": HostReport(name=f"gpu-c{i:02d}", status=HostStatus.FAILED, duration_s=1.0,
+                                          error=f"cannot see every process on gpu-c{i:02d} as bob (permission denied on"
                                           f" /proc/*/fd of {i * 3} processes): run as root", reason=Reason.BLIND_SCAN)
               for i in (1, 2)}
-    hosts |= {f"gpu-d{i:02d}": HostReport(f"gpu-d{i:02d}", HostStatus.FAILED, 1.0,
-                                          f"gpu 5: Xid 79 at 07:2{i}:00: GPU has fallen off the bus",
+    hosts |= {f"gpu-d{i:02d}": HostReport(name=f"gpu-d{i:02d}", status=HostStatus.FAILED, duration_s=1.0,
+                                          error=f"gpu 5: Xid 79 at 07:2{i}:00: GPU has fallen off the bus",
                                           reason=Reason.HEALTH)
               for i in (1, 2)}
-    hosts["gpu-e01"] = HostReport("gpu-e01", HostStatus.SKIPPED, 0.0, "slurm: job 4711 still running on gpu-e01 after"
+    hosts["gpu-e01"] = HostReport(name="gpu-e01", status=HostStatus.SKIPPED, duration_s=0.0,
+                                  error="slurm: job 4711 still running on gpu-e01 after"
                                   " 600 s: not reset", reason=Reason.JOBS_RUNNING)
-    lines = reporting.human_lines(RunReport("r", "reset", "t", 2.0, hosts))
+    lines = reporting.human_lines(RunReport(run_id="r", command="reset", started_at="t", duration_s=2.0, hosts=hosts))
     assert lines[:4] == [
         "gpu-c[01-02] failed blind_scan: cannot see every process on <host> as bob (permission denied on /proc/*/fd"
         " of 3-6 processes): run as root",
@@ -149,9 +159,11 @@ def test_hosts_fold_by_reason_with_the_range_of_their_numbers() -> None:
 
 
 def test_errors_of_another_shape_never_fold_together() -> None:
-    hosts = {"a": HostReport("a", HostStatus.FAILED, 1.0, "gpu 0 holds 5 MiB", reason=Reason.MEMORY_HELD),
-             "b": HostReport("b", HostStatus.FAILED, 1.0, "gpu 0 holds 5 MiB (pid 7 x)", reason=Reason.MEMORY_HELD)}
-    lines = reporting.human_lines(RunReport("r", "reset", "t", 2.0, hosts))
+    hosts = {"a": HostReport(name="a", status=HostStatus.FAILED, duration_s=1.0, error="gpu 0 holds 5 MiB",
+                             reason=Reason.MEMORY_HELD),
+             "b": HostReport(name="b", status=HostStatus.FAILED, duration_s=1.0, error="gpu 0 holds 5 MiB (pid 7 x)",
+                             reason=Reason.MEMORY_HELD)}
+    lines = reporting.human_lines(RunReport(run_id="r", command="reset", started_at="t", duration_s=2.0, hosts=hosts))
     assert lines[:2] == ["a failed memory_held: gpu 0 holds 5 MiB", "b failed memory_held: gpu 0 holds 5 MiB (pid 7 x)"]
 
 
@@ -199,10 +211,25 @@ def _by_fields(record: object) -> list[tuple[str, object]]:
 @given(report_strategies.hosts, st.none() | st.builds(FabricManager.present, st.text(max_size=8)))
 def test_flat_is_each_field_in_its_order_however_the_record_was_made(host: HostReport,
                                                                       fm: FabricManager | None) -> None:
-    """`flat` copies a record's attributes: they are its fields, in their order, as the record was built, replaced
+    """`flat` gives a record's fields, in their order, whether the record was built, replaced
     or read back (pickled: the report crosses process bounds), on drawn reports and the real demo's."""
     demo = run_from_document(demo_document())
     for found in (replace(host, fabric_manager=fm), *list(demo.hosts.values())[:4]):
         for record in _records(found):
             for copy in (record, replace(record), pickle.loads(pickle.dumps(record))):  # type: ignore[type-var]
                 assert list(flat(copy).items()) == _by_fields(record)
+
+
+def test_a_line_per_host_is_for_a_reset_of_a_screenful_or_as_asked() -> None:
+    """A reset of up to SCREENFUL hosts says what it did on each (`-q`: not; `-v`: however many); a check does
+    nothing to say, and a dry run's plan says it already."""
+    few = _run({f"h{i}": (HostStatus.CLEAN, None) for i in range(reporting.SCREENFUL)})
+    many = _run({f"h{i}": (HostStatus.CLEAN, None) for i in range(reporting.SCREENFUL + 1)})
+    assert reporting.per_host_wanted(few, None) and not reporting.per_host_wanted(few, False)
+    assert not reporting.per_host_wanted(many, None) and reporting.per_host_wanted(many, True)
+    check = _run({"h": (HostStatus.CLEAN, None)}, command="check")
+    assert not reporting.per_host_wanted(check, None) and not reporting.per_host_wanted(check, True)
+    planned = replace(few, hosts={n: replace(h, plan=HostPlan()) for n, h in few.hosts.items()})
+    assert not reporting.per_host_wanted(planned, True)
+    (line,) = reporting.done_lines(_run({"gpu-b01": (HostStatus.CLEAN, None)}))
+    assert line == "gpu-b01 clean in 1.0 s: killed nothing; settled in 0.0 s"

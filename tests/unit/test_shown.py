@@ -38,8 +38,9 @@ def test_fleets_own_lines_keep_their_breaks() -> None:
 
 def test_a_nodes_newline_never_forges_a_summary_line() -> None:
     """An error carrying `\\ngpu-b02 clean` stays on its host's line; the tally is fleet's."""
-    report = RunReport("run-1", "check", "2026-12-06T08:00:00+00:00", 1.0, {
-        "gpu-b01": HostReport("gpu-b01", HostStatus.FAILED, 1.0, "pid 7 x\ngpu-b02 clean", reason=Reason.HOLDERS_LEFT)})
+    report = RunReport(run_id="run-1", command="check", started_at="2026-12-06T08:00:00+00:00", duration_s=1.0, hosts={
+        "gpu-b01": HostReport(name="gpu-b01", status=HostStatus.FAILED, duration_s=1.0, error="pid 7 x\ngpu-b02 clean",
+                              reason=Reason.HOLDERS_LEFT)})
     lines = human_lines(report)
     assert lines[0] == "gpu-b01 failed holders_left: pid 7 x\\x0agpu-b02 clean"
     assert all("\n" not in line for line in lines)

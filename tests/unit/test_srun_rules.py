@@ -42,8 +42,8 @@ def test_the_capture_without_gres_has_no_gpus() -> None:
 
 
 def test_one_step_per_gpu_count() -> None:
-    seen = {"a": SlurmNode("a", "IDLE", gpus=8), "b": SlurmNode("b", "IDLE", gpus=4), "c": SlurmNode("c", "IDLE",
-                                                                                                    gpus=8)}
+    seen = {"a": SlurmNode("a", "IDLE", gpus=8), "b": SlurmNode("b", "IDLE", gpus=4),
+            "c": SlurmNode("c", "IDLE", gpus=8)}
     assert by_gpus(["a", "b", "c", "d"], seen) == {8: ["a", "c"], 4: ["b"], 0: ["d"]}
 
 
@@ -55,8 +55,8 @@ def test_srun_runs_without_slurms_input_variables_but_keeps_slurm_conf() -> None
 
 
 def _ran(*statuses: StepStatus) -> HostReport:
-    return HostReport("h", HostStatus.FAILED, steps=tuple(StepResult(n, s) for n, s in zip(StepName, statuses,
-                                                                                              strict=False)))
+    return HostReport(name="h", status=HostStatus.FAILED,
+                      steps=tuple(StepResult(name=n, status=s) for n, s in zip(StepName, statuses, strict=False)))
 
 
 def test_only_a_node_that_said_so_is_untouched() -> None:

@@ -128,12 +128,13 @@ def test_settings_from_real_captures_a_535_node_among_590_nodes() -> None:
 def report_of(settings: dict[str, list[GpuSettings | None]], failed: tuple[str, ...] = ()) -> RunReport:
     """A run whose hosts' GPUs verify read with these settings (an empty list: no GPU read), on nodes without a
     fabric manager (no NVSwitch)."""
-    hosts = {name: HostReport(name, HostStatus.FAILED if name in failed else HostStatus.CLEAN,
+    hosts = {name: HostReport(name=name, status=HostStatus.FAILED if name in failed else HostStatus.CLEAN,
                               reason=Reason.MEMORY_HELD if name in failed else None,
-                              gpus=tuple(GpuReport(i, 0, settings=s) for i, s in enumerate(gpus)),
+                              gpus=tuple(GpuReport(index=i, memory_used_mib=0, settings=s) for i, s in enumerate(gpus)),
                               fabric_manager=FabricManager.absent())
              for name, gpus in settings.items()}
-    return RunReport("r", "reset", "2026-12-04T00:00:00+00:00", 1.0, hosts, groups={"rack": tuple(settings)})
+    return RunReport(run_id="r", command="reset", started_at="2026-12-04T00:00:00+00:00", duration_s=1.0, hosts=hosts,
+                     groups={"rack": tuple(settings)})
 
 
 def gpus(gpu: GpuSettings = H100, count: int = 8) -> list[GpuSettings | None]:
@@ -142,8 +143,11 @@ def gpus(gpu: GpuSettings = H100, count: int = 8) -> list[GpuSettings | None]:
 
 def test_a_host_takes_part_only_with_settings_read() -> None:
     assert uniformity.host_settings(None) is None
-    assert uniformity.host_settings(HostReport("x", HostStatus.CLEAN, gpus=(GpuReport(0, 0),))) is None  # older fleet
-    one_unread = HostReport("x", HostStatus.CLEAN, gpus=(GpuReport(0, 0, settings=H100), GpuReport(1, 0)))
+    assert uniformity.host_settings(HostReport(name="x", status=HostStatus.CLEAN,
+                                               gpus=(GpuReport(index=0, memory_used_mib=0),))) is None  # older fleet
+    one_unread = HostReport(name="x", status=HostStatus.CLEAN,
+                            gpus=(GpuReport(index=0, memory_used_mib=0, settings=H100),
+                                  GpuReport(index=1, memory_used_mib=0)))
     assert uniformity.host_settings(one_unread) == {**node_settings([H100, None]), "gpus": "2"}
     assert (uniformity.host_settings(one_unread) or {})["driver"] is None
 

@@ -15,7 +15,7 @@ from fleet.reset.settle import Allowance, kept_usage
 from fleet.reset.verify import describe_kept, verify, verify_error
 from fleet.transport.scripted import Reply, ScriptedTransport
 
-ROWS_CLEAN = (GpuRow(0, 0, "GPU-a"), GpuRow(1, 1, "GPU-b"))
+ROWS_CLEAN = (GpuRow(index=0, memory_used_mib=0, uuid="GPU-a"), GpuRow(index=1, memory_used_mib=1, uuid="GPU-b"))
 
 
 def test_verify_clean() -> None:
@@ -23,14 +23,15 @@ def test_verify_clean() -> None:
 
 
 def test_verify_names_gpu_memory_and_the_process() -> None:
-    rows = (GpuRow(0, 1523, "GPU-a"), GpuRow(1, 0, "GPU-b"))
-    apps = (ComputeApp("GPU-a", 39865, "/usr/bin/python3", 1523),)
+    rows = (GpuRow(index=0, memory_used_mib=1523, uuid="GPU-a"), GpuRow(index=1, memory_used_mib=0, uuid="GPU-b"))
+    apps = (ComputeApp(gpu_uuid="GPU-a", pid=39865, process_name="/usr/bin/python3", used_mib=1523),)
     error = verify_error(rows, apps, 2, Allowance(16))
     assert error == "gpu 0 holds 1523 MiB (pid 39865 python3) (+1 more)"
 
 
 def test_verify_na_memory_is_never_clean() -> None:
-    assert verify_error((GpuRow(0, None), GpuRow(1, 0)), (), 2, Allowance(16)) == (
+    assert verify_error((GpuRow(index=0, memory_used_mib=None), GpuRow(index=1, memory_used_mib=0)), (), 2,
+                        Allowance(16)) == (
         "gpu 0 memory.used is not a number ([N/A])"
     )
 
@@ -44,13 +45,13 @@ def test_verify_no_gpus_at_all() -> None:
 
 
 def test_compute_app_on_an_idle_gpu_is_not_clean() -> None:
-    apps = (ComputeApp("GPU-b", 4242, "sglang", 0),)
+    apps = (ComputeApp(gpu_uuid="GPU-b", pid=4242, process_name="sglang", used_mib=0),)
     assert verify_error(ROWS_CLEAN, apps, 2, Allowance(16)) == "pid 4242 sglang still runs on gpu 1"
 
 
 def test_threshold_is_inclusive() -> None:
-    assert verify_error((GpuRow(0, 16),), (), 1, Allowance(16)) is None
-    assert verify_error((GpuRow(0, 17),), (), 1, Allowance(16)) == "gpu 0 holds 17 MiB"
+    assert verify_error((GpuRow(index=0, memory_used_mib=16),), (), 1, Allowance(16)) is None
+    assert verify_error((GpuRow(index=0, memory_used_mib=17),), (), 1, Allowance(16)) == "gpu 0 holds 17 MiB"
 
 
 def test_an_unprotected_holder_without_memory_is_not_clean() -> None:
@@ -61,14 +62,14 @@ def test_an_unprotected_holder_without_memory_is_not_clean() -> None:
 
 # --- what fleet keeps on purpose, and MIG ---------------------------------------------------
 
-MPS = ComputeApp("GPU-a", 77, "/usr/bin/nvidia-cuda-mps-server", 300)
+MPS = ComputeApp(gpu_uuid="GPU-a", pid=77, process_name="/usr/bin/nvidia-cuda-mps-server", used_mib=300)
 
 
 def test_a_kept_mps_servers_memory_is_allowed_on_its_gpu() -> None:
     """The MPS server is kept (protected): what it holds is allowed on its GPU, and it is not a leftover app."""
     allowance = Allowance(16, kept_mib=kept_usage([MPS]))
     assert allowance == Allowance(16, kept_mib={"GPU-a": 300})
-    rows = (GpuRow(0, 310, "GPU-a"), GpuRow(1, 0, "GPU-b"))
+    rows = (GpuRow(index=0, memory_used_mib=310, uuid="GPU-a"), GpuRow(index=1, memory_used_mib=0, uuid="GPU-b"))
     assert verify_error(rows, (), 2, allowance) is None
     assert describe_kept([MPS]) == "; kept pid 77 nvidia-cuda-mps-server (300 MiB)"
     assert describe_kept([]) == ""
@@ -76,28 +77,33 @@ def test_a_kept_mps_servers_memory_is_allowed_on_its_gpu() -> None:
 
 def test_memory_beyond_what_kept_processes_hold_is_not_clean_and_says_how_much_is_kept() -> None:
     allowance = Allowance(16, kept_mib={"GPU-a": 300})
-    rows = (GpuRow(0, 400, "GPU-a"), GpuRow(1, 0, "GPU-b"))
+    rows = (GpuRow(index=0, memory_used_mib=400, uuid="GPU-a"), GpuRow(index=1, memory_used_mib=0, uuid="GPU-b"))
     assert verify_error(rows, (), 2, allowance) == "gpu 0 holds 400 MiB (300 MiB of it by kept processes)"
-    assert verify_error((GpuRow(0, 310, "GPU-b"), GpuRow(1, 0, "GPU-a")), (), 2, allowance) == (
+    assert verify_error((GpuRow(index=0, memory_used_mib=310, uuid="GPU-b"),
+                         GpuRow(index=1, memory_used_mib=0, uuid="GPU-a")), (), 2, allowance) == (
         "gpu 0 holds 310 MiB")  # kept memory counts only on the GPU it is on
 
 
 def test_a_kept_server_beside_a_leftover_app_names_the_app() -> None:
     allowance = Allowance(16, kept_mib={"GPU-a": 300})
-    leftover = ComputeApp("GPU-a", 4242, "/usr/bin/python3", 2000)
-    assert verify_error((GpuRow(0, 2300, "GPU-a"),), (leftover,), 1, allowance) == (
+    leftover = ComputeApp(gpu_uuid="GPU-a", pid=4242, process_name="/usr/bin/python3", used_mib=2000)
+    assert verify_error((GpuRow(index=0, memory_used_mib=2300, uuid="GPU-a"),), (leftover,), 1, allowance) == (
         "gpu 0 holds 2300 MiB (300 MiB of it by kept processes) (pid 4242 python3) (+1 more)")
 
 
 def test_an_idle_mig_gpu_is_clean_under_the_mig_threshold() -> None:
     """An idle H200 with MIG instances reports 55 MiB used with no process."""
-    assert verify_error((GpuRow(0, 55, "GPU-a", mig=True),), (), 1, Allowance(16, 256)) is None
-    assert verify_error((GpuRow(0, 257, "GPU-a", mig=True),), (), 1, Allowance(16, 256)) == "gpu 0 holds 257 MiB"
+    assert verify_error((GpuRow(index=0, memory_used_mib=55, uuid="GPU-a", mig=True),), (), 1,
+                        Allowance(16, 256)) is None
+    assert verify_error((GpuRow(index=0, memory_used_mib=257, uuid="GPU-a", mig=True),), (), 1,
+                        Allowance(16, 256)) == "gpu 0 holds 257 MiB"
 
 
 def test_the_same_memory_on_a_gpu_without_mig_is_not_clean() -> None:
-    assert verify_error((GpuRow(0, 55, "GPU-a"),), (), 1, Allowance(16, 256)) == "gpu 0 holds 55 MiB"
-    assert verify_error((GpuRow(0, 55, "GPU-a", mig=True),), (), 1, Allowance(16)) == "gpu 0 holds 55 MiB"
+    assert verify_error((GpuRow(index=0, memory_used_mib=55, uuid="GPU-a"),), (), 1,
+                        Allowance(16, 256)) == "gpu 0 holds 55 MiB"
+    assert verify_error((GpuRow(index=0, memory_used_mib=55, uuid="GPU-a", mig=True),), (), 1,
+                        Allowance(16)) == "gpu 0 holds 55 MiB"
 
 
 def mps_node(used_mib: int) -> Node:

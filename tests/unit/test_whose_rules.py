@@ -19,7 +19,7 @@ BUS = ("00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:
 # As on a DGX: device files numbered in the driver's probe order, not nvidia-smi's index order.
 MINORS = {2: BUS[0], 3: BUS[1], 0: BUS[2], 1: BUS[3]}
 BOARD = Board(MINORS, nvswitch=False)
-ROWS = tuple(GpuRow(i, 0, f"GPU-{i}", BUS[i]) for i in range(4))
+ROWS = tuple(GpuRow(index=i, memory_used_mib=0, uuid=f"GPU-{i}", pci_bus_id=BUS[i]) for i in range(4))
 PERSISTENCED = Holder(12, "root", "nvidia-persistenced", b"/usr/bin/nvidia-persistenced",
                       (*(f"/dev/nvidia{m}" for m in range(4)), "/dev/nvidiactl"),
                       protected_by="protected name nvidia-persistenced")
@@ -51,7 +51,8 @@ def test_a_device_file_whose_gpu_cannot_be_told_holds_every_gpu() -> None:
 
 
 def test_memory_no_process_holds_is_a_leaked_context_the_machines_own_processes_aside() -> None:
-    found = look(PERSISTENCED, apps=(ComputeApp("GPU-3", 77, "nvidia-cuda-mps-server", 300),))
+    found = look(PERSISTENCED,
+                 apps=(ComputeApp(gpu_uuid="GPU-3", pid=77, process_name="nvidia-cuda-mps-server", used_mib=300),))
     kept = {77}  # the MPS server the kill kept: its 300 MiB are in the allowance
     (gpu,) = leaks.explain(found, {3: "gpu 3 holds 4096 MiB"}, kept)
     assert gpu.leaked and not gpu.by_jobs
@@ -60,7 +61,8 @@ def test_memory_no_process_holds_is_a_leaked_context_the_machines_own_processes_
 
 def test_memory_a_process_holds_is_no_leak_and_the_process_is_named() -> None:
     spared = holder(5, "/dev/nvidia1", why="user bob not in kill_users", user="bob")  # minor 1: gpu 3
-    found = look(spared, PERSISTENCED, apps=(ComputeApp("GPU-0", 9, "/opt/app/bin/serve", 800),))
+    found = look(spared, PERSISTENCED,
+                 apps=(ComputeApp(gpu_uuid="GPU-0", pid=9, process_name="/opt/app/bin/serve", used_mib=800),))
     by_gpu = {u.index: u for u in leaks.explain(found, {0: "gpu 0 holds 800 MiB", 3: "gpu 3 holds 4096 MiB"})}
     assert by_gpu[3].holders == (spared,) and not by_gpu[3].leaked
     assert by_gpu[0].strays == found.apps and not by_gpu[0].leaked  # a compute app no device file showed
@@ -73,7 +75,8 @@ def test_memory_held_only_by_a_jobs_processes_names_the_job() -> None:
     job = holder(33, "/dev/nvidia2", why=STEPD_JOB)  # minor 2: gpu 0
     stepd = Holder(20, "root", "slurmstepd", b"/usr/sbin/slurmstepd", ("/dev/nvidiactl",),
                    protected_by=f"{JOB_PROCESS} (slurmstepd)")
-    found = look(job, stepd, PERSISTENCED, apps=(ComputeApp("GPU-0", 33, "python3", 30000),),
+    found = look(job, stepd, PERSISTENCED,
+                 apps=(ComputeApp(gpu_uuid="GPU-0", pid=33, process_name="python3", used_mib=30000),),
                  titles={20: "slurmstepd: [4711.0]"})
     unsettled = leaks.explain(found, {0: "gpu 0 holds 30000 MiB"})
     assert [u.by_jobs for u in unsettled] == [True]
@@ -87,7 +90,8 @@ def test_a_job_shared_with_any_other_process_is_not_the_jobs_alone() -> None:
     other = holder(34, "/dev/nvidia2", why="lineage not read past pid 700: may be a Slurm job's process")
     (gpu,) = leaks.explain(look(job, other), {0: "gpu 0 holds 30000 MiB"})
     assert not gpu.by_jobs and job_verdict([gpu], {}) is None
-    (na,) = leaks.explain(look(job, rows=(GpuRow(0, None, "GPU-0", BUS[0]),)), {0: "gpu 0 memory.used is not a number"})
+    (na,) = leaks.explain(look(job, rows=(GpuRow(index=0, memory_used_mib=None, uuid="GPU-0", pci_bus_id=BUS[0]),)),
+                          {0: "gpu 0 memory.used is not a number"})
     assert not na.by_jobs and not na.leaked  # [N/A]: nobody can say what is held
 
 

@@ -49,8 +49,8 @@ def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def read(probe: Probe[Any], status: int, stdout: bytes, stderr: bytes, took: float) -> str:
     """What fleet makes of the answer: the parsed value, the probe's failure line, or the parser's error."""
-    result = CommandResult(probe.argv, status, stdout.decode("utf-8", "surrogateescape"),
-                           stderr.decode("utf-8", "surrogateescape"), took)
+    result = CommandResult(argv=probe.argv, exit_status=status, stdout=stdout.decode("utf-8", "surrogateescape"),
+                           stderr=stderr.decode("utf-8", "surrogateescape"), duration_s=took)
     try:
         return repr(probe.read(result)) if probe.answered(result) else f"not answered: {probe.failure(result)}"
     except Exception as exc:  # a parser's refusal is what this check reports

@@ -33,7 +33,7 @@ class Key(NamedTuple):
     under: dict[str, Key]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Lookup:
     """What the table asks of nvidia-smi's output, built once per table (compared, and hashed, by identity: the
     probes made for it are kept by it, `fleet.node.probes.health`)."""
@@ -66,9 +66,11 @@ def _lookup(table: tuple[Field[Any], ...]) -> Lookup:
     columns = tuple(Column(f.name, f.read.parse, f.check if f.strict else None, f.query) for f in asked)
     at = {path: name for name, lowered in paths.items() for path in lowered}
     query = ",".join(("pci.bus_id", *(f.query for f in asked)))
-    return Lookup(asked, query, columns, tuple(c.name for c in columns), tuple(f.read.fast for f in asked),
-                   displays, tuple(f for f in table if f.display is not None), facts, paths, at,
-                   {path: tuple(sorted(checks)) for path, checks in noted.items()}, _tree((), at.keys() | noted.keys()))
+    return Lookup(asked=asked, query=query, columns=columns, names=tuple(c.name for c in columns),
+                  readers=tuple(f.read.fast for f in asked), displays=displays,
+                  shown=tuple(f for f in table if f.display is not None), facts=facts, paths=paths, at=at,
+                  noted={path: tuple(sorted(checks)) for path, checks in noted.items()},
+                  top=_tree((), at.keys() | noted.keys()))
 
 
 def _tree(path: Path, read: set[Path]) -> Key:

@@ -10,7 +10,7 @@ import functools
 import operator
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from fleet.node import bounds
 from fleet.node.probe import Probe
@@ -49,7 +49,7 @@ NULL_VALUES = frozenset(
 _MIB = re.compile(r"(-?\d+)(?: MiB)?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuRow:
     index: int
     memory_used_mib: int | None
@@ -61,7 +61,7 @@ class GpuRow:
     mig: bool = False  # MIG mode is enabled (mig.mode.current; `[N/A]` on a GPU without MIG: not enabled)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ComputeApp:
     gpu_uuid: str | None
     pid: int
@@ -141,20 +141,11 @@ def _row_picker(fields: tuple[str, ...]) -> Callable[[list[str | None]], tuple[s
 
 
 def _gpu_row(values: tuple[str | None, ...], lineno: int, line: str) -> GpuRow:
-    """`GpuRow`'s fields in its order, set in one dict as the row's attributes: what `__init__` sets (no
-    `__post_init__`, checked below), where a frozen dataclass's `__init__` pays an `object.__setattr__` a field (a
-    row of every GPU, every poll)."""
+    """The row of one GPU, from the values `_row_picker` took (`_ROW_FIELDS`' order)."""
     index, used, uuid, bus_id, name, total, ecc, mig = values
-    row = object.__new__(GpuRow)
-    row.__dict__.update(zip(_ROW_ATTRIBUTES, (parse_int(index or "", lineno, line, "GPU index"), parse_mib(used), uuid,
-                                              bus_id, name, parse_mib(total), _optional_int(ecc), mig == "Enabled"),
-                            strict=True))
-    return row
-
-
-_ROW_ATTRIBUTES = tuple(f.name for f in fields(GpuRow))
-if len(_ROW_ATTRIBUTES) != len(_ROW_FIELDS) or hasattr(GpuRow, "__post_init__"):
-    raise TypeError("GpuRow's fields are not _gpu_row's, or its __init__ does more than set them")
+    return GpuRow(index=parse_int(index or "", lineno, line, "GPU index"), memory_used_mib=parse_mib(used), uuid=uuid,
+                  pci_bus_id=bus_id, name=name, memory_total_mib=parse_mib(total), ecc_uncorrected=_optional_int(ecc),
+                  mig=mig == "Enabled")
 
 
 # --- nvidia-smi --query-compute-apps -----------------------------------------
@@ -174,9 +165,8 @@ def _compute_app(lineno: int, line: str) -> ComputeApp:
     right = left[-1].rsplit(SMI_SEPARATOR, 1)
     if len(left) != 3 or len(right) != 2:
         raise ProbeParseError(lineno, line, f"expected {len(COMPUTE_APPS_FIELDS)} columns")
-    # by position, in ComputeApp's order (gpu_uuid, pid, process_name, used_mib): fewer calls than by keyword
-    return ComputeApp(field_value(left[0]), parse_int(left[1], lineno, line, "pid"), right[0],
-                      parse_mib(field_value(right[1])))
+    return ComputeApp(gpu_uuid=field_value(left[0]), pid=parse_int(left[1], lineno, line, "pid"), process_name=right[0],
+                      used_mib=parse_mib(field_value(right[1])))
 
 
 # --- nvidia-smi -q: device minor numbers --------------------------------------
