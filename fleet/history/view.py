@@ -228,7 +228,10 @@ def log_line(record: Mapping[str, Any]) -> str:
                       else f"exit {exited}")
             if record.get("signal"):
                 status += f", signal {record['signal']}"
-            status += f" in {record.get('duration_s')} s"
+            if record.get("timed_out") and record.get("bound"):  # the bound that ended it, named
+                status += f" after {record.get('timeout_s')} s ({one_line(str(record['bound']))})"
+            else:
+                status += f" in {record.get('duration_s')} s"
         if record.get("note"):
             status += f" ({one_line(str(record['note']))})"
         argv = one_line(shlex.join(map(str, record["argv"])))

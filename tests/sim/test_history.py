@@ -800,6 +800,8 @@ def test_a_log_event_reads_as_one_line() -> None:
     assert log_line(command) == ("07:44:28.321 info    drain  command        $ systemctl stop --no-block --"
                                  " sglang.service  -> exit 0 in 0.1 s")
     assert log_line({**command, "timed_out": True}).endswith("-> timed out in 0.1 s")
+    bounded = {**command, "timed_out": True, "bound": "nvidia-smi's bound: 3 x command_timeout", "timeout_s": 6.0}
+    assert log_line(bounded).endswith("-> timed out after 6.0 s (nvidia-smi's bound: 3 x command_timeout)")
     not_run = {**command, "exit_status": None, "note": "not run: nvidia-smi timed out after 6 s before it"}
     assert log_line(not_run).endswith("-> no exit status in 0.1 s (not run: nvidia-smi timed out after 6 s before it)")
     cut = {**command, "exit_status": None, "duration_s": 12.3, "ended": "interrupted by SIGINT"}
