@@ -57,7 +57,7 @@ from fleet.cli.options import (
     VerboseOpt,
     ViaOpt,
     YesOpt,
-    check_via,
+    via_scheduler,
 )
 from fleet.engine.interrupts import HANGUP_LINE, HungUp, hangups_unwind
 from fleet.engine.options import RunOptions, SchedulerOptions
@@ -155,10 +155,12 @@ def reset(
     """Drain -> kill -> settle -> verify on every target."""
     if verbose and quiet:
         raise UsageError("-v/--verbose and -q/--quiet: one or the other")
-    check_via(via)
+    fan_out = via_scheduler(via)
+    if fan_out is not None and scheduler not in (None, fan_out):
+        raise UsageError(f"--via {via} is {fan_out}'s: not with --scheduler {scheduler}")
     rerun = _rerun_targets(rerun_failed, log_dir, hosts, group, nodes, partition) if rerun_failed else None
     chosen = choose_targets(hosts, inventory, group, limit, exclude, nodes=nodes, partition=partition,
-                            slurm=slurm or via == "srun", scheduler=scheduler, rerun=rerun, missing_ok=missing_ok)
+                            slurm=slurm, scheduler=scheduler or fan_out, rerun=rerun, missing_ok=missing_ok)
     options = RunOptions(
         mode=Mode.PLAN if dry_run else Mode.RESET, concurrency=concurrency,
         batch=parse_amount(batch, "--batch") if batch else None,
@@ -166,10 +168,10 @@ def reset(
         canary=canary,
         deadline_s=parse_duration(deadline) if deadline else None,
         stop_units=stop_units, gpu_reset=gpu_reset, restore_settings=restore_settings, uniform=uniform,
-        scheduler=SchedulerOptions(parse_duration(drain_wait, "--drain-wait", zero=True), fan_out=via == "srun",
+        scheduler=SchedulerOptions(parse_duration(drain_wait, "--drain-wait", zero=True), fan_out=fan_out is not None,
                                    name=chosen.scheduler) if chosen.scheduler else None,
     )
-    if via != "srun":  # with srun, no SSH: each node runs its own commands
+    if fan_out is None:  # through the scheduler, no SSH: each node runs its own commands
         check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything
     _confirm(chosen.hosts, yes, dry_run)
     code = execute(chosen.hosts, options, as_json=as_json, log_dir=log_dir, metrics_file=metrics_file,
@@ -318,7 +320,8 @@ def demo(
     """A simulated fleet on this machine (loopback SSH), reset end to end, then torn down."""
     from fleet.cli.demo import run_demo
 
-    check_via(via)
+    if via_scheduler(via) not in (None, "slurm"):
+        raise UsageError(f"fleet demo --via takes ssh or srun, not {via!r}")
     raise typer.Exit(run_demo(nodes=nodes, as_json=as_json, log_dir=log_dir, slurm=slurm, via_srun=via == "srun"))
 
 

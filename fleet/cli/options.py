@@ -17,6 +17,7 @@ from typer.core import TyperCommand, TyperOption
 
 from fleet.engine.schedulers import names
 from fleet.model.errors import UsageError
+from fleet.model.plugs import fan_outs
 from fleet.terminal import say
 
 # `--help`'s sections (typer's `rich_help_panel`, printed by SectionedCommand), in this order.
@@ -126,8 +127,8 @@ DrainWaitOpt = Annotated[
                       " node's jobs may take to end before the host is skipped (0: do not wait).")
 ]
 ViaOpt = Annotated[
-    str, typer.Option("--via", metavar="ssh|srun", rich_help_panel=SCHEDULER, help="Fan out over SSH, or as one"
-                      " Slurm job step in which every node resets itself.")
+    str, typer.Option("--via", metavar="|".join(fan_outs()), rich_help_panel=SCHEDULER,
+                      help="Fan out over SSH, or as one Slurm job step in which every node resets itself.")
 ]
 
 JsonOpt = Annotated[
@@ -236,10 +237,13 @@ Examples:
 {CHECK_EXIT_CODES}"""
 
 
-def check_via(via: str) -> None:
-    """`--via` takes ssh or srun (`fleet reset`, `fleet demo`)."""
-    if via not in ("ssh", "srun"):
-        raise UsageError(f"--via takes ssh or srun, not {via!r}")
+def via_scheduler(via: str) -> str | None:
+    """The scheduler `--via` asks to run the reset itself (`srun`: Slurm), None for fleet's own fan-out (`ssh`);
+    its words come from the scheduler registry (`fleet.model.plugs.fan_outs`)."""
+    words = fan_outs()
+    if via not in words:
+        raise UsageError(f"--via takes {' or '.join(words)}, not {via!r}")
+    return words[via] or None
 
 
 # `fleet show`

@@ -14,21 +14,33 @@ from typing import NamedTuple
 class Scheduled(NamedTuple):
     """Where a scheduler's two sides live: `plug`, the module that provides its `PLUG` (`fleet.engine.schedulers`:
     the lifecycle around a run, on this machine); `jobs`, the module that provides its `JOBS` (`fleet.node.jobs`:
-    how a node shows its jobs, which fleet never kills, whatever the run's scheduler)."""
+    how a node shows its jobs, which fleet never kills, whatever the run's scheduler); `via`, the word `--via`
+    takes for its fan-out (the run through the scheduler itself, its `Plug.run_via`), when it has one."""
 
     plug: str
     jobs: str
+    via: str | None = None
 
 
 # scheduler name -> its modules
 SCHEDULERS: dict[str, Scheduled] = {
-    "slurm": Scheduled(plug="fleet.slurm.plug", jobs="fleet.slurm.jobs"),
+    "slurm": Scheduled(plug="fleet.slurm.plug", jobs="fleet.slurm.jobs", via="srun"),
 }
 # transport name (a host's `connection:`) -> the module that provides its `TRANSPORT` (`fleet.transport.plugs`)
 TRANSPORTS: dict[str, str] = {
     "ssh": "fleet.transport.ssh_plug",
     "local": "fleet.transport.local",
 }
+
+
+# `--via`'s word for fleet's own fan-out, over each host's transport
+OWN_FAN_OUT = "ssh"
+
+
+def fan_outs() -> dict[str, str]:
+    """`--via`'s words: fleet's own fan-out (to None), and each scheduler's that can run the reset itself (to its
+    name), in the registry's order."""
+    return {OWN_FAN_OUT: "", **{row.via: name for name, row in SCHEDULERS.items() if row.via}}
 
 
 def known(registry: Mapping[str, object], what: str, name: str) -> str:

@@ -155,3 +155,14 @@ async def test_a_reset_through_the_fake_keeps_its_jobs_on_in_process_nodes(tmp_p
     assert busy.status is HostStatus.SKIPPED and busy.error == "fake: pod still running"
     for sim_node in sim.nodes.values():
         assert not [p for p in sim_node.recorded_pids() if sim_node.alive(p)], "teardown left a process alive"
+
+
+def test_via_takes_the_words_the_registry_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--via`'s words are the registry's: fleet's own fan-out, and each scheduler's row that names one."""
+    from fleet.cli.options import via_scheduler
+
+    assert plugs.fan_outs() == {"ssh": "", "srun": "slurm"}  # `fake` names none
+    monkeypatch.setitem(plugs.SCHEDULERS, "fake", plugs.Scheduled(plug=__name__, jobs=__name__, via="fakestep"))
+    assert (via_scheduler("ssh"), via_scheduler("srun"), via_scheduler("fakestep")) == (None, "slurm", "fake")
+    with pytest.raises(UsageError, match=r"^--via takes ssh or srun or fakestep, not 'step'$"):
+        via_scheduler("step")
