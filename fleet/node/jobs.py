@@ -18,13 +18,14 @@ from fleet.model import plugs
 
 @dataclass(frozen=True)
 class JobSide:
-    """One scheduler's jobs as a node shows them (see the module docstring). Job ids are numbers."""
+    """One scheduler's jobs as a node shows them (see the module docstring). Job ids are the scheduler's own words
+    for them, as text (Slurm's numbers, a pod's UID)."""
 
     name: str  # the registry's name (`slurm`)
     title: str  # how reasons and labels name it: `a Slurm job's process`, `Slurm job 4711`
     daemons: tuple[str, ...]  # process names whose descendants (and themselves) are its jobs' processes
-    job_of_cgroup: Callable[[str], int | None]  # the job whose cgroup a /proc/PID/cgroup path lies in, or None
-    job_of_title: Callable[[str], int | None]  # the job a daemon's command line (its process title) names, or None
+    job_of_cgroup: Callable[[str], str | None]  # the job whose cgroup a /proc/PID/cgroup path lies in, or None
+    job_of_title: Callable[[str], str | None]  # the job a daemon's command line (its process title) names, or None
     hint: str  # what to do about GPU memory its jobs hold: `drain the node in Slurm first (...)`
 
     @property

@@ -235,7 +235,7 @@ class JobRef:
     it), and the job daemon above it (the holder itself, or an ancestor): its name and pid."""
 
     side: JobSide
-    job: int | None = None
+    job: str | None = None
     daemon: str | None = None
     daemon_pid: int | None = None
 
@@ -247,12 +247,12 @@ def job_of(holder: Holder) -> JobRef | None:
     side = next((s for s in job_sides() if reason is not None and reason.startswith(s.process)), None)
     if reason is None or side is None:
         return None
-    found = re.fullmatch(re.escape(side.process) + r" \((?:job (\d+), cgroup .*|(\S+) pid (\d+)|(\S+))\)", reason)
+    found = re.fullmatch(re.escape(side.process) + r" \((?:job (\S+), cgroup .*|(\S+) pid (\d+)|(\S+))\)", reason)
     if found is None:
         return JobRef(side)
     job, above, parent, itself = found.groups()
     if job is not None:
-        return JobRef(side, job=int(job))
+        return JobRef(side, job=job)
     if parent is not None:
         return JobRef(side, daemon=above, daemon_pid=int(parent))
     return JobRef(side, daemon=itself, daemon_pid=holder.pid)

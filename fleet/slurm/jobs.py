@@ -34,7 +34,7 @@ _STEPD_SCOPE = "slurmstepd.scope"
 _STEPD_TITLE = re.compile(r"\[(\d+)(?:\+\d+)?\.(?:\d+|batch|extern|interactive)\]")
 
 
-def job_of_cgroup(path: str) -> int | None:
+def job_of_cgroup(path: str) -> str | None:
     """The id of the Slurm job whose cgroup `path` lies in, or None."""
     parts = [p for p in path.split("/") if p]
     if "user.slice" in parts:
@@ -42,7 +42,7 @@ def job_of_cgroup(path: str) -> int | None:
     for at, part in enumerate(parts):
         match = _JOB.fullmatch(part)
         if match is not None and (_below_stepd_scope(parts[:at]) or _below_slurm_uid(parts[:at])):
-            return int(match.group(1))
+            return match.group(1)
     return None
 
 
@@ -55,10 +55,10 @@ def _below_slurm_uid(above: Sequence[str]) -> bool:
             and (above[-2] == "slurm" or above[-2].startswith("slurm_")))
 
 
-def job_of_title(command_line: str) -> int | None:
+def job_of_title(command_line: str) -> str | None:
     """The job a slurmstepd's command line names (`slurmstepd: [4711.0]`), or None."""
     title = _STEPD_TITLE.search(command_line)
-    return int(title.group(1)) if title else None
+    return title.group(1) if title else None
 
 
 JOBS = JobSide(name="slurm", title="Slurm", daemons=("slurmstepd",), job_of_cgroup=job_of_cgroup,

@@ -28,17 +28,17 @@ from fleet.slurm.jobs import job_of_cgroup
 @pytest.mark.parametrize(
     ("path", "job"),
     [
-        ("/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0", 4711),  # a task of step 0 (v2)
-        ("/system.slice/slurmstepd.scope/job_4711/step_batch/user/task_0", 4711),  # the batch script
-        ("/system.slice/slurmstepd.scope/job_4711/step_extern/user/task_special", 4711),  # pam_slurm_adopt's
-        ("/system.slice/slurmstepd.scope/job_4711/step_0/slurm", 4711),  # the step's own slurmstepd
-        ("/system.slice/slurmstepd.scope/job_4711", 4711),
-        ("/system.slice/gpu-b07_slurmstepd.scope/job_12/step_interactive/user/task_0", 12),  # several slurmd
-        ("/docker.slice/docker-1f2e.scope/system.slice/slurmstepd.scope/job_9/step_0/user/task_3", 9),  # a container
-        ("/slurm/uid_1000/job_4711/step_0/task_0", 4711),  # v1, a task
-        ("/slurm/uid_1000/job_4711/step_extern", 4711),  # v1, pam_slurm_adopt's
-        ("/slurm/uid_0/job_4294967294/step_batch", 4294967294),
-        ("/slurm_gpu-b07/uid_1000/job_5/step_0/task_1", 5),  # v1, several slurmd
+        ("/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0", "4711"),  # a task of step 0 (v2)
+        ("/system.slice/slurmstepd.scope/job_4711/step_batch/user/task_0", "4711"),  # the batch script
+        ("/system.slice/slurmstepd.scope/job_4711/step_extern/user/task_special", "4711"),  # pam_slurm_adopt's
+        ("/system.slice/slurmstepd.scope/job_4711/step_0/slurm", "4711"),  # the step's own slurmstepd
+        ("/system.slice/slurmstepd.scope/job_4711", "4711"),
+        ("/system.slice/gpu-b07_slurmstepd.scope/job_12/step_interactive/user/task_0", "12"),  # several slurmd
+        ("/docker.slice/docker-1f2e.scope/system.slice/slurmstepd.scope/job_9/step_0/user/task_3", "9"),  # a container
+        ("/slurm/uid_1000/job_4711/step_0/task_0", "4711"),  # v1, a task
+        ("/slurm/uid_1000/job_4711/step_extern", "4711"),  # v1, pam_slurm_adopt's
+        ("/slurm/uid_0/job_4294967294/step_batch", "4294967294"),
+        ("/slurm_gpu-b07/uid_1000/job_5/step_0/task_1", "5"),  # v1, several slurmd
         ("/system.slice/slurmstepd.scope/system", None),  # the waiting area of step daemons not started yet
         ("/system.slice/slurmd.service", None),
         ("/system.slice/trainer.service/job_4711", None),  # no slurmstepd scope above it
@@ -53,7 +53,7 @@ from fleet.slurm.jobs import job_of_cgroup
         ("", None),
     ],
 )
-def test_job_of_cgroup(path: str, job: int | None) -> None:
+def test_job_of_cgroup(path: str, job: str | None) -> None:
     assert job_of_cgroup(path) == job
 
 
@@ -73,8 +73,8 @@ LISTING = """\
 
 def test_parse_job_cgroups_golden() -> None:
     assert parse_job_cgroups(LISTING) == {
-        4242: JobCgroup(4711, "/system.slice/slurmstepd.scope/job_4711/step_extern/user/task_special", "slurm"),
-        4243: JobCgroup(77, "/slurm/uid_1000/job_77/step_0/task_0", "slurm"),
+        4242: JobCgroup("4711", "/system.slice/slurmstepd.scope/job_4711/step_extern/user/task_special", "slurm"),
+        4243: JobCgroup("77", "/slurm/uid_1000/job_77/step_0/task_0", "slurm"),
     }
     assert parse_job_cgroups("") == {}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,7 +30,7 @@ from fleet.model.errors import UsageError
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.node.jobs import JobSide
 from fleet.node.probes.jobs import JobCgroup, parse_job_cgroups
-from fleet.reset.protection import Holder, ProcessFacts, Rules, protected_by
+from fleet.reset.protection import Holder, ProcessFacts, Rules, job_of, protected_by
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import NodeSpec, WorkerSpec
 from fleet.transport.scripted import ScriptedTransport
@@ -66,9 +67,9 @@ class Fake:
 PLUG = schedulers.Plug(lifecycle=lambda options, logs, interrupts: Fake())
 
 
-def pod_of_cgroup(path: str) -> int | None:
-    found = re.search(r"/fakepods/pod_(\d+)(?:/|$)", path)
-    return int(found.group(1)) if found else None
+def pod_of_cgroup(path: str) -> str | None:
+    found = re.search(r"/fakepods/pod_([0-9a-f-]+)(?:/|$)", path)
+    return found.group(1) if found else None
 
 
 JOBS = JobSide(name="fake", title="Fake", daemons=("podstepd",), job_of_cgroup=pod_of_cgroup,
@@ -122,13 +123,18 @@ def test_the_command_line_names_the_fake_and_slurm_stays_an_alias() -> None:
 
 
 def test_the_fake_schedulers_job_cgroups_and_daemons_keep_their_processes() -> None:
-    """The node side is asked, not named: a pid in a fake pod's cgroup, and the fake's daemon, are a job's."""
-    text = "/proc/42/cgroup:0::/kubepods.slice/fakepods/pod_7/c1\n/proc/43/cgroup:0::/system.slice/sshd.service\n"
-    assert parse_job_cgroups(text) == {42: JobCgroup(7, "/kubepods.slice/fakepods/pod_7/c1", "fake")}
+    """The node side is asked, not named: a pid in a fake pod's cgroup, and the fake's daemon, are a job's. A job
+    is the scheduler's own id, as text: a pod's UID, read back from the reason as it is."""
+    uid = "8f1e2d3c-0a1b-4c5d-9e8f-7a6b5c4d3e2f"
+    path = f"/kubepods.slice/fakepods/pod_{uid}/c1"
+    text = f"/proc/42/cgroup:0::{path}\n/proc/43/cgroup:0::/system.slice/sshd.service\n"
+    assert parse_job_cgroups(text) == {42: JobCgroup(uid, path, "fake")}
     facts = ProcessFacts(ps={}, exe={}, jobs=parse_job_cgroups(text))
     pod = Holder(42, "alice", "python3", b"/usr/bin/python3", ("/dev/nvidia0",))
-    assert protected_by(pod, facts, Rules(())) == (
-        "a Fake job's process (job 7, cgroup /kubepods.slice/fakepods/pod_7/c1)")
+    reason = protected_by(pod, facts, Rules(()))
+    assert reason == f"a Fake job's process (job {uid}, cgroup {path})"
+    ref = job_of(replace(pod, protected_by=reason))
+    assert ref is not None and (ref.side.name, ref.job) == ("fake", uid)
     daemon = Holder(44, "root", "podstepd", b"/usr/sbin/podstepd", ("/dev/nvidiactl",))
     assert protected_by(daemon, facts, Rules(())) == "a Fake job's process (podstepd)"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-JOB = 4711
+JOB = "4711"
 LAYOUT = {"v2": "system.slice/slurmstepd.scope/job_{job}/step_extern", "v1": "slurm/uid_0/job_{job}/step_extern"}
 
 

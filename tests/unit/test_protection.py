@@ -175,18 +175,18 @@ V1_EXTERN = "/slurm/uid_1000/job_4711/step_extern"
 def test_a_process_adopted_into_a_job_is_the_jobs_whatever_its_parent(path: str) -> None:
     """pam_slurm_adopt puts an ssh login to a node where the user has a job into the job's extern step: its
     parent is sshd, its cgroup names the job. It is named with its job id and kept, nobody's machine."""
-    jobs = {4242: JobCgroup(4711, path, "slurm")}
+    jobs = {4242: JobCgroup("4711", path, "slurm")}
     reason = judge(4242, user="alice", jobs=jobs)  # python3 > bash > sshd-session > sshd: no slurmstepd above
     assert reason == f"a Slurm job's process (job 4711, cgroup {path})"
     assert not Holder(4242, "alice", "python3", None, (), protected_by=reason).part_of_the_machine
     rules = Rules(BUILTIN_PROTECTED, kill_users=("alice",))
     assert judge(4242, user="alice", rules=rules, jobs=jobs) == reason
     # whatever it is called: an MPS server a job started is the job's, not the machine's
-    assert judge(5003, name="nvidia-cuda-mps-server", jobs={5003: JobCgroup(4711, path, "slurm")}) == (
+    assert judge(5003, name="nvidia-cuda-mps-server", jobs={5003: JobCgroup("4711", path, "slurm")}) == (
         f"a Slurm job's process (job 4711, cgroup {path})")
     # its cgroup names the job even where its lineage was cut
     cut = Lineage({5001: ProcStat(5001, 5000, "python3")}, LINEAGE.own)
-    assert judge(5001, lineage=cut, jobs={5001: JobCgroup(4711, path, "slurm")}) == (
+    assert judge(5001, lineage=cut, jobs={5001: JobCgroup("4711", path, "slurm")}) == (
         f"a Slurm job's process (job 4711, cgroup {path})")
 
 

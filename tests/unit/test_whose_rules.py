@@ -110,7 +110,7 @@ def test_a_job_is_named_by_what_is_known_of_it() -> None:
 
 
 def test_job_of_reads_back_every_reason_a_job_is_kept_for() -> None:
-    assert job_of(holder(33, why=CGROUP_JOB)) == JobRef(SLURM, job=4712)
+    assert job_of(holder(33, why=CGROUP_JOB)) == JobRef(SLURM, job="4712")
     assert job_of(holder(33, why=STEPD_JOB)) == JobRef(SLURM, daemon="slurmstepd", daemon_pid=20)
     assert job_of(holder(20, why=f"{JOB_PROCESS} (slurmstepd)")) == JobRef(SLURM, daemon="slurmstepd", daemon_pid=20)
     assert job_of(holder(33, why="protected name nvidia-persistenced")) is None

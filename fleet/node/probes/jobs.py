@@ -21,12 +21,12 @@ class JobCgroup:
     """The job a process's cgroup names, that cgroup's path as /proc/PID/cgroup gave it, and whose job it is (the
     scheduler's name in the registry)."""
 
-    job: int
+    job: str  # the scheduler's id of it (`4711`, a pod's UID)
     path: str
     side: str
 
 
-def job_of_path(path: str, sides: Sequence[JobSide]) -> tuple[int, str] | None:
+def job_of_path(path: str, sides: Sequence[JobSide]) -> tuple[str, str] | None:
     """(job, scheduler) of the first registered side whose job cgroup `path` lies in, or None."""
     for side in sides:
         job = side.job_of_cgroup(path)
