@@ -637,7 +637,8 @@ async def test_an_interrupted_run_is_on_record_whole_with_its_exit_status(half_h
 async def test_runs_and_show_answer_from_real_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     logs = tmp_path / "logs"
     specs = [NodeSpec(name="gpu-b01", linger_s=0.2), NodeSpec(name="gpu-b02", linger_s=0.2, ecc_error_gpus=(3,))]
-    host_vars = {n: {"kill_grace": 2, "settle_timeout": 15} for n in ("gpu-b01", "gpu-b02")}
+    # command_timeout 30: a command's bound is no part of this test, and four workers on two cores are slow
+    host_vars = {n: {"kill_grace": 2, "settle_timeout": 15, "command_timeout": 30} for n in ("gpu-b01", "gpu-b02")}
     runs = []
     async with SimFleet(tmp_path / "sim", specs, host_vars=host_vars) as sim:
         for _ in range(2):

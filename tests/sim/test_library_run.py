@@ -19,7 +19,8 @@ NAMES = ["gpu-l01", "gpu-l02"]
 
 async def test_the_documented_sweep_runs_and_leaves_the_harness_process_as_it_was(make_fleet: Any,
                                                                                   tmp_path: Path) -> None:
-    sim = await make_fleet([busy(n) for n in NAMES], fast_vars(NAMES), groups={"blackwell": NAMES})
+    # command_timeout 30: no bound is part of this test, and a loaded machine runs a node's commands slowly
+    sim = await make_fleet([busy(n) for n in NAMES], fast_vars(NAMES, command_timeout=30), groups={"blackwell": NAMES})
     logs = tmp_path / "logs"
     with anyio.fail_after(240):
         done = await anyio.run_process([sys.executable, str(REPO / "tests" / "support" / "library_sweep.py"),
