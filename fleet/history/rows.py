@@ -17,7 +17,7 @@ from fleet.model.report import Finding, GpuReport, HostFinding, HostReport, Host
 from fleet.runlog.folder import RunLiveness
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRow:
     """One run as the history has it; `counts` are its hosts on record by status."""
 
@@ -51,7 +51,7 @@ class RunRow:
         return {**asdict(self), "targets": list(self.targets), "duration_s": self.duration_s}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostRow:
     """One host's outcome in one run; `started_at` and `command` are its run's."""
 

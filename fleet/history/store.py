@@ -210,8 +210,9 @@ class History:
 
 def _run_row(row: Sequence[Any], counts: dict[str, int]) -> RunRow:
     run_id, command, targets, options, started, ended, code, version, log_dir = row
-    return RunRow(run_id, command, tuple(json.loads(targets)), json.loads(options), started, ended, code, version,
-                  log_dir, counts)
+    return RunRow(run_id=run_id, command=command, targets=tuple(json.loads(targets)), options=json.loads(options),
+                  started_at=started, ended_at=ended, exit_code=code, fleet_version=version,
+                  log_dir=log_dir, counts=counts)
 
 
 def _host_row(row: Sequence[Any]) -> HostRow:

@@ -76,7 +76,8 @@ class GpuSettingsSpec(BaseModel):
 
     def profile(self) -> GpuProfile:
         clocks = None if self.clocks is None else Clocks(self.clocks.graphics, self.clocks.memory)
-        return GpuProfile(self.persistence, self.compute_mode, self.mig, self.power_limit, clocks, self.ecc)
+        return GpuProfile(persistence=self.persistence, compute_mode=self.compute_mode, mig=self.mig,
+                          power_limit_w=self.power_limit, clocks=clocks, ecc=self.ecc)
 
 
 # The keys each mapping takes, for the error that names an unknown one.

@@ -108,7 +108,7 @@ def _host_name(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Host:
     """One target with every variable resolved (defaults < groups < host).
 

@@ -35,7 +35,7 @@ class Clocks:
     memory_mhz: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuProfile:
     """The expected settings of every GPU of a host (see the module)."""
 

@@ -127,7 +127,7 @@ def _fold(seen: Sequence[str | None]) -> str | None:
     return "mixed: " + ", ".join(sorted(v for v in distinct if v is not None))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """One property across the hosts compared: the majority value (None: a tie, or no host gave it), the hosts
     that have it, the odd ones out with their values (None: not observed)."""
@@ -161,12 +161,12 @@ def _one(name: str, found: Mapping[str, str | None]) -> Comparison:
     values = {host: value for host, value in found.items() if value != ABSENT}
     counts = Counter(v for v in values.values() if v is not None)
     if not counts:
-        return Comparison(name, None, (), {}, unobserved=bool(values), absent=absent)
+        return Comparison(name=name, majority=None, alike=(), odd={}, unobserved=bool(values), absent=absent)
     ranked = counts.most_common()
     top = ranked[0][0] if len(ranked) == 1 or ranked[0][1] > ranked[1][1] else None
     alike = tuple(host for host, value in values.items() if top is not None and value == top)
     odd = {host: value for host, value in values.items() if top is None or value != top}
-    return Comparison(name, top, alike, odd, absent=absent)
+    return Comparison(name=name, majority=top, alike=alike, odd=odd, absent=absent)
 
 
 def compare_groups(hosts: Mapping[str, Settings], groups: Mapping[str, Iterable[str]]) -> dict[str, tuple[

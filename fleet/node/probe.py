@@ -44,7 +44,7 @@ def _text(stdout: str) -> str:
     return stdout
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Probe(Generic[T]):
     """One command on a node and everything fleet knows about it before it runs.
 
@@ -95,4 +95,4 @@ class Probe(Generic[T]):
 def action(argv: list[str] | tuple[str, ...], what: str, *, needs_root: bool = False,
            ok_exits: frozenset[int] | None = ZERO) -> Probe[str]:
     """A command run for its effect (stop, kill, signal): its stdout is kept as text."""
-    return Probe(tuple(argv), what, _text, needs_root=needs_root, ok_exits=ok_exits)
+    return Probe(argv=tuple(argv), what=what, parse=_text, needs_root=needs_root, ok_exits=ok_exits)

@@ -76,7 +76,7 @@ class Signalled:
     missed: Mapping[int, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KillRound:
     """One pass of the kill: what it killed and kept, what was back after it, and its verdict."""
 
@@ -127,7 +127,8 @@ async def _kill_round(node: Node) -> KillRound:
     for holder, why in missed:
         node.log.info("not_signalled", step="kill", pid=holder.pid, name=holder.name, why=why)
     reason, error = verdict if verdict else (None, None)
-    return KillRound(killed, kept, missed, tuple(back), tuple(respawned), found.own_units, error, reason)
+    return KillRound(killed=killed, kept=kept, missed=missed, back=tuple(back), respawned=tuple(respawned),
+                     own_units=found.own_units, error=error, reason=reason)
 
 
 async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], wait_s: float,

@@ -64,7 +64,8 @@ def _explain(result: CommandResult) -> str:
 
 
 def board(nvidia_smi: str) -> Probe[Board]:
-    return Probe(tuple(health.health_argv(nvidia_smi)), "nvidia-smi -q", parse_board, reads="nvidia-smi -q output",
+    return Probe(argv=tuple(health.health_argv(nvidia_smi)), what="nvidia-smi -q", parse=parse_board,
+                 reads="nvidia-smi -q output",
                  hang=smi.SMI_HANG, explain=_explain, driver=True)
 
 

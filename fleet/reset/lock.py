@@ -115,13 +115,13 @@ def in_root_dir(path: str) -> bool:
 
 def lock_probe(lock_file: str, run: str, wait_s: float) -> Probe[str]:
     """The lock command; its first line is all fleet reads (`Node.open_command`)."""
-    return Probe(tuple(lock_argv(lock_file, run, wait_s)), f"reset lock {lock_file}", str,
+    return Probe(argv=tuple(lock_argv(lock_file, run, wait_s)), what=f"reset lock {lock_file}", parse=str,
                  needs_root=in_root_dir(lock_file))
 
 
 def owner_probe(lock_file: str) -> Probe[str | None]:
     """Read the holder's run id; a missing or unreadable owner file is no owner (any exit is an answer)."""
-    return Probe(tuple(owner_argv(lock_file)), f"owner of {lock_file}", parse_owner, ok_exits=None)
+    return Probe(argv=tuple(owner_argv(lock_file)), what=f"owner of {lock_file}", parse=parse_owner, ok_exits=None)
 
 
 def parse_owner(text: str) -> str | None:

@@ -40,7 +40,7 @@ SSHD_UNITS = frozenset({"ssh", "sshd"})
 LINEAGE_CUT = "lineage not read past pid"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Holder:
     """A process holding a GPU device file, with what we know of it.
 

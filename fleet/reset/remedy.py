@@ -57,7 +57,8 @@ def reset_argv(nvidia_smi: str, gpu: int | None) -> list[str]:
 
 def reset_probe(nvidia_smi: str, gpu: int | None) -> Probe[str]:
     what = "nvidia-smi -r" if gpu is None else f"nvidia-smi -r -i {gpu}"
-    return Probe(tuple(reset_argv(nvidia_smi, gpu)), what, str, needs_root=True, ok_exits=ANY_EXIT, hang=RESET_HANG)
+    return Probe(argv=tuple(reset_argv(nvidia_smi, gpu)), what=what, parse=str, needs_root=True, ok_exits=ANY_EXIT,
+                 hang=RESET_HANG)
 
 
 def choose_gpu_reset(leaked: Collection[int], held: Mapping[int, Sequence[Holder]], nvswitch: bool | None,

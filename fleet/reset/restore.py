@@ -87,7 +87,8 @@ async def read_settings(node: Node) -> list[tuple[int, GpuSettings]]:
 
 
 def _probe(nvidia_smi: str, change: Change) -> Probe[str]:
-    return Probe((nvidia_smi, *change.args), f"nvidia-smi {' '.join(change.args)}", str, needs_root=True,
+    return Probe(argv=(nvidia_smi, *change.args), what=f"nvidia-smi {' '.join(change.args)}", parse=str,
+                 needs_root=True,
                  ok_exits=ANY_EXIT, driver=True)
 
 

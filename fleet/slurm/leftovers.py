@@ -34,7 +34,7 @@ _FLEET_RESERVATION = re.compile(r"^fleet-(?P<run_id>\d{8}T\d{6}Z-[0-9a-f]{6})$")
 _FIELD = re.compile(r"(?:^|\s)(ReservationName|Nodes|Flags|State)=(\S*)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Leftover:
     """A reservation of another fleet run that holds some of this run's targets."""
 
@@ -94,7 +94,7 @@ def leftovers(reservations: Mapping[str, Sequence[str]], targets: Iterable[str],
         match = _FLEET_RESERVATION.match(name)
         if match is None or match["run_id"] == run_id or not wanted & set(nodes):
             continue
-        found.append(Leftover(name, match["run_id"], tuple(nodes), over(match["run_id"])))
+        found.append(Leftover(name=name, run_id=match["run_id"], nodes=tuple(nodes), over=over(match["run_id"])))
     return found
 
 

@@ -38,7 +38,7 @@ class SlurmParseError(ValueError):
     """Slurm printed something this parser does not understand: never read as "nothing there"."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SlurmNode:
     """One node as `scontrol show node` showed it."""
 
@@ -89,7 +89,8 @@ def parse_nodes(text: str) -> dict[str, SlurmNode]:
         if not name or not state:
             raise SlurmParseError(f"scontrol printed a node record without NodeName or State: {record[0][:80]!r}")
         reason, by = split_reason(fields.get("Reason"))
-        nodes[name] = SlurmNode(name, state, reason, by, gpu_count(fields.get("CfgTRES"), fields.get("Gres")))
+        nodes[name] = SlurmNode(name=name, state=state, reason=reason, reason_by=by,
+                                gpus=gpu_count(fields.get("CfgTRES"), fields.get("Gres")))
     return nodes
 
 

@@ -24,7 +24,7 @@ def node(cgroups: Reply) -> tuple[Node, ScriptedTransport, Log]:
         (("grep",), cgroups),
     ])
     log = Log()
-    return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, log), t, log
+    return Node(Host(name="gpu-01", address="127.0.0.1", gpus=1, command_timeout=1.0), t, log), t, log
 
 
 async def test_a_jobs_compute_app_at_the_baselines_is_never_one_the_reset_ended() -> None:

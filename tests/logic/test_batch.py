@@ -163,7 +163,7 @@ def test_anything_but_whole_frames_in_order_is_no_answer(mangle: Any) -> None:
 
 
 def probe(*argv: str, root: bool = False, hang: str | None = None, ok: frozenset[int] | None = ZERO) -> Probe[str]:
-    return Probe(tuple(argv), argv[0], lambda out: out.strip(), needs_root=root, ok_exits=ok, hang=hang)
+    return Probe(argv=tuple(argv), what=argv[0], parse=lambda out: out.strip(), needs_root=root, ok_exits=ok, hang=hang)
 
 
 def node_over(script: list[tuple[tuple[str, ...], Any]], *, become: bool = False,

@@ -36,7 +36,7 @@ def one_gpu_node(facts: Reply, remaps: Reply, q: str | None = None) -> tuple[Nod
         scripted_node.NO_FABRIC_MANAGER,
     ])
     log = Log()
-    return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, log), t, log
+    return Node(Host(name="gpu-01", address="127.0.0.1", gpus=1, command_timeout=1.0), t, log), t, log
 
 
 async def test_a_healthy_gpu_is_read_in_two_small_reads_and_one_command() -> None:

@@ -81,7 +81,7 @@ def holding() -> str:
 
 
 def on(t: ScriptedTransport) -> Node:
-    return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0, kill_grace=0.3), t, Log())
+    return Node(Host(name="gpu-01", address="127.0.0.1", gpus=1, command_timeout=1.0, kill_grace=0.3), t, Log())
 
 
 def signalled(t: ScriptedTransport) -> list[tuple[str, ...]]:

@@ -311,6 +311,6 @@ def test_a_kept_line_is_cut_at_its_width_but_still_read(tmp_path: Path) -> None:
 
 
 def test_groups_are_xids() -> None:
-    assert Xid(1.0, "0000:cb:00", 45, "pid=7, name=python3, Ch 00000001").pid == 7
-    assert Xid(1.0, "0000:cb:00", 45, "pid=7, name=python3, Ch 00000001", folded=True).pid is None
-    assert Xid(1.0, "0000:cb:00", 13, "pid='<unknown>', name=<unknown>, x").pid is None
+    assert Xid(at=1.0, pci="0000:cb:00", code=45, detail="pid=7, name=python3, Ch 00000001").pid == 7
+    assert Xid(at=1.0, pci="0000:cb:00", code=45, detail="pid=7, name=python3, Ch 00000001", folded=True).pid is None
+    assert Xid(at=1.0, pci="0000:cb:00", code=13, detail="pid='<unknown>', name=<unknown>, x").pid is None

@@ -58,7 +58,7 @@ def holder(pid: int) -> str:
 
 
 def remote(t: ScriptedTransport, log: Log | None = None) -> Node:
-    host = Host("gpu-01", "127.0.0.1", command_timeout=1.0, kill_grace=0.3, drain_timeout=1.0)
+    host = Host(name="gpu-01", address="127.0.0.1", command_timeout=1.0, kill_grace=0.3, drain_timeout=1.0)
     return Node(host, t, log if log is not None else Log())
 
 

@@ -135,7 +135,7 @@ def test_the_scan_as_nobody_says_whose_fd_tables_it_could_not_read(holding: Hold
     assert nobody_pid not in as_nobody.unreadable
     why = scan_blindness(as_nobody, done.returncode, done.stderr)
     assert why == f"{PERMISSION_DENIED} {len(as_nobody.unreadable)} processes"
-    host = Host("gpu-b02", "gpu-b02", user="nobody")
+    host = Host(name="gpu-b02", address="gpu-b02", user="nobody")
     assert blind_error(host, why) == (
         f"cannot see every process on gpu-b02 as nobody ({why}): run as root or set become")
 
@@ -248,21 +248,21 @@ def test_ps_that_did_not_run(rows: dict[int, PsRow], status: int | None, stderr:
 
 
 def test_blind_error_without_become() -> None:
-    host = Host("gpu-b02", "10.0.0.2", user="fleetops")
+    host = Host(name="gpu-b02", address="10.0.0.2", user="fleetops")
     assert blind_error(host, "permission denied on /proc/*/fd of 3 processes") == (
         "cannot see every process on gpu-b02 as fleetops (permission denied on /proc/*/fd of 3 processes): "
         "run as root or set become")
 
 
 def test_blind_error_with_become() -> None:
-    host = Host("gpu-b02", "10.0.0.2", user="fleetops", become=True)
+    host = Host(name="gpu-b02", address="10.0.0.2", user="fleetops", become=True)
     assert blind_error(host, "the holder scan did not run: exit 1: sudo: a password is required") == (
         "cannot see every process on gpu-b02 as fleetops through sudo (the holder scan did not run: exit 1: "
         "sudo: a password is required): allow fleet's commands in sudoers (NOPASSWD) or run as root")
 
 
 def test_blind_error_without_a_user() -> None:
-    assert blind_error(Host("gpu-b02", "10.0.0.2"), "ps cannot see pid 1 (hidepid)") == (
+    assert blind_error(Host(name="gpu-b02", address="10.0.0.2"), "ps cannot see pid 1 (hidepid)") == (
         "cannot see every process on gpu-b02 as the login user (ps cannot see pid 1 (hidepid)): "
         "run as root or set become")
 
@@ -275,7 +275,7 @@ def node(find: Reply, ps: Reply | None = None, *, become: bool = False) -> Node:
     if ps is not None:  # the holders' description is one batch: ps, their exe links, lineage and cgroups
         script += [(("ps", "-ww"), ps), (scripted_node.EXE, Reply("")), (scripted_node.LINEAGE, Reply("")),
                    (("grep",), Reply(""))]
-    host = Host("gpu-b02", "10.0.0.2", user="fleetops", become=become, command_timeout=1.0)
+    host = Host(name="gpu-b02", address="10.0.0.2", user="fleetops", become=become, command_timeout=1.0)
     return Node(host, ScriptedTransport(script, become=become), NoLog())
 
 

@@ -130,12 +130,12 @@ def test_the_fake_schedulers_job_cgroups_and_daemons_keep_their_processes() -> N
     text = f"/proc/42/cgroup:0::{path}\n/proc/43/cgroup:0::/system.slice/sshd.service\n"
     assert parse_job_cgroups(text) == {42: JobCgroup(uid, path, "fake")}
     facts = ProcessFacts(ps={}, exe={}, jobs=parse_job_cgroups(text))
-    pod = Holder(42, "alice", "python3", b"/usr/bin/python3", ("/dev/nvidia0",))
+    pod = Holder(pid=42, user="alice", name="python3", exe=b"/usr/bin/python3", devices=("/dev/nvidia0",))
     reason = protected_by(pod, facts, Rules(()))
     assert reason == f"a Fake job's process (job {uid}, cgroup {path})"
     ref = job_of(replace(pod, protected_by=reason))
     assert ref is not None and (ref.side.name, ref.job) == ("fake", uid)
-    daemon = Holder(44, "root", "podstepd", b"/usr/sbin/podstepd", ("/dev/nvidiactl",))
+    daemon = Holder(pid=44, user="root", name="podstepd", exe=b"/usr/sbin/podstepd", devices=("/dev/nvidiactl",))
     assert protected_by(daemon, facts, Rules(())) == "a Fake job's process (podstepd)"
 
 

@@ -91,7 +91,7 @@ def node(holders: str, memory: Callable[[], Sequence[int]], apps: str = "", mino
         (("nvidia-smi", "-q"), Reply(q(minors, nvswitch))),
     ])
     settings: dict[str, Any] = {"command_timeout": 1.0, "kill_grace": 0.3, "settle_timeout": 2.0, **host}
-    return Node(Host("gpu-01", "127.0.0.1", gpus=len(minors), **settings), t, Log())
+    return Node(Host(name="gpu-01", address="127.0.0.1", gpus=len(minors), **settings), t, Log())
 
 
 def ran(n: Node, *prefix: str) -> list[tuple[str, ...]]:

@@ -65,8 +65,9 @@ async def test_a_name_that_does_not_resolve_says_so(server: SimServer, client_ke
 
 async def test_an_address_needs_no_lookup() -> None:
     host = Host(name="gpu-n03", address="::1")
-    assert await resolve(host, Route("::1", 2222, "root")) == ((socket.AF_INET6, ("::1", 2222)),)
-    assert await resolve(host, Route("127.0.0.9", 22, "root")) == ((socket.AF_INET, ("127.0.0.9", 22)),)
+    assert await resolve(host, Route(hostname="::1", port=2222, user="root")) == ((socket.AF_INET6, ("::1", 2222)),)
+    assert await resolve(host,
+                         Route(hostname="127.0.0.9", port=22, user="root")) == ((socket.AF_INET, ("127.0.0.9", 22)),)
 
 
 async def test_each_address_is_tried_in_turn_and_the_last_error_is_raised(server: SimServer) -> None:

@@ -728,8 +728,10 @@ def test_since_refuses_anything_else_in_one_line(text: str) -> None:
 
 
 def host_row(run_id: str, status: str, reason: str | None = None) -> HostRow:
-    return HostRow(run_id, "gpu-b07", status, reason, None, 1.0, [], 0, [], None, None, None, [], None, None,
-                   stamp(NOW), "reset")
+    return HostRow(run_id=run_id, host="gpu-b07", status=status, reason=reason, error=None, duration_s=1.0, steps=[],
+                   killed_count=0, killed=[], memory_before_mib=None, memory_after_mib=None, settle_s=None, health=[],
+                   slurm=None, ended_at=None,
+                   started_at=stamp(NOW), command="reset")
 
 
 def test_the_tally_says_how_often_a_host_failed_and_why() -> None:
@@ -743,10 +745,13 @@ def test_the_tally_says_how_often_a_host_failed_and_why() -> None:
 
 
 def test_run_lines_show_an_unfinished_run_as_such() -> None:
-    done = RunRow("20261202T110501Z-3f9c2a", "reset", ("a", "b"), {"mode": "plan"}, stamp(NOW),
-                  stamp(NOW + timedelta(seconds=7.9)), 0, "0.1.0", "/logs", {"planned": 2})
-    killed = RunRow("20261202T120000Z-aaaaaa", "reset", ("a", "b"), {"mode": "reset"}, stamp(NOW), None, None,
-                    "0.1.0", "/logs", {"clean": 1})
+    done = RunRow(run_id="20261202T110501Z-3f9c2a", command="reset", targets=("a", "b"), options={"mode": "plan"},
+                  started_at=stamp(NOW),
+                  ended_at=stamp(NOW + timedelta(seconds=7.9)), exit_code=0, fleet_version="0.1.0", log_dir="/logs",
+                  counts={"planned": 2})
+    killed = RunRow(run_id="20261202T120000Z-aaaaaa", command="reset", targets=("a", "b"), options={"mode": "reset"},
+                    started_at=stamp(NOW), ended_at=None, exit_code=None,
+                    fleet_version="0.1.0", log_dir="/logs", counts={"clean": 1})
     assert run_lines([killed, done]) == [
         "RUN                      STARTED (UTC)        TOOK  COMMAND          HOSTS  EXIT  OUTCOME",
         "20261202T120000Z-aaaaaa  2026-12-02 11:05:01  -     reset            2      -     unfinished: 1 of 2 on"
@@ -874,8 +879,10 @@ def test_on_an_80_column_terminal_runs_fit_and_the_outcome_wraps_under_itself(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`fleet runs` (and `--host`) on COLUMNS=80: STARTED goes (the run id says it), the free-text column wraps
     within its own column; piped without COLUMNS, lines stay whole for grep and awk."""
-    killed = RunRow("20261202T120000Z-aaaaaa", "reset", tuple(f"gpu-b{i:02}" for i in range(1, 513)),
-                    {"mode": "reset"}, stamp(NOW), None, None, "0.2.0", "/logs", {"clean": 500, "failed": 7})
+    killed = RunRow(run_id="20261202T120000Z-aaaaaa", command="reset",
+                    targets=tuple(f"gpu-b{i:02}" for i in range(1, 513)),
+                    options={"mode": "reset"}, started_at=stamp(NOW), ended_at=None, exit_code=None,
+                    fleet_version="0.2.0", log_dir="/logs", counts={"clean": 500, "failed": 7})
     lines = run_lines([killed], width=80)
     assert all(len(line) <= 80 for line in lines), lines
     assert lines[0].split() == ["RUN", "TOOK", "COMMAND", "HOSTS", "EXIT", "OUTCOME"]

@@ -194,7 +194,7 @@ async def test_a_loop_busy_with_many_hosts_never_spends_a_hosts_kill_budget() ->
     never blocked, but each turn of it lasted seconds of the other hosts' work. Twenty hosts kill at once, each
     answer costing 0.05 s of the controller's work: a turn lasts about 1 s, the kill step's 11 turns outlast its
     6.1 s budget on the wall. Each host kills its holder and ends its step OK."""
-    hosts = [Host(f"gpu-b{i:02d}", "127.0.0.1", command_timeout=0.1, kill_grace=0.3) for i in range(20)]
+    hosts = [Host(name=f"gpu-b{i:02d}", address="127.0.0.1", command_timeout=0.1, kill_grace=0.3) for i in range(20)]
     outcomes: dict[str, StepOutcome] = {}
 
     async def one(host: Host) -> None:

@@ -33,11 +33,15 @@ def test_a_bare_option_means_the_last_run() -> None:
 
 
 def _row(host: str, status: str) -> HostRow:
-    return HostRow("r", host, status, None, None, 0.0, [], 0, [], None, None, None, [], None, None)
+    return HostRow(run_id="r", host=host, status=status, reason=None, error=None, duration_s=0.0, steps=[],
+                   killed_count=0, killed=[], memory_before_mib=None, memory_after_mib=None, settle_s=None, health=[],
+                   slurm=None, ended_at=None)
 
 
 def _run(command: str = "reset", mode: str = "reset", targets: tuple[str, ...] = ("a", "b")) -> RunRow:
-    return RunRow("r", command, targets, {"mode": mode}, "2026-12-03T00:00:00.000", None, None, "0.1.0", "/x")
+    return RunRow(run_id="r", command=command, targets=targets, options={"mode": mode},
+                  started_at="2026-12-03T00:00:00.000", ended_at=None, exit_code=None, fleet_version="0.1.0",
+                  log_dir="/x")
 
 
 def test_not_clean_counts_hosts_a_killed_run_never_recorded() -> None:

@@ -61,7 +61,9 @@ def test_the_profile_is_set_at_any_level_and_a_mapping_replaces_the_one_before(t
 
 
 def test_no_gpu_settings_is_the_default_profile(tmp_path: Path) -> None:
-    assert load(tmp_path, "hosts: {gpu-a: {}}") == {"gpu-a": GpuProfile(True, "Default", False, None, None, None)}
+    assert load(tmp_path,
+                "hosts: {gpu-a: {}}") == {"gpu-a": GpuProfile(persistence=True, compute_mode="Default", mig=False,
+                                                              power_limit_w=None, clocks=None, ecc=None)}
 
 
 @pytest.mark.parametrize(("written", "error"), [
@@ -99,7 +101,8 @@ def test_health_fail_names_known_checks(tmp_path: Path) -> None:
 def test_the_profile_as_written_reads_back(tmp_path: Path) -> None:
     """`fleet inventory --json` and `--via srun`'s document to the node write it as the inventory would, and the node
     reads it back (`fleet.slurm.noderun.host_of`)."""
-    profile = GpuProfile(False, "Prohibited", True, 450.0, Clocks(1980, None), False)
+    profile = GpuProfile(persistence=False, compute_mode="Prohibited", mig=True, power_limit_w=450.0,
+                         clocks=Clocks(1980, None), ecc=False)
     assert as_written(profile) == {"persistence": "off", "compute_mode": "Prohibited", "mig": "on",
                                    "power_limit": 450.0, "clocks": {"graphics": 1980}, "ecc": "off"}
     assert from_written(as_written(profile)) == profile and from_written(as_written(DEFAULT_PROFILE)) == DEFAULT_PROFILE

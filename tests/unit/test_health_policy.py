@@ -110,7 +110,7 @@ def test_the_policy_judges_by_the_table() -> None:
     """Each GPU check's finding weighs its row's default, and fails rank by the rows' ranks."""
     sick = gpu(ecc_uncorrected=1, ecc_corrected=1, retired_pending=True, remap_pending=True, remap_failed=True,
                persistence=False, fabric_status="Failure", pcie_width=8, power_limit_w=450.0)
-    found = only(judged([sick], [Xid(T0, PCI, 79, "GPU has fallen off the bus.")]))
+    found = only(judged([sick], [Xid(at=T0, pci=PCI, code=79, detail="GPU has fallen off the bus.")]))
     assert [(f.check, f.level) for f in found] == [(c.name, c.default) for c in TABLE]
     failing = sorted((c for c in TABLE if c.default is Level.FAIL), key=lambda c: c.rank)
     assert [f.check for f in fails({BUS: found})] == [c.name for c in failing]
@@ -140,9 +140,9 @@ def test_policy_refuses_an_unknown_check() -> None:
 
 
 def test_policy_of_a_host() -> None:
-    host = Host("gpu-01", "gpu-01", health_warn=("fabric",), health_ignore=("xid", "persistence"))
+    host = Host(name="gpu-01", address="gpu-01", health_warn=("fabric",), health_ignore=("xid", "persistence"))
     assert HealthPolicy.of(host) == HealthPolicy(frozenset({"fabric"}), frozenset({"xid", "persistence"}))
-    assert HealthPolicy.of(Host("gpu-02", "gpu-02")) == DEFAULTS
+    assert HealthPolicy.of(Host(name="gpu-02", address="gpu-02")) == DEFAULTS
 
 
 # --- real captures -----------------------------------------------------------
@@ -208,7 +208,7 @@ def test_an_xid_63_the_row_remapper_shows_resolved_warns_naming_both() -> None:
     ],
 )
 def test_what_shows_an_xid_64_resolved(facts: dict[str, object], resolved: str | None) -> None:
-    xid = Xid(T0, PCI, 64, "pid=1896, Row Remapper: remapping failed")
+    xid = Xid(at=T0, pci=PCI, code=64, detail="pid=1896, Row Remapper: remapping failed")
     (finding,) = [f for f in only(judged([gpu(**facts)], [xid])) if f.check == "xid"]
     assert finding.level is (Level.FAIL if resolved is None else Level.WARN)
     assert finding.detail.endswith(f"; resolved: {resolved}" if resolved else "recording failure")
@@ -216,7 +216,7 @@ def test_what_shows_an_xid_64_resolved(facts: dict[str, object], resolved: str |
 
 @pytest.mark.parametrize("code", sorted(XID_ACTION - XID_RESOLVABLE))
 def test_no_other_always_fail_xid_is_ever_resolved(code: int) -> None:
-    assert only(judged([gpu()], [Xid(T0, PCI, code, "x")]))[0].level is Level.FAIL
+    assert only(judged([gpu()], [Xid(at=T0, pci=PCI, code=code, detail="x")]))[0].level is Level.FAIL
 
 
 def test_xid_119_on_no_listed_gpu_is_the_hosts_with_its_pci_address() -> None:
@@ -249,7 +249,7 @@ def test_application_xids_since_boot_warn() -> None:
 
 def test_a_group_counts_as_its_lines() -> None:
     """The read keeps a storm as one group: 8,000 lines, first and last time."""
-    storm = Xid(T0, PCI, 13, "pid='<unknown>', x", count=8000, last_at=T0 + 300)
+    storm = Xid(at=T0, pci=PCI, code=13, detail="pid='<unknown>', x", count=8000, last_at=T0 + 300)
     assert only(judged([gpu()], [storm])) == (
         Finding("xid", Level.WARN, "Xid 13 at 11:02:13: Graphics Engine Exception (8000 times, last at 11:07:13)"),)
 
@@ -258,8 +258,8 @@ def test_a_group_counts_as_its_lines() -> None:
 
 
 def test_any_xid_logged_during_the_reset_fails() -> None:
-    old = Xid(T0, PCI, 13, "pid=1, name=python3, Graphics Exception")
-    new = Xid(T0 + 60, PCI, 13, "pid=2, name=python3, Graphics Exception")
+    old = Xid(at=T0, pci=PCI, code=13, detail="pid=1, name=python3, Graphics Exception")
+    new = Xid(at=T0 + 60, pci=PCI, code=13, detail="pid=2, name=python3, Graphics Exception")
     assert only(judged([gpu()], [old], [new])) == (
         Finding("xid", Level.WARN, "Xid 13 at 11:02:13: Graphics Engine Exception"),
         Finding("xid", Level.FAIL, "Xid 13 at 11:03:13: Graphics Engine Exception during the reset"),
@@ -267,7 +267,7 @@ def test_any_xid_logged_during_the_reset_fails() -> None:
 
 
 def test_a_check_has_no_reset_to_log_during() -> None:
-    xid = Xid(T0, PCI, 13, "pid=1")
+    xid = Xid(at=T0, pci=PCI, code=13, detail="pid=1")
     assert only(judged([gpu()], before=[xid]))[0].level is Level.WARN
     assert only(judged([gpu()], during=[xid]))[0].level is Level.FAIL
 
@@ -316,14 +316,14 @@ def test_the_real_xid_45_of_a_killed_process_warns_naming_it() -> None:
 
 @pytest.mark.parametrize("code", sorted(XID_APPLICATION))
 def test_each_application_xid_of_a_killed_pid_warns(code: int) -> None:
-    xid = Xid(T0, PCI, code, "pid=4242, name=python3, Ch 00000001")
+    xid = Xid(at=T0, pci=PCI, code=code, detail="pid=4242, name=python3, Ch 00000001")
     (finding,) = only(judged([gpu()], during=[xid], ended=KILLED))
     assert finding.level is Level.WARN and finding.detail.endswith(": pid 4242 python3, which fleet killed")
 
 
 @pytest.mark.parametrize("code", [*sorted(XID_ACTION - XID_RESOLVABLE), 109, 62, 68])
 def test_any_other_xid_of_a_killed_pid_still_fails(code: int) -> None:
-    xid = Xid(T0, PCI, code, "pid=4242, name=python3, Ch 00000001")
+    xid = Xid(at=T0, pci=PCI, code=code, detail="pid=4242, name=python3, Ch 00000001")
     assert only(judged([gpu()], during=[xid], ended=KILLED))[0].level is Level.FAIL
 
 
@@ -332,14 +332,14 @@ def test_an_application_xid_naming_no_pid_warns_on_a_gpu_whose_holder_fleet_kill
     it warns, on another GPU it fails. A group of pids the read folded names no pid either, but whose they are is
     not known (a kept job's may be among them: eight killed processes faulting on the GPU, then the job's Xid 31):
     it fails, wherever it is."""
-    unknown = Xid(T0, PCI, 13, "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception")
+    unknown = Xid(at=T0, pci=PCI, code=13, detail="pid='<unknown>', name=<unknown>, Graphics SM Warp Exception")
     (finding,) = only(judged([gpu()], during=[unknown], ended=KILLED))
     assert finding == Finding("xid", Level.WARN, "Xid 13 at 11:02:13: Graphics Engine Exception during the reset, "
                                                  "naming no process, on the GPU of pid 4242 python3, which fleet "
                                                  "killed")
     other = dataclasses.replace(unknown, pci="0000:1b:00")
     assert judged([gpu()], during=[other], ended=KILLED).host[0].level is Level.FAIL
-    folded = Xid(T0, PCI, 45, "pid=9999, name=python3, Ch 00000001", count=40, folded=True)
+    folded = Xid(at=T0, pci=PCI, code=45, detail="pid=9999, name=python3, Ch 00000001", count=40, folded=True)
     assert only(judged([gpu()], during=[folded], ended=KILLED))[0].level is Level.FAIL
     assert only(judged([gpu()], during=[folded]))[0].level is Level.FAIL
 
@@ -358,7 +358,7 @@ def test_the_processes_the_reset_ended_are_placed_on_gpus_by_the_apps_read_as_th
     assert ended == Ended({4242: "pid 4242 python3, which fleet killed",
                            501: "pid 501 sglang, which the reset stopped"},
                           {"0000:83:00": (4242,), "0000:1b:00": (501,)})
-    stopped = Xid(T0, "0000:1b:00", 45, "pid=501, name=sglang, Ch 00000001")
+    stopped = Xid(at=T0, pci="0000:1b:00", code=45, detail="pid=501, name=sglang, Ch 00000001")
     assert judged([gpu("00000000:1B:00.0")], during=[stopped], ended=ended).gpus["00000000:1B:00.0"] == (
         Finding("xid", Level.WARN, "Xid 45 at 11:02:13: Preemptive cleanup, due to previous errors during the "
                                    "reset: pid 501 sglang, which the reset stopped"),)
@@ -372,8 +372,8 @@ def test_a_kept_jobs_process_whose_step_ended_on_its_own_downgrades_nothing() ->
     before = [ComputeApp(gpu_uuid="GPU-aaaa", pid=6001, process_name="python3", used_mib=30000)]
     ended = Ended.of([], before, rows, after=[], spared=frozenset({6001}))
     assert ended == Ended({}, {})
-    by_pid = Xid(T0, PCI, 43, "pid=6001, name=python3, Ch 00000008")
-    unnamed = Xid(T0, PCI, 13, "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception")
+    by_pid = Xid(at=T0, pci=PCI, code=43, detail="pid=6001, name=python3, Ch 00000008")
+    unnamed = Xid(at=T0, pci=PCI, code=13, detail="pid='<unknown>', name=<unknown>, Graphics SM Warp Exception")
     for xid in (by_pid, unnamed):
         (finding,) = only(judged([gpu()], during=[xid], ended=ended))
         assert finding.level is Level.FAIL and finding.detail.endswith("during the reset"), finding
@@ -447,7 +447,7 @@ def test_downgraded_and_ignored_checks() -> None:
 
 def test_fails_puts_the_most_telling_first() -> None:
     sick = gpu(pcie_width=8, remap_pending=True, ecc_uncorrected=3, persistence=False)
-    xid = Xid(T0, PCI, 79, "GPU has fallen off the bus.")
+    xid = Xid(at=T0, pci=PCI, code=79, detail="GPU has fallen off the bus.")
     assert [f.check for f in fails(judged([sick], [xid]))] == [
         "xid", "ecc_uncorrected", "remap_pending", "pcie_width",
     ]

@@ -36,7 +36,7 @@ def test_describe_holders_joins_and_judges() -> None:
     ps = {12: PsRow(12, 1, "root", "/usr/bin/nvidia-persistenced"), 13: PsRow(13, 12, "root", "helper -d"),
           4242: PsRow(4242, 720, "alice", "python3 train.py")}  # 6000 exited before ps
     facts = ProcessFacts(ps, {4242: b"/usr/bin/python3.11"}, LINEAGE, {4242: "train.service"})
-    holders = describe_holders(found, facts, Rules.of(Host("h", "h", kill_users=("root",))))
+    holders = describe_holders(found, facts, Rules.of(Host(name="h", address="h", kill_users=("root",))))
     assert [(h.pid, h.name, h.unit, h.protected_by) for h in holders] == [
         (12, "nvidia-persistenced", None, "protected name nvidia-persistenced"),
         (13, "helper", None, "child of nvidia-persistenced (pid 12)"),

@@ -7,7 +7,7 @@ from fleet.reset.protection import Holder
 
 
 def test_killed_records_name_the_last_signal_needed() -> None:
-    targets = [Holder(p, "root", "python3", None, (), start=100 + p) for p in (1, 2, 3)]
+    targets = [Holder(pid=p, user="root", name="python3", exe=None, devices=(), start=100 + p) for p in (1, 2, 3)]
     term = Signalled(frozenset({2, 3}), sent=frozenset({1, 2, 3}))
     kill9 = Signalled(frozenset({3}), sent=frozenset({2, 3}))
     records = killed_records(targets, term, kill9)
@@ -18,7 +18,7 @@ def test_killed_records_name_the_last_signal_needed() -> None:
 def test_killed_means_signalled() -> None:
     """A target that was gone, or someone else, when its SIGTERM was due was never signalled: not killed, and
     said so; one that died between its SIGTERM and its SIGKILL was killed by the SIGTERM."""
-    targets = [Holder(p, "root", "python3", None, (), start=100 + p) for p in (1, 2, 3, 4)]
+    targets = [Holder(pid=p, user="root", name="python3", exe=None, devices=(), start=100 + p) for p in (1, 2, 3, 4)]
     term = Signalled(frozenset({4}), sent=frozenset({1, 4}), missed={2: "gone", 3: "changed"})
     kill9 = Signalled(frozenset(), missed={4: "gone"})
     assert [(r.pid, r.signal) for r in killed_records(targets, term, kill9)] == [(1, "SIGTERM"), (4, "SIGTERM")]
@@ -29,21 +29,22 @@ def test_killed_means_signalled() -> None:
 
 
 def test_new_holder_after_kill_is_an_error() -> None:
-    targets = [Holder(1, "root", "python3", None, ())]
-    after = [Holder(2, "root", "python3", None, ())]
+    targets = [Holder(pid=1, user="root", name="python3", exe=None, devices=())]
+    after = [Holder(pid=2, user="root", name="python3", exe=None, devices=())]
     assert kill_error(frozenset(), targets, after) == "new GPU holders after kill: pid 2 python3"
 
 
 def test_a_kill_the_node_refused_says_how_to_fix_it() -> None:
-    targets = [Holder(7, "bob", "python3", None, (), start=700)]
+    targets = [Holder(pid=7, user="bob", name="python3", exe=None, devices=(), start=700)]
     error = kill_error(frozenset({7}), targets, [], denied=frozenset({7}))
     assert error == "not permitted to kill pid 7 python3: run as root or set become: true"
 
 
 def test_only_the_pids_whose_kill_was_refused_are_named_as_refused() -> None:
     """signal.sh says per process what it did: a refusal names just those pids, before any other survivor."""
-    targets = [Holder(7, "bob", "python3", None, (), start=700), Holder(8, "root", "trainer", None, (), start=800),
-               Holder(9, "bob", "python3", None, (), start=900)]
+    targets = [Holder(pid=7, user="bob", name="python3", exe=None, devices=(), start=700),
+               Holder(pid=8, user="root", name="trainer", exe=None, devices=(), start=800),
+               Holder(pid=9, user="bob", name="python3", exe=None, devices=(), start=900)]
     error = kill_error(frozenset({7, 8, 9}), targets, [], denied=frozenset({7, 9}))
     assert error == "not permitted to kill pid 7 python3, pid 9 python3: run as root or set become: true"
     assert kill_error(frozenset({8}), targets, [], denied=frozenset({7})) == "survived SIGKILL: pid 8 trainer"
@@ -52,7 +53,8 @@ def test_only_the_pids_whose_kill_was_refused_are_named_as_refused() -> None:
 def test_a_survivor_whose_start_time_is_unknown_was_never_signalled() -> None:
     """Without its start time fleet cannot tell the process from a later one with its pid: it is left alone,
     and the error says so (it did not survive SIGKILL: it never got one)."""
-    targets = [Holder(7, "bob", "python3", None, (), start=700), Holder(8, "root", "trainer", None, ())]
+    targets = [Holder(pid=7, user="bob", name="python3", exe=None, devices=(), start=700),
+               Holder(pid=8, user="root", name="trainer", exe=None, devices=())]
     assert targets[1].identity() is None
     assert kill_error(frozenset({8}), targets, []) == (
         "not signalled, its start time could not be read (who it is is unknown): pid 8 trainer")
@@ -61,19 +63,22 @@ def test_a_survivor_whose_start_time_is_unknown_was_never_signalled() -> None:
 
 
 def test_describe_kill_names_every_holder_left_alive_with_why() -> None:
-    kept = [Holder(i, "root", f"d{i}", None, (), f"reason {i}") for i in range(6)]
+    kept = [Holder(pid=i, user="root", name=f"d{i}", exe=None, devices=(),
+                   protected_by=f"reason {i}") for i in range(6)]
     detail = describe_kill((), kept, ())
     assert detail == "no GPU holders to kill; kept " + ", ".join(f"pid {i} d{i} (reason {i})" for i in range(6))
 
 
 # --- respawn -------------------------------------------------------
 
-KILLED = [Holder(4000, "root", "python3", b"/usr/bin/python3.11", (), unit="sglang.service", start=9000),
-          Holder(4001, "root", "trainer", b"/opt/trainer", (), start=9001)]
+KILLED = [Holder(pid=4000, user="root", name="python3", exe=b"/usr/bin/python3.11", devices=(), unit="sglang.service",
+                 start=9000),
+          Holder(pid=4001, user="root", name="trainer", exe=b"/opt/trainer", devices=(), start=9001)]
 
 
 def back(pid: int, exe: str | None = None, unit: str | None = None, name: str = "python3") -> Holder:
-    return Holder(pid, "root", name, None if exe is None else exe.encode(), ("/dev/nvidia0",), unit=unit)
+    return Holder(pid=pid, user="root", name=name, exe=None if exe is None else exe.encode(), devices=("/dev/nvidia0",),
+                  unit=unit)
 
 
 def test_respawn_by_unit_names_the_unit_and_its_restart_setting() -> None:

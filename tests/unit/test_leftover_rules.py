@@ -37,7 +37,7 @@ def test_only_another_fleet_runs_reservation_on_a_target_is_a_leftover() -> None
     """fleet-weekly is an admin's name, not a run id; this run's own reservation is not a leftover; a fleet
     reservation on no target is none of this run's business."""
     found = leftovers(parse_reservations(SHOWN), ["sim2", "sim5"], OURS, lambda run_id: run_id == KILLED)
-    assert found == [Leftover(f"fleet-{KILLED}", KILLED, ("sim1", "sim2", "sim3", "sim4"), over=True)]
+    assert found == [Leftover(name=f"fleet-{KILLED}", run_id=KILLED, nodes=("sim1", "sim2", "sim3", "sim4"), over=True)]
     assert leftovers(parse_reservations(SHOWN), ["sim9"], OURS, lambda run_id: True) == []
     assert not leftovers(parse_reservations(SHOWN), ["sim1"], OURS, lambda run_id: False)[0].over
 
@@ -58,13 +58,14 @@ IDLE, DRAINED, DOWN = "IDLE+MAINTENANCE+RESERVED", "IDLE+DRAIN+MAINTENANCE+RESER
 ])
 def test_a_leftover_is_held_back_by_each_node_it_would_free_unchecked(clean: set[str], states: dict[str, str],
                                                                       held: list[str]) -> None:
-    leftover = Leftover(f"fleet-{KILLED}", KILLED, ("sim1", "sim2", "sim3", "sim4"), over=True)
-    now = {name: SlurmNode(name, state) for name, state in states.items()}
+    leftover = Leftover(name=f"fleet-{KILLED}", run_id=KILLED, nodes=("sim1", "sim2", "sim3", "sim4"), over=True)
+    now = {name: SlurmNode(name=name, state=state) for name, state in states.items()}
     assert holding_back(leftover, clean, now) == held
 
 
 def test_a_leftover_says_whose_it_is_and_whether_its_run_is_over() -> None:
-    leftover = Leftover(f"fleet-{KILLED}", KILLED, ("sim1", "sim2"), over=True)
+    leftover = Leftover(name=f"fleet-{KILLED}", run_id=KILLED, nodes=("sim1", "sim2"), over=True)
     assert leftover.describe() == (f"reservation fleet-{KILLED} of run {KILLED} holds sim[1-2]"
                                    " (its run is over: its running.lock is free)")
-    assert Leftover("fleet-x", "x", ("sim1",), over=False).describe().endswith("(its run may still be going)")
+    assert Leftover(name="fleet-x", run_id="x", nodes=("sim1",),
+                    over=False).describe().endswith("(its run may still be going)")

@@ -11,9 +11,10 @@ from fleet.reset.protection import Holder
 
 def test_build_plan_splits_kill_and_keep_with_memory_per_process() -> None:
     holders = [
-        Holder(10, "root", "nvidia-persiste", None, ("/dev/nvidiactl",), "nvidia-persistenced"),
-        Holder(4400, "root", "sglang", None, ("/dev/nvidia0", "/dev/nvidia1")),
-        Holder(4412, "alice", "python3", None, ("/dev/nvidia0",)),
+        Holder(pid=10, user="root", name="nvidia-persiste", exe=None, devices=("/dev/nvidiactl",),
+               protected_by="nvidia-persistenced"),
+        Holder(pid=4400, user="root", name="sglang", exe=None, devices=("/dev/nvidia0", "/dev/nvidia1")),
+        Holder(pid=4412, user="alice", name="python3", exe=None, devices=("/dev/nvidia0",)),
     ]
     apps = [ComputeApp(gpu_uuid="GPU-a", pid=4400, process_name="sglang", used_mib=70000),
             ComputeApp(gpu_uuid="GPU-b", pid=4400, process_name="sglang", used_mib=70000),

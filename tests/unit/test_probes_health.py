@@ -424,14 +424,18 @@ def test_xids_13_109_31_with_unknown_pids() -> None:
     ("name", "expected"),
     [
         ("a100-sxm4-80gb_message_xid-63-row-remapper.log",
-         (Xid(NODE_STAMP, "0000:10:1c", 63,
-              "pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."),)),
-        ("message_xid-79-fallen-off-the-bus.log", (Xid(NODE_STAMP, "0000:44:00", 79, "GPU has fallen off the bus"),)),
+         (Xid(at=NODE_STAMP, pci="0000:10:1c", code=63,
+              detail="pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."),)),
+        ("message_xid-79-fallen-off-the-bus.log",
+         (Xid(at=NODE_STAMP, pci="0000:44:00", code=79, detail="GPU has fallen off the bus"),)),
         ("syslog-kernel_xid-45-caused-by-previous-xid.log",
-         (Xid(NODE_STAMP, "0000:dc:00", 45, "pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149"),
-          Xid(NODE_STAMP, "0000:ed:00", 45, "pid=1818992, name=python3, Ch 0000000c caused by previous Xid 145"))),
+         (Xid(at=NODE_STAMP, pci="0000:dc:00", code=45,
+              detail="pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149"),
+          Xid(at=NODE_STAMP, pci="0000:ed:00", code=45,
+              detail="pid=1818992, name=python3, Ch 0000000c caused by previous Xid 145"))),
         ("kmsg_xid-149-netir-domain-0019.log",
-         (Xid(NODE_STAMP, "0019:01:00", 149, "NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 "
+         (Xid(at=NODE_STAMP, pci="0019:01:00", code=149,
+              detail="NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 "
                                              "0x00000000 0x00000000 0x00000000)"),)),
     ],
 )
@@ -443,8 +447,8 @@ def test_older_drivers_omit_pci_and_some_xids_have_no_text() -> None:
     text = ("1700000000.5 node kernel: NVRM: Xid (0000:03:00): 14, Channel 00000001\n"
             "1700000001 node kernel: NVRM: Xid (PCI:0000:01:00.0): 79\n")
     assert parse_xids(text) == (
-        Xid(1700000000.5, "0000:03:00", 14, "Channel 00000001"),
-        Xid(1700000001.0, "0000:01:00", 79, ""),
+        Xid(at=1700000000.5, pci="0000:03:00", code=14, detail="Channel 00000001"),
+        Xid(at=1700000001.0, pci="0000:01:00", code=79, detail=""),
     )
 
 

@@ -51,7 +51,9 @@ def test_the_compute_apps_and_the_holder_scan_are_made_once() -> None:
 def test_the_health_reads_are_made_once_per_table() -> None:
     facts, remaps = health.facts("/opt/bin/nvidia-smi"), health.remaps("/opt/bin/nvidia-smi")
     assert health.facts("/opt/bin/nvidia-smi") is facts and health.remaps("/opt/bin/nvidia-smi") is remaps
-    assert same_but_reader(facts, Probe(tuple(health.facts_argv("/opt/bin/nvidia-smi")), facts.what, facts.parse,
+    assert same_but_reader(facts,
+                           Probe(argv=tuple(health.facts_argv("/opt/bin/nvidia-smi")), what=facts.what,
+                                 parse=facts.parse,
                                         ok_exits=facts.ok_exits, reads=facts.reads, hang=facts.hang,
                                         explain=facts.explain, driver=True))
     assert remaps.argv == tuple(health.remaps_argv("/opt/bin/nvidia-smi"))

@@ -32,7 +32,7 @@ def judge(pid: int, user: str = "root", name: str | None = None, exe: str | None
     comm = lineage.procs[pid].comm if pid in lineage.procs else (name or "python3")
     if pid not in lineage.procs:
         lineage = Lineage({**lineage.procs, pid: ProcStat(pid, 1, comm)}, lineage.own)
-    holder = Holder(pid, user, name or comm, as_bytes(exe), ("/dev/nvidia0",), comm=comm)
+    holder = Holder(pid=pid, user=user, name=name or comm, exe=as_bytes(exe), devices=("/dev/nvidia0",), comm=comm)
     facts = ProcessFacts({pid: PsRow(pid, 1, user, args)}, {}, lineage, jobs=jobs or {})
     return protection.protected_by(holder, facts, rules)
 
@@ -63,8 +63,9 @@ def test_rules_in_order(pid: int, name: str | None, exe: str | None, reason: str
 def test_a_jobs_process_is_kept_but_is_not_part_of_the_machine() -> None:
     """Kept in any mode (a reset never kills a job), yet the memory it holds keeps the node from being clean."""
     reason = judge(830)
-    job = Holder(830, "alice", "python3", None, ("/dev/nvidia0",), protected_by=reason)
-    daemon = Holder(12, "root", "nvidia-persistenced", None, ("/dev/nvidiactl",), protected_by=judge(12))
+    job = Holder(pid=830, user="alice", name="python3", exe=None, devices=("/dev/nvidia0",), protected_by=reason)
+    daemon = Holder(pid=12, user="root", name="nvidia-persistenced", exe=None, devices=("/dev/nvidiactl",),
+                    protected_by=judge(12))
     assert not job.part_of_the_machine and daemon.part_of_the_machine
 
 
@@ -101,7 +102,7 @@ def test_a_jobs_process_is_kept_however_deep(levels: int) -> None:
     more (a job's GPU process 12 levels below slurmstepd was SIGTERMed when only 8 were looked at)."""
     reason = judge(5000 + levels, user="alice", lineage=below("slurmstepd", levels))
     assert reason == "a Slurm job's process (slurmstepd pid 5000)"
-    kept = Holder(5000 + levels, "alice", "python3", None, (), protected_by=reason)
+    kept = Holder(pid=5000 + levels, user="alice", name="python3", exe=None, devices=(), protected_by=reason)
     assert not kept.part_of_the_machine and not kept.lineage_unread
 
 
@@ -139,7 +140,7 @@ def test_a_cut_lineage_is_never_no_job() -> None:
     cut = Lineage({5001: ProcStat(5001, 5000, "python3"), **chain(5001, 40)}, LINEAGE.own)  # 5000 never read
     reason = judge(5041, user="alice", lineage=cut)
     assert reason == "lineage not read past pid 5001: may be a Slurm job's process"
-    kept = Holder(5041, "alice", "python3", None, (), protected_by=reason)
+    kept = Holder(pid=5041, user="alice", name="python3", exe=None, devices=(), protected_by=reason)
     assert kept.lineage_unread and not kept.part_of_the_machine
     rules = Rules(BUILTIN_PROTECTED, kill_users=("alice",))
     assert judge(5041, user="alice", rules=rules, lineage=cut) == reason  # kill_users never reads it as "no job"
@@ -154,7 +155,7 @@ def test_a_cut_lineage_still_finds_a_job_below_the_cut() -> None:
 
 def test_a_holder_the_walk_did_not_read_is_kept() -> None:
     """Its own stat unread (it exited mid-walk, or the walk failed for it): nothing is known above it."""
-    holder = Holder(7777, "alice", "python3", None, ("/dev/nvidia0",), comm="python3")
+    holder = Holder(pid=7777, user="alice", name="python3", exe=None, devices=("/dev/nvidia0",), comm="python3")
     facts = ProcessFacts({7777: PsRow(7777, 1, "alice", "python3")}, {}, LINEAGE)
     assert protection.protected_by(holder, facts, RULES) == (
         "lineage not read past pid 7777: may be a Slurm job's process")
@@ -178,7 +179,8 @@ def test_a_process_adopted_into_a_job_is_the_jobs_whatever_its_parent(path: str)
     jobs = {4242: JobCgroup("4711", path, "slurm")}
     reason = judge(4242, user="alice", jobs=jobs)  # python3 > bash > sshd-session > sshd: no slurmstepd above
     assert reason == f"a Slurm job's process (job 4711, cgroup {path})"
-    assert not Holder(4242, "alice", "python3", None, (), protected_by=reason).part_of_the_machine
+    assert not Holder(pid=4242, user="alice", name="python3", exe=None, devices=(),
+                      protected_by=reason).part_of_the_machine
     rules = Rules(BUILTIN_PROTECTED, kill_users=("alice",))
     assert judge(4242, user="alice", rules=rules, jobs=jobs) == reason
     # whatever it is called: an MPS server a job started is the job's, not the machine's
@@ -194,7 +196,7 @@ def test_a_process_adopted_into_a_job_is_the_jobs_whatever_its_parent(path: str)
 
 
 def back(pid: int, exe: str | None = None, unit: str | None = None, name: str = "python3") -> Holder:
-    return Holder(pid, "root", name, as_bytes(exe), ("/dev/nvidia0",), unit=unit)
+    return Holder(pid=pid, user="root", name=name, exe=as_bytes(exe), devices=("/dev/nvidia0",), unit=unit)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +212,8 @@ def back(pid: int, exe: str | None = None, unit: str | None = None, name: str = 
     ],
 )
 def test_unit_protected_by(unit: str, reason: str | None) -> None:
-    kept = [Holder(20, "root", "nv-hostengine", None, (), "protected name nv-hostengine", unit="dcgm.service")]
+    kept = [Holder(pid=20, user="root", name="nv-hostengine", exe=None, devices=(),
+                   protected_by="protected name nv-hostengine", unit="dcgm.service")]
     assert protection.unit_protected_by(unit, kept, {"bench.service"}, BUILTIN_PROTECTED) == reason
 
 
@@ -230,7 +233,7 @@ def test_kill_users_in_the_inventory(tmp_path: Path) -> None:
     path.write_text("defaults: {kill_users: [root]}\nhosts: {n1: null, n2: {kill_users: [bench, svc-ml]}}\n")
     hosts = load_inventory(path).hosts
     assert (hosts["n1"].kill_users, hosts["n2"].kill_users) == (("root",), ("bench", "svc-ml"))
-    assert Host("n3", "n3").kill_users == ()
+    assert Host(name="n3", address="n3").kill_users == ()
     path.write_text("hosts: {n1: {kill_users: ['alice;reboot']}}\n")
     with pytest.raises(InventoryError, match=r"inv\.yaml: hosts\.n1\.kill_users\[0\]: invalid user name"):
         load_inventory(path)
@@ -242,17 +245,23 @@ def test_kill_users_in_the_inventory(tmp_path: Path) -> None:
 def test_nvidia_imex_is_protected_by_default() -> None:
     """The IMEX daemon (multi-node NVLink memory export) holds the GPUs on GB200/H200 NVL nodes."""
     assert "nvidia-imex" in BUILTIN_PROTECTED
-    assert "nvidia-imex" in Host("h", "h").protected_names
+    assert "nvidia-imex" in Host(name="h", address="h").protected_names
     assert judge(5003, name="nvidia-imex", exe="/usr/bin/nvidia-imex") == "protected name nvidia-imex"
 
 
 def test_a_holders_identity_is_its_pid_start_exe_and_the_owner_of_its_fd_table() -> None:
-    holder = Holder(4242, "alice", "python3", b"/usr/bin/python3.11", (), start=9001, owner="alice")
+    holder = Holder(pid=4242, user="alice", name="python3", exe=b"/usr/bin/python3.11", devices=(), start=9001,
+                    owner="alice")
     assert holder.identity() == Identity(4242, 9001, b"/usr/bin/python3.11", "alice")
-    assert Holder(4242, "alice", "python3", None, (), start=9001).identity() == Identity(4242, 9001, None, "alice")
-    assert Holder(4242, "alice", "python3", None, (), start=9001, owner="1000").identity() == Identity(
+    assert Holder(pid=4242, user="alice", name="python3", exe=None, devices=(), start=9001).identity() == Identity(4242,
+                                                                                                                   9001,
+                                                                                                                   None,
+                                                                                                                   "alice")
+    assert Holder(pid=4242, user="alice", name="python3", exe=None, devices=(), start=9001,
+                  owner="1000").identity() == Identity(
         4242, 9001, None, "1000")  # the scan's owner (find prints a number for a user with no name) is what is checked
-    assert Holder(4242, "alice", "python3", None, ()).identity() is None  # start time unknown: no signal at all
+    assert Holder(pid=4242, user="alice", name="python3", exe=None,
+                  devices=()).identity() is None  # start time unknown: no signal at all
 
 
 @pytest.mark.parametrize("name", BUILTIN_PROTECTED)

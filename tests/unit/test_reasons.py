@@ -17,7 +17,8 @@ from fleet.reset.settle import Allowance
 from fleet.reset.verify import verify_verdict
 
 README = REPO / "docs" / "report-and-history.md"  # its reasons table
-KILLED = [Holder(4000, "root", "python3", b"/usr/bin/python3.11", (), unit="sglang.service", start=9000)]
+KILLED = [Holder(pid=4000, user="root", name="python3", exe=b"/usr/bin/python3.11", devices=(), unit="sglang.service",
+                 start=9000)]
 
 
 def test_every_reason_is_in_the_readmes_table_and_nothing_else_is() -> None:
@@ -31,9 +32,11 @@ def test_every_reason_is_in_the_readmes_table_and_nothing_else_is() -> None:
     [
         (frozenset({4000}), [], frozenset({4000}), Reason.KILL_FAILED),  # refused
         (frozenset({4000}), [], frozenset(), Reason.KILL_FAILED),  # survived SIGKILL
-        (frozenset(), [Holder(4100, "root", "python3", None, ("/dev/nvidia0",), unit="sglang.service")],
+        (frozenset(),
+         [Holder(pid=4100, user="root", name="python3", exe=None, devices=("/dev/nvidia0",), unit="sglang.service")],
          frozenset(), Reason.RESPAWNED),
-        (frozenset(), [Holder(4200, "bob", "perl", b"/usr/bin/perl", ("/dev/nvidia0",), unit="x.service")],
+        (frozenset(),
+         [Holder(pid=4200, user="bob", name="perl", exe=b"/usr/bin/perl", devices=("/dev/nvidia0",), unit="x.service")],
          frozenset(), Reason.HOLDERS_LEFT),  # someone else's new process
     ],
 )
@@ -53,7 +56,8 @@ ROWS = (GpuRow(index=0, memory_used_mib=0, uuid="GPU-a"), GpuRow(index=1, memory
          (), None, Reason.MEMORY_HELD),
         (ROWS, (ComputeApp(gpu_uuid="GPU-a", pid=7, process_name="/usr/bin/python3", used_mib=0),), (), None,
          Reason.HOLDERS_LEFT),
-        (ROWS, (), (Holder(8, "root", "python3", None, ("/dev/nvidia0",)),), None, Reason.HOLDERS_LEFT),
+        (ROWS, (), (Holder(pid=8, user="root", name="python3", exe=None, devices=("/dev/nvidia0",)),), None,
+         Reason.HOLDERS_LEFT),
         (ROWS[:1], (), (), None, Reason.GPU_MISSING),
         ((), (), (), None, Reason.GPU_MISSING),
         (ROWS, (), (), {"": (Finding("xid", Level.FAIL, "Xid 79"),)}, Reason.HEALTH),

@@ -43,7 +43,7 @@ def test_the_allowance_of_a_host_and_of_kept_apps() -> None:
             ComputeApp(gpu_uuid="GPU-b", pid=79, process_name="y", used_mib=20),
             ComputeApp(gpu_uuid=None, pid=80, process_name="z", used_mib=999)]
     assert kept_usage(apps) == {"GPU-a": 300, "GPU-b": 20}
-    allowance = Allowance.of(Host("h", "h", memory_threshold_mib=8), apps)
+    allowance = Allowance.of(Host(name="h", address="h", memory_threshold_mib=8), apps)
     assert allowance == Allowance(8, 256, {"GPU-a": 300, "GPU-b": 20})
     assert (allowance.limit(GpuRow(index=0, memory_used_mib=0, mig=True)),
             allowance.limit(GpuRow(index=0, memory_used_mib=0))) == (256, 8)

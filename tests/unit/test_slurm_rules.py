@@ -21,7 +21,7 @@ RUN = "20261203T070000Z-abc123"
 def test_show_node_capture_parses_state_and_reason() -> None:
     nodes = parse_nodes((FIXTURES / "show_node.txt").read_text())
     assert list(nodes) == ["sim1", "sim2", "sim3", "sim4"]
-    assert nodes["sim1"] == SlurmNode("sim1", "IDLE")
+    assert nodes["sim1"] == SlurmNode(name="sim1", state="IDLE")
     assert nodes["sim2"].state == "ALLOCATED+DRAIN" and nodes["sim2"].busy and nodes["sim2"].draining_or_drained
     assert nodes["sim3"].reason == "bad DIMM = slot 3" and nodes["sim3"].reason_by == "root"
     assert not nodes["sim3"].busy and not nodes["sim3"].in_service
@@ -59,7 +59,7 @@ def test_a_record_without_state_is_an_error_not_an_idle_node() -> None:
     ],
 )
 def test_state_strings(state: str, base: str, flags: set[str], busy: bool, in_service: bool) -> None:
-    node = SlurmNode("n", state)
+    node = SlurmNode(name="n", state=state)
     assert (node.base, set(node.flags), node.busy, node.in_service) == (base, flags, busy, in_service)
 
 
@@ -90,19 +90,20 @@ def test_partition_listing_keeps_order_and_drops_repeats() -> None:
 @pytest.mark.parametrize(
     ("node", "expected"),
     [
-        (SlurmNode("n", "IDLE"), Admission.DRAIN),
-        (SlurmNode("n", "MIXED"), Admission.DRAIN),
-        (SlurmNode("n", "IDLE+DRAIN", "bad DIMM", "root"), Admission.LEAVE),
-        (SlurmNode("n", "DOWN*", "Not responding", "slurm"), Admission.LEAVE),
-        (SlurmNode("n", "IDLE+DRAIN", "fleet: run OLD: memory_held on GPU 0"), Admission.ADOPT),
-        (SlurmNode("n", "IDLE+DRAIN", "fleet: run OTHER"), Admission.LEAVE),  # a fleet run in flight
-        (SlurmNode("n", "DOWN+DRAIN", "fleet: run OLD: x"), Admission.LEAVE),
-        (SlurmNode("n", "IDLE+FAIL", "bad DIMM", "root"), Admission.LEAVE),
-        (SlurmNode("n", "MIXED+FAIL", "bad DIMM", "root"), Admission.LEAVE),
-        (SlurmNode("n", "IDLE+MAINTENANCE+RESERVED"), Admission.LEAVE),
-        (SlurmNode("n", "IDLE+REBOOT_REQUESTED", "new kernel", "root"), Admission.LEAVE),
-        (SlurmNode("n", "IDLE+DRAIN+FAIL", "fleet: run OLD: x", "root"), Admission.LEAVE),  # an admin's FAIL on it
-        (SlurmNode("n", "IDLE+RESERVED"), Admission.DRAIN),
+        (SlurmNode(name="n", state="IDLE"), Admission.DRAIN),
+        (SlurmNode(name="n", state="MIXED"), Admission.DRAIN),
+        (SlurmNode(name="n", state="IDLE+DRAIN", reason="bad DIMM", reason_by="root"), Admission.LEAVE),
+        (SlurmNode(name="n", state="DOWN*", reason="Not responding", reason_by="slurm"), Admission.LEAVE),
+        (SlurmNode(name="n", state="IDLE+DRAIN", reason="fleet: run OLD: memory_held on GPU 0"), Admission.ADOPT),
+        (SlurmNode(name="n", state="IDLE+DRAIN", reason="fleet: run OTHER"), Admission.LEAVE),  # a fleet run in flight
+        (SlurmNode(name="n", state="DOWN+DRAIN", reason="fleet: run OLD: x"), Admission.LEAVE),
+        (SlurmNode(name="n", state="IDLE+FAIL", reason="bad DIMM", reason_by="root"), Admission.LEAVE),
+        (SlurmNode(name="n", state="MIXED+FAIL", reason="bad DIMM", reason_by="root"), Admission.LEAVE),
+        (SlurmNode(name="n", state="IDLE+MAINTENANCE+RESERVED"), Admission.LEAVE),
+        (SlurmNode(name="n", state="IDLE+REBOOT_REQUESTED", reason="new kernel", reason_by="root"), Admission.LEAVE),
+        (SlurmNode(name="n", state="IDLE+DRAIN+FAIL", reason="fleet: run OLD: x", reason_by="root"),
+         Admission.LEAVE),  # an admin's FAIL on it
+        (SlurmNode(name="n", state="IDLE+RESERVED"), Admission.DRAIN),
     ],
 )
 def test_admission(node: SlurmNode, expected: Admission) -> None:
@@ -110,26 +111,26 @@ def test_admission(node: SlurmNode, expected: Admission) -> None:
 
 
 def test_a_node_out_of_service_by_someone_else_is_skipped_naming_its_state_and_reason() -> None:
-    admin = SlurmNode("gpu-b07", "IDLE+FAIL", "bad DIMM", "root")
+    admin = SlurmNode(name="gpu-b07", state="IDLE+FAIL", reason="bad DIMM", reason_by="root")
     assert policy.skipped(admin) == (
         "slurm: gpu-b07 is IDLE+FAIL (bad DIMM, by root): out of service by someone else: not reset, its state and"
         " reason left as they are (reset it without --slurm once it is yours)")
-    in_flight = SlurmNode("gpu-b07", "IDLE+DRAIN", "fleet: run OTHER", "root")
+    in_flight = SlurmNode(name="gpu-b07", state="IDLE+DRAIN", reason="fleet: run OTHER", reason_by="root")
     assert "drained by fleet run OTHER, which may still be in flight" in policy.skipped(in_flight)
 
 
 # --- after: resume, restore, keep drained, leave -----------------------------------------------------
 
-OURS = SlurmNode("n", "IDLE+DRAIN", policy.own_reason(RUN), "root")
+OURS = SlurmNode(name="n", state="IDLE+DRAIN", reason=policy.own_reason(RUN), reason_by="root")
 
 
 def test_clean_node_is_resumed() -> None:
-    action = policy.release(Admission.DRAIN, SlurmNode("n", "IDLE"), OURS, RUN, HostStatus.CLEAN, None)
+    action = policy.release(Admission.DRAIN, SlurmNode(name="n", state="IDLE"), OURS, RUN, HostStatus.CLEAN, None)
     assert action.what is Release.RESUME
 
 
 def test_failed_node_stays_drained_with_the_error() -> None:
-    action = policy.release(Admission.DRAIN, SlurmNode("n", "IDLE"), OURS, RUN, HostStatus.FAILED,
+    action = policy.release(Admission.DRAIN, SlurmNode(name="n", state="IDLE"), OURS, RUN, HostStatus.FAILED,
                             "GPU 0 still holds 1523 MiB\nafter 60 s")
     assert action.what is Release.KEEP_DRAINED
     assert action.reason == f"fleet: run {RUN}: GPU 0 still holds 1523 MiB after 60 s"
@@ -137,31 +138,34 @@ def test_failed_node_stays_drained_with_the_error() -> None:
 
 @pytest.mark.parametrize("status", [HostStatus.SKIPPED, HostStatus.UNREACHABLE])
 def test_untouched_node_goes_back_as_it_was(status: HostStatus) -> None:
-    assert policy.release(Admission.DRAIN, SlurmNode("n", "MIXED"), OURS, RUN, status, "x").what is Release.RESUME
-    earlier = SlurmNode("n", "IDLE+DRAIN", "fleet: run OLD: memory held")
+    assert policy.release(Admission.DRAIN, SlurmNode(name="n", state="MIXED"), OURS, RUN, status,
+                          "x").what is Release.RESUME
+    earlier = SlurmNode(name="n", state="IDLE+DRAIN", reason="fleet: run OLD: memory held")
     action = policy.release(Admission.ADOPT, earlier, OURS, RUN, status, "x")
     assert action.what is Release.RESTORE and action.reason == "fleet: run OLD: memory held"
 
 
 def test_someone_elses_node_is_never_resumed_nor_rewritten() -> None:
-    admin = SlurmNode("n", "IDLE+DRAIN", "bad DIMM", "root")
+    admin = SlurmNode(name="n", state="IDLE+DRAIN", reason="bad DIMM", reason_by="root")
     for status in HostStatus:
         assert policy.release(Admission.LEAVE, admin, admin, RUN, status, "x").what is Release.LEAVE
 
 
 def test_a_reason_changed_during_the_run_is_left_alone() -> None:
-    idle = SlurmNode("n", "IDLE")
-    changed = SlurmNode("n", "IDLE+DRAIN", "admin: keep out", "root")
+    idle = SlurmNode(name="n", state="IDLE")
+    changed = SlurmNode(name="n", state="IDLE+DRAIN", reason="admin: keep out", reason_by="root")
     for status in (HostStatus.CLEAN, HostStatus.FAILED):
         assert policy.release(Admission.DRAIN, idle, changed, RUN, status, "x").what is Release.LEAVE
     assert policy.release(Admission.DRAIN, idle, None, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
 
 
-@pytest.mark.parametrize("now", [SlurmNode("n", "IDLE"), SlurmNode("n", "UNKNOWN"), SlurmNode("n", "DOWN*")])
+@pytest.mark.parametrize("now",
+                         [SlurmNode(name="n", state="IDLE"), SlurmNode(name="n", state="UNKNOWN"),
+                          SlurmNode(name="n", state="DOWN*")])
 def test_a_failed_node_whose_drain_is_gone_is_drained_again(now: SlurmNode) -> None:
     """slurmctld restarted without the drain (UNKNOWN, no reason), or someone resumed the node: a node fleet failed
     goes out of service again with fleet's reason; one fleet proved clean, or never touched, is left as it is."""
-    idle = SlurmNode("n", "IDLE")
+    idle = SlurmNode(name="n", state="IDLE")
     action = policy.release(Admission.DRAIN, idle, now, RUN, HostStatus.FAILED, "memory leaked")
     assert action.what is Release.KEEP_DRAINED and action.reason == f"fleet: run {RUN}: memory leaked"
     assert policy.release(Admission.DRAIN, idle, now, RUN, HostStatus.CLEAN, None).what is Release.LEAVE
@@ -170,14 +174,14 @@ def test_a_failed_node_whose_drain_is_gone_is_drained_again(now: SlurmNode) -> N
 
 def test_a_reason_someone_else_set_is_kept_and_fleets_follows_it() -> None:
     """An admin's DOWN `bad DIMM` on a node fleet failed: drained, `bad DIMM` first (theirs to resume)."""
-    down = SlurmNode("n", "DOWN+MAINTENANCE+RESERVED", "bad DIMM", "root")
+    down = SlurmNode(name="n", state="DOWN+MAINTENANCE+RESERVED", reason="bad DIMM", reason_by="root")
     action = policy.after_step(down, RUN, HostStatus.FAILED, "no report", touched=True)
     assert action.what is Release.KEEP_DRAINED and action.reason == f"bad DIMM; fleet: run {RUN}: no report"
     assert policy.fleet_run_of(action.reason) is None
-    assert policy.admission(SlurmNode("n", "DOWN+DRAIN", action.reason)) is Admission.LEAVE
-    long = policy.drain_reason(SlurmNode("n", "DOWN", "x" * 300), RUN, "y")
+    assert policy.admission(SlurmNode(name="n", state="DOWN+DRAIN", reason=action.reason)) is Admission.LEAVE
+    long = policy.drain_reason(SlurmNode(name="n", state="DOWN", reason="x" * 300), RUN, "y")
     assert len(long) == policy.REASON_LIMIT and long.startswith("x" * 100)
-    ours = SlurmNode("n", "DOWN", f"fleet: run {RUN}: earlier")
+    ours = SlurmNode(name="n", state="DOWN", reason=f"fleet: run {RUN}: earlier")
     assert policy.drain_reason(ours, RUN, "now") == f"fleet: run {RUN}: now"
 
 
@@ -188,12 +192,13 @@ def test_failed_reason_is_one_bounded_line() -> None:
 
 
 def test_plan_lines_say_what_would_happen() -> None:
-    assert "would drain, wait up to 600 s for jobs 3, 4, reset" in policy.plan_line(SlurmNode("n", "MIXED"),
+    assert "would drain, wait up to 600 s for jobs 3, 4, reset" in policy.plan_line(SlurmNode(name="n", state="MIXED"),
                                                                                    ("3", "4"), 600)
-    leave = policy.plan_line(SlurmNode("n", "IDLE+DRAIN", "bad DIMM", "root"), (), 600)
+    leave = policy.plan_line(SlurmNode(name="n", state="IDLE+DRAIN", reason="bad DIMM", reason_by="root"), (), 600)
     assert leave == ("slurm IDLE+DRAIN (bad DIMM, by root): out of service by someone else: would skip it, its state"
                      " and reason left as they are")
-    assert "IDLE+FAIL (bad DIMM, by root)" in policy.plan_line(SlurmNode("n", "IDLE+FAIL", "bad DIMM", "root"), (), 1)
+    assert "IDLE+FAIL (bad DIMM, by root)" in policy.plan_line(SlurmNode(name="n", state="IDLE+FAIL", reason="bad DIMM",
+                                                                         reason_by="root"), (), 1)
 
 
 def test_the_bounds_docs_slurm_states_are_the_codes() -> None:

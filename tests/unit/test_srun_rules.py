@@ -42,8 +42,8 @@ def test_the_capture_without_gres_has_no_gpus() -> None:
 
 
 def test_one_step_per_gpu_count() -> None:
-    seen = {"a": SlurmNode("a", "IDLE", gpus=8), "b": SlurmNode("b", "IDLE", gpus=4),
-            "c": SlurmNode("c", "IDLE", gpus=8)}
+    seen = {"a": SlurmNode(name="a", state="IDLE", gpus=8), "b": SlurmNode(name="b", state="IDLE", gpus=4),
+            "c": SlurmNode(name="c", state="IDLE", gpus=8)}
     assert by_gpus(["a", "b", "c", "d"], seen) == {8: ["a", "c"], 4: ["b"], 0: ["d"]}
 
 
@@ -98,17 +98,17 @@ OWN_FAILED = f"fleet: run {RUN}: gpu 0 holds 4096 MiB"
 def test_a_failed_node_is_drained_with_fleets_reason_whatever_its_base_state(state: str) -> None:
     """A down node returns to service by itself (ReturnToService) once the reservation is gone; a drained one
     never does."""
-    action = after_step(SlurmNode("sim1", state), RUN, HostStatus.FAILED, "gpu 0 holds 4096 MiB", True)
+    action = after_step(SlurmNode(name="sim1", state=state), RUN, HostStatus.FAILED, "gpu 0 holds 4096 MiB", True)
     assert action.what is Release.KEEP_DRAINED and action.reason == OWN_FAILED
 
 
 @pytest.mark.parametrize(("node", "status", "touched", "why"), [
-    (SlurmNode("sim1", "IDLE+DRAIN", OWN_FAILED), HostStatus.FAILED, True, "drained for this run"),
-    (SlurmNode("sim1", "DOWN+DRAIN", OWN_FAILED), HostStatus.FAILED, True, "drained for this run"),
-    (SlurmNode("sim1", "IDLE+DRAIN", "bad DIMM"), HostStatus.FAILED, True, "drained by someone else"),
+    (SlurmNode(name="sim1", state="IDLE+DRAIN", reason=OWN_FAILED), HostStatus.FAILED, True, "drained for this run"),
+    (SlurmNode(name="sim1", state="DOWN+DRAIN", reason=OWN_FAILED), HostStatus.FAILED, True, "drained for this run"),
+    (SlurmNode(name="sim1", state="IDLE+DRAIN", reason="bad DIMM"), HostStatus.FAILED, True, "drained by someone else"),
     (None, HostStatus.FAILED, True, "Slurm no longer shows the node"),
-    (SlurmNode("sim1", "DOWN"), HostStatus.CLEAN, True, "clean"),
-    (SlurmNode("sim1", "DOWN"), HostStatus.FAILED, False, "never touched"),
+    (SlurmNode(name="sim1", state="DOWN"), HostStatus.CLEAN, True, "clean"),
+    (SlurmNode(name="sim1", state="DOWN"), HostStatus.FAILED, False, "never touched"),
 ])
 def test_nothing_is_sent_for_a_node_already_drained_gone_clean_or_untouched(
     node: SlurmNode | None, status: HostStatus, touched: bool, why: str
@@ -118,7 +118,7 @@ def test_nothing_is_sent_for_a_node_already_drained_gone_clean_or_untouched(
 
 
 def test_nodes_failed_the_same_way_share_one_drain() -> None:
-    actions = {n: after_step(SlurmNode(n, "IDLE"), RUN, HostStatus.FAILED, e, True)
+    actions = {n: after_step(SlurmNode(name=n, state="IDLE"), RUN, HostStatus.FAILED, e, True)
                for n, e in (("a", "x"), ("b", "y"), ("c", "x"))}
-    actions["d"] = after_step(SlurmNode("d", "IDLE"), RUN, HostStatus.CLEAN, None, True)
+    actions["d"] = after_step(SlurmNode(name="d", state="IDLE"), RUN, HostStatus.CLEAN, None, True)
     assert drains(actions) == {f"fleet: run {RUN}: x": ["a", "c"], f"fleet: run {RUN}: y": ["b"]}

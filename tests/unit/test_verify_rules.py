@@ -56,7 +56,7 @@ def test_threshold_is_inclusive() -> None:
 
 def test_an_unprotected_holder_without_memory_is_not_clean() -> None:
     """A respawned process that opened the devices but has not allocated yet still fails verify."""
-    holder = Holder(4242, "root", "python3", b"/usr/bin/python3", ("/dev/nvidia2",))
+    holder = Holder(pid=4242, user="root", name="python3", exe=b"/usr/bin/python3", devices=("/dev/nvidia2",))
     assert verify_error(ROWS_CLEAN, (), 2, Allowance(16), [holder]) == "pid 4242 python3 still holds /dev/nvidia2"
 
 
@@ -120,7 +120,7 @@ def mps_node(used_mib: int) -> Node:
         (("grep",), Reply("/proc/77/cgroup:0::/system.slice/nvidia-mps.service\n")),  # in no job
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
     ])
-    return Node(Host("gpu-01", "127.0.0.1", gpus=1, command_timeout=1.0), t, NoLog())
+    return Node(Host(name="gpu-01", address="127.0.0.1", gpus=1, command_timeout=1.0), t, NoLog())
 
 
 async def test_verify_keeps_the_mps_server_and_allows_what_it_holds() -> None:

@@ -20,15 +20,15 @@ BUS = ("00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:
 MINORS = {2: BUS[0], 3: BUS[1], 0: BUS[2], 1: BUS[3]}
 BOARD = Board(MINORS, nvswitch=False)
 ROWS = tuple(GpuRow(index=i, memory_used_mib=0, uuid=f"GPU-{i}", pci_bus_id=BUS[i]) for i in range(4))
-PERSISTENCED = Holder(12, "root", "nvidia-persistenced", b"/usr/bin/nvidia-persistenced",
-                      (*(f"/dev/nvidia{m}" for m in range(4)), "/dev/nvidiactl"),
+PERSISTENCED = Holder(pid=12, user="root", name="nvidia-persistenced", exe=b"/usr/bin/nvidia-persistenced",
+                      devices=(*(f"/dev/nvidia{m}" for m in range(4)), "/dev/nvidiactl"),
                       protected_by="protected name nvidia-persistenced")
 STEPD_JOB = f"{JOB_PROCESS} (slurmstepd pid 20)"
 CGROUP_JOB = f"{JOB_PROCESS} (job 4712, cgroup /system.slice/slurmstepd.scope/job_4712/step_0/user/task_0)"
 
 
 def holder(pid: int, *devices: str, why: str | None = None, user: str = "alice") -> Holder:
-    return Holder(pid, user, "python3", b"/usr/bin/python3.11", devices, protected_by=why)
+    return Holder(pid=pid, user=user, name="python3", exe=b"/usr/bin/python3.11", devices=devices, protected_by=why)
 
 
 def look(*holders: Holder, rows: tuple[GpuRow, ...] = ROWS, apps: tuple[ComputeApp, ...] = (),
@@ -73,7 +73,7 @@ def test_memory_a_process_holds_is_no_leak_and_the_process_is_named() -> None:
 
 def test_memory_held_only_by_a_jobs_processes_names_the_job() -> None:
     job = holder(33, "/dev/nvidia2", why=STEPD_JOB)  # minor 2: gpu 0
-    stepd = Holder(20, "root", "slurmstepd", b"/usr/sbin/slurmstepd", ("/dev/nvidiactl",),
+    stepd = Holder(pid=20, user="root", name="slurmstepd", exe=b"/usr/sbin/slurmstepd", devices=("/dev/nvidiactl",),
                    protected_by=f"{JOB_PROCESS} (slurmstepd)")
     found = look(job, stepd, PERSISTENCED,
                  apps=(ComputeApp(gpu_uuid="GPU-0", pid=33, process_name="python3", used_mib=30000),),
@@ -102,7 +102,8 @@ def test_a_job_is_named_by_what_is_known_of_it() -> None:
         "Slurm job 4713 (slurmstepd pid 21)")
     assert leaks.job_label(holder(33, why=STEPD_JOB), {}) == "a Slurm job (slurmstepd pid 20)"
     assert leaks.job_label(holder(33, why=CGROUP_JOB), {}) == "Slurm job 4712 (pid 33 python3)"
-    stepd = Holder(20, "root", "slurmstepd", None, (), protected_by=f"{JOB_PROCESS} (slurmstepd)")
+    stepd = Holder(pid=20, user="root", name="slurmstepd", exe=None, devices=(),
+                   protected_by=f"{JOB_PROCESS} (slurmstepd)")
     assert leaks.job_label(stepd, titles) == "Slurm job 4711 (slurmstepd pid 20)"
     jobs = [Unsettled(0, "gpu 0 holds 1 MiB", holders=(holder(33, why=STEPD_JOB), holder(34, why=STEPD_JOB))),
             Unsettled(1, "gpu 1 holds 1 MiB", holders=(holder(35, why=CGROUP_JOB),))]

@@ -43,7 +43,7 @@ _BUILD_INFO = "Build Info - "
 def probe() -> Probe[str]:
     """The read: every exit status is an answer (`reading` tells them apart); never through sudo. The same for every
     host: made once (a probe is a value: frozen, no answer)."""
-    return Probe(ARGV, "nv-fabricmanager --version", str, ok_exits=ANY_EXIT)
+    return Probe(argv=ARGV, what="nv-fabricmanager --version", parse=str, ok_exits=ANY_EXIT)
 
 
 def observed(answers: Answers, asked: Probe[str]) -> FabricManager:

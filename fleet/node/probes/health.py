@@ -214,7 +214,7 @@ def facts(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...] | None]:
 
 @functools.lru_cache(maxsize=_MADE)
 def _facts(nvidia_smi: str, _: Lookup) -> Probe[tuple[GpuHealth, ...] | None]:
-    return Probe(tuple(facts_argv(nvidia_smi)), "nvidia-smi --query-gpu", parse_facts,
+    return Probe(argv=tuple(facts_argv(nvidia_smi)), what="nvidia-smi --query-gpu", parse=parse_facts,
                  ok_exits=frozenset({0, 2}), reads="nvidia-smi health fields", hang=SMI_HANG, explain=_explain,
                  driver=True)
 
@@ -225,11 +225,13 @@ def remaps(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
 
 @functools.lru_cache(maxsize=_MADE)
 def _remaps(nvidia_smi: str, _: Lookup) -> Probe[tuple[GpuHealth, ...]]:
-    return Probe(tuple(remaps_argv(nvidia_smi)), f"nvidia-smi -q -d {','.join(lookup().displays)}", parse_all_health,
+    return Probe(argv=tuple(remaps_argv(nvidia_smi)), what=f"nvidia-smi -q -d {','.join(lookup().displays)}",
+                 parse=parse_all_health,
                  reads=f"nvidia-smi -q -d {','.join(lookup().displays)} output", hang=SMI_HANG, explain=_explain,
                  driver=True)
 
 
 def health(nvidia_smi: str) -> Probe[tuple[GpuHealth, ...]]:
-    return Probe(tuple(health_argv(nvidia_smi)), "nvidia-smi -q", parse_all_health, reads="nvidia-smi -q output",
+    return Probe(argv=tuple(health_argv(nvidia_smi)), what="nvidia-smi -q", parse=parse_all_health,
+                 reads="nvidia-smi -q output",
                  hang=SMI_HANG, explain=_explain, driver=True)

@@ -52,7 +52,7 @@ def parse_job_cgroups(text: str) -> dict[int, JobCgroup]:
 def job_cgroups(pids: Sequence[int]) -> Probe[dict[int, JobCgroup]]:
     """pid -> the job its cgroup names. A pid that vanished mid-read makes grep exit 2: what it printed is still
     the answer; any other status but 0 and 1 (a grep that could not run) is no answer, never "in no job"."""
-    return Probe(tuple(cgroup_argv(pids)), "cgroup listing", parse_job_cgroups, needs_root=True,
+    return Probe(argv=tuple(cgroup_argv(pids)), what="cgroup listing", parse=parse_job_cgroups, needs_root=True,
                  ok_exits=GREP_ANSWERS)
 
 

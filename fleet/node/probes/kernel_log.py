@@ -75,7 +75,7 @@ class KernelLogUnread(Exception):
         self.why = why
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Xid:
     """An Xid event of the kernel log, or a group of them (the same PCI address, code and pid): the first one's
     time and text, how many, and when the last one was logged."""
@@ -141,7 +141,7 @@ def _since_boot() -> Probe[str]:
 
 
 def _read(cursor: str | None) -> Probe[str]:
-    return Probe(tuple(read_argv(cursor)), "journalctl -k", _stdout, needs_root=True, ok_exits=ANY_EXIT,
+    return Probe(argv=tuple(read_argv(cursor)), what="journalctl -k", parse=_stdout, needs_root=True, ok_exits=ANY_EXIT,
                  reads="kernel log", hang=HANG)
 
 
@@ -192,7 +192,8 @@ def _groups(rows: list[str]) -> tuple[Xid, ...]:
         except ProbeParseError as exc:
             raise KernelLogUnread(f"an Xid line fleet cannot read ({exc.reason}): {clip(line, LINE_CLIP)!r}") from exc
         if kind == "first":
-            found.append(Xid(xid.at, xid.pci, xid.code, xid.detail, int(count), folded=pid == FOLDED))
+            found.append(Xid(at=xid.at, pci=xid.pci, code=xid.code, detail=xid.detail, count=int(count),
+                             folded=pid == FOLDED))
         else:
             found[-1] = replace(found[-1], last_at=xid.at)
     return tuple(found)

@@ -130,5 +130,5 @@ def _chain(pid: int | None, procs: Mapping[int, ProcStat]) -> tuple[int, ...]:
 
 def lineage(pids: Sequence[int]) -> Probe[Lineage]:
     """The holders' ancestors and fleet's own chain; without them nothing is judged."""
-    return Probe(tuple(lineage_argv(pids)), "process lineage (awk)", parse_lineage, needs_root=True,
+    return Probe(argv=tuple(lineage_argv(pids)), what="process lineage (awk)", parse=parse_lineage, needs_root=True,
                  reads="process lineage")

@@ -373,19 +373,19 @@ def holder_scan(devices: Sequence[str]) -> Probe[HolderScan]:
 @functools.lru_cache(maxsize=256)
 def _holder_scan(devices: tuple[str, ...]) -> Probe[HolderScan]:
     """Made once for every host and scan with the same device globs (a probe is a value: frozen, no answer)."""
-    return Probe(tuple(holders_scan_argv(devices)), "holder scan", parse_scan, needs_root=True,
+    return Probe(argv=tuple(holders_scan_argv(devices)), what="holder scan", parse=parse_scan, needs_root=True,
                  ok_exits=FIND_ANSWERS)
 
 
 def ps(pids: Sequence[int]) -> Probe[dict[int, PsRow]]:
     """ps on the pids and on pid 1: a ps that does not list pid 1 cannot see every process (hidepid)."""
-    return Probe(tuple(ps_argv(sorted({1, *pids}))), "ps", parse_ps, needs_root=True, ok_exits=ANY_EXIT)
+    return Probe(argv=tuple(ps_argv(sorted({1, *pids}))), what="ps", parse=parse_ps, needs_root=True, ok_exits=ANY_EXIT)
 
 
 def exe(pids: Sequence[int]) -> Probe[dict[int, bytes]]:
-    return Probe(tuple(exe_argv(pids)), "exe lookup", parse_exe, needs_root=True, ok_exits=ANY_EXIT)
+    return Probe(argv=tuple(exe_argv(pids)), what="exe lookup", parse=parse_exe, needs_root=True, ok_exits=ANY_EXIT)
 
 
 def signal(name: str, targets: Sequence[Identity]) -> Probe[dict[int, str]]:
     """Signal (or, with ALIVE, look at) each target that is still the process fleet judged."""
-    return Probe(tuple(signal_argv(name, targets)), "signal", parse_verdicts, needs_root=True)
+    return Probe(argv=tuple(signal_argv(name, targets)), what="signal", parse=parse_verdicts, needs_root=True)

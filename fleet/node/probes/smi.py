@@ -263,11 +263,13 @@ _MADE = 256
 
 @functools.lru_cache(maxsize=_MADE)
 def _gpu_query(nvidia_smi: str, fields: tuple[str, ...]) -> Probe[tuple[GpuRow, ...]]:
-    return Probe(tuple(gpu_query_argv(nvidia_smi, fields)), "nvidia-smi", lambda text: parse_gpu_query(text, fields),
+    return Probe(argv=tuple(gpu_query_argv(nvidia_smi, fields)), what="nvidia-smi",
+                 parse=lambda text: parse_gpu_query(text, fields),
                  reads="nvidia-smi output", hang=SMI_HANG, explain=_explain, driver=True)
 
 
 @functools.lru_cache(maxsize=_MADE)
 def compute_apps(nvidia_smi: str) -> Probe[tuple[ComputeApp, ...]]:
-    return Probe(tuple(compute_apps_argv(nvidia_smi)), "nvidia-smi", parse_compute_apps, reads="nvidia-smi output",
+    return Probe(argv=tuple(compute_apps_argv(nvidia_smi)), what="nvidia-smi", parse=parse_compute_apps,
+                 reads="nvidia-smi output",
                  hang=SMI_HANG, explain=_explain, driver=True)

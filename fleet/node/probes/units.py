@@ -218,7 +218,7 @@ _MADE = 256
 
 @functools.lru_cache(maxsize=_MADE)
 def unit_state(unit: str) -> Probe[UnitState]:
-    return Probe(tuple(unit_state_argv(unit)), f"systemctl show {unit}", parse_unit_state)
+    return Probe(argv=tuple(unit_state_argv(unit)), what=f"systemctl show {unit}", parse=parse_unit_state)
 
 
 @functools.lru_cache(maxsize=_MADE)
@@ -226,8 +226,8 @@ def unit_state_before_stop(unit: str) -> Probe[UnitState]:
     """`unit_state` read in the stop's batch before the stop (whether the stop ends a running unit). It runs with
     the stop's privilege: on a `become` host a batch is one command a privilege, the privileged one first, so it
     still runs before the stop."""
-    return Probe(("systemctl", "show", "--property=ActiveState", "--", _unit(unit)),
-                 f"systemctl show {unit} (before its stop)", parse_unit_state, needs_root=True)
+    return Probe(argv=("systemctl", "show", "--property=ActiveState", "--", _unit(unit)),
+                 what=f"systemctl show {unit} (before its stop)", parse=parse_unit_state, needs_root=True)
 
 
 @functools.lru_cache(maxsize=_MADE)
@@ -243,7 +243,8 @@ def unit_kill(unit: str) -> Probe[str]:
 @functools.lru_cache(maxsize=_MADE)
 def unit_restart(unit: str) -> Probe[str | None]:
     """Its Restart= setting; a failed read is no setting (`ANY_EXIT`: the caller keeps only exit 0's)."""
-    return Probe(tuple(unit_restart_argv(unit)), f"systemctl show {unit}", parse_unit_restart, ok_exits=ANY_EXIT)
+    return Probe(argv=tuple(unit_restart_argv(unit)), what=f"systemctl show {unit}", parse=parse_unit_restart,
+                 ok_exits=ANY_EXIT)
 
 
 # A unit's members: every process's cgroup lines naming it (the shell lists /proc). On a simulated node, the
@@ -276,13 +277,16 @@ def unit_members(unit: str, *, simulated: bool, known: int | None = None) -> Pro
     def members(text: str) -> frozenset[int]:
         found = parse_sim_units(text) if simulated else parse_cgroups(text)
         return frozenset(pid for pid, name in found.items() if name == unit)
-    return Probe(tuple(members_argv(unit, simulated=simulated, known=known)), f"processes of {unit}", members,
+    return Probe(argv=tuple(members_argv(unit, simulated=simulated, known=known)), what=f"processes of {unit}",
+                 parse=members,
                  needs_root=True, ok_exits=frozenset({0, 1, 2}))
 
 
 def units_of(pids: Sequence[int], *, simulated: bool) -> Probe[dict[int, str]]:
     """pid -> systemd unit: from /proc/PID/cgroup, or on a simulated node from its stand-in."""
     if simulated:
-        return Probe(tuple(sim_units_argv(pids)), "simulated unit listing", parse_sim_units, needs_root=True,
+        return Probe(argv=tuple(sim_units_argv(pids)), what="simulated unit listing", parse=parse_sim_units,
+                     needs_root=True,
                      ok_exits=ANY_EXIT, reads="cgroup listing")
-    return Probe(tuple(cgroup_argv(pids)), "cgroup listing", parse_cgroups, needs_root=True, ok_exits=ANY_EXIT)
+    return Probe(argv=tuple(cgroup_argv(pids)), what="cgroup listing", parse=parse_cgroups, needs_root=True,
+                 ok_exits=ANY_EXIT)

@@ -37,7 +37,7 @@ class Jump:
         return cls(spec, host, int(port) if port else None, user or None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Route:
     """Where a host's connection goes, with what the inventory leaves unset taken from ssh_config (as asyncssh
     reads `~/.ssh/config`), else from ssh's defaults (port 22, the current user)."""
@@ -103,8 +103,9 @@ def route(host: Host) -> Route:
         jump = Jump.parse(tunnel) if tunnel and "," not in tunnel else None
         own_way = bool(options.proxy_command) or bool(options.canonicalize_hostname and options.canonical_domains)
         named = ", ".join(_hop_named(hop.strip(), stamp) for hop in tunnel.split(",")) if tunnel else None
-        entry = _ROUTES[key] = (stamp, Route(options.host, options.port, options.username, tunnel, jump, own_way,
-                                             named))
+        found = Route(hostname=options.host, port=options.port, user=options.username, proxy_jump=tunnel, jump=jump,
+                      own_way=own_way, jumps_named=named)
+        entry = _ROUTES[key] = (stamp, found)
     return entry[1]
 
 
