@@ -18,6 +18,7 @@ import pytest
 from support.sim_fleet import ALL
 from support.slurm_fleet import cluster as cluster  # the fixtures: four busy nodes, their Slurm
 from support.slurm_fleet import (
+    down_with_slurmd_stopped,
     events,
     finish,
     logged,
@@ -256,8 +257,7 @@ async def test_via_srun_a_failed_node_slurm_shows_down_after_the_step_ends_drain
     slurmd = cluster.pids["slurmd sim4"]
 
     async def down_first(srun: SrunRun, cleanup: Callable[[SrunRun], Any]) -> None:
-        os.kill(slurmd, signal.SIGSTOP)
-        cluster.run("scontrol", "update", "NodeName=sim4", "State=DOWN", "Reason=Not responding")
+        await down_with_slurmd_stopped(cluster, "sim4", "Not responding")
         await cleanup(srun)
 
     around_cleanup(monkeypatch, cluster, down_first)

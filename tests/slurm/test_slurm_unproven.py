@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from support.processes import comm, descendants
-from support.slurm_fleet import NAMES, busy_mib, logged, reset, slurm_of, state
+from support.slurm_fleet import NAMES, busy_mib, down_with_slurmd_stopped, logged, reset, slurm_of, state
 from support.slurm_fleet import cluster as cluster  # the fixtures: four busy nodes, their Slurm
 from support.slurm_fleet import sim as sim
 from support.waits import until
@@ -140,15 +140,7 @@ async def test_an_admins_down_reason_set_during_the_step_is_kept(
 
     async def admin_first(srun: SrunRun) -> None:
         await until(lambda: cluster.jobs() == [], "the step's job is over")
-        # its slurmd's last word about the job (the epilog's end) heard before it stops: a message still on its way
-        # once the node is DOWN would bring it back into service (ReturnToService)
-        await until(lambda: "completing" not in cluster.node_state("sim4").lower(),
-                    "sim4 done completing the step's job")
-        os.kill(slurmd, signal.SIGSTOP)
-        await anyio.to_thread.run_sync(lambda: cluster.run("scontrol", "update", "NodeName=sim4", "State=DOWN",
-                                                           "Reason=bad DIMM"))
-        await until(lambda: "down" in cluster.node_state("sim4").lower() and cluster.node_reason("sim4") == "bad DIMM",
-                    "Slurm shows sim4 DOWN for the admin's bad DIMM")
+        await down_with_slurmd_stopped(cluster, "sim4", "bad DIMM")
         await real(srun)
 
     monkeypatch.setattr(SrunRun, "_cleanup", admin_first)

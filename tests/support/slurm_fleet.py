@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from fleet.sim.node import NodeSpec, UnitSpec, WorkerSpec
 from fleet.sim.slurmcluster import SlurmCluster
 from support.sim_fleet import ALL, FAST
 from support.slurm import StartCluster
+from support.waits import until
 
 XID_79 = ((5, 79, "pid=2718, name=sglang, GPU has fallen off the bus."),)
 NAMES = ("sim1", "sim2", "sim3", "sim4")
@@ -133,3 +135,18 @@ def released_as_interrupted(document: dict[str, Any], cluster: SlurmCluster) -> 
         assert host["slurm"]["state_after"] == "IDLE+DRAIN"
         assert cluster.node_reason(name) == host["slurm"]["reason_after"]
         assert cluster.node_reason(name).endswith("interrupted during settle")
+
+
+async def down_with_slurmd_stopped(cluster: SlurmCluster, node: str, reason: str) -> int:
+    """An admin's DOWN on `node`, its slurmd stopped (SIGSTOP) so that ReturnToService does not bring it back at its
+    next registration: once its slurmd has said its last word about the step's job (the node done completing: a
+    message still on its way once the node is DOWN returns it to service), and until Slurm shows it DOWN for
+    `reason`. The slurmd's pid, for the caller to SIGCONT."""
+    slurmd = cluster.pids[f"slurmd {node}"]
+    await until(lambda: "completing" not in cluster.node_state(node).lower(), f"{node} done completing its job")
+    os.kill(slurmd, signal.SIGSTOP)
+    await anyio.to_thread.run_sync(lambda: cluster.run("scontrol", "update", f"NodeName={node}", "State=DOWN",
+                                                       f"Reason={reason}"))
+    await until(lambda: "down" in cluster.node_state(node).lower() and cluster.node_reason(node) == reason,
+                f"Slurm shows {node} DOWN ({reason})")
+    return slurmd
