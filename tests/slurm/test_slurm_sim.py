@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -336,9 +337,12 @@ async def test_via_srun_interrupted_removes_the_reservation(sim: SimFleet, clust
     document = json.loads(out)
     assert set(document["hosts"]) == set(NAMES)
     sim1 = document["hosts"]["sim1"]
-    assert sim1["status"] == "failed" and "interrupted during settle" in sim1["error"]
+    # interrupted in settle, or in verify: Slurm's signal to the step can reach a settle look's nvidia-smi before
+    # the node's fleet, which ends settle ("ended by a signal") and begins verify before its own cut
+    during = re.fullmatch(r"interrupted during (settle|verify)", sim1["error"])
+    assert sim1["status"] == "failed" and during is not None, sim1["error"]
     assert sim1["reason"] == "interrupted"
-    assert state(cluster, "sim1") == "drained" and "interrupted during settle" in cluster.node_reason("sim1")
+    assert state(cluster, "sim1") == "drained" and sim1["error"] in cluster.node_reason("sim1")
 
 
 async def test_check_reads_slurm_and_changes_nothing(sim: SimFleet, cluster: SlurmCluster, tmp_path: Path) -> None:
