@@ -56,9 +56,14 @@ def choose_targets(
 
 
 def chosen_inventory(cli_value: str | None, *, required: bool) -> Inventory | None:
+    """The inventory `-i` or `$FLEET_INVENTORY` names (None when neither does and none is required); what it
+    writes in an old spelling is said on stderr, a line each."""
     if not required and cli_value is None and not os.environ.get("FLEET_INVENTORY", "").strip():
         return None
-    return load_inventory(*inventory_source(cli_value))
+    inventory = load_inventory(*inventory_source(cli_value))
+    for note in inventory.notes:
+        say(f"fleet: warning: {note}")
+    return inventory
 
 
 def chosen_scheduler(name: str | None, slurm: bool) -> str | None:
@@ -73,7 +78,7 @@ def chosen_scheduler(name: str | None, slurm: bool) -> str | None:
 
 def partition_hosts(scheduler: str, partition: str, inv: Inventory | None) -> list[str]:
     """The host names of a scheduler's partition's nodes (`Plug.targets`; Slurm's: the inventory host whose
-    slurm_node it is, else the node name)."""
+    `slurm.node` it is, else the node name)."""
     targets = schedulers.plug(scheduler).targets
     assert targets is not None
     return targets(partition, inv)

@@ -1,7 +1,9 @@
 """A target host with every variable resolved: what every layer above the inventory reads.
 
 Every host variable is declared once, as a field of `Host`: its Python type, its
-default, and in its `Var` the check, bounds and one line of help. The inventory's
+default, and in its `Var` the check, bounds and one line of help. A plug's own
+variables are declared the same way, as the fields of its `VARIABLES` record
+(`fleet.model.plugs.Scheduled.variables`: Slurm's `slurm: {node: ...}`). The inventory's
 `HostVars` (`fleet.inventory.load`) and the table of variables in docs/operating.md
 (`fleet.inventory.variables`) are both made from these fields.
 """
@@ -12,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import Annotated, NamedTuple, TypeVar
 
 from fleet.inventory import validate
 from fleet.model import health_checks, plugs
 from fleet.model.gpu_profile import DEFAULT_PROFILE, GpuProfile
 
+V = TypeVar("V")
 DEFAULT_DEVICES = ("/dev/nvidia*",)
 # The node's reset lock (one reset per host at a time); its owner file is next to it.
 DEFAULT_LOCK_FILE = "/run/fleet/reset.lock"
@@ -82,6 +85,7 @@ class Var:
     shown: str = ""  # the default as the table says it, where the value itself would not
     names: Callable[[], tuple[str, ...]] | None = None  # the names a value may be, when a registry says them
     words: str = ""  # the table's type, where the value's type would not say it (a mapping)
+    old: str = ""  # a plug's variable: its spelling before it moved under the plug's name (`slurm_node`), still read
 
 
 def _health_check(name: str) -> str:
@@ -112,7 +116,8 @@ def _host_name(name: str) -> str:
 class Host:
     """One target with every variable resolved (defaults < groups < host).
 
-    Every field but `name` and `groups` (set by the loader) is a host variable.
+    Every field but `name`, `groups` and `plug_variables` (set by the loader) is a host variable; a plug's own
+    variables are declared by the plug (`fleet.model.plugs.Scheduled.variables`).
     A field typed `... | None` may be set to null in the inventory unless it has a fallback.
     """
 
@@ -247,11 +252,6 @@ class Host:
             check=validate.lock_file,
         ),
     ] = DEFAULT_LOCK_FILE
-    slurm_node: Annotated[
-        str | None,
-        Var("the host's node name in Slurm (`--slurm`)", check=validate.host_name, fallback=_host_name,
-            shown="the host name"),
-    ] = None
     simulated: Annotated[
         bool,
         Var(
@@ -261,6 +261,15 @@ class Host:
         ),
     ] = False
     groups: tuple[str, ...] = ()
+    # The plugs' own variables (`slurm: {node: gpu01}`), by plug name, for each plug some level wrote them for:
+    # each a plug's `VARIABLES` record (`fleet.model.plugs.Scheduled.variables`), read with `variables_of`.
+    plug_variables: tuple[tuple[str, object], ...] = ()
+
+    def variables_of(self, plug: str, kind: type[V]) -> V:
+        """The named plug's variables for this host, as its `kind` record: what the inventory wrote, else the
+        record's defaults."""
+        found = next((values for name, values in self.plug_variables if name == plug), None)
+        return found if isinstance(found, kind) else kind()
 
     @property
     def protected_names(self) -> tuple[str, ...]:

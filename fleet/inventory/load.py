@@ -35,10 +35,11 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
@@ -48,7 +49,7 @@ from fleet.inventory.datafile import read_data
 from fleet.inventory.host import BUILTIN_PROTECTED, DEFAULT_LOCK_FILE, Connection, Host
 from fleet.inventory.messages import one_line
 from fleet.inventory.nodesets import node_order, node_set
-from fleet.inventory.variables import HOST_VARIABLES, Variable
+from fleet.inventory.variables import HOST_VARIABLES, PlugVariables, Variable, plug_variables
 from fleet.model import plugs
 from fleet.model.errors import InventoryError, UsageError
 from fleet.model.gpu_profile import GpuProfile
@@ -91,18 +92,23 @@ def _level_type(v: Variable) -> Any:
     return value | None if v.nullable else value
 
 
-def _level_fields() -> dict[str, Any]:
+def _fields(variables: Iterable[Variable]) -> dict[str, Any]:
     """Each variable's type and default; the default is never merged, only what a level wrote."""
-    return {v.name: (_level_type(v), None if v.default is MISSING else v.default) for v in HOST_VARIABLES}
+    return {v.name: (_level_type(v), None if v.default is MISSING else v.default) for v in variables}
 
 
-# A dynamic base: mypy cannot see fields made from the declaration (it reads `Host` for those).
-class HostVars(create_model("_Variables", __config__=_CONFIG, **_level_fields())):  # type: ignore[misc]
-    """The variables one level (defaults, a group, a host) sets; unset ones are not merged."""
+class HostVars(BaseModel):
+    """The variables one level (defaults, a group, a host) sets; unset ones are not merged. Its fields are made
+    from the declarations (`host_vars_model`): every `Host` variable, each plug's own under the plug's name (a
+    mapping), and a plug variable's old spelling."""
 
-    def explicit(self) -> dict[str, Any]:
-        """Only the variables this level wrote down."""
-        return {name: getattr(self, name) for name in self.model_fields_set}
+    model_config = _CONFIG
+
+
+class _PlugSection(BaseModel):
+    """A plug's variables as one level writes them, under the plug's name (`slurm: {node: gpu01}`)."""
+
+    model_config = _CONFIG
 
 
 class GroupSpec(BaseModel):
@@ -127,12 +133,48 @@ class InventoryFile(BaseModel):
     hosts: dict[HostName, HostVars | None] | None = None
 
 
-VARIABLES = tuple(HostVars.model_fields)
-_KEYS_AT = {
-    "top": ("scheduler", "defaults", "groups", "hosts"),
-    "group": tuple(GroupSpec.model_fields),
-    "vars": VARIABLES,
-}
+VARIABLES = tuple(v.name for v in HOST_VARIABLES)  # the built-in host variables' names, in declaration order
+
+
+class _Models(NamedTuple):
+    """The file's models for the registry as it stands, and the keys each context knows (for "unknown key")."""
+
+    file: type[InventoryFile]
+    host_vars: type[HostVars]
+    plugs: Mapping[str, PlugVariables]  # by the key a level writes them under: the plug's name
+    old: Mapping[str, tuple[str, str]]  # a plug variable's old spelling -> (plug, variable)
+    keys: Mapping[str, tuple[str, ...]]  # context (`top`, `group`, `vars`, a plug's name) -> its keys
+
+
+def _models() -> _Models:
+    """The models for the registry as it stands (made once for each state of it)."""
+    return _models_for(plug_variables())
+
+
+@cache
+def _models_for(plugged: tuple[PlugVariables, ...]) -> _Models:
+    by_plug = {plug.plug: plug for plug in plugged}
+    sections = {name: (create_model(f"_{name}", __base__=_PlugSection, **_fields(plug.variables)), None)
+                for name, plug in by_plug.items()}
+    old = {v.var.old: (plug.plug, v.name) for plug in plugged for v in plug.variables if v.var.old}
+    olds = {v.var.old: (_level_type(v), None) for plug in plugged for v in plug.variables if v.var.old}
+    written: dict[str, Any] = {**_fields(HOST_VARIABLES), **sections, **olds}
+    host_vars = create_model("_Variables", __base__=HostVars, **written)
+    group = create_model("_Group", __base__=GroupSpec, vars=(host_vars, host_vars()))
+    # Types made at run time: mypy reads the static bases (InventoryFile, GroupSpec, HostVars) for them.
+    parts: dict[str, Any] = {"defaults": (host_vars | None, None),
+                             "groups": (dict[GroupName, group | None] | None, None),  # type: ignore[valid-type]
+                             "hosts": (dict[HostName, host_vars | None] | None, None)}  # type: ignore[valid-type]
+    file = create_model("_File", __base__=InventoryFile, **parts)
+    keys = {"top": tuple(InventoryFile.model_fields), "group": tuple(GroupSpec.model_fields),
+            "vars": (*VARIABLES, *by_plug),
+            **{name: tuple(v.name for v in plug.variables) for name, plug in by_plug.items()}}
+    return _Models(file, host_vars, by_plug, old, keys)
+
+
+def host_vars_model() -> type[HostVars]:
+    """The model of what one level may write, for the registry as it stands."""
+    return _models().host_vars
 
 
 @dataclass(frozen=True)
@@ -147,6 +189,7 @@ class Inventory:
     defaults: Mapping[str, Any] = field(default_factory=dict)  # what `defaults` set: for hosts it does not list
     # The file as messages name it, where that is not its path alone: `site.yaml (from $FLEET_INVENTORY)`.
     label: str | None = None
+    notes: tuple[str, ...] = ()  # one line each: what the file writes in an old spelling, still read
 
     @property
     def named(self) -> str:
@@ -202,20 +245,20 @@ _TYPE_MESSAGES = {
 }
 
 
-def _context(loc: tuple[Any, ...]) -> str:
-    if len(loc) > 2 and loc[-2] in gpu_settings.KEYS_OF:
+def _context(loc: tuple[Any, ...], keys: Mapping[str, tuple[str, ...]]) -> str:
+    if len(loc) > 2 and (loc[-2] in gpu_settings.KEYS_OF or loc[-2] in keys):
         return str(loc[-2])
     if len(loc) == 1:
         return "top"
     return "group" if loc[0] == "groups" and len(loc) == 3 else "vars"
 
 
-def _message(error: ErrorDetails) -> str:
+def _message(error: ErrorDetails, keys: Mapping[str, tuple[str, ...]]) -> str:
     kind, loc, ctx = error["type"], error["loc"], error.get("ctx") or {}
     if kind == "extra_forbidden":
-        context = _context(loc)
-        what = "variable" if context == "vars" else "key"
-        known = _KEYS_AT.get(context) or gpu_settings.KEYS_OF[context]
+        context = _context(loc, keys)
+        what = "key" if context in ("top", "group") or context in gpu_settings.KEYS_OF else "variable"
+        known = keys.get(context) or gpu_settings.KEYS_OF[context]
         return f"unknown {what}{suggest(str(loc[-1]), known)} (known: {', '.join(known)})"
     if kind == "value_error":
         return one_line(str(ctx.get("error", error["msg"])))
@@ -244,11 +287,12 @@ def _validate(data: object, label: str) -> InventoryFile:
     if not isinstance(data, dict):
         expected = "expected a mapping of defaults, groups and hosts"
         raise InventoryError(label, "", f"{expected}, got {_short(data)}")
+    models = _models()
     try:
-        return InventoryFile.model_validate(data)
+        return models.file.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        raise InventoryError(label, _error_key(first["loc"]), _message(first)) from None
+        raise InventoryError(label, _error_key(first["loc"]), _message(first, models.keys)) from None
 
 
 # ---------------------------------------------------------------- groups
@@ -344,13 +388,26 @@ def _resolved_members(groups: Mapping[str, GroupSpec], direct: Mapping[str, set[
 
 
 def _build_host(name: str, values: dict[str, Any], groups: tuple[str, ...], base: Path) -> Host:
-    """The merged values as a `Host`: fallbacks fill what no level set; local paths follow the inventory."""
-    for v in HOST_VARIABLES:
-        if v.var.fallback is not None and v.name not in values:
-            values[v.name] = v.var.fallback(name)
-        if v.var.check is validate.path and values.get(v.name):
-            values[v.name] = str(base / values[v.name])
-    return Host(name=name, groups=groups, **values)
+    """The merged values as a `Host`: fallbacks fill what no level set; local paths follow the inventory; each
+    plug's values (`slurm.node`) come out as its record, for each plug some level wrote any for."""
+    _resolved(name, values, "", HOST_VARIABLES, base)
+    plugged = []
+    for plug in plug_variables():
+        prefix = f"{plug.plug}."
+        _resolved(name, values, prefix, plug.variables, base)
+        mine = {v.name: values.pop(prefix + v.name) for v in plug.variables if prefix + v.name in values}
+        if mine:
+            plugged.append((plug.plug, plug.record(**mine)))
+    return Host(name=name, groups=groups, plug_variables=tuple(plugged), **values)
+
+
+def _resolved(name: str, values: dict[str, Any], prefix: str, variables: Iterable[Variable], base: Path) -> None:
+    for v in variables:
+        key = prefix + v.name
+        if v.var.fallback is not None and key not in values:
+            values[key] = v.var.fallback(name)
+        if v.var.check is validate.path and values.get(key):
+            values[key] = str(base / values[key])
 
 
 def _check_lock_file(host: Host, sources: Mapping[str, str], label: str) -> None:
@@ -379,15 +436,36 @@ def _check_services(host: Host, sources: Mapping[str, str], label: str) -> None:
 
 @dataclass(frozen=True)
 class _Level:
-    """What one level (defaults, a group's vars, a host's vars) wrote, and the key of each variable it wrote."""
+    """What one level (defaults, a group's vars, a host's vars) wrote, and the key of each variable it wrote; a
+    plug's under `<plug>.<variable>` (`slurm.node`), whether written under the plug's name or in its old
+    spelling (`slurm_node`, whose keys `old` keeps)."""
 
     values: dict[str, Any]
     keys: dict[str, str]
+    old: dict[str, str] = field(default_factory=dict)  # old spelling -> the key it was written at
 
     @classmethod
-    def of(cls, hv: HostVars | None, *where: str) -> _Level:
-        values = (hv or HostVars()).explicit()
-        return cls(values, {name: _key(*where, name) for name in values})
+    def of(cls, hv: HostVars | None, where: tuple[str, ...], label: str) -> _Level:
+        level, models = cls({}, {}), _models()
+        written = sorted(hv.model_fields_set) if hv is not None else []
+        for name in (n for n in written if n not in models.old):
+            value = getattr(hv, name)
+            if name in models.plugs:
+                for variable in sorted(value.model_fields_set):
+                    level.put(f"{name}.{variable}", getattr(value, variable), _key(*where, name, variable))
+            else:
+                level.put(name, value, _key(*where, name))
+        for spelling in (n for n in written if n in models.old):
+            plug, variable = models.old[spelling]
+            dotted, key = f"{plug}.{variable}", _key(*where, spelling)
+            if dotted in level.values:
+                raise InventoryError(label, key, f"also written as {level.keys[dotted]}: keep that one")
+            level.put(dotted, getattr(hv, spelling), key)
+            level.old[spelling] = key
+        return level
+
+    def put(self, name: str, value: Any, key: str) -> None:
+        self.values[name], self.keys[name] = value, key
 
 
 def _merge(levels: Iterable[_Level]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -406,14 +484,14 @@ def _resolve(spec: InventoryFile, path: Path, label: str) -> Inventory:
         raise InventoryError(label, _key("groups", ALL), f"{ALL!r} is reserved for every host; use defaults")
     _check_children(groups, label)
     _check_cycles(groups, label)
-    per_host = {name: _Level.of(hv, "hosts", name) for name, hv in (spec.hosts or {}).items()}
+    per_host = {name: _Level.of(hv, ("hosts", name), label) for name, hv in (spec.hosts or {}).items()}
     for name in per_host:
         _check_host_name(name, _key("hosts", name), label)
     members = _resolved_members(groups, _direct_members(groups, label))
     order = node_order(set(per_host).union(*members.values()))
     depth = _depths(groups)
-    defaults = _Level.of(spec.defaults, "defaults")
-    group_vars = {name: _Level.of(group.vars, "groups", name, "vars") for name, group in groups.items()}
+    defaults = _Level.of(spec.defaults, ("defaults",), label)
+    group_vars = {name: _Level.of(group.vars, ("groups", name, "vars"), label) for name, group in groups.items()}
     hosts: dict[str, Host] = {}
     sources: dict[str, dict[str, str]] = {}
     for name in order:
@@ -424,8 +502,24 @@ def _resolve(spec: InventoryFile, path: Path, label: str) -> Inventory:
         _check_services(hosts[name], sources[name], label)
         _check_lock_file(hosts[name], sources[name], label)
     resolved = {g: tuple(n for n in order if n in members[g]) for g in sorted(groups)}
+    notes = _old_spellings([defaults, *group_vars.values(), *per_host.values()], label)
     return Inventory(path=path, hosts=hosts, groups=resolved, sources=sources, scheduler=spec.scheduler,
-                     defaults=defaults.values, label=label if label != str(path) else None)
+                     defaults=defaults.values, label=label if label != str(path) else None, notes=notes)
+
+
+def _old_spellings(levels: Iterable[_Level], label: str) -> tuple[str, ...]:
+    """One line for each old spelling the file uses, naming where (the first key and how many more)."""
+    where: dict[str, list[str]] = {}
+    for level in levels:
+        for spelling, key in level.old.items():
+            where.setdefault(spelling, []).append(key)
+    models, notes = _models(), []
+    for spelling, keys in where.items():
+        plug, variable = models.old[spelling]
+        more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+        notes.append(f"{label}: {keys[0]}{more}: `{spelling}` is now written `{plug}: {{{variable}: ...}}`"
+                     f" (`{plug}.{variable}`); the old spelling is still read")
+    return tuple(notes)
 
 
 def unlisted_host(name: str, inventory: Inventory | None) -> Host:
@@ -468,15 +562,33 @@ def inventory_source(cli_value: str | None) -> tuple[Path, str]:
 
 
 def host_vars(host: Host) -> dict[str, Any]:
-    """The resolved variables of one host, as JSON-able values (its name is the caller's key)."""
+    """The resolved variables of one host, as JSON-able values (its name is the caller's key); a plug's under its
+    name (`"slurm": {"node": "gpu01"}`)."""
     out: dict[str, Any] = {}
     for var in fields(host):
         value = getattr(host, var.name)
-        if var.name == "name":
+        if var.name in ("name", "plug_variables"):
             continue
         if isinstance(value, tuple):
             value = list(value)
         if isinstance(value, GpuProfile):
             value = gpu_settings.as_written(value)
         out[var.name] = str(value) if isinstance(value, Connection) else value
+    for plug, record in host.plug_variables:
+        assert is_dataclass(record) and not isinstance(record, type)
+        out[plug] = {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(record).items()}
     return out
+
+
+def host_from_vars(name: str, variables: Mapping[str, Any]) -> Host:
+    """The host `host_vars` wrote (`fleet inventory --json`; `--via srun`'s hosts, sent to their nodes)."""
+    values: dict[str, Any] = {key: tuple(v) if isinstance(v, list) else v for key, v in variables.items()}
+    if "gpu_settings" in values:
+        values["gpu_settings"] = gpu_settings.from_written(values["gpu_settings"])
+    plugged = []
+    for plug in plug_variables():
+        if plug.plug in values:
+            written = values.pop(plug.plug)
+            plugged.append((plug.plug, plug.record(**{k: tuple(v) if isinstance(v, list) else v
+                                                      for k, v in written.items()})))
+    return Host(name=name, plug_variables=tuple(plugged), **values)

@@ -1,4 +1,5 @@
-"""Every host variable, read from its one declaration (the annotated fields of `Host`), and docs/operating.md's table.
+"""Every host variable, read from its one declaration (the annotated fields of `Host`, and of each registered
+scheduler's `VARIABLES` record, `fleet.model.plugs.Scheduled.variables`), and docs/operating.md's table.
 
 `python -m fleet.inventory.variables` prints the table; tests/unit/test_variables.py
 fails when docs/operating.md's "Host variables" table differs from it.
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from enum import Enum
+from functools import cache
 from types import NoneType
 from typing import Any, get_args, get_origin, get_type_hints
 
 from fleet.inventory.host import Host, Var
+from fleet.model import plugs
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,11 @@ class Variable:
         return self.type
 
 
-def _declared() -> tuple[Variable, ...]:
-    hints = get_type_hints(Host, include_extras=True)
+def declared(record: type) -> tuple[Variable, ...]:
+    """The variables a record declares: its fields annotated with a `Var`, in order."""
+    hints = get_type_hints(record, include_extras=True)
     found = []
-    for field in fields(Host):
+    for field in fields(record):
         hint = hints[field.name]
         var = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Var)), None)
         if var is not None:
@@ -56,7 +60,34 @@ def _declared() -> tuple[Variable, ...]:
     return tuple(found)
 
 
-HOST_VARIABLES = _declared()
+HOST_VARIABLES = declared(Host)
+
+
+@dataclass(frozen=True)
+class PlugVariables:
+    """A plug's own host variables: the inventory key they are written under (the plug's name), the record they
+    come out as, and each variable."""
+
+    plug: str
+    record: type
+    variables: tuple[Variable, ...]
+
+
+def plug_variables() -> tuple[PlugVariables, ...]:
+    """Each registered scheduler's own variables, in the registry's order (cached by the registry's rows, so a row
+    added or taken out counts at once)."""
+    return _plugged(tuple(plugs.SCHEDULERS.items()))
+
+
+@cache
+def _plugged(rows: tuple[tuple[str, plugs.Scheduled], ...]) -> tuple[PlugVariables, ...]:
+    found = []
+    for name, scheduled in rows:
+        if scheduled.variables is not None:
+            record = plugs.provided(scheduled.variables, "VARIABLES")
+            assert isinstance(record, type)
+            found.append(PlugVariables(name, record, declared(record)))
+    return tuple(found)
 
 # ---------------------------------------------------------------- the table in docs/operating.md
 
@@ -102,10 +133,17 @@ def _default_text(v: Variable) -> str:
     return f"`{value}`" if isinstance(value, str) else str(value)
 
 
+def _row(name: str, v: Variable) -> str:
+    meaning = f"{v.var.help}; once written `{v.var.old}`, still read" if v.var.old else v.var.help
+    return f"| `{name}` | {_type_text(v)} | {_default_text(v)} | {meaning} |"
+
+
 def markdown_table() -> str:
-    """The table of host variables in docs/operating.md, one row per variable, in declaration order."""
+    """The table of host variables in docs/operating.md, one row per variable, in declaration order; then each
+    plug's, under its name (`slurm.node`)."""
     rows = ["| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
-    rows += [f"| `{v.name}` | {_type_text(v)} | {_default_text(v)} | {v.var.help} |" for v in HOST_VARIABLES]
+    rows += [_row(v.name, v) for v in HOST_VARIABLES]
+    rows += [_row(f"{plug.plug}.{v.name}", v) for plug in plug_variables() for v in plug.variables]
     return "\n".join(rows)
 
 

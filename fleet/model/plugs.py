@@ -15,16 +15,22 @@ class Scheduled(NamedTuple):
     """Where a scheduler's two sides live: `plug`, the module that provides its `PLUG` (`fleet.engine.schedulers`:
     the lifecycle around a run, on this machine); `jobs`, the module that provides its `JOBS` (`fleet.node.jobs`:
     how a node shows its jobs, which fleet never kills, whatever the run's scheduler); `via`, the word `--via`
-    takes for its fan-out (the run through the scheduler itself, its `Plug.run_via`), when it has one."""
+    takes for its fan-out (the run through the scheduler itself, its `Plug.run_via`), when it has one; `variables`,
+    the module that provides its `VARIABLES`, when it reads host variables of its own: a frozen dataclass whose
+    fields, each annotated with a `fleet.inventory.host.Var`, an inventory writes under the scheduler's name
+    (`slurm: {node: gpu01}`, as nornir keeps a plug's options under `connection_options[name]`), read back with
+    `Host.variables_of`."""
 
     plug: str
     jobs: str
     via: str | None = None
+    variables: str | None = None
 
 
 # scheduler name -> its modules
 SCHEDULERS: dict[str, Scheduled] = {
-    "slurm": Scheduled(plug="fleet.slurm.plug", jobs="fleet.slurm.jobs", via="srun"),
+    "slurm": Scheduled(plug="fleet.slurm.plug", jobs="fleet.slurm.jobs", via="srun",
+                       variables="fleet.slurm.variables"),
 }
 # transport name (a host's `connection:`) -> the module that provides its `TRANSPORT` (`fleet.transport.plugs`)
 TRANSPORTS: dict[str, str] = {
@@ -51,5 +57,6 @@ def known(registry: Mapping[str, object], what: str, name: str) -> str:
 
 
 def provided(module: str, attribute: str) -> object:
-    """What a plug's module provides (its `PLUG`, `JOBS` or `TRANSPORT`), the module imported on first use."""
+    """What a plug's module provides (its `PLUG`, `JOBS`, `VARIABLES` or `TRANSPORT`), the module imported on first
+    use."""
     return getattr(import_module(module), attribute)

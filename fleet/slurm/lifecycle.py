@@ -41,6 +41,7 @@ from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.records import SlurmNode
 from fleet.slurm.tries import tried, tries_s
+from fleet.slurm.variables import node_name
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import client_deadline
 
@@ -120,7 +121,7 @@ class SlurmLifecycle:
 
     async def admit(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
         """Each host's record, by host name (`fleet.engine.graph` records it on the host)."""
-        nodes = {run.host.name: _Node(run.host.slurm_node or run.host.name) for run in runs}
+        nodes = {run.host.name: _Node(node_name(run.host)) for run in runs}
         self._nodes.update(nodes)
         names = sorted({n.name for n in nodes.values()})
         try:

@@ -20,6 +20,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -31,8 +32,8 @@ from fleet.engine.graph import run_hosts
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions
 from fleet.engine.walk import Mode
-from fleet.inventory import gpu_settings
 from fleet.inventory.host import Connection, Host
+from fleet.inventory.load import host_from_vars
 from fleet.model.codec import host_to_document
 from fleet.model.report import HostReport, HostStatus, Reason
 from fleet.runlog.folder import RunLogs
@@ -97,11 +98,7 @@ def step_event(host: str, run_id: str, environ: Mapping[str, str]) -> dict[str, 
 
 def host_of(name: str, variables: dict[str, Any]) -> Host:
     """The host the controller resolved (its variables as `fleet inventory --json` prints them), run locally."""
-    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in variables.items()}
-    values["connection"] = Connection.LOCAL
-    if "gpu_settings" in values:
-        values["gpu_settings"] = gpu_settings.from_written(values["gpu_settings"])
-    return Host(name=name, **values)
+    return replace(host_from_vars(name, variables), connection=Connection.LOCAL)
 
 
 def _failed(lines: Lines, name: str, error: str, reason: Reason) -> int:

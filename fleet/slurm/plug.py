@@ -15,6 +15,7 @@ from fleet.runlog.folder import RunLiveness, RunLogs, run_liveness
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.lifecycle import SlurmLifecycle
 from fleet.slurm.srun import run_via_srun
+from fleet.slurm.variables import node_name
 
 
 def lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None) -> Scheduler:
@@ -35,7 +36,7 @@ def partition_hosts(partition: str, inv: Inventory | None) -> list[str]:
         nodes = anyio.run(Slurm().partition, partition)
     except SlurmError as exc:
         raise UsageError(f"--partition {partition}: {exc}") from None
-    by_node = {h.slurm_node or h.name: h.name for h in (inv.hosts.values() if inv else ())}
+    by_node = {node_name(h): h.name for h in (inv.hosts.values() if inv else ())}
     return [by_node.get(node, node) for node in nodes]
 
 

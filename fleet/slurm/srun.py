@@ -72,6 +72,7 @@ from fleet.slurm.records import SlurmNode
 from fleet.slurm.reservation import DELETE_RETRY_S, DELETE_TRIES, Reservation
 from fleet.slurm.runner import Stream
 from fleet.slurm.tries import tried, tries_s
+from fleet.slurm.variables import node_name
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import client_deadline
 from fleet.transport.sessions import REAP_TIMEOUT_S
@@ -185,7 +186,7 @@ class SrunRun:
         self.run_id = logs.run_id
         self.maintenance = Reservation(slurm, f"fleet-{self.run_id}", poll_s)
         self.reservation = self.maintenance.name
-        self.runs = {r.host.slurm_node or r.host.name: r for r in runs}
+        self.runs = {node_name(r.host): r for r in runs}
         self.log = {name: logs.host_logger(r.host.name) for name, r in self.runs.items()}
         self.before: dict[str, SlurmNode] = {}
         self.stepped: list[str] = []

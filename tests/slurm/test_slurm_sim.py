@@ -38,6 +38,7 @@ from fleet.report.render import to_document
 from fleet.sim.fleetsim import SimFleet
 from fleet.sim.slurmcluster import SlurmCluster
 from fleet.slurm.policy import failed_reason
+from fleet.slurm.variables import SlurmVariables
 
 # --- SSH fan-out, drained and resumed through Slurm --------------------------------------------------
 
@@ -372,7 +373,7 @@ async def test_a_node_slurm_does_not_know_fails_untouched_and_the_others_go_on(
     sim: SimFleet, cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
-    hosts[0] = replace(hosts[0], slurm_node="ghost")
+    hosts[0] = replace(hosts[0], plug_variables=(("slurm", SlurmVariables(node="ghost")),))
     _, report = await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0)), as_json=False,
                                      log_dir=tmp_path / "logs")
     sim1 = report.hosts["sim1"]

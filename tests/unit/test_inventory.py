@@ -15,6 +15,7 @@ from fleet.inventory.host import DEFAULT_DEVICES, Connection, Host
 from fleet.inventory.load import VARIABLES, Inventory, host_vars, inventory_path, inventory_source, load_inventory
 from fleet.inventory.targeting import select
 from fleet.model.errors import InventoryError, UsageError
+from fleet.slurm.variables import node_name
 
 EXAMPLES = REPO / "inventory"
 
@@ -43,7 +44,7 @@ def test_every_example_inventory_loads(path: Path) -> None:
 def test_slurm_example_names_its_scheduler_and_slurm_nodes() -> None:
     inv = load_inventory(EXAMPLES / "slurm.yaml")
     assert inv.scheduler == "slurm"
-    assert inv.hosts["gpu-h01"].slurm_node == "gpu-h01" and inv.hosts["bmc-h01"].slurm_node == "gpu-h09"
+    assert node_name(inv.hosts["gpu-h01"]) == "gpu-h01" and node_name(inv.hosts["bmc-h01"]) == "gpu-h09"
     assert load_inventory(EXAMPLES / "blackwell.yaml").scheduler is None
 
 
@@ -70,7 +71,7 @@ def test_unset_variables_take_the_documented_defaults(tmp_path: Path) -> None:
     """A bare host gets its own name as address; port and user stay unset (ssh_config's, else 22 and the
     current user, when it connects: fleet.transport.ssh)."""
     host = load(tmp_path, "hosts: {gpu-x01: null}").hosts["gpu-x01"]
-    assert host == Host(name="gpu-x01", address="gpu-x01", slurm_node="gpu-x01")
+    assert host == Host(name="gpu-x01", address="gpu-x01") and node_name(host) == "gpu-x01"
     assert (host.port, host.user) == (None, None)
     assert host.devices == DEFAULT_DEVICES
     assert host.known_hosts is None
@@ -243,7 +244,13 @@ ERRORS = [
     ("empty", "", "the inventory is empty"),
     ("top-level-list", "- n1\n", "expected a mapping of defaults, groups and hosts"),
     ("scheduler", "scheduler: pbs\nhosts: {n1: null}", "scheduler: no scheduler 'pbs' (known: slurm)"),
-    ("slurm-node", "hosts: {n1: {slurm_node: 'n1;id'}}", "hosts.n1.slurm_node: invalid host name"),
+    ("slurm-node", "hosts: {n1: {slurm: {node: 'n1;id'}}}", "hosts.n1.slurm.node: invalid host name"),
+    ("slurm-node-old", "hosts: {n1: {slurm_node: 'n1;id'}}", "hosts.n1.slurm_node: invalid host name"),
+    ("slurm-unknown", "hosts: {n1: {slurm: {nodes: n2}}}",
+     "hosts.n1.slurm.nodes: unknown variable; did you mean 'node'? (known: node)"),
+    ("slurm-null", "hosts: {n1: {slurm: null}}", "hosts.n1.slurm: expected a mapping, got None"),
+    ("slurm-both", "hosts: {n1: {slurm_node: a, slurm: {node: b}}}",
+     "hosts.n1.slurm_node: also written as hosts.n1.slurm.node: keep that one"),
 ]
 
 

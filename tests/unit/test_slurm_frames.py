@@ -15,6 +15,7 @@ from fleet.inventory.load import host_vars
 from fleet.slurm import frames
 from fleet.slurm.frames import Assembler, FrameError
 from fleet.slurm.noderun import host_of, node_run
+from fleet.slurm.variables import SlurmVariables
 from fleet.version import __version__
 
 
@@ -61,7 +62,8 @@ def test_a_cut_or_foreign_line_is_noise_never_a_message() -> None:
 
 
 def test_host_variables_round_trip_to_a_local_host() -> None:
-    host = Host(name="gpu-b01", address="10.0.0.1", services=("sglang.service",), gpus=8, slurm_node="b01")
+    host = Host(name="gpu-b01", address="10.0.0.1", services=("sglang.service",), gpus=8,
+                plug_variables=(("slurm", SlurmVariables(node="b01")),))
     again = host_of("gpu-b01", json.loads(json.dumps(host_vars(host))))
     assert again == Host(**{**host.__dict__, "connection": Connection.LOCAL})
 

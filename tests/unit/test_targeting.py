@@ -11,6 +11,7 @@ from fleet.inventory.host import Host
 from fleet.inventory.load import Inventory, load_inventory
 from fleet.inventory.targeting import named, select, select_with, unlisted
 from fleet.model.errors import UsageError
+from fleet.slurm.variables import node_name
 
 
 def load(tmp_path: Path, text: str, name: str) -> Inventory:
@@ -133,7 +134,7 @@ def test_unlisted_hosts_get_the_inventorys_defaults_and_their_own_name(tmp_path:
     hosts = select_with(inv, named("gpu-x[01-02]"))
     assert [h.name for h in hosts] == ["gpu-x01", "gpu-x02"]
     x01 = hosts[0]
-    assert (x01.address, x01.slurm_node, x01.user, x01.gpus) == ("gpu-x01", "gpu-x01", "root", 8)
+    assert (x01.address, node_name(x01), x01.user, x01.gpus) == ("gpu-x01", "gpu-x01", "root", 8)
     assert x01.groups == () and x01.services == ()  # a group's vars are not the defaults
 
 
@@ -144,7 +145,7 @@ def test_a_listed_name_keeps_its_inventory_entry(site: Inventory) -> None:
 
 def test_without_an_inventory_the_built_in_defaults_apply() -> None:
     (host,) = select_with(None, named("gpu-x01"))
-    assert host == Host(name="gpu-x01", address="gpu-x01", user=host.user, slurm_node="gpu-x01")
+    assert host == Host(name="gpu-x01", address="gpu-x01", user=host.user)
 
 
 def test_limit_and_exclude_apply_to_unlisted_hosts(site: Inventory) -> None:

@@ -13,7 +13,7 @@ import pytest
 from support.paths import REPO
 
 from fleet.inventory.host import Host
-from fleet.inventory.load import VARIABLES, HostVars, load_inventory
+from fleet.inventory.load import VARIABLES, host_vars_model, load_inventory
 from fleet.inventory.variables import HOST_VARIABLES, markdown_table
 from fleet.model.errors import InventoryError
 
@@ -35,12 +35,13 @@ def test_readme_table_is_the_declaration() -> None:
     assert readme_table() == markdown_table()
 
 
-def test_every_host_field_but_name_and_groups_is_a_variable() -> None:
-    """The loader sets name and groups; every other field has its Var, and HostVars checks exactly those."""
+def test_every_host_field_but_name_groups_and_plug_variables_is_a_variable() -> None:
+    """The loader sets name, groups and the plugs' variables; every other field has its Var, and the level's model
+    checks exactly those, then each plug's under its name, then a plug variable's old spelling."""
     declared = [v.name for v in HOST_VARIABLES]
-    assert declared == [f.name for f in fields(Host) if f.name not in {"name", "groups"}]
+    assert declared == [f.name for f in fields(Host) if f.name not in {"name", "groups", "plug_variables"}]
     assert list(VARIABLES) == declared
-    assert list(HostVars.model_fields) == declared
+    assert list(host_vars_model().model_fields) == [*declared, "slurm", "slurm_node"]
     assert all(v.var.help and "\n" not in v.var.help and "|" not in v.var.help for v in HOST_VARIABLES)
 
 
