@@ -60,8 +60,7 @@ BUILTIN_PROTECTED = (
     "Xwayland",
     "sshd",
     "systemd",
-    "slurmstepd",  # a Slurm job's step daemon: it and what descends from it (the job) are never killed
-)
+)  # and each scheduler's job daemons, which its plug names (`fleet.node.jobs.JobSide.daemons`: Slurm's slurmstepd)
 
 
 class Connection(StrEnum):

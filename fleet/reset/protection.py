@@ -87,14 +87,16 @@ class Holder:
 
 @dataclass(frozen=True)
 class Rules:
-    """What a host protects: process names (built-in and `protected`) and `kill_users`."""
+    """What a host protects: process names (built-in, `protected`, and every scheduler's job daemons, which its
+    plug names) and `kill_users`."""
 
     protected_names: tuple[str, ...]
     kill_users: tuple[str, ...] = ()  # empty: any user's process may be killed
 
     @classmethod
     def of(cls, host: Host) -> Rules:
-        return cls(host.protected_names, host.kill_users)
+        daemons = tuple(daemon for side in job_sides() for daemon in side.daemons)
+        return cls((*host.protected_names, *daemons), host.kill_users)
 
 
 @dataclass(frozen=True)

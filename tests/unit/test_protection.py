@@ -242,6 +242,16 @@ def test_kill_users_in_the_inventory(tmp_path: Path) -> None:
 # --- names: a process's full name, protected names, sshd -------------------------------------------------------
 
 
+def test_job_daemons_are_protected_because_their_scheduler_names_them() -> None:
+    """The core's list names no scheduler; each registered one's job daemons join a host's rules (Slurm's
+    slurmstepd), so a respawned holder's `slurmstepd.scope` is never stopped."""
+    assert "slurmstepd" not in BUILTIN_PROTECTED
+    rules = Rules.of(Host(name="h", address="h", protected=("mine",)))
+    assert rules.protected_names == (*BUILTIN_PROTECTED, "mine", "slurmstepd")
+    reason = protection.unit_protected_by("slurmstepd.scope", [], (), rules.protected_names)
+    assert reason == "protected name slurmstepd"
+
+
 def test_nvidia_imex_is_protected_by_default() -> None:
     """The IMEX daemon (multi-node NVLink memory export) holds the GPUs on GB200/H200 NVL nodes."""
     assert "nvidia-imex" in BUILTIN_PROTECTED

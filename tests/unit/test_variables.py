@@ -119,4 +119,4 @@ def test_the_readme_lists_the_built_in_protected_names_as_declared() -> None:
     from fleet.inventory.host import BUILTIN_PROTECTED
 
     text = " ".join(README.read_text().split())
-    assert f"Built-in protected names: {', '.join(BUILTIN_PROTECTED)}." in text
+    assert f"Built-in protected names: {', '.join(BUILTIN_PROTECTED)}; and each scheduler's job daemons" in text
