@@ -168,8 +168,9 @@ def reset(
         canary=canary,
         deadline_s=parse_duration(deadline) if deadline else None,
         stop_units=stop_units, gpu_reset=gpu_reset, restore_settings=restore_settings, uniform=uniform,
-        scheduler=SchedulerOptions(parse_duration(drain_wait, "--drain-wait", zero=True), fan_out=fan_out is not None,
-                                   name=chosen.scheduler) if chosen.scheduler else None,
+        scheduler=SchedulerOptions(name=chosen.scheduler, fan_out=fan_out is not None,
+                                   drain_wait_s=parse_duration(drain_wait, "--drain-wait", zero=True))
+        if chosen.scheduler else None,
     )
     if fan_out is None:  # through the scheduler, no SSH: each node runs its own commands
         check_files(provenance(chosen), chosen.hosts)  # a missing key or known_hosts: exit 2 before anything

@@ -246,7 +246,8 @@ async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun:
                 via = " --via srun" if via_srun else ""
                 say(f"\n$ fleet reset -i {sim.inventory_path.name} --group blackwell --slurm"
                     f" --drain-wait {SLURM_DRAIN_WAIT_S:g}s{via} -y\n")
-                options = RunOptions(scheduler=SchedulerOptions(SLURM_DRAIN_WAIT_S, fan_out=via_srun))
+                slurm = SchedulerOptions(name="slurm", drain_wait_s=SLURM_DRAIN_WAIT_S, fan_out=via_srun)
+                options = RunOptions(scheduler=slurm)
                 code, report = await run_and_report(targets, options, as_json=as_json, log_dir=log_dir,
                                                     per_host=True, recorded_as=DEMO, handle_signals=True)
                 say("\nwhat Slurm says now (sinfo -N):")

@@ -13,15 +13,15 @@ from fleet.engine.waves import Amount
 from fleet.model.report import Reason
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulerOptions:
-    """`--slurm` (or the inventory's `scheduler:`): which workload manager (`fleet.engine.schedulers`), how long
-    a node's jobs may take to end (`--drain-wait`), and whether the scheduler itself runs the reset on its nodes
-    (`fan_out`: Slurm's `--via srun`) instead of SSH fan-out."""
+    """`--scheduler NAME` (or the inventory's `scheduler:`): which workload manager (`fleet.engine.schedulers`),
+    how long a node's jobs may take to end (`--drain-wait`), and whether the scheduler itself runs the reset on its
+    nodes (`fan_out`: `--via`, Slurm's `srun`) instead of SSH fan-out."""
 
+    name: str
     drain_wait_s: float = 600.0
     fan_out: bool = False
-    name: str = "slurm"
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ T = TypeVar("T")
 ABSENT: Any = object()  # a reader's default: the key must be there
 # The scheduler block's keys written only when set (a dry run's plan, an error, an abandoned release, a wait...).
 SCHEDULER_WHEN_SET = ("plan", "error", "abandoned", "waited_s", "taken_over")
+# The scheduler a record names when it names none: before 0.3 a record had no `by`, Slurm being the only one.
+ONLY_SCHEDULER_BEFORE = "slurm"
 
 
 # --- writing ------------------------------------------------------------------------------------------------------
@@ -125,11 +127,11 @@ def plan_document(plan: HostPlan) -> dict[str, Any]:
 
 
 def scheduler_fields(record: SchedulerRecord) -> dict[str, Any]:
-    """Every field of the scheduler record, its scheduler's name (`by`) only when it is not the default one's: the
+    """Every field of the scheduler record, its scheduler's name (`by`) only when it is not Slurm's: the
     history's `slurm` column as it has held it since 0.1 (the document leaves the empty optional ones out, and
     keys the record by `by`)."""
     fields = {**asdict(record), "jobs": list(record.jobs)}
-    if record.by == SchedulerRecord.by:
+    if record.by == ONLY_SCHEDULER_BEFORE:
         del fields["by"]
     return fields
 
@@ -359,8 +361,8 @@ def plan_from(fields: Fields) -> HostPlan:
 
 def scheduler_from(fields: Fields, by: str | None = None) -> SchedulerRecord:
     """The scheduler's record: in a document under its scheduler's name (`by`), in the history's column with its
-    name as `by` (absent: the default's, Slurm). Every key but `node` may be absent (the empty optional ones are not
-    written)."""
+    name as `by` (absent: Slurm's, `ONLY_SCHEDULER_BEFORE`). Every key but `node` may be absent (the empty optional
+    ones are not written)."""
     jobs = fields.values("jobs", (str,), "a string", ()) or ()
     return SchedulerRecord(
         node=fields.text("node"), state_before=fields.maybe_text("state_before", None),
@@ -370,7 +372,7 @@ def scheduler_from(fields: Fields, by: str | None = None) -> SchedulerRecord:
         plan=fields.maybe_text("plan", None), error=fields.maybe_text("error", None),
                            abandoned=fields.boolean("abandoned", False),
         waited_s=fields.maybe_number("waited_s", None), taken_over=fields.maybe_text("taken_over", None),
-        by=by if by is not None else fields.text("by", SchedulerRecord.by))
+        by=by if by is not None else fields.text("by", ONLY_SCHEDULER_BEFORE))
 
 
 def records_from(values: object, read: Callable[[Fields], T], where: str) -> tuple[T, ...]:

@@ -40,7 +40,7 @@ class Reason(StrEnum):
 
     MEMORY_HELD = "memory_held"  # GPU memory still used after settle (or at verify)
     MEMORY_LEAKED = "memory_leaked"  # GPU memory no process holds after settle (a complete scan): a leaked context
-    MEMORY_HELD_BY_JOB = "memory_held_by_job"  # GPU memory held only by a Slurm job's processes (kept)
+    MEMORY_HELD_BY_JOB = "memory_held_by_job"  # GPU memory held only by a scheduler's jobs' processes (kept)
     RESPAWNED = "respawned"  # a killed holder came back
     HOLDERS_LEFT = "holders_left"  # a process fleet may kill still holds a device at verify
     KILL_FAILED = "kill_failed"  # a signal was refused, or a holder's identity could not be checked
@@ -63,8 +63,10 @@ class Reason(StrEnum):
     CONNECT_REFUSED = "connect_refused"  # the address refused, or does not resolve
     CONNECTION_LOST = "connection_lost"  # the session dropped during the reset
     SILENT_SESSION = "silent_session"  # the session stopped answering
-    JOBS_RUNNING = "jobs_running"  # Slurm jobs still ran after --drain-wait
-    SLURM = "slurm"  # a Slurm command failed, or the node is not Slurm's to use now
+    # The scheduler's (`--scheduler`): each plug says its outcomes with these words (`fleet.engine.schedulers.Ready`).
+    JOBS_RUNNING = "jobs_running"  # the node's jobs still ran after --drain-wait
+    SCHEDULER = "scheduler"  # the scheduler refused: a command of its failed, or the node is not its to use now
+    SLURM = "slurm"  # the same, said by Slurm: its word since 0.1, which scripts match
     VERSION = "version"  # --via srun: the node runs another fleet version
     NO_REPORT = "no_report"  # --via srun: the node sent no report
     DEADLINE = "deadline"  # --deadline cut the run short

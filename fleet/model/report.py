@@ -145,12 +145,12 @@ class SchedulerRecord:
     state_after: str | None = None
     reason_after: str | None = None
     jobs: tuple[str, ...] = ()  # ids of the jobs that held the node when the run reached it
-    plan: str | None = None  # dry run: what a reset would do to it in Slurm
-    error: str | None = None  # a Slurm command that failed for this node (the node's state may differ)
+    plan: str | None = None  # dry run: what a reset would do to the node in its scheduler
+    error: str | None = None  # a scheduler command that failed for this node (the node's state may differ)
     abandoned: bool = False  # a third interrupt stopped its release: left as fleet drained it for the run
-    waited_s: float | None = None  # seconds the host waited for the node's jobs before its reset (--slurm)
+    waited_s: float | None = None  # seconds the host waited for the node's jobs before its reset
     taken_over: str | None = None  # the earlier fleet run whose drain this run took over (failed, or over)
-    by: str = "slurm"  # the scheduler's name; a record read from a document before 0.3 is Slurm's, its only one
+    by: str  # the scheduler's name (a record read from a document before 0.3 is Slurm's: `fleet.model.codec`)
 
 
 @dataclass(frozen=True, kw_only=True)

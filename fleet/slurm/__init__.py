@@ -10,7 +10,10 @@
     reservation.py  `--via srun`'s reservation: created (found after a lost reply), removed (read back)
     cleanup.py    `--via srun`'s failed nodes drained with fleet's reason, read back, before the reservation goes
     noderun.py    the node side of `--via srun`: reset this node, stream JSON lines back
+    plug.py       the plug (`PLUG`); jobs.py its node side (`JOBS`); variables.py its host variables (`slurm:`)
 
 The Slurm client commands run where fleet runs (a login or admin node), with the
 configuration Slurm's own tools find there (`SLURM_CONF`, else /etc/slurm/slurm.conf).
 """
+
+NAME = "slurm"  # its name in the scheduler registry (`fleet.model.plugs.SCHEDULERS`), its records and the inventory

@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 
 from fleet.node.jobs import JobSide
+from fleet.slurm import NAME
 
 _JOB = re.compile(r"job_(\d+)")
 _UID = re.compile(r"uid_\d+")
@@ -61,5 +62,5 @@ def job_of_title(command_line: str) -> str | None:
     return title.group(1) if title else None
 
 
-JOBS = JobSide(name="slurm", title="Slurm", daemons=("slurmstepd",), job_of_cgroup=job_of_cgroup,
+JOBS = JobSide(name=NAME, title="Slurm", daemons=("slurmstepd",), job_of_cgroup=job_of_cgroup,
                job_of_title=job_of_title, hint="drain the node in Slurm first (--slurm waits for its jobs)")

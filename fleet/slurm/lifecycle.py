@@ -37,7 +37,7 @@ from fleet.model.hostlog import HostLog
 from fleet.model.report import HostReport, HostStatus, Reason, SchedulerRecord
 from fleet.node.budget import TimeBudget
 from fleet.node.poll import poll_until
-from fleet.slurm import policy
+from fleet.slurm import NAME, policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.records import SlurmNode
 from fleet.slurm.tries import tried, tries_s
@@ -136,7 +136,7 @@ class SlurmLifecycle:
             node.before = seen.get(node.name)
             node.jobs = jobs.get(node.name, ())
             if node.before is None:
-                node.error = f"slurm: Slurm has no node {node.name} (set slurm_node if its Slurm name differs)"
+                node.error = f"slurm: Slurm has no node {node.name} (set slurm.node if its Slurm name differs)"
             else:
                 earlier = policy.in_flight_run(node.before)
                 node.how = policy.admission(node.before, earlier is not None and self.run_over(earlier))
@@ -172,6 +172,7 @@ class SlurmLifecycle:
             before = node.before
             node.record = SchedulerRecord(
                 node=node.name,
+                by=NAME,
                 state_before=before.state if before else None,
                 reason_before=before.reason if before else None,
                 jobs=node.jobs,

@@ -63,7 +63,7 @@ from fleet.node.budget import TimeBudget
 from fleet.node.poll import poll_until
 from fleet.reset import verdict_time
 from fleet.runlog.folder import RunLogs
-from fleet.slurm import policy
+from fleet.slurm import NAME, policy
 from fleet.slurm.cleanup import Ended, drain_failed
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.frames import Assembler, FrameError
@@ -239,11 +239,11 @@ class SrunRun:
         eligible = []
         for name, run in self.runs.items():
             node = self.before.get(name)
-            run.scheduler = SchedulerRecord(node=name, state_before=node.state if node else None,
+            run.scheduler = SchedulerRecord(node=name, by=NAME, state_before=node.state if node else None,
                                             reason_before=node.reason if node else None,
                                     jobs=jobs.get(name, ()))
             if node is None:
-                self._end(name, HostStatus.FAILED, f"slurm: Slurm has no node {name} (set slurm_node if its Slurm"
+                self._end(name, HostStatus.FAILED, f"slurm: Slurm has no node {name} (set slurm.node if its Slurm"
                                                    " name differs)", Reason.SLURM)
             elif not node.in_service and not self.leftovers.in_fleets_maintenance(node):
                 self._end(name, HostStatus.SKIPPED, f"slurm: {name} is {policy.describe(node)}: a job step cannot"

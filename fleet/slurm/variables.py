@@ -11,8 +11,7 @@ from typing import Annotated
 
 from fleet.inventory import validate
 from fleet.inventory.host import Host, Var
-
-NAME = "slurm"  # the registry's name, and the inventory key the variables are written under
+from fleet.slurm import NAME
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -157,8 +157,9 @@ async def stepped(slurm: ScriptedSlurm, logs: RunLogs, outcomes: dict[str, HostS
     """A run whose step took `outcomes`' nodes (none sent a report: each may have been touched), in its
     reservation."""
     runs = [HostRun(Host(name=n, address="127.0.0.1"),
-                    scheduler=SchedulerRecord(node=n, state_before="IDLE")) for n in outcomes]
-    srun = SrunRun(slurm.client(), runs, RunOptions(scheduler=SchedulerOptions(fan_out=True)), logs, poll_s=PAUSE_S)
+                    scheduler=SchedulerRecord(node=n, by="slurm", state_before="IDLE")) for n in outcomes]
+    options = RunOptions(scheduler=SchedulerOptions(name="slurm", fan_out=True))
+    srun = SrunRun(slurm.client(), runs, options, logs, poll_s=PAUSE_S)
     await srun.maintenance.create(list(outcomes), 17)
     srun.stepped = list(outcomes)
     for run, status in zip(runs, outcomes.values(), strict=True):
@@ -201,7 +202,7 @@ async def test_admission_reads_again_and_uses_a_reservation_whose_create_reply_w
     """One slurmctld hiccup at the read, a lost reply at the create: every node still takes part."""
     slurm = ScriptedSlurm({"sim1": "IDLE", "sim2": "IDLE"})
     runs = [HostRun(Host(name=n, address="127.0.0.1")) for n in ("sim1", "sim2")]
-    options = RunOptions(scheduler=SchedulerOptions(0.0, fan_out=True))
+    options = RunOptions(scheduler=SchedulerOptions(name="slurm", drain_wait_s=0.0, fan_out=True))
     srun = SrunRun(slurm.client(), runs, options, logs, poll_s=PAUSE_S)
     slurm.unreadable, slurm.lose_replies = UPDATE_TRIES - 1, 1
     with anyio.fail_after(10):

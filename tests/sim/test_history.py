@@ -158,8 +158,8 @@ def test_a_host_recorded_again_is_updated_and_keeps_when_it_first_ended(tmp_path
     with History.open(tmp_path / HISTORY_FILE) as history:
         history.start_run("run-1", "reset", ["gpu-b01"], {}, stamp(NOW), "0.1.0", "/logs")
         history.record_host("run-1", host("gpu-b01", HostStatus.FAILED, "x", Reason.SLURM), stamp(NOW))
-        history.record_host("run-1", host("gpu-b01", scheduler=SchedulerRecord(node="gpu-b01", state_after="IDLE")),
-                            stamp(NOW + timedelta(seconds=9)))
+        record = SchedulerRecord(node="gpu-b01", by="slurm", state_after="IDLE")
+        history.record_host("run-1", host("gpu-b01", scheduler=record), stamp(NOW + timedelta(seconds=9)))
         (row,) = history.host_history("gpu-b01")
     assert (row.status, row.reason, row.error, row.ended_at) == ("clean", None, None, stamp(NOW))
     assert row.slurm is not None and row.slurm["state_after"] == "IDLE"
@@ -835,7 +835,7 @@ def test_a_summary_document_gives_back_the_run_s_own_summary_lines() -> None:
                               steps=(StepResult(name=StepName.DRAIN, status=StepStatus.OK, duration_s=0.1,
                                                 detail="would stop sglang.service"),),
                               plan=plan,
-                              scheduler=SchedulerRecord(node="gpu-b01", state_before="IDLE",
+                              scheduler=SchedulerRecord(node="gpu-b01", by="slurm", state_before="IDLE",
                                                         plan="slurm IDLE: would drain it")),
         "gpu-b02": HostReport(name="gpu-b02", status=HostStatus.FAILED, duration_s=2.0, error="gpu 0 holds 1523 MiB",
                               reason=Reason.MEMORY_HELD),

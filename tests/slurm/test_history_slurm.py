@@ -41,8 +41,8 @@ async def test_a_run_via_srun_tells_the_history_each_node_as_its_report_comes(
                                 task_env={n: {"PATH": node.env()["PATH"]} for n, node in sim.nodes.items()})
         monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
         hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
-        code, report = await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0, fan_out=True)),
-                                            as_json=False, log_dir=tmp_path / "logs")
+        options = RunOptions(scheduler=SchedulerOptions(name="slurm", drain_wait_s=4.0, fan_out=True))
+        code, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     assert code == 0
     assert sorted(told) == list(names)  # each node as the step's report on it came in, before the run's end
     with History.open(history_path(tmp_path / "logs")) as history:

@@ -63,8 +63,8 @@ async def test_a_release_while_slurmctld_answers_nothing_reports_what_slurm_then
     outcome: dict[str, Any] = {}
 
     async def run() -> None:
-        outcome["report"] = (await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0)), as_json=False,
-                                                  log_dir=logs))[1]
+        options = RunOptions(scheduler=SchedulerOptions(name="slurm", drain_wait_s=4.0))
+        outcome["report"] = (await run_and_report(hosts, options, as_json=False, log_dir=logs))[1]
 
     async with anyio.create_task_group() as group:
         group.start_soon(run)
@@ -181,7 +181,7 @@ async def test_via_srun_the_step_holds_every_gpu_and_ignores_slurm_variables_in_
                         "SLURM_JOBID": str(job), "SLURM_NNODES": "1"}.items():
         monkeypatch.setenv(name, value)
     hosts = select(load_inventory(sim.inventory_path), patterns=["sim1", "sim2"])
-    options = RunOptions(scheduler=SchedulerOptions(4.0, fan_out=True))
+    options = RunOptions(scheduler=SchedulerOptions(name="slurm", drain_wait_s=4.0, fan_out=True))
     _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     for name in ("sim1", "sim2"):
         assert report.hosts[name].status is HostStatus.CLEAN, report.hosts[name].error
@@ -200,8 +200,8 @@ async def test_via_srun_nodes_whose_frames_cannot_be_read_are_kept_drained_befor
     monkeypatch.setattr("fleet.slurm.srun.KEPT_VARIABLES", frozenset({"SLURM_CONF", "SLURM_LABELIO"}))
     monkeypatch.setenv("SLURM_LABELIO", "1")
     hosts = select(load_inventory(sim.inventory_path), patterns=["sim1", "sim2"])
-    _, report = await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0, fan_out=True)), as_json=False,
-                                     log_dir=tmp_path / "logs")
+    options = RunOptions(scheduler=SchedulerOptions(name="slurm", drain_wait_s=4.0, fan_out=True))
+    _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     for name in ("sim1", "sim2"):
         host = report.hosts[name]
         assert host.status is HostStatus.FAILED and host.reason is Reason.NO_REPORT
@@ -231,8 +231,8 @@ def around_cleanup(monkeypatch: pytest.MonkeyPatch, cluster: SlurmCluster,
 
 async def via_srun(sim: SimFleet, tmp_path: Path) -> Any:
     hosts = select(load_inventory(sim.inventory_path), patterns=["sim1", "sim4"])
-    return (await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0, fan_out=True)), as_json=False,
-                                 log_dir=tmp_path / "logs"))[1]
+    options = RunOptions(scheduler=SchedulerOptions(name="slurm", drain_wait_s=4.0, fan_out=True))
+    return (await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs"))[1]
 
 
 def drained_by_fleet(cluster: SlurmCluster, report: Any, theirs: str | None = None) -> None:

@@ -361,7 +361,7 @@ async def test_check_reads_slurm_and_changes_nothing(sim: SimFleet, cluster: Slu
 async def test_a_run_cut_short_leaves_touched_nodes_drained_and_says_why(sim: SimFleet, cluster: SlurmCluster,
                                                                          tmp_path: Path) -> None:
     hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
-    options = RunOptions(deadline_s=25.0, scheduler=SchedulerOptions(4.0))
+    options = RunOptions(deadline_s=25.0, scheduler=SchedulerOptions(name="slurm", drain_wait_s=4.0))
     _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     sim1 = report.hosts["sim1"]
     assert sim1.status is HostStatus.FAILED and "run deadline of 25 s reached during settle" in (sim1.error or "")
@@ -374,8 +374,8 @@ async def test_a_node_slurm_does_not_know_fails_untouched_and_the_others_go_on(
 ) -> None:
     hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
     hosts[0] = replace(hosts[0], plug_variables=(("slurm", SlurmVariables(node="ghost")),))
-    _, report = await run_and_report(hosts, RunOptions(scheduler=SchedulerOptions(4.0)), as_json=False,
-                                     log_dir=tmp_path / "logs")
+    options = RunOptions(scheduler=SchedulerOptions(name="slurm", drain_wait_s=4.0))
+    _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     sim1 = report.hosts["sim1"]
     assert sim1.status is HostStatus.FAILED and "Slurm has no node ghost" in (sim1.error or "")
     assert sim1.reason is Reason.SLURM

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from fleet.model import plugs
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.report import (
     Finding,
@@ -60,7 +61,7 @@ schedulers = st.builds(SchedulerRecord, node=words, state_before=maybe_words, re
                        jobs=st.lists(words, max_size=3).map(tuple), plan=set_words, error=set_words,
                        abandoned=st.booleans(),
                        waited_s=st.none() | st.floats(min_value=0.001, max_value=1e5, allow_nan=False),
-                       taken_over=set_words)
+                       taken_over=set_words, by=st.sampled_from(sorted(plugs.SCHEDULERS)))
 hosts = st.builds(
     HostReport, name=words, status=st.sampled_from(HostStatus), duration_s=seconds, error=maybe_words,
     steps=st.lists(steps, max_size=4).map(tuple),

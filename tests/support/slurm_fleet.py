@@ -65,7 +65,8 @@ def cluster(sim: SimFleet, slurm_cluster: StartCluster, monkeypatch: pytest.Monk
 async def reset(sim: SimFleet, tmp_path: Path, *, drain_wait_s: float = 4.0, via_srun: bool = False,
                 mode: Mode = Mode.RESET) -> RunReport:
     hosts = select(load_inventory(sim.inventory_path), groups=["sim"])
-    options = RunOptions(mode=mode, scheduler=SchedulerOptions(drain_wait_s, fan_out=via_srun))
+    slurm = SchedulerOptions(name="slurm", drain_wait_s=drain_wait_s, fan_out=via_srun)
+    options = RunOptions(mode=mode, scheduler=slurm)
     _, report = await run_and_report(hosts, options, as_json=False, log_dir=tmp_path / "logs")
     return report
 
