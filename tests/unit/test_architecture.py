@@ -10,6 +10,8 @@ from pathlib import Path
 
 from support.paths import REPO
 
+from fleet.model import plugs
+
 PACKAGE = REPO / "fleet"
 
 
@@ -191,6 +193,9 @@ def test_the_table_of_health_checks_is_a_leaf_the_inventory_and_the_policy_read(
 # The rooms, lowest first: a module imports only modules of its own room or of a lower one (every import counted).
 # The Slurm plug sits above the engine: it implements the engine's `Scheduler` (and its `--via srun` controller runs
 # the engine), and the engine reaches it only by name, through `fleet.model.plugs.SCHEDULERS`.
+# A scheduler plug's room is the package of the modules its registry row names: a new plug needs no line here.
+PLUG_ROOMS = tuple(sorted({module.rpartition(".")[0] for row in plugs.SCHEDULERS.values()
+                           for module in (row.plug, row.jobs, row.variables) if module}))
 LAYERS = (
     ("fleet.model", "fleet.terminal", "fleet.text", "fleet.version"),  # the shared words; the terminal's one
     # writer; bytes shown; the version
@@ -202,7 +207,7 @@ LAYERS = (
     ("fleet.report",),  # presents a run: text, JSON, HTML, metrics, progress
     ("fleet.history",),  # records the runs (and reads their run folders): of the model, never of the engine
     ("fleet.engine",),  # runs the hosts: the core, `fleet.engine.run.run`
-    ("fleet.slurm",),  # scheduler plugs
+    PLUG_ROOMS,  # scheduler plugs: each the package its registry row names (Slurm's `fleet.slurm`)
     ("fleet.app",),  # the application around a run: history, summary, page, terminal, signals, the process's limits
     ("fleet.cli", "fleet.__main__"),
     ("fleet.sim",),  # the simulator knows the product; the product never knows it (but the demo, above)
