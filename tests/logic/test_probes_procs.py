@@ -100,7 +100,7 @@ def test_the_maps_regex_matches_every_path_a_glob_does(glob: str, path: str) -> 
 
 
 def test_the_scan_program_is_plain_posix_sh() -> None:
-    assert "\n#" not in SCAN_SH and "exec find" in SCAN_SH
+    assert "\n#" not in SCAN_SH and "{ find \"$@\"" in SCAN_SH
 
 
 @pytest.mark.parametrize("devices", [[], [""]])
@@ -225,6 +225,29 @@ def test_a_device_found_by_its_identity_is_named_as_the_globs_name_it() -> None:
 def test_an_identity_the_scan_could_not_read_is_unreadable_output(line: str, reason: str) -> None:
     with pytest.raises(ProbeParseError, match=f"line 2: {reason}"):
         parse_scan("init\0" + line + "\0")
+
+
+@pytest.mark.parametrize("status", [0, 1, 2])
+def test_finds_complaints_reach_stderr_as_their_first_lines_and_a_count(tmp_path: Path, status: int) -> None:
+    """A node whose pid 1 keeps its descriptors even from root makes find say so once an entry (14,700 lines, 700
+    KB): the scan passes on the first 20 and counts the rest, its records and find's status untouched. Here a find
+    that says 5,000 lines and prints one record stands for it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = subprocess.run(["sh", "-c", "command -v find"], capture_output=True, text=True, check=True).stdout.strip()
+    fake = bin_dir / "find"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = /proc/1 ] && exec {real} \"$@\"\n"
+                    "i=0; while [ $i -lt 5000 ]; do echo \"find: '/proc/1/task/1/fd/$i': Permission denied\" >&2;"
+                    f" i=$((i + 1)); done; printf 'init\\0'; exit {status}\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(holders_scan_argv([str(tmp_path / "nvidia*")]), capture_output=True, text=True,
+                          check=False, timeout=60, env=env)
+    lines = done.stderr.splitlines()
+    assert done.returncode == status and done.stdout == "init\0"
+    assert lines[:2] == ["find: '/proc/1/task/1/fd/0': Permission denied",
+                         "find: '/proc/1/task/1/fd/1': Permission denied"]
+    assert len(lines) == 21 and lines[-1] == "fleet-scan: 4980 more lines of find's not kept"
 
 
 def run_scan(globs: Sequence[str], driver_devices: str = procs.DRIVER_DEVICES) -> HolderScan:
