@@ -69,7 +69,7 @@ def demo_specs(count: int) -> list[NodeSpec]:
     """
     specs = []
     for i in range(1, count + 1):
-        unit = UnitSpec("sglang.service", gpus=ALL_GPUS, mib=70_000, process_name="sglang")
+        unit = UnitSpec(name="sglang.service", gpus=ALL_GPUS, mib=70_000, process_name="sglang")
         stray = WorkerSpec(gpus=(0,), mib=1523, name="python3", ignore_sigterm=i % 4 == 0)
         name = node_name(i)
         spec = NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=2.0 if i % 3 == 0 else 0.5,

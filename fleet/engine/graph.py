@@ -191,9 +191,9 @@ class Gate:
 
 def host_runs(hosts: Sequence[Host], options: RunOptions) -> list[HostRun]:
     """Each host's progress as a run begins, with how long it can take where it may go wrong (`worst_by_phase`)."""
-    return [HostRun(h, worst_by_phase=worst_by_phase(h, options.mode, stop_units=options.stop_units,
-                                                     gpu_reset=options.gpu_reset,
-                                                     restore_settings=options.restore_settings)) for h in hosts]
+    return [HostRun(host=h, worst_by_phase=worst_by_phase(h, options.mode, stop_units=options.stop_units,
+                                                          gpu_reset=options.gpu_reset,
+                                                          restore_settings=options.restore_settings)) for h in hosts]
 
 
 async def run_hosts(
@@ -221,7 +221,7 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
     is written; `watch`: the caller's view of the hosts as they go (the CLI's progress line), cancelled as the run
     ends."""
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
-    state = RunState(Deadline(options.deadline_s), started=t0)
+    state = RunState(deadline=Deadline(options.deadline_s), started=t0)
     async with anyio.create_task_group() as outer:
         if interrupts is not None:
             interrupts.cuts(outer.cancel_scope, state)

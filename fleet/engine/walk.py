@@ -63,7 +63,7 @@ class Mode(StrEnum):
         return "check" if self is Mode.CHECK else "reset"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HostRun:
     """The mutable progress of one host; frozen into a HostReport at the end."""
 

@@ -176,7 +176,7 @@ def read_summary(path: Path) -> RunPage:
     that is no JSON, or a document fleet cannot read, is a UsageError naming the file (and the key)."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-        return RunPage(run_from_document(document), Fields(document).text("fleet_version"))
+        return RunPage(report=run_from_document(document), fleet_version=Fields(document).text("fleet_version"))
     except ValueError as exc:  # no JSON, or a DocumentError
         raise UsageError(f"{path}: {exc}") from None
 

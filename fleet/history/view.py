@@ -184,8 +184,8 @@ def record_page(record: RunRecord) -> RunPage:
     run = record.run
     hosts = {row.host: host_from_row(row) for row in record.hosts}
     state = "ended without a summary" if run.finished else "has no end on record (still running, or killed)"
-    return RunPage(RunReport(run_id=run.run_id, command=run.command, started_at=run.started_at,
-                             duration_s=run.duration_s or 0.0, hosts=hosts), run.fleet_version,
+    return RunPage(report=RunReport(run_id=run.run_id, command=run.command, started_at=run.started_at,
+                                    duration_s=run.duration_s or 0.0, hosts=hosts), fleet_version=run.fleet_version,
                    ended=run.finished, not_on_record=tuple(n for n in run.targets if n not in hosts),
                    note=f"this run {state}: built from its history, {len(record.hosts)} of {len(run.targets)} hosts"
                         " on record")

@@ -135,7 +135,7 @@ _KEYS_AT = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Inventory:
     """Every host with its variables resolved, every group's resolved members, and where each value came from."""
 

@@ -14,7 +14,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 from fleet.inventory.host import Host, Var
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Variable:
     """One host variable: its `Host` field's name, type (without the `Var`) and default, and its `Var`."""
 
@@ -52,7 +52,7 @@ def _declared() -> tuple[Variable, ...]:
         hint = hints[field.name]
         var = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Var)), None)
         if var is not None:
-            found.append(Variable(field.name, hint.__origin__, field.default, var))
+            found.append(Variable(name=field.name, type=hint.__origin__, default=field.default, var=var))
     return tuple(found)
 
 

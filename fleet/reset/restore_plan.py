@@ -20,7 +20,7 @@ from fleet.model.gpu_profile import Difference, GpuProfile, Setting, differences
 __all__ = ["Change", "RestorePlan", "restore_plan"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Change:
     """One nvidia-smi command for one GPU: its arguments after `nvidia-smi` (`-i 3 -pl 700`), what it restores, and
     whether a GPU reset (`-r`) is what applies it."""
@@ -78,10 +78,11 @@ def _gpu_changes(gpu: int, settings: GpuSettings, profile: GpuProfile,
         if d.setting in _NEEDS_RESET and not gpu_reset:
             held.append(f"gpu {gpu}: {d.detail}: takes a GPU reset (--gpu-reset)")
             continue
-        changes += [Change(gpu, args, d.detail) for args in _commands(gpu, d, profile, settings)]
+        changes += [Change(gpu=gpu, args=args, what=d.detail) for args in _commands(gpu, d, profile, settings)]
         resets = resets or d.setting in _NEEDS_RESET
     if resets:
-        changes.append(Change(gpu, ("-i", str(gpu), "-r"), "applies the pending MIG or ECC mode", reset=True))
+        changes.append(Change(gpu=gpu, args=("-i", str(gpu), "-r"), what="applies the pending MIG or ECC mode",
+                              reset=True))
     return changes, held
 
 

@@ -22,7 +22,7 @@ from fleet.slurm.records import SlurmNode
 from fleet.slurm.tries import tried
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ended:
     """A node of the step as the step left it: what its decision is made from."""
 

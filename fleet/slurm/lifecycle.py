@@ -68,7 +68,7 @@ def finish_s(command_s: float) -> float:
     return 3 * client_deadline(command_s)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Node:
     """One host's node through the run."""
 
@@ -120,7 +120,7 @@ class SlurmLifecycle:
 
     async def admit(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
         """Each host's record, by host name (`fleet.engine.graph` records it on the host)."""
-        nodes = {run.host.name: _Node(run.host.slurm_node or run.host.name) for run in runs}
+        nodes = {run.host.name: _Node(name=run.host.slurm_node or run.host.name) for run in runs}
         self._nodes.update(nodes)
         names = sorted({n.name for n in nodes.values()})
         try:
@@ -212,7 +212,7 @@ class SlurmLifecycle:
         log.info("slurm_wait", node=node.name, state=node.before.state, jobs=list(node.jobs),
                  drain_wait_s=self.drain_wait_s, **({"taken_over": taken} if taken else {}))
         started = anyio.current_time()
-        wait = Wait(node.name, drained=True, jobs=node.jobs)
+        wait = Wait(name=node.name, drained=True, jobs=node.jobs)
         await self.waits.wait(wait, node.waiting_since + self.drain_wait_s)
         node.jobs = wait.jobs
         node.note(jobs=node.jobs, waited_s=round(anyio.current_time() - started, 3))
@@ -310,7 +310,7 @@ class SlurmLifecycle:
     async def _settled(self, name: str, resumed: bool) -> SlurmNode | None:
         """The node as Slurm shows it now; after a resume, once its transient NOT_RESPONDING is gone (slurmctld
         pings a resumed node first), up to SETTLE_READ_S: then as it is, flag and all."""
-        within = TimeBudget(SETTLE_READ_S if resumed else 0.0)
+        within = TimeBudget(window=SETTLE_READ_S if resumed else 0.0)
 
         async def look() -> SlurmNode | None:
             return (await self.slurm.nodes([name])).get(name)

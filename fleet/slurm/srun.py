@@ -148,7 +148,7 @@ def by_gpus(nodes: Sequence[str], seen: Mapping[str, SlurmNode]) -> dict[int, li
     return groups
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Step:
     """What the step saw: each node's report, whether it began working, and what srun said on stderr."""
 
@@ -287,7 +287,7 @@ class SrunRun:
         waits = JobWaits(self.slurm, self.poll_s)
         started = anyio.current_time()
         until = started + wait_s
-        each = {name: Wait(name) for name in nodes}
+        each = {name: Wait(name=name) for name in nodes}
         async with anyio.create_task_group() as group:
             group.start_soon(waits.serve)
             async with anyio.create_task_group() as waiting:
@@ -437,8 +437,9 @@ class SrunRun:
             if still is not None:  # the reservation's removal, refused while a job uses it, then says what is left
                 for name in self.stepped:
                     self.log[name].warning("slurm_error", node=name, error=still)
-        ended = [Ended(name, self.runs[name].status or HostStatus.FAILED, self.runs[name].error or NO_REPORT,
-                       self.step.touched(name)) for name in self.stepped]
+        ended = [Ended(name=name, status=self.runs[name].status or HostStatus.FAILED,
+                       error=self.runs[name].error or NO_REPORT, touched=self.step.touched(name))
+                 for name in self.stepped]
         drained = await drain_failed(self.slurm, self.run_id, ended, self.log, self.poll_s)
         if not drained.unconfirmed:
             removed = await self.maintenance.remove()
@@ -462,7 +463,7 @@ class SrunRun:
             return jobs
 
         polled = await poll_until(look, lambda seen: seen == (), itertools.repeat(JOB_POLL_S),
-                                  within=TimeBudget(CANCEL_GRACE_S))
+                                  within=TimeBudget(window=CANCEL_GRACE_S))
         if polled.met:
             return None
         if isinstance(polled.last, SlurmError):

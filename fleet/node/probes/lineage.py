@@ -33,7 +33,7 @@ LINEAGE_AWK = "\n".join(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcStat:
     """One process as /proc/PID/stat tells it: its parent, its comm (15 characters at most) and its start
     time (clock ticks since boot; with the pid, the process's identity: a reused pid starts later)."""
@@ -117,7 +117,7 @@ def _stat_line(lineno: int, line: str) -> ProcStat:
         comm = shown(unescape(parts[3]))
     except EscapeError as exc:
         raise ProbeParseError(lineno, line, str(exc)) from None
-    return ProcStat(pid, ppid, comm, parse_int(parts[2], lineno, line, "starttime"))
+    return ProcStat(pid=pid, ppid=ppid, comm=comm, start=parse_int(parts[2], lineno, line, "starttime"))
 
 
 def _chain(pid: int | None, procs: Mapping[int, ProcStat]) -> tuple[int, ...]:
