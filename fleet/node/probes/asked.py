@@ -14,7 +14,8 @@ from fleet.model.gpu_facts import Field, Path
 __all__ = ["Column", "Key", "Lookup", "lookup"]
 
 
-class Column(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class Column:
     """How one --query-gpu cell after the bus id reads: the fact's name and reader; the check a note in it leaves
     unread (a strict fact's) and the field that check names."""
 
@@ -63,7 +64,8 @@ def _lookup(table: tuple[Field[Any], ...]) -> Lookup:
                 noted.setdefault(path[:end], set()).add(facts[name].check or "")
     displays = tuple(dict.fromkeys(f.display for f in table if f.display is not None))
     asked = tuple(f for f in table if f.display is None)
-    columns = tuple(Column(f.name, f.read.parse, f.check if f.strict else None, f.query) for f in asked)
+    columns = tuple(Column(name=f.name, parse=f.read.parse, strict_check=f.check if f.strict else None, query=f.query)
+                    for f in asked)
     at = {path: name for name, lowered in paths.items() for path in lowered}
     query = ",".join(("pci.bus_id", *(f.query for f in asked)))
     return Lookup(asked=asked, query=query, columns=columns, names=tuple(c.name for c in columns),
