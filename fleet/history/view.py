@@ -19,7 +19,7 @@ from fleet.model.errors import UsageError
 from fleet.model.report import HostStatus, RunReport
 from fleet.report.html_report import RunPage
 from fleet.report.render import human_lines
-from fleet.text import shown
+from fleet.text import terminal_safe
 
 _SINCE = re.compile(r"^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # Keys every log line has, shown in their own columns (or not at all).
@@ -162,9 +162,9 @@ def tally_line(summary: Mapping[str, Any]) -> str:
 
 
 def one_line(text: str, width: int = FIELD_WIDTH) -> str:
-    """A field of a line: its whitespace made single spaces, nothing in it acting on a terminal (`shown`), cut to
-    `width`."""
-    flat = shown(" ".join(text.split()))
+    """A field of a line: its whitespace made single spaces, nothing in it acting on a terminal (`terminal_safe`),
+    cut to `width`."""
+    flat = terminal_safe(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 

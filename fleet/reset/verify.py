@@ -283,7 +283,7 @@ class HealthReads:
             node.log.info("row_remapper_unread", step=str(StepName.VERIFY), error=str(exc), fallback="nvidia-smi -q")
             return await node.ask(health.health(node.host.nvidia_smi), step=StepName.VERIFY, budget=budget)
         try:
-            return health.joined(facts, self.remaps.read(remapper))
+            return health.merge_remaps(facts, self.remaps.read(remapper))
         except ProbeParseError as exc:
             raise StepFailed(self.remaps.unreadable(exc)) from exc
 

@@ -75,7 +75,7 @@ def test_parse_lineage_golden() -> None:
     lineage = parse_lineage(text)
     assert lineage.own == (900, 899, 880, 1)
     assert set(lineage.procs) == {900, 899, 880, 1, 4242, 12, 77}
-    # shown: not UTF-8 replaced
+    # lossy_text: what is not UTF-8 replaced
     assert lineage.procs[77] == ProcStat(pid=77, ppid=1, comm="a) S 1 (b\tc\n\ufffd\\", start=400)
     assert lineage.procs[4242].start == 9001
     assert lineage.ancestors(4242) == [ProcStat(pid=12, ppid=1, comm="nvidia-persiste", start=350),

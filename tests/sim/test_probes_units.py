@@ -291,6 +291,6 @@ def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
 
 def test_a_unit_systemd_does_not_know_reads_as_missing_never_as_stopped() -> None:
     state = parse_unit_state("MainPID=0\nLoadState=not-found\nActiveState=inactive\nSubState=dead\n")
-    assert state.missing and state.is_down and state.shown == "not-found"
+    assert state.missing and state.is_down and state.label == "not-found"
     loaded = parse_unit_state("MainPID=0\nLoadState=loaded\nActiveState=inactive\nSubState=dead\n")
-    assert not loaded.missing and loaded.shown == "inactive"
+    assert not loaded.missing and loaded.label == "inactive"

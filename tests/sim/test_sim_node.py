@@ -474,5 +474,5 @@ def test_the_health_reads_of_an_8_gpu_node_are_under_16_kb(make_node: MakeNode) 
     remaps = sh(node, " ".join(health.remaps_argv("nvidia-smi"))).stdout
     whole = sh(node, "nvidia-smi -q").stdout
     assert len(facts.encode()) + len(remaps.encode()) <= 16 * 1024 < len(whole.encode())
-    joined = health.joined(health.parse_facts(facts) or (), health.parse_all_health(remaps))
-    assert joined == tuple(h for h in health.parse_all_health(whole))  # the same facts, whichever way read
+    merged = health.merge_remaps(health.parse_facts(facts) or (), health.parse_all_health(remaps))
+    assert merged == tuple(h for h in health.parse_all_health(whole))  # the same facts, whichever way read

@@ -45,7 +45,7 @@ class Lookup:
     names: tuple[str, ...]  # the columns' names, and their readers, apart: a row's values read in one comprehension
     readers: tuple[Callable[[str], Any], ...]  # each `Reader.fast`: a builtin where there is one
     displays: tuple[str, ...]  # the `-q -d` sections the other facts are read from
-    shown: tuple[Field[Any], ...]  # the facts read from those sections
+    displayed: tuple[Field[Any], ...]  # the facts read from those sections
     facts: dict[str, Field[Any]]  # by name
     paths: dict[str, tuple[Path, ...]]  # each fact's -q key paths, lower case, by its name
     at: dict[Path, str]  # every one of them: the name of the fact read there
@@ -70,7 +70,7 @@ def _lookup(table: tuple[Field[Any], ...]) -> Lookup:
     query = ",".join(("pci.bus_id", *(f.query for f in asked)))
     return Lookup(asked=asked, query=query, columns=columns, names=tuple(c.name for c in columns),
                   readers=tuple(f.read.fast for f in asked), displays=displays,
-                  shown=tuple(f for f in table if f.display is not None), facts=facts, paths=paths, at=at,
+                  displayed=tuple(f for f in table if f.display is not None), facts=facts, paths=paths, at=at,
                   noted={path: tuple(sorted(checks)) for path, checks in noted.items()},
                   top=_tree((), at.keys() | noted.keys()))
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from fleet.node.probe import Probe
-from fleet.node.probes.escapes import EscapeError, shown, unescape
+from fleet.node.probes.escapes import EscapeError, lossy_text, unescape
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 
 # Most ancestors the lineage walk reads from any one starting pid.
@@ -114,7 +114,7 @@ def _stat_line(lineno: int, line: str) -> ProcStat:
         raise ProbeParseError(lineno, line, "expected pid<TAB>ppid<TAB>starttime<TAB>comm (escaped)")
     pid, ppid = parse_int(parts[0], lineno, line, "pid"), parse_int(parts[1], lineno, line, "ppid")
     try:
-        comm = shown(unescape(parts[3]))
+        comm = lossy_text(unescape(parts[3]))
     except EscapeError as exc:
         raise ProbeParseError(lineno, line, str(exc)) from None
     return ProcStat(pid=pid, ppid=ppid, comm=comm, start=parse_int(parts[2], lineno, line, "starttime"))

@@ -59,7 +59,7 @@ class UnitState:
         return self.load_state == "not-found"
 
     @property
-    def shown(self) -> str:
+    def label(self) -> str:
         """What a person reads of it: its ActiveState, or `not-found`."""
         return "not-found" if self.missing else self.active_state
 
