@@ -40,7 +40,7 @@ from fleet.node.poll import poll_until
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.records import SlurmNode
-from fleet.slurm.tries import tried, tries_s
+from fleet.slurm.tries import retry, tries_s
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import client_deadline
 
@@ -124,7 +124,7 @@ class SlurmLifecycle:
         self._nodes.update(nodes)
         names = sorted({n.name for n in nodes.values()})
         try:
-            seen, jobs = await tried(lambda number: self.slurm.look(names), pause_s=self.poll_s)
+            seen, jobs = await retry(lambda number: self.slurm.look(names), pause_s=self.poll_s)
         except SlurmError as exc:
             for node in nodes.values():
                 node.error = f"slurm: cannot read the node: {exc}"
@@ -160,7 +160,7 @@ class SlurmLifecycle:
                 await self.slurm.update([n.name for n in pending], "DRAIN", policy.own_reason(self.run_id))
 
         try:
-            await tried(attempt, pause_s=self.poll_s)
+            await retry(attempt, pause_s=self.poll_s)
         except SlurmError as exc:
             for node in pending:
                 node.error = f"slurm: cannot drain the node: {exc}"
@@ -290,7 +290,7 @@ class SlurmLifecycle:
 
         failure: SlurmError | None = None
         try:
-            resumed = await tried(attempt, pause_s=self.poll_s, failed=failed)
+            resumed = await retry(attempt, pause_s=self.poll_s, failed=failed)
         except SlurmError as exc:
             failure, resumed = exc, False
         try:

@@ -71,7 +71,7 @@ from fleet.slurm.leftovers import Leftovers
 from fleet.slurm.records import SlurmNode
 from fleet.slurm.reservation import DELETE_RETRY_S, DELETE_TRIES, Reservation
 from fleet.slurm.runner import Stream
-from fleet.slurm.tries import tried, tries_s
+from fleet.slurm.tries import retry, tries_s
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import client_deadline
 from fleet.transport.sessions import REAP_TIMEOUT_S
@@ -231,7 +231,7 @@ class SrunRun:
     async def _read(self) -> list[str]:
         names = list(self.runs)
         try:
-            self.before, jobs = await tried(lambda number: self.slurm.look(names), pause_s=self.poll_s)
+            self.before, jobs = await retry(lambda number: self.slurm.look(names), pause_s=self.poll_s)
         except SlurmError as exc:
             self._end_all(names, HostStatus.FAILED, f"slurm: cannot read the nodes: {exc}", Reason.SLURM)
             return []

@@ -24,7 +24,7 @@ from fleet.slurm.cleanup import Drained, Ended, drain_failed
 from fleet.slurm.control import SlurmError
 from fleet.slurm.reservation import Reservation
 from fleet.slurm.srun import SrunRun
-from fleet.slurm.tries import UPDATE_TRIES, tried
+from fleet.slurm.tries import UPDATE_TRIES, retry
 
 RUN = "20261203T070000Z-abc123"
 NAME = f"fleet-{RUN}"
@@ -56,9 +56,9 @@ async def test_tries_stop_at_the_first_success_and_raise_the_last_error_after_th
             raise SlurmError(f"try {number}")
         return number
 
-    assert await tried(flaky, pause_s=0, failed=lambda n, e: told.append(n)) == 3 and told == [1, 2]
+    assert await retry(flaky, pause_s=0, failed=lambda n, e: told.append(n)) == 3 and told == [1, 2]
     with pytest.raises(SlurmError, match="try 2"):
-        await tried(flaky, pause_s=0, tries=2)
+        await retry(flaky, pause_s=0, tries=2)
 
 
 # --- drains: whatever the base state, read back, tried again ---------------------------------------------------
