@@ -132,7 +132,7 @@ def test_the_leaked_line_says_whether_gpu_reset_would_help() -> None:
         " still hold gpu 3")
 
 
-def test_a_reset_is_planned_by_nvidia_smi_index_and_refused_for_any_holder_of_a_gpu_it_takes() -> None:
+def test_a_reset_is_chosen_by_nvidia_smi_index_and_refused_for_any_holder_of_a_gpu_it_takes() -> None:
     mps = holder(77, "/dev/nvidia1", why="protected name nvidia-cuda-mps-server")  # minor 1: gpu 3
     held = look(mps).holders_by_gpu()
     assert choose_gpu_reset([1], held, False, range(4)) == GpuReset((1,))  # /dev/nvidia1 is not gpu 1

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.gpu_profile import Difference, GpuProfile, Setting, differences
 
-__all__ = ["Change", "RestorePlan", "restore_plan"]
+__all__ = ["Change", "Restoration", "restoration"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +36,7 @@ class Change:
 
 
 @dataclass(frozen=True)
-class RestorePlan:
+class Restoration:
     """The changes, in order; and the differences held back: needing a GPU reset that `--gpu-reset` was not given
     for, one line each (`gpu 1: MIG mode on, profile off: takes a GPU reset (--gpu-reset)`)."""
 
@@ -86,8 +86,8 @@ def _gpu_changes(gpu: int, settings: GpuSettings, profile: GpuProfile,
     return changes, held
 
 
-def restore_plan(gpus: Sequence[tuple[int, GpuSettings]], profile: GpuProfile, *,
-                 gpu_reset: bool = False) -> RestorePlan:
+def restoration(gpus: Sequence[tuple[int, GpuSettings]], profile: GpuProfile, *,
+                 gpu_reset: bool = False) -> Restoration:
     """The changes that restore `profile` on each GPU (nvidia-smi index, its settings), GPU by GPU (see the module)."""
     changes: list[Change] = []
     held: list[str] = []
@@ -95,4 +95,4 @@ def restore_plan(gpus: Sequence[tuple[int, GpuSettings]], profile: GpuProfile, *
         mine, waiting = _gpu_changes(index, settings, profile, gpu_reset)
         changes += mine
         held += waiting
-    return RestorePlan(tuple(changes), tuple(held))
+    return Restoration(tuple(changes), tuple(held))
