@@ -106,7 +106,7 @@ class Recorder:
 
 
 def node_spec(name: str, kind: str) -> NodeSpec:
-    unit = UnitSpec("sglang.service", gpus=ALL, mib=70_000, process_name="sglang")
+    unit = UnitSpec(name="sglang.service", gpus=ALL, mib=70_000, process_name="sglang")
     stray = WorkerSpec(gpus=(0,), mib=1523, name="python3")
     return NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=0.3, protected_daemon=False,
                     ecc_error_gpus=(3,) if kind == "unhealthy" else ())

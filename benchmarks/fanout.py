@@ -194,7 +194,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="every node in this machine's one process table (no PID namespace a node): each node's holder "
                         "scan then walks every node's processes; for comparison with figures measured before fe7a526")
     p.add_argument("--json", type=Path, help="also write the results here")
-    p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, plans, outputs) for debugging")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, scripts, outputs) for debugging")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     args.tools = [t for t in args.tools.split(",") if t]

@@ -35,7 +35,7 @@ ALL = (0, 1, 2, 3, 4, 5, 6, 7)
 
 
 def spec(name: str) -> NodeSpec:
-    unit = UnitSpec("sglang.service", gpus=ALL, mib=70_000, process_name="sglang")
+    unit = UnitSpec(name="sglang.service", gpus=ALL, mib=70_000, process_name="sglang")
     stray = WorkerSpec(gpus=(0,), mib=1523, name="python3")
     return NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=1.0)
 

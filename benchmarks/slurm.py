@@ -78,7 +78,7 @@ _TIMES = re.compile(r"(\d+)m([\d.]+)s")
 
 
 def spec(name: str) -> NodeSpec:
-    unit = UnitSpec("sglang.service", gpus=ALL, mib=70_000, process_name="sglang")
+    unit = UnitSpec(name="sglang.service", gpus=ALL, mib=70_000, process_name="sglang")
     stray = WorkerSpec(gpus=(0,), mib=1523, name="python3")
     return NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=0.5)
 

@@ -15,7 +15,7 @@ import sys
 from contextlib import suppress
 from typing import IO
 
-from fleet.text import shown_lines
+from fleet.text import terminal_safe_lines
 
 OUTPUTS = (1, 2)  # stdout, stderr
 GONE = select.POLLERR | select.POLLHUP  # a hung-up terminal reports both, a pipe with no reader POLLERR
@@ -55,9 +55,9 @@ def lost(stream: IO[str]) -> None:
 def write(stream: IO[str], text: str) -> None:
     """Write and flush; a stream that is gone (EIO, EPIPE) is silenced and the text lost, never raised. Bytes that
     are not UTF-8 (a folder's name) are written as `\\xNN`, never a UnicodeEncodeError, and no character of it but
-    its line breaks acts on the terminal (`fleet.text.shown_lines`: what a node said may be in it)."""
+    its line breaks acts on the terminal (`fleet.text.terminal_safe_lines`: what a node said may be in it)."""
     try:
-        stream.write(shown_lines(text))
+        stream.write(terminal_safe_lines(text))
         stream.flush()
     except OSError:
         lost(stream)

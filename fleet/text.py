@@ -4,9 +4,9 @@ surrogate escapes (PEP 383), which a UTF-8 writer refuses: `printable` is that t
 `\\xNN`, for every place a name is written for people to read. The name itself stays as given wherever fleet opens
 the file.
 
-What a node says (a process's name, a path, a tool's message) is chosen by whoever runs there: `shown` is the one
-function every printer passes it through before a person sees it, so that no byte of it acts on a terminal (a
-carriage return that rewrites the line, an escape sequence that hides the rest, a newline that forges one of
+What a node says (a process's name, a path, a tool's message) is chosen by whoever runs there: `terminal_safe` is
+the one function every printer passes it through before a person sees it, so that no byte of it acts on a terminal
+(a carriage return that rewrites the line, an escape sequence that hides the rest, a newline that forges one of
 fleet's lines, a bidirectional override that reorders it). The JSON report keeps the text as it was: data.
 """
 
@@ -37,12 +37,12 @@ _ACTING = frozenset([*range(0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F, *
 _ESCAPES = {c: (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _ACTING}
 
 
-def shown(text: str | PathLike[str]) -> str:
+def terminal_safe(text: str | PathLike[str]) -> str:
     """`text` (`printable`) with every character that would act on a terminal written as its escape (`\\x1b`,
     `\\x0d`, `\\u202e`): what a node said, as a person may safely see it."""
     return printable(text).translate(_ESCAPES)
 
 
-def shown_lines(text: str) -> str:
-    """Each line of text fleet composed, `shown`: its own line breaks kept, nothing else acting."""
-    return "\n".join(shown(line) for line in text.split("\n"))
+def terminal_safe_lines(text: str) -> str:
+    """Each line of text fleet composed, `terminal_safe`: its own line breaks kept, nothing else acting."""
+    return "\n".join(terminal_safe(line) for line in text.split("\n"))

@@ -8,22 +8,22 @@ from typing import Any
 
 
 def floor_main(argv: list[str]) -> int:
-    """`_floor PLAN.json`: per host one connection, the planned lines in order, all hosts at once."""
+    """`_floor SPEC.json`: per host one connection, the spec's lines in order, all hosts at once."""
     import asyncio
 
     import asyncssh
 
-    plan = json.loads(Path(argv[0]).read_text())
-    known_hosts = asyncssh.read_known_hosts(plan["known_hosts"])
-    key = asyncssh.read_private_key(plan["identity_file"])
+    spec = json.loads(Path(argv[0]).read_text())
+    known_hosts = asyncssh.read_known_hosts(spec["known_hosts"])
+    key = asyncssh.read_private_key(spec["identity_file"])
 
     async def one(host: dict[str, Any]) -> tuple[int, str | None]:
         ran = 0
         try:
             async with asyncssh.connect(
-                host["address"], port=plan["port"], username=plan["user"], known_hosts=known_hosts,
+                host["address"], port=spec["port"], username=spec["user"], known_hosts=known_hosts,
                 client_keys=[key], agent_path=None, config=None, connect_timeout=120,
-                encryption_algs=plan["encryption_algs"],
+                encryption_algs=spec["encryption_algs"],
             ) as conn:
                 holder = None
                 if host["hold"]:
@@ -43,7 +43,7 @@ def floor_main(argv: list[str]) -> int:
             return ran, f"{type(exc).__name__}: {exc}"
 
     async def main() -> list[tuple[int, str | None]]:
-        return await asyncio.gather(*(one(h) for h in plan["hosts"]))
+        return await asyncio.gather(*(one(h) for h in spec["hosts"]))
 
     results = asyncio.run(main())
     errors = [e for _, e in results if e]

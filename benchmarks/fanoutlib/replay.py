@@ -1,4 +1,4 @@
-"""From fleet's per-node JSONL logs to the other tools' plans: the wire command lines fleet ran, rebuilt
+"""From fleet's per-node JSONL logs to the other tools' scripts: the wire command lines fleet ran, rebuilt
 per host (floor, Ansible) or written once for every host (pdsh), each replay with its own lock owner."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ NSNODE = Path(__file__).with_name("nsnode.py")
 def node_spec(name: str, linger_s: float, protected_daemon: bool) -> Any:
     """A busy 8-GPU node: its serving unit's worker holds 70,000 MiB on every GPU."""
     from fleet.sim.node import NodeSpec, UnitSpec
-    unit = UnitSpec(UNIT, gpus=ALL_GPUS, mib=70_000, process_name="sglang")
+    unit = UnitSpec(name=UNIT, gpus=ALL_GPUS, mib=70_000, process_name="sglang")
     return NodeSpec(name=name, units=(unit,), linger_s=linger_s, protected_daemon=protected_daemon)
 
 

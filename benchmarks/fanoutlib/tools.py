@@ -112,13 +112,13 @@ class Bench:
         for name, events in commands.items():
             hold, cmds = wire_lines(events, replay_owner(events, "floor", rep))
             hosts.append({"address": bed.addrs[name], "hold": hold, "cmds": cmds})
-        plan = self.tmp / f"plan-{label}.json"
+        spec = self.tmp / f"floor-{label}.json"
         # the floor negotiates the cipher fleet does (fleet.transport.ssh.ENCRYPTION_ALGS): both pay the same crypto
         from fleet.transport.ssh import ENCRYPTION_ALGS
-        plan.write_text(json.dumps({"port": bed.port, "user": "root", "identity_file": str(bed.key),
+        spec.write_text(json.dumps({"port": bed.port, "user": "root", "identity_file": str(bed.key),
                                     "known_hosts": str(bed.known_hosts), "hosts": hosts,
                                     "encryption_algs": list(ENCRYPTION_ALGS)}))
-        m = self.measure(label, [self.python, str(ENTRY), "_floor", str(plan)])
+        m = self.measure(label, [self.python, str(ENTRY), "_floor", str(spec)])
         m["verified_hosts"] = bed.verify({n: replay_owner(ev, "floor", rep) for n, ev in commands.items()})
         try:
             out = json.loads(Path(m["stdout_path"]).read_text())

@@ -90,7 +90,7 @@ def write_report_page(logs: RunLogs, report: RunReport, rack: uniformity.Rack | 
     """report.html beside summary.json (`fleet.report.html_report`); a page it cannot write is one warning line
     and never changes the run's outcome."""
     try:
-        write_page(logs.path, RunPage(report, __version__, rack=rack))
+        write_page(logs.path, RunPage(report=report, fleet_version=__version__, rack=rack))
     except OSError as exc:
         say(f"fleet: warning: report.html not written in {logs.path}: {exc.strerror or exc}")
 

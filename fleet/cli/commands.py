@@ -64,7 +64,7 @@ from fleet.engine.options import RunOptions, SchedulerOptions
 from fleet.engine.walk import Mode
 from fleet.engine.waves import parse_amount, parse_duration
 from fleet.history import UNFINISHED, history_path
-from fleet.history.archive import listing, prune, reading, shown, shown_html
+from fleet.history.archive import listing, prune, reading, show_run, show_run_html
 from fleet.history.rerun import rerun_of
 from fleet.history.view import STATUS_ORDER
 from fleet.inventory.files import check_files
@@ -300,9 +300,9 @@ def show(run_id: ShowRunArg = "last", host: ShowHostOpt = None, as_json: ShowJso
     if as_html:
         if host is not None or as_json:
             raise UsageError("--html prints the path of the run's report.html: not with --host or --json")
-        write(sys.stdout, shown_html(log_dir or default_log_dir(), run_id))
+        write(sys.stdout, show_run_html(log_dir or default_log_dir(), run_id))
         return
-    text, code = shown(log_dir or default_log_dir(), run_id, host=host, as_json=as_json)
+    text, code = show_run(log_dir or default_log_dir(), run_id, host=host, as_json=as_json)
     write(sys.stdout, text)
     raise typer.Exit(code)
 

@@ -69,7 +69,7 @@ def demo_specs(count: int) -> list[NodeSpec]:
     """
     specs = []
     for i in range(1, count + 1):
-        unit = UnitSpec("sglang.service", gpus=ALL_GPUS, mib=70_000, process_name="sglang")
+        unit = UnitSpec(name="sglang.service", gpus=ALL_GPUS, mib=70_000, process_name="sglang")
         stray = WorkerSpec(gpus=(0,), mib=1523, name="python3", ignore_sigterm=i % 4 == 0)
         name = node_name(i)
         spec = NodeSpec(name=name, units=(unit,), workers=(stray,), linger_s=2.0 if i % 3 == 0 else 0.5,
@@ -108,7 +108,7 @@ def old_driver(count: int) -> str | None:
     return node_name(7 if count >= 8 else count - 1)
 
 
-def as_planned(report: RunReport, count: int) -> bool:
+def went_as_expected(report: RunReport, count: int) -> bool:
     """Every node clean but the sick one, which failed its health gate on the Xid; the older driver's node named
     the only odd one out, by its driver and its fabric manager alone."""
     bad = {n: h for n, h in report.hosts.items() if h.status is not HostStatus.CLEAN}
@@ -163,10 +163,10 @@ async def _demo(nodes: int, as_json: bool, log_dir: Path | None) -> int:
 
 def _verdict(report: RunReport, nodes: int, code: int = 0) -> int:
     """The demo's exit status: the run's when a signal cut it (130, a hang-up 129), else whether it went as
-    planned."""
+    expected."""
     if code in CUT:
         return code
-    if not as_planned(report, nodes):
+    if not went_as_expected(report, nodes):
         say("fleet demo: the run did not end as the demo planned (see above)")
         return 1
     if nodes > 1:
@@ -193,8 +193,8 @@ def slurm_roles(count: int) -> tuple[str | None, str | None]:
     return node_name(1), node_name(2)
 
 
-def slurm_as_planned(report: RunReport, count: int, cluster: SlurmCluster, via_srun: bool = False) -> list[str]:
-    """What did not go as the Slurm demo planned (empty: all of it did). Through srun, the admin's node is
+def slurm_surprises(report: RunReport, count: int, cluster: SlurmCluster, via_srun: bool = False) -> list[str]:
+    """What did not go as the Slurm demo expected (empty: all of it did). Through srun, the admin's node is
     skipped: a job step cannot run on a drained node."""
     busy, admin = slurm_roles(count)
     wrong = []
@@ -252,7 +252,7 @@ async def _slurm_demo(nodes: int, as_json: bool, log_dir: Path | None, via_srun:
                                                     per_host=True, recorded_as=DEMO, handle_signals=True)
                 say("\nwhat Slurm says now (sinfo -N):")
                 _sinfo(cluster)
-                wrong = slurm_as_planned(report, nodes, cluster, via_srun)
+                wrong = slurm_surprises(report, nodes, cluster, via_srun)
         say("simulated fleet and Slurm cluster torn down")
     if code in CUT:
         return code

@@ -19,11 +19,10 @@ host may start); the graph records it on the host.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -31,7 +30,7 @@ import anyio.lowlevel
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import Deadline, RunOptions, RunState
 from fleet.engine.schedulers import Scheduler
-from fleet.engine.walk import HostRun, walk_host, worst_by_phase
+from fleet.engine.walk import HostEnded, HostRun, Watch, walk_host, worst_by_phase
 from fleet.engine.waves import FailureBudget, split_waves, tolerated
 from fleet.inventory.host import Connection, Host
 from fleet.inventory.nodesets import fold
@@ -44,8 +43,6 @@ from fleet.transport import Transport, connect
 from fleet.transport.base import notes_of
 
 Connector = Callable[[Host], Awaitable[Transport]]
-HostEnded = Callable[[HostReport], None]  # told each host's final report as it finishes (the run's history)
-Watch = Callable[[Mapping[str, HostRun]], Coroutine[Any, Any, None]]  # watches the hosts as they go, until cancelled
 CLOSE_TIMEOUT_S = 5.0
 
 
@@ -191,9 +188,9 @@ class Gate:
 
 def host_runs(hosts: Sequence[Host], options: RunOptions) -> list[HostRun]:
     """Each host's progress as a run begins, with how long it can take where it may go wrong (`worst_by_phase`)."""
-    return [HostRun(h, worst_by_phase=worst_by_phase(h, options.mode, stop_units=options.stop_units,
-                                                     gpu_reset=options.gpu_reset,
-                                                     restore_settings=options.restore_settings)) for h in hosts]
+    return [HostRun(host=h, worst_by_phase=worst_by_phase(h, options.mode, stop_units=options.stop_units,
+                                                          gpu_reset=options.gpu_reset,
+                                                          restore_settings=options.restore_settings)) for h in hosts]
 
 
 async def run_hosts(
@@ -221,7 +218,7 @@ async def run_bounded(runs: Sequence[HostRun], options: RunOptions, run_id: str,
     is written; `watch`: the caller's view of the hosts as they go (the CLI's progress line), cancelled as the run
     ends."""
     started_at, t0 = datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic()
-    state = RunState(Deadline(options.deadline_s), started=t0)
+    state = RunState(deadline=Deadline(options.deadline_s), started=t0)
     async with anyio.create_task_group() as outer:
         if interrupts is not None:
             interrupts.cuts(outer.cancel_scope, state)

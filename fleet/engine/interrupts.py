@@ -85,7 +85,7 @@ class Cut(Protocol):
     by: str | None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Finishing:
     """Work a run must finish after a cancel, described for the second signal and abandoned at the third.
 
@@ -148,7 +148,7 @@ class Interrupts:
             scope.cancel()
 
     def finishing(self, doing: Callable[[], str | None], bound_s: float, left_behind: str) -> Finishing:
-        work = Finishing(doing, bound_s, left_behind)
+        work = Finishing(doing=doing, bound_s=bound_s, left_behind=left_behind)
         self._finishing.append(work)
         return work
 

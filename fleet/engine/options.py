@@ -24,7 +24,7 @@ class SchedulerOptions:
     fan_out: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
     """How a run goes: what it does to each host, and the bounds the CLI's run options set."""
 
@@ -64,7 +64,7 @@ class Deadline:
         return f"run deadline of {self.seconds:g} s reached"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunState:
     deadline: Deadline = field(default_factory=Deadline)
     interrupted: bool = False

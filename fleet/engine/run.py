@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from fleet.engine import schedulers
-from fleet.engine.graph import Connector, HostEnded, Watch, run_hosts
+from fleet.engine.graph import Connector, run_hosts
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions, RunState
+from fleet.engine.walk import HostEnded, Watch
 from fleet.inventory.host import Host
 from fleet.model.errors import UsageError
 from fleet.model.report import RunReport

@@ -20,7 +20,8 @@ from fleet.model import plugs
 if TYPE_CHECKING:
     from fleet.engine.interrupts import Interrupts
     from fleet.engine.options import RunOptions, RunState
-    from fleet.engine.walk import HostRun
+    from fleet.engine.walk import HostEnded, HostRun, Watch
+    from fleet.inventory.host import Host
     from fleet.inventory.load import Inventory
     from fleet.model.hostlog import HostLog
     from fleet.model.report import HostReport, HostStatus, Reason, RunReport, SchedulerRecord
@@ -58,7 +59,18 @@ class Scheduler(Protocol):
 REGISTRY = plugs.SCHEDULERS
 
 Lifecycle = Callable[["RunOptions", "RunLogs", "Interrupts | None"], "Scheduler"]
-RunVia = Callable[..., Awaitable[tuple["RunReport", "RunState"]]]
+
+
+class RunVia(Protocol):
+    """The run through the scheduler itself (`Plug.run_via`, taken when `SchedulerOptions.fan_out` asks): every
+    host's report, as `fleet.engine.graph.run_hosts` gives it, and the run's state."""
+
+    def __call__(self, hosts: Sequence[Host], options: RunOptions, logs: RunLogs, *,
+                 on_host_end: HostEnded | None = None, interrupts: Interrupts | None = None,
+                 watch: Watch | None = None,
+                 tell: Callable[[str], None] | None = None) -> Awaitable[tuple[RunReport, RunState]]: ...
+
+
 # (a part's name, the inventory or None) -> the host names of that part's nodes; UsageError when it has none. The
 # command line calls it before any run starts (no event loop yet: it runs its own).
 Targets = Callable[[str, "Inventory | None"], list[str]]
@@ -66,8 +78,7 @@ Targets = Callable[[str, "Inventory | None"], list[str]]
 
 @dataclass(frozen=True)
 class Plug:
-    """What a scheduler module provides. `run_via(hosts, options, logs, on_host_end=, interrupts=, watch=, tell=)`:
-    the run through the scheduler itself, when it can run the reset on its nodes."""
+    """What a scheduler module provides (see the module docstring)."""
 
     lifecycle: Lifecycle
     run_via: RunVia | None = None  # taken when `SchedulerOptions.fan_out` asks the scheduler to fan out

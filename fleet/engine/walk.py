@@ -11,9 +11,10 @@ A reset holds the node's lock (`fleet.reset.lock`) for its whole walk.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from fleet.inventory.host import Host
 from fleet.model.errors import CommandTimeout, StepFailed
@@ -63,7 +64,7 @@ class Mode(StrEnum):
         return "check" if self is Mode.CHECK else "reset"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HostRun:
     """The mutable progress of one host; frozen into a HostReport at the end."""
 
@@ -130,6 +131,10 @@ class HostRun:
                           killed=self.killed, gpus=self.gpus, plan=self.plan, scheduler=self.scheduler, reason=reason,
                           memory_before_mib=self.memory_before, health=self.health, start_s=start, kept=self.kept,
                           fabric_manager=self.fabric_manager, stopped=self.stopped, restored=self.restored)
+
+
+HostEnded = Callable[[HostReport], None]  # told each host's final report as it finishes (the run's history)
+Watch = Callable[[Mapping[str, HostRun]], Coroutine[Any, Any, None]]  # watches the hosts as they go, until cancelled
 
 
 def worst_by_phase(host: Host, mode: Mode, *, stop_units: bool = False, gpu_reset: bool = False,

@@ -134,7 +134,7 @@ def log_events(text: str) -> list[dict[str, Any]]:
     return events
 
 
-def shown(folder: Path, given: str, *, host: str | None, as_json: bool) -> tuple[str, int]:
+def show_run(folder: Path, given: str, *, host: str | None, as_json: bool) -> tuple[str, int]:
     """`fleet show`: what it prints on stdout, and its exit status. A run's summary.json (as it is, or for humans,
     as the run said it: the plan, the outcome folded, a line per host for a screenful of them), with the run's own
     exit status; one host's log (a readable line per event, or one JSON list of its events), 0; for a run with no
@@ -176,12 +176,12 @@ def read_summary(path: Path) -> RunPage:
     that is no JSON, or a document fleet cannot read, is a UsageError naming the file (and the key)."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-        return RunPage(run_from_document(document), Fields(document).text("fleet_version"))
+        return RunPage(report=run_from_document(document), fleet_version=Fields(document).text("fleet_version"))
     except ValueError as exc:  # no JSON, or a DocumentError
         raise UsageError(f"{path}: {exc}") from None
 
 
-def shown_html(folder: Path, given: str) -> str:
+def show_run_html(folder: Path, given: str) -> str:
     """`fleet show --html`: the path of the run's report.html, written first when it is not there: from the run's
     summary.json (a run of an older fleet), else from what the history has of it (a run killed before its end)."""
     run_id = resolve_run_id(folder, given)
@@ -191,15 +191,15 @@ def shown_html(folder: Path, given: str) -> str:
         return f"{path}\n"
     summary = run_folder / "summary.json"
     if summary.is_file():
-        shown_run = read_summary(summary)
+        page = read_summary(summary)
     else:
         with reading(folder) as history:
             record = history.get(run_id) if history else None
         if record is None:
             raise UsageError(f"run {run_id} has no summary.json and no record in {history_path(folder)}")
-        shown_run = record_page(record)
+        page = record_page(record)
     try:
         run_folder.mkdir(exist_ok=True)
-        return f"{write_page(run_folder, shown_run)}\n"
+        return f"{write_page(run_folder, page)}\n"
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc

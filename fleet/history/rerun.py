@@ -22,7 +22,7 @@ _WHAT = {RunKind.DRY_RUN: "a dry run (fleet reset --dry-run)", RunKind.CHECK: "a
          RunKind.DEMO: "the demo (fleet demo: simulated nodes)"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rerun:
     """What `--rerun-failed` does with a past run: reset `hosts` again (`exit_code` None), or stop at once
     with `exit_code`. `line` is for stderr either way (after `fleet: `; with exit 2, the usage error)."""
@@ -58,12 +58,15 @@ def decide(record: RunRecord) -> Rerun:
     run_id = record.run.run_id
     kind = run_kind(record.run)
     if kind is not RunKind.RESET:
-        return Rerun(run_id, (), f"--rerun-failed: run {run_id} was {_WHAT[kind]}, not a reset: it reset nothing;"
-                     " name a reset's run id, or `last` for the newest reset", exit_code=2)
+        return Rerun(run_id=run_id, hosts=(), exit_code=2,
+                     line=f"--rerun-failed: run {run_id} was {_WHAT[kind]}, not a reset: it reset nothing;"
+                     " name a reset's run id, or `last` for the newest reset")
     names = not_clean(record)
     if not names:
-        return Rerun(run_id, (), f"nothing to rerun: every host of run {run_id} ended clean", exit_code=0)
+        return Rerun(run_id=run_id, hosts=(), line=f"nothing to rerun: every host of run {run_id} ended clean",
+                     exit_code=0)
     ended = {h.host: h.status for h in record.hosts}
     how = counts_text(Counter(ended.get(name, NOT_RECORDED) for name in names))
     plural = "s" if len(names) > 1 else ""
-    return Rerun(run_id, tuple(names), f"rerunning {len(names)} host{plural} of run {run_id}: {fold(names)} ({how})")
+    return Rerun(run_id=run_id, hosts=tuple(names),
+                 line=f"rerunning {len(names)} host{plural} of run {run_id}: {fold(names)} ({how})")

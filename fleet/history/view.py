@@ -19,7 +19,7 @@ from fleet.model.errors import UsageError
 from fleet.model.report import HostStatus, RunReport
 from fleet.report.html_report import RunPage
 from fleet.report.render import human_lines
-from fleet.text import shown
+from fleet.text import terminal_safe
 
 _SINCE = re.compile(r"^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # Keys every log line has, shown in their own columns (or not at all).
@@ -162,9 +162,9 @@ def tally_line(summary: Mapping[str, Any]) -> str:
 
 
 def one_line(text: str, width: int = FIELD_WIDTH) -> str:
-    """A field of a line: its whitespace made single spaces, nothing in it acting on a terminal (`shown`), cut to
-    `width`."""
-    flat = shown(" ".join(text.split()))
+    """A field of a line: its whitespace made single spaces, nothing in it acting on a terminal (`terminal_safe`),
+    cut to `width`."""
+    flat = terminal_safe(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
@@ -184,8 +184,8 @@ def record_page(record: RunRecord) -> RunPage:
     run = record.run
     hosts = {row.host: host_from_row(row) for row in record.hosts}
     state = "ended without a summary" if run.finished else "has no end on record (still running, or killed)"
-    return RunPage(RunReport(run_id=run.run_id, command=run.command, started_at=run.started_at,
-                             duration_s=run.duration_s or 0.0, hosts=hosts), run.fleet_version,
+    return RunPage(report=RunReport(run_id=run.run_id, command=run.command, started_at=run.started_at,
+                                    duration_s=run.duration_s or 0.0, hosts=hosts), fleet_version=run.fleet_version,
                    ended=run.finished, not_on_record=tuple(n for n in run.targets if n not in hosts),
                    note=f"this run {state}: built from its history, {len(record.hosts)} of {len(run.targets)} hosts"
                         " on record")

@@ -70,7 +70,7 @@ class Connection(StrEnum):
     LOCAL = "local"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Var:
     """How one host variable is checked and documented: the metadata of its `Host` field."""
 
@@ -122,19 +122,20 @@ class Host:
 
     name: str
     address: Annotated[
-        str, Var("where to connect", check=validate.address, fallback=_host_name, shown="the host name")
+        str, Var(help="where to connect", check=validate.address, fallback=_host_name, shown="the host name")
     ]
     port: Annotated[
-        int | None, Var("SSH port; unset: ssh_config's `Port`, else 22", ge=1, le=65535, shown="unset")
+        int | None, Var(help="SSH port; unset: ssh_config's `Port`, else 22", ge=1, le=65535, shown="unset")
     ] = None
     user: Annotated[
         str | None,
-        Var("SSH user; unset: ssh_config's `User`, else the current user", check=validate.user_name, shown="unset"),
+        Var(help="SSH user; unset: ssh_config's `User`, else the current user", check=validate.user_name,
+            shown="unset"),
     ] = None
     identity_file: Annotated[
         str | None,
         Var(
-            "private key; a missing file is an inventory error; one with a passphrase is used through ssh-agent",
+            help="private key; a missing file is an inventory error; one with a passphrase is used through ssh-agent",
             check=validate.path,
             shown="ssh defaults",
         ),
@@ -142,7 +143,7 @@ class Host:
     known_hosts: Annotated[
         str | None,
         Var(
-            'host keys are always checked, never "accept"; a missing file (unset: no default one) is an inventory'
+            help='host keys are always checked, never "accept"; a missing file (unset: no default one) is an inventory'
             " error",
             check=validate.path,
             shown="ssh's: `~/.ssh/known_hosts{,2}`, `/etc/ssh/ssh_known_hosts{,2}`",
@@ -150,26 +151,26 @@ class Host:
     ] = None
     connection: Annotated[
         str,
-        Var("`ssh`, or `local` (run the same commands as local processes: a node resetting itself from a timer)",
+        Var(help="`ssh`, or `local` (run the same commands as local processes: a node resetting itself from a timer)",
             check=_transport, names=_transports),
     ] = Connection.SSH
     become: Annotated[
-        bool, Var("run the commands that need root (below) through `sudo -n`; the rest run as `user`")
+        bool, Var(help="run the commands that need root (below) through `sudo -n`; the rest run as `user`")
     ] = False
     gpus: Annotated[
-        int | None, Var("expected GPU count; verify fails on a mismatch (a GPU fallen off the bus)", ge=0, le=1024)
+        int | None, Var(help="expected GPU count; verify fails on a mismatch (a GPU fallen off the bus)", ge=0, le=1024)
     ] = None
     services: Annotated[
         tuple[str, ...],
         Var(
-            "systemd services to stop in drain: `.service` units only, never sshd's, never a protected process's",
+            help="systemd services to stop in drain: `.service` units only, never sshd's, never a protected process's",
             check=validate.service_unit,
         ),
     ] = ()
     devices: Annotated[
         tuple[str, ...],
         Var(
-            "globs of NVIDIA device files whose holders are killed: the file name starts with `nvidia`,"
+            help="globs of NVIDIA device files whose holders are killed: the file name starts with `nvidia`,"
             " or its folder with `nvidia-caps`",
             check=validate.device_glob,
             one_or_more=True,
@@ -177,64 +178,65 @@ class Host:
     ] = DEFAULT_DEVICES
     protected: Annotated[
         tuple[str, ...],
-        Var("extra process names never killed, added to the built-in list", check=validate.process_name),
+        Var(help="extra process names never killed, added to the built-in list", check=validate.process_name),
     ] = ()
     kill_users: Annotated[
         tuple[str, ...],
         Var(
-            "when set, only processes of these users are killed; others are kept and named",
+            help="when set, only processes of these users are killed; others are kept and named",
             check=validate.user_name,
             shown="none (any user)",
         ),
     ] = ()
     health_warn: Annotated[
         tuple[str, ...],
-        Var("health checks that only warn on this host instead of failing it", check=_health_check),
+        Var(help="health checks that only warn on this host instead of failing it", check=_health_check),
     ] = ()
     health_fail: Annotated[
         tuple[str, ...],
-        Var("health checks that fail this host where they would only warn (`gpu_settings`, `ecc_corrected`...)",
+        Var(help="health checks that fail this host where they would only warn (`gpu_settings`, `ecc_corrected`...)",
             check=_health_check),
     ] = ()
     health_ignore: Annotated[
         tuple[str, ...],
-        Var("health checks not judged on this host (reported nowhere)", check=_health_check),
+        Var(help="health checks not judged on this host (reported nowhere)", check=_health_check),
     ] = ()
     gpu_settings: Annotated[
         GpuProfile,
-        Var("the GPU settings every GPU is expected to have, judged by the health check `gpu_settings` and restored "
-            "by `--restore-settings` ([GPU settings](#gpu-settings-the-clean-slate-includes-the-gpus-settings))",
+        Var(help="the GPU settings every GPU is expected to have, judged by the health check `gpu_settings` and "
+                 "restored by `--restore-settings` "
+                 "([GPU settings](#gpu-settings-the-clean-slate-includes-the-gpus-settings))",
             words="mapping: `persistence`, `compute_mode`, `mig`, `power_limit`, `clocks`, `ecc`",
             shown="persistence on, `Default` compute mode, MIG off, default power limit, no locked or application "
                   "clocks, ECC not judged"),
     ] = DEFAULT_PROFILE
-    nvidia_smi: Annotated[str, Var("the nvidia-smi to run", check=validate.executable)] = "nvidia-smi"
+    nvidia_smi: Annotated[str, Var(help="the nvidia-smi to run", check=validate.executable)] = "nvidia-smi"
     memory_threshold_mib: Annotated[
-        int, Var("a GPU at or under this many MiB used is clean", ge=0, le=1_048_576)
+        int, Var(help="a GPU at or under this many MiB used is clean", ge=0, le=1_048_576)
     ] = 16
     mig_memory_threshold_mib: Annotated[
         int,
         Var(
-            "the same for a GPU in MIG mode: its GPU instances reserve memory with no process"
+            help="the same for a GPU in MIG mode: its GPU instances reserve memory with no process"
             " (an idle H200 with 4 instances: 55 MiB)",
             ge=0,
             le=1_048_576,
         ),
     ] = 256
     connect_timeout: Annotated[float, Var(
-        "seconds to open the SSH session (connect and log in), of the controller's attention (below); the name "
+        help="seconds to open the SSH session (connect and log in), of the controller's attention (below); the name "
         "lookup has as many again, apart", gt=0, le=300)] = 10.0
-    command_timeout: Annotated[float, Var("seconds any one remote command may take; nvidia-smi 3 times this",
+    command_timeout: Annotated[float, Var(help="seconds any one remote command may take; nvidia-smi 3 times this",
                                           gt=0, le=3600)] = 10.0
     drain_timeout: Annotated[
-        float, Var("seconds for the units to stop before they are SIGKILLed", gt=0, le=3600)
+        float, Var(help="seconds for the units to stop before they are SIGKILLed", gt=0, le=3600)
     ] = 30.0
-    kill_grace: Annotated[float, Var("seconds between SIGTERM and SIGKILL", gt=0, le=300)] = 5.0
-    settle_timeout: Annotated[float, Var("seconds for GPU memory to come back", gt=0, le=3600)] = 60.0
+    kill_grace: Annotated[float, Var(help="seconds between SIGTERM and SIGKILL", gt=0, le=300)] = 5.0
+    settle_timeout: Annotated[float, Var(help="seconds for GPU memory to come back", gt=0, le=3600)] = 60.0
     gpu_reset_timeout: Annotated[
         float,
         Var(
-            "seconds `--gpu-reset`'s `nvidia-smi -r` may take on the host, all its resets together: a whole"
+            help="seconds `--gpu-reset`'s `nvidia-smi -r` may take on the host, all its resets together: a whole"
             " NVSwitch baseboard's reset can take minutes, far longer than `command_timeout`",
             gt=0,
             le=3600,
@@ -243,7 +245,7 @@ class Host:
     lock_file: Annotated[
         str,
         Var(
-            "the node's reset lock: an absolute path in a lock, run or tmp folder (never under /dev, /proc, /sys"
+            help="the node's reset lock: an absolute path in a lock, run or tmp folder (never under /dev, /proc, /sys"
             " or /etc, never directly in /run, /tmp or /run/lock, and for a node that is not `simulated` never under"
             " a tree other users may create folders in: /tmp, /var/tmp, /dev/shm, /run/lock, /var/lock, /run/user,"
             " /home), whose folder fleet keeps as root's own, mode 0700, every folder above it root's and writable by"
@@ -254,7 +256,7 @@ class Host:
     simulated: Annotated[
         bool,
         Var(
-            "a `fleet.sim` simulated node: fleet reads each process's systemd unit from the simulator's"
+            help="a `fleet.sim` simulated node: fleet reads each process's systemd unit from the simulator's"
             " `FLEET_SIM_UNIT` environment entry instead of `/proc/PID/cgroup`,"
             " since a simulated node has no cgroups of its own"
         ),

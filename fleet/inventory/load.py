@@ -177,7 +177,7 @@ def host_vars_model() -> type[HostVars]:
     return _models().host_vars
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Inventory:
     """Every host with its variables resolved, every group's resolved members, and where each value came from."""
 

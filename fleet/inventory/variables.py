@@ -17,7 +17,7 @@ from fleet.inventory.host import Host, Var
 from fleet.model import plugs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Variable:
     """One host variable: its `Host` field's name, type (without the `Var`) and default, and its `Var`."""
 
@@ -56,7 +56,7 @@ def declared(record: type) -> tuple[Variable, ...]:
         hint = hints[field.name]
         var = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Var)), None)
         if var is not None:
-            found.append(Variable(field.name, hint.__origin__, field.default, var))
+            found.append(Variable(name=field.name, type=hint.__origin__, default=field.default, var=var))
     return tuple(found)
 
 

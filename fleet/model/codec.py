@@ -147,7 +147,7 @@ class Fields:
     def __init__(self, value: object, where: str = "", parent: Fields | None = None, index: int | None = None) -> None:
         self._key, self._parent, self._index = where, parent, index
         if not isinstance(value, dict):
-            raise DocumentError(f"{self.where or 'the document'}: expected an object, got {shown(value)}")
+            raise DocumentError(f"{self.where or 'the document'}: expected an object, got {short_repr(value)}")
         self.document: dict[str, object] = value
 
     @property
@@ -170,7 +170,7 @@ class Fields:
             return default
         if isinstance(value, kinds) and not isinstance(value, bool):  # a subclass (a StrEnum for a string)
             return value
-        raise DocumentError(f"{self.path(key)}: expected {expected}, got {shown(value)}")
+        raise DocumentError(f"{self.path(key)}: expected {expected}, got {short_repr(value)}")
 
     def text(self, key: str, default: str = ABSENT) -> str:
         return str(self._get(key, default, (str,), "a string"))
@@ -197,7 +197,7 @@ class Fields:
     def _finite(self, key: str, value: float, expected: str) -> float:
         """JSON as Python reads it takes NaN and Infinity: no duration or time fleet reports is either."""
         if not math.isfinite(value):
-            raise DocumentError(f"{self.path(key)}: expected {expected}, got {shown(value)}")
+            raise DocumentError(f"{self.path(key)}: expected {expected}, got {short_repr(value)}")
         return value
 
     def boolean(self, key: str, default: bool = ABSENT) -> bool:
@@ -218,7 +218,7 @@ class Fields:
         try:
             return kind(value)
         except ValueError:
-            raise DocumentError(f"{self.path(key)}: {shown(value)} is no {kind.__name__} fleet knows") from None
+            raise DocumentError(f"{self.path(key)}: {short_repr(value)} is no {kind.__name__} fleet knows") from None
 
     def items(self, key: str, read: Callable[[Fields], T], default: Sequence[object] = ABSENT) -> tuple[T, ...]:
         """A list of objects, each read by `read`."""
@@ -233,7 +233,7 @@ class Fields:
             return None
         for i, value in enumerate(found):
             if type(value) not in kinds and (isinstance(value, bool) or not isinstance(value, kinds)):
-                raise DocumentError(f"{self.path(key)}[{i}]: expected {expected}, got {shown(value)}")
+                raise DocumentError(f"{self.path(key)}[{i}]: expected {expected}, got {short_repr(value)}")
         return tuple(found)
 
     def inner(self, key: str) -> Fields | None:
@@ -242,7 +242,7 @@ class Fields:
         return None if value is None else Fields(value, key, self)
 
 
-def shown(value: object) -> str:
+def short_repr(value: object) -> str:
     """A value in an error: short, on one line."""
     text = repr(value) if not isinstance(value, dict | list) else type(value).__name__
     return text if len(text) <= 40 else text[:37] + "..."

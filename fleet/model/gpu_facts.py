@@ -104,7 +104,7 @@ def word(what: str) -> Reader[str]:
 # --- the table ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Field(Generic[T]):
     """One fact of a GPU nvidia-smi reads: see the module."""
 
@@ -134,37 +134,39 @@ class Field(Generic[T]):
 _LINK = ("PCI", "GPU Link Info")
 _VOLATILE = ("ECC Errors", "Volatile")
 
-PERSISTENCE = Field("persistence", "persistence_mode", (("Persistence Mode",),), switch("Enabled", "Disabled"),
-                    check="persistence", sim="Enabled")
+PERSISTENCE = Field(name="persistence", query="persistence_mode", q=(("Persistence Mode",),),
+                    read=switch("Enabled", "Disabled"), check="persistence", sim="Enabled")
 ECC_CORRECTED = Field(
-    "ecc_corrected", "ecc.errors.corrected.volatile.total",
-    ((*_VOLATILE, "SRAM Correctable"), (*_VOLATILE, "DRAM Correctable"), (*_VOLATILE, "Single Bit", "Total")),
-    count("ECC error count"), check="ecc_corrected", strict=True, total=True, sim="0")
+    name="ecc_corrected", query="ecc.errors.corrected.volatile.total",
+    q=((*_VOLATILE, "SRAM Correctable"), (*_VOLATILE, "DRAM Correctable"), (*_VOLATILE, "Single Bit", "Total")),
+    read=count("ECC error count"), check="ecc_corrected", strict=True, total=True, sim="0")
 ECC_UNCORRECTED = Field(
-    "ecc_uncorrected", "ecc.errors.uncorrected.volatile.total",
-    ((*_VOLATILE, "DRAM Uncorrectable"), (*_VOLATILE, "SRAM Uncorrectable"), (*_VOLATILE, "SRAM Uncorrectable Parity"),
-     (*_VOLATILE, "SRAM Uncorrectable SEC-DED"), (*_VOLATILE, "Double Bit", "Total")),
-    count("ECC error count"), check="ecc_uncorrected", strict=True, total=True, sim="0")
+    name="ecc_uncorrected", query="ecc.errors.uncorrected.volatile.total",
+    q=((*_VOLATILE, "DRAM Uncorrectable"), (*_VOLATILE, "SRAM Uncorrectable"),
+       (*_VOLATILE, "SRAM Uncorrectable Parity"), (*_VOLATILE, "SRAM Uncorrectable SEC-DED"),
+       (*_VOLATILE, "Double Bit", "Total")),
+    read=count("ECC error count"), check="ecc_uncorrected", strict=True, total=True, sim="0")
 RETIRED_PENDING = Field(  # `Pending Page Blacklist` (most drivers) or `Pending Page Retirement` (newer ones)
-    "retired_pending", "retired_pages.pending",
-    (("Retired Pages", "Pending Page Blacklist"), ("Retired Pages", "Pending Page Retirement")),
-    switch("Yes", "No"), check="retired_pending", strict=True)
-REMAP_PENDING = Field("remap_pending", "remapped_rows.pending", (("Remapped Rows", "Pending"),), switch("Yes", "No"),
-                      check="remap_pending", strict=True, display="ROW_REMAPPER", sim="No")
-REMAP_FAILED = Field("remap_failed", "remapped_rows.failure", (("Remapped Rows", "Remapping Failure Occurred"),),
-                     switch("Yes", "No"), check="remap_failed", strict=True, display="ROW_REMAPPER", sim="No")
-FABRIC_STATE = Field("fabric_state", "fabric.state", (("Fabric", "State"),), word("fabric state"), check="fabric",
-                     strict=True, sim="Completed")
-FABRIC_STATUS = Field("fabric_status", "fabric.status", (("Fabric", "Status"),), word("fabric status"),
-                      check="fabric", strict=True, sim="Success")
-PCIE_GEN = Field("pcie_gen", "pcie.link.gen.current", ((*_LINK, "PCIe Generation", "Current"),),
-                 count("PCIe generation"), sim="5")
-PCIE_GEN_MAX = Field("pcie_gen_max", "pcie.link.gen.max", ((*_LINK, "PCIe Generation", "Max"),),
-                     count("PCIe generation"), sim="5")
-PCIE_WIDTH = Field("pcie_width", "pcie.link.width.current", ((*_LINK, "Link Width", "Current"),),
-                   count("PCIe link width"), check="pcie_width", unit="x", sim="16")
-PCIE_WIDTH_MAX = Field("pcie_width_max", "pcie.link.width.max", ((*_LINK, "Link Width", "Max"),),
-                       count("PCIe link width"), check="pcie_width", unit="x", sim="16")
+    name="retired_pending", query="retired_pages.pending",
+    q=(("Retired Pages", "Pending Page Blacklist"), ("Retired Pages", "Pending Page Retirement")),
+    read=switch("Yes", "No"), check="retired_pending", strict=True)
+REMAP_PENDING = Field(name="remap_pending", query="remapped_rows.pending", q=(("Remapped Rows", "Pending"),),
+                      read=switch("Yes", "No"), check="remap_pending", strict=True, display="ROW_REMAPPER", sim="No")
+REMAP_FAILED = Field(name="remap_failed", query="remapped_rows.failure",
+                     q=(("Remapped Rows", "Remapping Failure Occurred"),), read=switch("Yes", "No"),
+                     check="remap_failed", strict=True, display="ROW_REMAPPER", sim="No")
+FABRIC_STATE = Field(name="fabric_state", query="fabric.state", q=(("Fabric", "State"),), read=word("fabric state"),
+                     check="fabric", strict=True, sim="Completed")
+FABRIC_STATUS = Field(name="fabric_status", query="fabric.status", q=(("Fabric", "Status"),),
+                      read=word("fabric status"), check="fabric", strict=True, sim="Success")
+PCIE_GEN = Field(name="pcie_gen", query="pcie.link.gen.current", q=((*_LINK, "PCIe Generation", "Current"),),
+                 read=count("PCIe generation"), sim="5")
+PCIE_GEN_MAX = Field(name="pcie_gen_max", query="pcie.link.gen.max", q=((*_LINK, "PCIe Generation", "Max"),),
+                     read=count("PCIe generation"), sim="5")
+PCIE_WIDTH = Field(name="pcie_width", query="pcie.link.width.current", q=((*_LINK, "Link Width", "Current"),),
+                   read=count("PCIe link width"), check="pcie_width", unit="x", sim="16")
+PCIE_WIDTH_MAX = Field(name="pcie_width_max", query="pcie.link.width.max", q=((*_LINK, "Link Width", "Max"),),
+                       read=count("PCIe link width"), check="pcie_width", unit="x", sim="16")
 
 # --- the settings a last user may leave behind: read in the same reads, recorded, not judged here ---
 # From the captures in tests/fixtures/nvidia-smi (SOURCES.md): --query-gpu names and values from the 590.48.01 H100
@@ -185,37 +187,45 @@ _REASONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")  # 535 and newer;
 _MHZ = " MHz"
 _DEPRECATED = "[Requested functionality has been deprecated]"  # application clocks on 590 (the H100 capture)
 
-PRODUCT = Field("name", "name", (("Product Name",),), word("GPU model"), sim="NVIDIA H100 80GB HBM3")
-VBIOS = Field("vbios", "vbios_version", (("VBIOS Version",),), word("VBIOS version"), sim="96.00.A5.00.01")
-DRIVER = Field("driver", "driver_version", (("Driver Version",),), word("driver version"), sim="590.48.01")
-COMPUTE_MODE = Field("compute_mode", "compute_mode", (("Compute Mode",),), word("compute mode"), sim="Default")
-MIG = Field("mig", "mig.mode.current", (("MIG Mode", "Current"),), switch("Enabled", "Disabled"), sim="Disabled")
-MIG_PENDING = Field("mig_pending", "mig.mode.pending", (("MIG Mode", "Pending"),), switch("Enabled", "Disabled"),
-                    sim="Disabled")
-ECC = Field("ecc", "ecc.mode.current", (("ECC Mode", "Current"),), switch("Enabled", "Disabled"), sim="Enabled")
-ECC_PENDING = Field("ecc_pending", "ecc.mode.pending", (("ECC Mode", "Pending"),), switch("Enabled", "Disabled"),
-                    sim="Enabled")
-POWER_LIMIT = Field("power_limit_w", "power.limit", ((_POWER, "Requested Power Limit"), (_OLD_POWER, "Power Limit")),
-                    watts("power limit"), unit=" W", sim="700.00")
-ENFORCED_POWER_LIMIT = Field("enforced_power_limit_w", "enforced.power.limit",
-                             ((_POWER, "Current Power Limit"), (_OLD_POWER, "Enforced Power Limit")),
-                             watts("enforced power limit"), unit=" W", sim="700.00")
-DEFAULT_POWER_LIMIT = Field("default_power_limit_w", "power.default_limit",
-                            ((_POWER, "Default Power Limit"), (_OLD_POWER, "Default Power Limit")),
-                            watts("default power limit"), unit=" W", sim="700.00")
-APP_CLOCKS_SETTING = Field("app_clocks_setting", "clocks_event_reasons.applications_clocks_setting",
-                           tuple((reasons, "Applications Clocks Setting") for reasons in _REASONS),
-                           switch("Active", "Not Active"), sim="Not Active")
-APP_CLOCK_GRAPHICS = Field("app_clock_graphics_mhz", "clocks.applications.graphics",
-                           (("Applications Clocks", "Graphics"),), count("application clock"), unit=_MHZ,
+PRODUCT = Field(name="name", query="name", q=(("Product Name",),), read=word("GPU model"),
+                sim="NVIDIA H100 80GB HBM3")
+VBIOS = Field(name="vbios", query="vbios_version", q=(("VBIOS Version",),), read=word("VBIOS version"),
+              sim="96.00.A5.00.01")
+DRIVER = Field(name="driver", query="driver_version", q=(("Driver Version",),), read=word("driver version"),
+               sim="590.48.01")
+COMPUTE_MODE = Field(name="compute_mode", query="compute_mode", q=(("Compute Mode",),), read=word("compute mode"),
+                     sim="Default")
+MIG = Field(name="mig", query="mig.mode.current", q=(("MIG Mode", "Current"),), read=switch("Enabled", "Disabled"),
+            sim="Disabled")
+MIG_PENDING = Field(name="mig_pending", query="mig.mode.pending", q=(("MIG Mode", "Pending"),),
+                    read=switch("Enabled", "Disabled"), sim="Disabled")
+ECC = Field(name="ecc", query="ecc.mode.current", q=(("ECC Mode", "Current"),), read=switch("Enabled", "Disabled"),
+            sim="Enabled")
+ECC_PENDING = Field(name="ecc_pending", query="ecc.mode.pending", q=(("ECC Mode", "Pending"),),
+                    read=switch("Enabled", "Disabled"), sim="Enabled")
+POWER_LIMIT = Field(name="power_limit_w", query="power.limit",
+                    q=((_POWER, "Requested Power Limit"), (_OLD_POWER, "Power Limit")),
+                    read=watts("power limit"), unit=" W", sim="700.00")
+ENFORCED_POWER_LIMIT = Field(name="enforced_power_limit_w", query="enforced.power.limit",
+                             q=((_POWER, "Current Power Limit"), (_OLD_POWER, "Enforced Power Limit")),
+                             read=watts("enforced power limit"), unit=" W", sim="700.00")
+DEFAULT_POWER_LIMIT = Field(name="default_power_limit_w", query="power.default_limit",
+                            q=((_POWER, "Default Power Limit"), (_OLD_POWER, "Default Power Limit")),
+                            read=watts("default power limit"), unit=" W", sim="700.00")
+APP_CLOCKS_SETTING = Field(name="app_clocks_setting", query="clocks_event_reasons.applications_clocks_setting",
+                           q=tuple((reasons, "Applications Clocks Setting") for reasons in _REASONS),
+                           read=switch("Active", "Not Active"), sim="Not Active")
+APP_CLOCK_GRAPHICS = Field(name="app_clock_graphics_mhz", query="clocks.applications.graphics",
+                           q=(("Applications Clocks", "Graphics"),), read=count("application clock"), unit=_MHZ,
                            sim=_DEPRECATED)
-APP_CLOCK_MEMORY = Field("app_clock_memory_mhz", "clocks.applications.memory", (("Applications Clocks", "Memory"),),
-                         count("application clock"), unit=_MHZ, sim=_DEPRECATED)
-DEFAULT_APP_CLOCK_GRAPHICS = Field("default_app_clock_graphics_mhz", "clocks.default_applications.graphics",
-                                   (("Default Applications Clocks", "Graphics"),), count("application clock"),
+APP_CLOCK_MEMORY = Field(name="app_clock_memory_mhz", query="clocks.applications.memory",
+                         q=(("Applications Clocks", "Memory"),), read=count("application clock"), unit=_MHZ,
+                         sim=_DEPRECATED)
+DEFAULT_APP_CLOCK_GRAPHICS = Field(name="default_app_clock_graphics_mhz", query="clocks.default_applications.graphics",
+                                   q=(("Default Applications Clocks", "Graphics"),), read=count("application clock"),
                                    unit=_MHZ, sim=_DEPRECATED)
-DEFAULT_APP_CLOCK_MEMORY = Field("default_app_clock_memory_mhz", "clocks.default_applications.memory",
-                                 (("Default Applications Clocks", "Memory"),), count("application clock"),
+DEFAULT_APP_CLOCK_MEMORY = Field(name="default_app_clock_memory_mhz", query="clocks.default_applications.memory",
+                                 q=(("Default Applications Clocks", "Memory"),), read=count("application clock"),
                                  unit=_MHZ, sim=_DEPRECATED)
 SETTINGS: tuple[Field[Any], ...] = (
     PRODUCT, VBIOS, DRIVER, PERSISTENCE, COMPUTE_MODE, MIG, MIG_PENDING, ECC, ECC_PENDING, POWER_LIMIT,
@@ -297,7 +307,7 @@ class GpuHealth:
         return replace(self, facts={name: value for name, value in merged.items() if value is not None})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuSettings:
     """The settings of one GPU a benchmark's results depend on, as nvidia-smi said them (None: not said, not
     applicable, or an error note): the rows of `SETTINGS`, by name. Recorded in the report; judged against the

@@ -41,7 +41,7 @@ from fleet.model.outcomes import Level
 __all__ = ["TABLE", "Check", "by_name", "checks", "names", "registered", "unread"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Check:
     """One health check: a row of docs/operating.md's table of the health gate."""
 
@@ -129,31 +129,38 @@ def _s(n: int) -> str:
 # persistence: https://docs.nvidia.com/deploy/driver-persistence/ ; Xids: https://docs.nvidia.com/deploy/
 # xid-errors/ (the catalog for Ampere and newer: analyzing-xid-catalog.html).
 TABLE: tuple[Check, ...] = (
-    Check("ecc_uncorrected", Level.FAIL, "an uncorrectable ECC error since the driver loaded: the GPU's memory "
-          "gave wrong data; NVIDIA's page retirement / row remapping needs a reset to take the bad memory out", 3,
-          _ecc_uncorrected),
-    Check("ecc_corrected", Level.WARN, "correctable (single-bit) ECC errors were fixed in flight; worth watching, "
-          "no effect on results", 8, _ecc_corrected),
-    Check("retired_pending", Level.FAIL, "pages are waiting to be retired (Pending Page Blacklist): they stay in "
-          "use until the GPU is reset (dynamic page retirement)", 5, _retired_pending),
-    Check("remap_pending", Level.FAIL, "a row remapping is pending: the bad row stays in use until the GPU is "
-          "reset (A100+ memory error management)", 4, _remap_pending),
-    Check("remap_failed", Level.FAIL, "a row remapping failed: the bank is out of spare rows, an RMA criterion "
-          "(A100+ memory error management)", 2, _remap_failed),
-    Check("persistence", Level.WARN, "persistence mode off: the driver tears down and re-initialises the GPU "
-          "between clients (slower starts, state lost); NVIDIA recommends the persistence daemon", 9, _persistence),
-    Check("fabric", Level.FAIL, "the GPU's NVLink fabric registration is not Completed/Success: CUDA "
-          "initialisation fails or runs without NVLink (Fabric Manager user guide)", 6, _fabric),
-    Check("pcie_width", Level.FAIL, "the PCIe link trained narrower than the GPU can do: host transfers run at a "
-          "fraction of their speed (a seating, riser or slot fault)", 7, _pcie_width),
-    Check("gpu_settings", Level.WARN, "a GPU setting a last user may leave behind is not the host's `gpu_settings` "
-          "profile (locked or application clocks, a lowered power limit, compute mode, MIG, ECC mode): the next "
-          "benchmark runs differently on that GPU; `--restore-settings` restores it", 10,
-          source="verify's nvidia-smi reads, against `gpu_settings` (below)"),
-    Check("xid", Level.FAIL, "an Xid NVIDIA lists as needing a reset, reboot or RMA, or any Xid logged during the "
-          "reset but an application's of a process the reset ended; other Xids since boot only warn (Xid errors); a "
-          "kernel log fleet could not read fails too", 1,
-          source="the kernel log (`journalctl -k -b`, below)"),
+    Check(name="ecc_uncorrected", default=Level.FAIL, rank=3, finding=_ecc_uncorrected,
+          why="an uncorrectable ECC error since the driver loaded: the GPU's memory gave wrong data; NVIDIA's page "
+              "retirement / row remapping needs a reset to take the bad memory out"),
+    Check(name="ecc_corrected", default=Level.WARN, rank=8, finding=_ecc_corrected,
+          why="correctable (single-bit) ECC errors were fixed in flight; worth watching, no effect on results"),
+    Check(name="retired_pending", default=Level.FAIL, rank=5, finding=_retired_pending,
+          why="pages are waiting to be retired (Pending Page Blacklist): they stay in use until the GPU is reset "
+              "(dynamic page retirement)"),
+    Check(name="remap_pending", default=Level.FAIL, rank=4, finding=_remap_pending,
+          why="a row remapping is pending: the bad row stays in use until the GPU is reset (A100+ memory error "
+              "management)"),
+    Check(name="remap_failed", default=Level.FAIL, rank=2, finding=_remap_failed,
+          why="a row remapping failed: the bank is out of spare rows, an RMA criterion (A100+ memory error "
+              "management)"),
+    Check(name="persistence", default=Level.WARN, rank=9, finding=_persistence,
+          why="persistence mode off: the driver tears down and re-initialises the GPU between clients (slower "
+              "starts, state lost); NVIDIA recommends the persistence daemon"),
+    Check(name="fabric", default=Level.FAIL, rank=6, finding=_fabric,
+          why="the GPU's NVLink fabric registration is not Completed/Success: CUDA initialisation fails or runs "
+              "without NVLink (Fabric Manager user guide)"),
+    Check(name="pcie_width", default=Level.FAIL, rank=7, finding=_pcie_width,
+          why="the PCIe link trained narrower than the GPU can do: host transfers run at a fraction of their speed "
+              "(a seating, riser or slot fault)"),
+    Check(name="gpu_settings", default=Level.WARN, rank=10,
+          source="verify's nvidia-smi reads, against `gpu_settings` (below)",
+          why="a GPU setting a last user may leave behind is not the host's `gpu_settings` profile (locked or "
+              "application clocks, a lowered power limit, compute mode, MIG, ECC mode): the next benchmark runs "
+              "differently on that GPU; `--restore-settings` restores it"),
+    Check(name="xid", default=Level.FAIL, rank=1, source="the kernel log (`journalctl -k -b`, below)",
+          why="an Xid NVIDIA lists as needing a reset, reboot or RMA, or any Xid logged during the reset but an "
+              "application's of a process the reset ended; other Xids since boot only warn (Xid errors); a kernel "
+              "log fleet could not read fails too"),
 )
 _current: list[tuple[Check, ...]] = [TABLE]
 

@@ -90,14 +90,14 @@ def node_settings(gpus: Sequence[GpuSettings | None], listed: int | None = None,
     `listed`: how many GPUs verify listed (the count compared; by default how many settings there are);
     `fabric_manager`: verify's read of it (None: not read, so not observed)."""
     values: dict[str, str | None] = {GPU_COUNT.name: str(len(gpus) if listed is None else listed)}
-    shown = _shown(gpus)
-    for prop, seen in zip(PROPERTIES, zip(*shown, strict=True) if shown else [()] * len(PROPERTIES), strict=True):
+    per_gpu = _values_per_gpu(gpus)
+    for prop, seen in zip(PROPERTIES, zip(*per_gpu, strict=True) if per_gpu else [()] * len(PROPERTIES), strict=True):
         values[prop.name] = _fold(seen) if seen else None
     values[FABRIC_MANAGER.name] = _fabric_manager(fabric_manager)
     return values
 
 
-def _shown(gpus: Sequence[GpuSettings | None]) -> list[tuple[str | None, ...]]:
+def _values_per_gpu(gpus: Sequence[GpuSettings | None]) -> list[tuple[str | None, ...]]:
     """Each GPU's values of `PROPERTIES`, in order (None each: a GPU whose settings were not read); a GPU whose
     settings are the GPU before it's (nearly every GPU of a node; their attributes' dicts equal, compared in C: the
     fields a dataclass compares) has that GPU's values, not worked out again."""

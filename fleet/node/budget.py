@@ -26,14 +26,14 @@ class Room:
         return self.window + self.slack
 
     def start(self) -> TimeBudget:
-        return TimeBudget(self.window, slack=self.slack)
+        return TimeBudget(window=self.window, slack=self.slack)
 
 
 class BudgetSpent(Exception):
     """A step ran out of its time budget before it could start a command."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TimeBudget:
     """A step's time on the attention clock.
 

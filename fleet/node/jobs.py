@@ -16,7 +16,7 @@ from functools import cache
 from fleet.model import plugs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobSide:
     """One scheduler's jobs as a node shows them (see the module docstring). Job ids are the scheduler's own words
     for them, as text (Slurm's numbers, a pod's UID)."""

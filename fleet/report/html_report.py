@@ -38,7 +38,7 @@ BUCKETS = (("m0", 16, "≤ 16 MiB"), ("m1", 1024, "≤ 1 GiB"), ("m2", 16384, "�
 NO_OUTCOME = "the history has no outcome of this host in this run"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunPage:
     """What report.html shows of a run: its report and the fleet version that wrote it. A run built from its
     history (no summary.json: killed, or still going) has `ended` False when its end is not on record, the targets

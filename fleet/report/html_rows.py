@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from fleet.model.report import HostReport, StepStatus
 
@@ -67,7 +67,8 @@ def segments(host: Host) -> list[Bar]:
     return out
 
 
-class Row(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class Row:
     """A host as each part of the page shows it: `name` as HTML, its status and class, its bars (`segments`)."""
 
     name: str
@@ -82,5 +83,5 @@ def rows(hosts: Hosts) -> dict[str, Row]:
     out = {}
     for name, host in hosts.items():
         status = status_of(host)
-        out[name] = Row(esc(name), host, status, status_class(status), segments(host))
+        out[name] = Row(name=esc(name), host=host, status=status, css=status_class(status), bars=segments(host))
     return out

@@ -40,7 +40,7 @@ def on_run_axis(rows: Rows) -> bool:
     return all(r.host is not None and r.host.start_s is not None for r in rows.values() if r.bars)
 
 
-def placed(row: Row, run_axis: bool) -> list[Bar]:
+def bars_on_axis(row: Row, run_axis: bool) -> list[Bar]:
     """The host's bars on the timeline's axis: on the run's, its steps from its `start_s`, after its Slurm wait (its
     own bar, `wait`, ending where the host started); else its steps from 0 (no wait: it would lie before 0)."""
     host, bars = row.host, row.bars
@@ -76,7 +76,7 @@ def _bar(row: Row, extent: float, run_axis: bool) -> str:
     scale = BAR_UNITS / extent
     rects = "".join(f"<rect class=\"{kind}\" x=\"{start * scale:.1f}\" width=\"{max(length * scale, 0.5):.1f}\""
                     f" height=\"10\"><title>{words}</title></rect>" for kind, start, length, words
-                    in placed(row, run_axis))
+                    in bars_on_axis(row, run_axis))
     if not rects:
         waited = job_wait(row.host)
         why = f" (waited {waited:.1f} s for its {esc(scheduler_title(row.host))} jobs)" if waited else ""

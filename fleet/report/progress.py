@@ -54,7 +54,7 @@ class Progressing(Protocol):
     def locking(self) -> float | None: ...  # since when it waits for the node's reset lock (None: not waiting)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Snapshot:
     """The run at one moment: counts, the slowest hosts in flight, elapsed, an estimate of what is left."""
 
@@ -98,7 +98,8 @@ def snapshot(hosts: Mapping[str, Progressing], started: float, now: float) -> Sn
                 locked_out.append((name, now - locking))
     slowest = tuple(sorted(flying, key=lambda f: -f[2])[:SLOWEST])
     eta = _eta(durations, [f[2] for f in flying], worst, waiting)
-    return Snapshot(len(hosts), done, in_flight, waiting, now - started, eta, slowest, tuple(locked_out))
+    return Snapshot(total=len(hosts), done=done, in_flight=in_flight, waiting=waiting, elapsed_s=now - started,
+                    eta_s=eta, slowest=slowest, locked_out=tuple(locked_out))
 
 
 def lock_line(snap: Snapshot) -> str | None:

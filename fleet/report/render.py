@@ -12,7 +12,7 @@ from fleet.model.codec import host_to_document, json_writer
 from fleet.model.report import HostReport, HostStatus, RunReport, StepName, StepStatus
 from fleet.report import uniform
 from fleet.reset.plan import would_keep
-from fleet.text import shown
+from fleet.text import terminal_safe
 from fleet.version import __version__
 
 # Exit statuses of a run, worst first: a script tells "a node is dirty" (1) from "a node is down" (4) without the JSON.
@@ -119,7 +119,7 @@ def human_lines(report: RunReport, rack: uniformity.Rack | None = None) -> list[
     `rack` as `to_document`'s."""
     groups: dict[tuple[HostStatus, str, str], list[tuple[str, str]]] = defaultdict(list)
     for name, host in report.hosts.items():
-        error = shown(host.error) if host.error else ""  # what a node said: one line, nothing in it acting
+        error = terminal_safe(host.error) if host.error else ""  # what a node said: one line, nothing in it acting
         shape = error_shape(error, name) if error else ""
         groups[(host.status, host.reason.value if host.reason else "", shape)].append((name, error))
     order = list(HostStatus)
@@ -190,7 +190,7 @@ def _done(name: str, host: HostReport) -> str:
     if host.scheduler is not None and host.scheduler.state_after:
         parts.append(f"{host.scheduler.by} {host.scheduler.state_after}")
     took = f" in {host.duration_s:.1f} s" if host.duration_s else ""
-    return shown(f"{name} {host.status.value}{took}: {'; '.join(parts) or 'nothing done'}")
+    return terminal_safe(f"{name} {host.status.value}{took}: {'; '.join(parts) or 'nothing done'}")
 
 
 def _listed(items: list[str]) -> str:
@@ -212,12 +212,12 @@ def plan_lines(report: RunReport) -> list[str]:
             continue
         lines.append(f"{name} (dry run):")
         if host.scheduler is not None and host.scheduler.plan:
-            lines.append(f"  {host.scheduler.by:<{width}}  {shown(host.scheduler.plan)}")
+            lines.append(f"  {host.scheduler.by:<{width}}  {terminal_safe(host.scheduler.plan)}")
         for step in host.steps:
             detail = step.detail
             keep = would_keep(host.plan) if step.name is StepName.KILL else ""
             if keep and detail.endswith(f"; {keep}"):  # the holders kept on a line of their own
                 detail = detail.removesuffix(f"; {keep}")
-            lines += [f"  {step.name.value:<{width}}  {shown(detail)}"] if detail else []
-            lines += [f"  {'':<{width}}  {shown(keep)}"] if keep else []
+            lines += [f"  {step.name.value:<{width}}  {terminal_safe(detail)}"] if detail else []
+            lines += [f"  {'':<{width}}  {terminal_safe(keep)}"] if keep else []
     return lines

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from fleet import terminal
 from fleet.inventory.host import Host
-from fleet.text import shown
+from fleet.text import terminal_safe
 from fleet.transport.plugs import where
 
 
@@ -30,8 +30,8 @@ def inventory_table(hosts: Sequence[Host]) -> None:
 
 
 def cells(*values: str) -> list[Text]:
-    """A row's cells as plain text (never rich markup: a process's name may read `[blink]`), each `shown`."""
-    return [Text(shown(value)) for value in values]
+    """A row's cells as plain text (never rich markup: a process's name may read `[blink]`), each `terminal_safe`."""
+    return [Text(terminal_safe(value)) for value in values]
 
 
 class Quiet(Console):

@@ -70,7 +70,7 @@ async def read(node: Node) -> tuple[verify.Baseline, tuple[int | None, ...] | No
     except UNREAD as exc:
         node.log.warning("memory_unread", error=str(exc))
     jobs = await _jobs(node, apps) if apps and log_probe is not None else frozenset()
-    return verify.Baseline(log, unread, apps, jobs), memory
+    return verify.Baseline(log=log, unread=unread, apps=apps, jobs=jobs), memory
 
 
 async def _jobs(node: Node, apps: tuple[smi.ComputeApp, ...]) -> frozenset[int]:

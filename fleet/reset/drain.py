@@ -137,4 +137,4 @@ async def _escalate(node: Node, hung: Sequence[str], states: dict[str, units.Uni
 
 
 def describe_units(states: Mapping[str, units.UnitState]) -> str:
-    return ", ".join(f"{unit} {state.shown}" for unit, state in states.items())
+    return ", ".join(f"{unit} {state.label}" for unit, state in states.items())

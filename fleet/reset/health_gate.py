@@ -94,7 +94,7 @@ SETTINGS_CHECK = "gpu_settings"  # the GPU's settings against the host's profile
 # What a GPU check whose fact nvidia-smi did not give weighs (`health_warn` lowers it, `health_ignore` skips it).
 UNREAD = Level.FAIL
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HealthPolicy:
     """A host's say over the defaults: checks downgraded to warnings, and checks not judged at all."""
 
@@ -167,7 +167,7 @@ class Ended:
         return cls(names, {pci: tuple(sorted(pids)) for pci, pids in on_gpu.items()})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Judgement:
     """What the health gate found: by GPU bus id (every GPU listed, clean ones with none), on PCI addresses no
     listed GPU has (`host`), and whether the kernel log could not be read (`unread`, a host finding too)."""
@@ -208,7 +208,8 @@ def judge(gpus: Sequence[GpuHealth], kernel: KernelReads, policy: HealthPolicy, 
     level = policy.level("xid", by_name("xid").default) if kernel.unread is not None else None
     unread = None if level is None else HostFinding(check="xid", level=level,
                                                     detail=f"cannot read the kernel log ({kernel.unread})")
-    return Judgement({bus: tuple(f) for bus, f in found.items()}, tuple(host), unread, kernel.unread)
+    return Judgement(gpus={bus: tuple(f) for bus, f in found.items()}, host=tuple(host), unread=unread,
+                     unread_why=kernel.unread)
 
 
 def fails(findings: Judgement | Mapping[str, Sequence[Finding]]) -> list[Finding | HostFinding]:

@@ -75,7 +75,8 @@ async def scan(node: Node, step: StepName, budget: TimeBudget, *, with_units: bo
     _check_sight(node.host, ps_blindness(ps, ps_result.exit_status, ps_result.stderr))
     exe, walk, job_of = answers.read(exe_probe), answers.read(walk_probe), answers.read(job_probe)
     unit_of = await _units(node, sorted({*pids, *walk.own}), step, budget) if with_units else {}
-    holders = describe_holders(found, ProcessFacts(ps, exe, walk, unit_of, job_of), Rules.of(node.host))
+    facts = ProcessFacts(ps=ps, exe=exe, lineage=walk, units=unit_of, jobs=job_of)
+    holders = describe_holders(found, facts, Rules.of(node.host))
     return Scan(holders, frozenset(unit_of[p] for p in walk.own if p in unit_of))
 
 

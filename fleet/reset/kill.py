@@ -64,7 +64,7 @@ def longest_s(host: Host, *, stop_units: bool = False) -> float:
     return 2 * rounds + longest_stop_s(host, host.drain_timeout)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Signalled:
     """What a signal and the wait after it came to: who is still the judged process and alive, who the node refused
     to signal, who the signal was delivered to (`sent`: the identity check passed and `kill` exited 0), and who was
@@ -116,7 +116,8 @@ async def _kill_round(node: Node) -> KillRound:
     node.log.info("kill_targets", step="kill", pids=[h.pid for h in targets], kept=[h.pid for h in kept])
     term = await _signal_and_wait(node, "SIGTERM", targets, host.kill_grace, budget)
     left = [t for t in targets if t.pid in term.survivors]
-    kill9 = await _signal_and_wait(node, "SIGKILL", left, SIGKILL_WAIT_S, budget) if left else Signalled(frozenset())
+    none_left = Signalled(survivors=frozenset())
+    kill9 = await _signal_and_wait(node, "SIGKILL", left, SIGKILL_WAIT_S, budget) if left else none_left
     back = await _watch_for_respawn(node, budget, found)
     respawned, _ = split_back(back, targets)
     restart = await _restart_settings(node, {h.unit for h in respawned if h.unit}, budget)
@@ -141,7 +142,7 @@ async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], w
     sent = frozenset(p for p, v in verdicts.items() if v == "sent")
     missed = {p: v for p, v in verdicts.items() if v in MISSED}
     alive = [t for t in known if verdicts.get(t.pid) in ("sent", "denied")]
-    window = TimeBudget(wait_s)
+    window = TimeBudget(window=wait_s)
 
     async def look() -> list[Holder]:
         nonlocal alive
@@ -150,7 +151,7 @@ async def _signal_and_wait(node: Node, signal: str, targets: Sequence[Holder], w
 
     await poll_until(look, lambda seen: not seen, backoff(), within=window, first=alive)
     unknown = {t.pid for t in targets if t.identity() is None}  # never signalled: still there, as far as we know
-    return Signalled(frozenset({t.pid for t in alive} | unknown), denied, sent, missed)
+    return Signalled(survivors=frozenset({t.pid for t in alive} | unknown), denied=denied, sent=sent, missed=missed)
 
 
 async def _alive(node: Node, targets: Sequence[Holder], budget: TimeBudget) -> list[Holder]:

@@ -69,7 +69,7 @@ def board(nvidia_smi: str) -> Probe[Board]:
                  hang=smi.SMI_HANG, explain=_explain, driver=True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Look:
     """One complete look at who holds the GPUs: the GPUs, the compute apps, the holders (judged), what `-q` said
     (None: it could not be read) and the job daemons' titles read (pid -> command line)."""
@@ -124,7 +124,7 @@ async def look(node: Node, step: StepName = StepName.SETTLE) -> Look:
         node.log.warning("board_unread", step=str(step), error=str(exc))
         read = None
     holders = (await scan(node, step, budget, looked=answers.result(scan_probe))).holders
-    return Look(rows, apps, holders, read, await _titles(node, holders, step, budget))
+    return Look(rows=rows, apps=apps, holders=holders, board=read, titles=await _titles(node, holders, step, budget))
 
 
 async def _titles(node: Node, holders: Iterable[Holder], step: StepName, budget: TimeBudget) -> dict[int, str]:
@@ -140,7 +140,7 @@ async def _titles(node: Node, holders: Iterable[Holder], step: StepName, budget:
 # --- whose is the memory (pure) -----------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Unsettled:
     """One GPU whose memory did not come back (`problem`: `gpu 3 holds 4096 MiB`), and who holds it: the
     processes that are no part of the machine (`holders`; `strays`: compute apps on it that hold no device file
@@ -180,8 +180,8 @@ def explain(found: Look, problems: Mapping[int, str], kept: Collection[int] = ()
         pids = {h.pid for h in on} | {a.pid for a in apps}
         holders = tuple(known[p] for p in sorted(pids) if p in known and p not in machine)
         strays = tuple(a for a in apps if a.pid not in known)
-        out.append(Unsettled(row.index, problem, row.memory_used_mib is not None, holders, strays,
-                             tuple(h for h in on if h.pid in machine)))
+        out.append(Unsettled(index=row.index, problem=problem, known=row.memory_used_mib is not None, holders=holders,
+                             strays=strays, machine=tuple(h for h in on if h.pid in machine)))
     return tuple(out)
 
 

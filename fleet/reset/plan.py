@@ -63,7 +63,7 @@ def build_plan(
     stopping = {unit for unit, state in states.items() if not state.is_down}
     free = [h for h in holders if h.protected_by is None]
     return HostPlan(
-        units=tuple((unit, state.shown) for unit, state in states.items()),
+        units=tuple((unit, state.label) for unit, state in states.items()),
         would_kill=tuple(planned(h) for h in free if h.unit not in stopping),
         kept=tuple(planned(h) for h in holders if h.protected_by is not None),
         gpu_memory_mib=tuple(r.memory_used_mib for r in rows),

@@ -82,7 +82,7 @@ class Holder:
         """Who this process is, for a signal that must reach only it; None when its start time is unknown."""
         if self.start is None:
             return None
-        return Identity(self.pid, self.start, self.exe, self.owner or self.user)
+        return Identity(pid=self.pid, start=self.start, exe=self.exe, user=self.owner or self.user)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class Rules:
         return cls((*host.protected_names, *daemons), host.kill_users)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcessFacts:
     """What the probes told about the holders: ps rows, exe links, their lineage, their units, and the job
     their cgroup names."""
@@ -231,7 +231,7 @@ def job_reason(holder: Holder, ancestry: Ancestry, facts: ProcessFacts) -> str |
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobRef:
     """The job a kept holder is part of, as far as its reason says: whose (`side`), the job id (its cgroup names
     it), and the job daemon above it (the holder itself, or an ancestor): its name and pid."""
@@ -251,13 +251,13 @@ def job_of(holder: Holder) -> JobRef | None:
         return None
     found = re.fullmatch(re.escape(side.process) + r" \((?:job (\S+), cgroup .*|(\S+) pid (\d+)|(\S+))\)", reason)
     if found is None:
-        return JobRef(side)
+        return JobRef(side=side)
     job, above, parent, itself = found.groups()
     if job is not None:
-        return JobRef(side, job=job)
+        return JobRef(side=side, job=job)
     if parent is not None:
-        return JobRef(side, daemon=above, daemon_pid=int(parent))
-    return JobRef(side, daemon=itself, daemon_pid=holder.pid)
+        return JobRef(side=side, daemon=above, daemon_pid=int(parent))
+    return JobRef(side=side, daemon=itself, daemon_pid=holder.pid)
 
 
 def protected_ancestor(pid: int, facts: ProcessFacts, names: Sequence[str]) -> tuple[str, int] | None:

@@ -1,15 +1,15 @@
 """`--restore-settings`: after the kill, give every GPU the host's `gpu_settings` profile back (opt in).
 
 Asks the node, in one command (a batch): each GPU's index and bus id and its settings (the health gate's
-`--query-gpu`; the whole `nvidia-smi -q` on a driver that lacks a field). Decides (`fleet.reset.restore_plan`, pure)
-the nvidia-smi commands that restore the profile; runs each as its own command, as root (through `sudo -n` on a
-`become` host, as the kill's signals), bounded by nvidia-smi's bound (a GPU reset by `gpu_reset_timeout`) and all of
-them together by `gpu_reset_timeout` (and one command's room: the reset lock's bound counts it), logged as its own
-`settings_restore` event with its exit status and first line. A command the driver refuses, or one that does
-not end within its bound, is said per GPU with what nvidia-smi printed (`gpu 3: nvidia-smi -i 3 -pl 700 exited 4:
-Failed to set power management limit for GPU 00000000:18:00.0: Insufficient Permissions`): verify weighs it as a
+`--query-gpu`; the whole `nvidia-smi -q` on a driver that lacks a field). Decides (`fleet.reset.restore_changes`,
+pure) the nvidia-smi commands that restore the profile; runs each as its own command, as root (through `sudo -n` on
+a `become` host, as the kill's signals), bounded by nvidia-smi's bound (a GPU reset by `gpu_reset_timeout`) and all
+of them together by `gpu_reset_timeout` (and one command's room: the reset lock's bound counts it), logged as its
+own `settings_restore` event with its exit status and first line. A command the driver refuses, or one that does not
+end within its bound, is said per GPU with what nvidia-smi printed (`gpu 3: nvidia-smi -i 3 -pl 700 exited 4: Failed
+to set power management limit for GPU 00000000:18:00.0: Insufficient Permissions`): verify weighs it as a
 `gpu_settings` finding. Verify's own read is the read-back: a setting the restore did not take still differs there.
-A dry run lists the plan and changes nothing (`planned`).
+A dry run lists the changes and makes none (`planned`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fleet.node.budget import BudgetSpent, Room, TimeBudget
 from fleet.node.node import Node
 from fleet.node.probe import ANY_EXIT, Probe, first_line
 from fleet.node.probes import health, smi
-from fleet.reset.restore_plan import Change, RestorePlan, restore_plan
+from fleet.reset.restore_changes import Change, Restoration, restoration
 
 __all__ = ["Restored", "read_settings", "restore_settings"]
 
@@ -112,18 +112,19 @@ async def _apply(node: Node, change: Change, budget: TimeBudget) -> str | None:
 
 
 async def restore_settings(node: Node, *, gpu_reset: bool = False,
-                           planned: bool = False) -> tuple[RestorePlan, Restored]:
-    """Read, plan and (unless `planned`: a dry run) run the restore; what it planned and what came of it."""
-    plan = restore_plan(await read_settings(node), node.host.gpu_settings, gpu_reset=gpu_reset)
-    for line in plan.held:
+                           planned: bool = False) -> tuple[Restoration, Restored]:
+    """Read the settings, decide the changes and (unless `planned`: a dry run) make them; the changes decided and
+    what came of them."""
+    wanted = restoration(await read_settings(node), node.host.gpu_settings, gpu_reset=gpu_reset)
+    for line in wanted.held:
         node.log.warning("settings_held", step=str(STEP), detail=line)
     if planned:
-        return plan, Restored(held=plan.held)
+        return wanted, Restored(held=wanted.held)
     done: list[str] = []
     refused: dict[int, list[str]] = {}
     failed_gpus: set[int] = set()
     budget = room(node.host).start()
-    for change in plan.changes:
+    for change in wanted.changes:
         if change.reset and change.gpu in failed_gpus:
             continue  # its mode change was refused: nothing pending to apply
         why = await _apply(node, change, budget)
@@ -132,4 +133,4 @@ async def restore_settings(node: Node, *, gpu_reset: bool = False,
         else:
             refused.setdefault(change.gpu, []).append(f"{why} (restoring {change.what})")
             failed_gpus.add(change.gpu)
-    return plan, Restored(tuple(done), {gpu: tuple(lines) for gpu, lines in refused.items()}, plan.held)
+    return wanted, Restored(tuple(done), {gpu: tuple(lines) for gpu, lines in refused.items()}, wanted.held)

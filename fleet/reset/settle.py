@@ -185,7 +185,7 @@ async def _look(node: Node, kept: Collection[int]) -> Seen:
     return Seen(found, allowance, leaks.explain(found, problems, kept))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Waited:
     """One settle window: the last rows read, when each GPU went free, the allowance, and whether all are."""
 
@@ -214,7 +214,7 @@ async def _wait_free(node: Node, kept: Collection[int], budget: TimeBudget, *, p
             apps = await node.ask(smi.compute_apps(host.nvidia_smi), step=StepName.SETTLE, budget=budget)
             allowance = Allowance.of(host, [a for a in apps if a.pid in kept])
         note_settled(rows, allowance, budget.elapsed, noted)
-        return Waited(rows, noted, allowance, budget.elapsed)
+        return Waited(rows=rows, settled=noted, allowance=allowance, elapsed=budget.elapsed)
 
     waits = backoff() if polls is None else itertools.islice(backoff(), polls - 1)
     return (await poll_until(look, lambda seen: seen.free, waits, within=budget)).last

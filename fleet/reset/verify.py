@@ -66,7 +66,7 @@ def room(host: Host) -> Room:
     return Room(0.0, commands_s(host, smi=VERIFY_SMI, other=VERIFY_COMMANDS))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Baseline:
     """The node as a reset began (read with drain's first batch): the kernel log read to its end (its Xids, and the
     cursor verify reads on from), or why it could not be; and the compute apps then (which GPU each process held)."""
@@ -138,7 +138,7 @@ def verify_problems(
     problems: list[tuple[Reason, str]] = []
     if expected is not None and len(rows) != expected:
         problems.append((Reason.GPU_MISSING, f"expected {expected} GPUs, nvidia-smi lists {len(rows)}"))
-    judged = findings if isinstance(findings, Judgement) else Judgement(findings or {})
+    judged = findings if isinstance(findings, Judgement) else Judgement(gpus=findings or {})
     problems += [(_reason(f), f"{_where(rows, bus_id)}{f.detail}") for bus_id, found in judged.gpus.items()
                  for f in found if f.level is Level.FAIL]
     problems += [(Reason.HEALTH, f"{_on_pci(f)}{f.detail}") for f in judged.host if f.level is Level.FAIL]
@@ -283,7 +283,7 @@ class HealthReads:
             node.log.info("row_remapper_unread", step=str(StepName.VERIFY), error=str(exc), fallback="nvidia-smi -q")
             return await node.ask(health.health(node.host.nvidia_smi), step=StepName.VERIFY, budget=budget)
         try:
-            return health.joined(facts, self.remaps.read(remapper))
+            return health.merge_remaps(facts, self.remaps.read(remapper))
         except ProbeParseError as exc:
             raise StepFailed(self.remaps.unreadable(exc)) from exc
 
@@ -313,7 +313,7 @@ def _on_pci(finding: HostFinding) -> str:
 
 def describe_health(rows: Sequence[smi.GpuRow], findings: Findings) -> str:
     """`; health: gpu 0 persistence mode off (warn)`: every finding, folded into one line."""
-    judged = findings if isinstance(findings, Judgement) else Judgement(findings)
+    judged = findings if isinstance(findings, Judgement) else Judgement(gpus=findings)
     parts = [f"{_where(rows, bus_id)}{f.detail} ({f.level})" for bus_id, found in judged.gpus.items() for f in found]
     parts += [f"{_on_pci(f)}{f.detail} ({f.level})" for f in judged.host_findings]
     return "; health: " + ", ".join(parts) if parts else ""

@@ -40,7 +40,7 @@ class SimError(RuntimeError):
     """The simulated node could not do what was asked (start, stop, a bad mode)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UnitSpec:
     """A systemd unit whose main process holds GPUs (`unitd` runs it)."""
 
@@ -54,7 +54,7 @@ class UnitSpec:
     timeout_stop_sec: float = 90.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerSpec:
     """A stray process holding GPUs, outside any unit.
 
@@ -72,7 +72,7 @@ class WorkerSpec:
     child: WorkerSpec | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeSpec:
     """Everything about one simulated node; stored as ROOT/config.json.
 
@@ -226,7 +226,8 @@ class SimNode:
         """Start the protected daemon, every unit and every worker; wait until all registered."""
         if not state.config_path(self.root).exists():
             self.setup()
-        pids = [self._spawn(WorkerSpec((), 0, PERSISTENCED, compute=False))] if self.spec.protected_daemon else []
+        daemon = WorkerSpec(gpus=(), mib=0, name=PERSISTENCED, compute=False)
+        pids = [self._spawn(daemon)] if self.spec.protected_daemon else []
         for unit in self.spec.units:
             self._start_unit(unit.name)
         pids += [self._spawn(w) for w in self.spec.workers]

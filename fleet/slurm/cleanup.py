@@ -19,10 +19,10 @@ from fleet.model.report import HostStatus
 from fleet.slurm import policy
 from fleet.slurm.control import Slurm, SlurmError, hostlist
 from fleet.slurm.records import SlurmNode
-from fleet.slurm.tries import tried
+from fleet.slurm.tries import retry
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ended:
     """A node of the step as the step left it: what its decision is made from."""
 
@@ -90,7 +90,7 @@ async def drain_failed(slurm: Slurm, run_id: str, ended: Sequence[Ended], logs: 
             logs[name].warning("slurm_error", node=name, error=str(exc), attempt=number)
 
     try:
-        await tried(attempt, pause_s=pause_s, failed=told)
+        await retry(attempt, pause_s=pause_s, failed=told)
     except SlurmError as exc:
         result.error = exc
     return result

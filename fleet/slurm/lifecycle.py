@@ -40,7 +40,7 @@ from fleet.node.poll import poll_until
 from fleet.slurm import NAME, policy
 from fleet.slurm.control import Slurm, SlurmError
 from fleet.slurm.records import SlurmNode
-from fleet.slurm.tries import tried, tries_s
+from fleet.slurm.tries import retry, tries_s
 from fleet.slurm.variables import node_name
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import client_deadline
@@ -69,7 +69,7 @@ def finish_s(command_s: float) -> float:
     return 3 * client_deadline(command_s)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Node:
     """One host's node through the run."""
 
@@ -121,11 +121,11 @@ class SlurmLifecycle:
 
     async def admit(self, runs: Sequence[HostRun]) -> dict[str, SchedulerRecord]:
         """Each host's record, by host name (`fleet.engine.graph` records it on the host)."""
-        nodes = {run.host.name: _Node(node_name(run.host)) for run in runs}
+        nodes = {run.host.name: _Node(name=node_name(run.host)) for run in runs}
         self._nodes.update(nodes)
         names = sorted({n.name for n in nodes.values()})
         try:
-            seen, jobs = await tried(lambda number: self.slurm.look(names), pause_s=self.poll_s)
+            seen, jobs = await retry(lambda number: self.slurm.look(names), pause_s=self.poll_s)
         except SlurmError as exc:
             for node in nodes.values():
                 node.error = f"slurm: cannot read the node: {exc}"
@@ -161,7 +161,7 @@ class SlurmLifecycle:
                 await self.slurm.update([n.name for n in pending], "DRAIN", policy.own_reason(self.run_id))
 
         try:
-            await tried(attempt, pause_s=self.poll_s)
+            await retry(attempt, pause_s=self.poll_s)
         except SlurmError as exc:
             for node in pending:
                 node.error = f"slurm: cannot drain the node: {exc}"
@@ -214,7 +214,7 @@ class SlurmLifecycle:
         log.info("slurm_wait", node=node.name, state=node.before.state, jobs=list(node.jobs),
                  drain_wait_s=self.drain_wait_s, **({"taken_over": taken} if taken else {}))
         started = anyio.current_time()
-        wait = Wait(node.name, drained=True, jobs=node.jobs)
+        wait = Wait(name=node.name, drained=True, jobs=node.jobs)
         await self.waits.wait(wait, node.waiting_since + self.drain_wait_s)
         node.jobs = wait.jobs
         node.note(jobs=node.jobs, waited_s=round(anyio.current_time() - started, 3))
@@ -292,7 +292,7 @@ class SlurmLifecycle:
 
         failure: SlurmError | None = None
         try:
-            resumed = await tried(attempt, pause_s=self.poll_s, failed=failed)
+            resumed = await retry(attempt, pause_s=self.poll_s, failed=failed)
         except SlurmError as exc:
             failure, resumed = exc, False
         try:
@@ -312,7 +312,7 @@ class SlurmLifecycle:
     async def _settled(self, name: str, resumed: bool) -> SlurmNode | None:
         """The node as Slurm shows it now; after a resume, once its transient NOT_RESPONDING is gone (slurmctld
         pings a resumed node first), up to SETTLE_READ_S: then as it is, flag and all."""
-        within = TimeBudget(SETTLE_READ_S if resumed else 0.0)
+        within = TimeBudget(window=SETTLE_READ_S if resumed else 0.0)
 
         async def look() -> SlurmNode | None:
             return (await self.slurm.nodes([name])).get(name)

@@ -28,7 +28,7 @@ from enum import StrEnum
 from fleet.inventory.messages import one_line
 from fleet.model.report import HostStatus
 from fleet.slurm.records import OUT_OF_SERVICE, SlurmNode
-from fleet.text import shown
+from fleet.text import terminal_safe
 
 REASON_PREFIX = "fleet: run "
 # Characters of a reason fleet sets (Slurm keeps longer ones; `sinfo -R` users read them).
@@ -43,7 +43,7 @@ def own_reason(run_id: str) -> str:
 
 def failed_reason(run_id: str, error: str | None) -> str:
     """The reason a node keeps after this run failed it: `fleet: run <id>: <the one-line error>`."""
-    reason = f"{own_reason(run_id)}: {shown(one_line(error or 'failed'))}"  # sinfo shows it to people as it is
+    reason = f"{own_reason(run_id)}: {terminal_safe(one_line(error or 'failed'))}"  # sinfo shows it to people as it is
     return reason if len(reason) <= REASON_LIMIT else reason[: REASON_LIMIT - 3] + "..."
 
 

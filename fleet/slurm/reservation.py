@@ -17,7 +17,7 @@ import getpass
 from collections.abc import Sequence
 
 from fleet.slurm.control import Slurm, SlurmError, hostlist
-from fleet.slurm.tries import tried
+from fleet.slurm.tries import retry
 from fleet.slurm.waiting import POLL_S
 
 # Seconds between two tries at removing the reservation (the step's job may still be completing: Slurm refuses).
@@ -49,7 +49,7 @@ class Reservation:
             self.held, self.nodes = True, list(nodes)
             await self.slurm.run(self.create_argv(nodes, minutes))
 
-        await tried(attempt, pause_s=self.pause_s)
+        await retry(attempt, pause_s=self.pause_s)
 
     async def remove(self) -> SlurmError | None:
         """Remove it (nothing to do unless `held`); the last error when Slurm still shows it after the tries."""
@@ -65,7 +65,7 @@ class Reservation:
             self.held = False
 
         try:
-            await tried(attempt, pause_s=DELETE_RETRY_S, tries=DELETE_TRIES)
+            await retry(attempt, pause_s=DELETE_RETRY_S, tries=DELETE_TRIES)
         except SlurmError as exc:
             return exc
         return None

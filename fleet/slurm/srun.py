@@ -41,10 +41,10 @@ import anyio
 from anyio.abc import ByteReceiveStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from fleet.engine.graph import HostEnded, Watch, host_runs, run_bounded
+from fleet.engine.graph import host_runs, run_bounded
 from fleet.engine.interrupts import Interrupts
 from fleet.engine.options import RunOptions, RunState
-from fleet.engine.walk import HostRun, Mode
+from fleet.engine.walk import HostEnded, HostRun, Mode, Watch
 from fleet.inventory.host import Host
 from fleet.inventory.load import host_vars
 from fleet.model.codec import host_from_document
@@ -71,7 +71,7 @@ from fleet.slurm.leftovers import Leftovers
 from fleet.slurm.records import SlurmNode
 from fleet.slurm.reservation import DELETE_RETRY_S, DELETE_TRIES, Reservation
 from fleet.slurm.runner import Stream
-from fleet.slurm.tries import tried, tries_s
+from fleet.slurm.tries import retry, tries_s
 from fleet.slurm.variables import node_name
 from fleet.slurm.waiting import POLL_S, JobWaits, Wait
 from fleet.transport.base import client_deadline
@@ -149,7 +149,7 @@ def by_gpus(nodes: Sequence[str], seen: Mapping[str, SlurmNode]) -> dict[int, li
     return groups
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Step:
     """What the step saw: each node's report, whether it began working, and what srun said on stderr."""
 
@@ -232,7 +232,7 @@ class SrunRun:
     async def _read(self) -> list[str]:
         names = list(self.runs)
         try:
-            self.before, jobs = await tried(lambda number: self.slurm.look(names), pause_s=self.poll_s)
+            self.before, jobs = await retry(lambda number: self.slurm.look(names), pause_s=self.poll_s)
         except SlurmError as exc:
             self._end_all(names, HostStatus.FAILED, f"slurm: cannot read the nodes: {exc}", Reason.SLURM)
             return []
@@ -288,7 +288,7 @@ class SrunRun:
         waits = JobWaits(self.slurm, self.poll_s)
         started = anyio.current_time()
         until = started + wait_s
-        each = {name: Wait(name) for name in nodes}
+        each = {name: Wait(name=name) for name in nodes}
         async with anyio.create_task_group() as group:
             group.start_soon(waits.serve)
             async with anyio.create_task_group() as waiting:
@@ -438,8 +438,9 @@ class SrunRun:
             if still is not None:  # the reservation's removal, refused while a job uses it, then says what is left
                 for name in self.stepped:
                     self.log[name].warning("slurm_error", node=name, error=still)
-        ended = [Ended(name, self.runs[name].status or HostStatus.FAILED, self.runs[name].error or NO_REPORT,
-                       self.step.touched(name)) for name in self.stepped]
+        ended = [Ended(name=name, status=self.runs[name].status or HostStatus.FAILED,
+                       error=self.runs[name].error or NO_REPORT, touched=self.step.touched(name))
+                 for name in self.stepped]
         drained = await drain_failed(self.slurm, self.run_id, ended, self.log, self.poll_s)
         if not drained.unconfirmed:
             removed = await self.maintenance.remove()
@@ -463,7 +464,7 @@ class SrunRun:
             return jobs
 
         polled = await poll_until(look, lambda seen: seen == (), itertools.repeat(JOB_POLL_S),
-                                  within=TimeBudget(CANCEL_GRACE_S))
+                                  within=TimeBudget(window=CANCEL_GRACE_S))
         if polled.met:
             return None
         if isinstance(polled.last, SlurmError):

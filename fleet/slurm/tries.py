@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 def tries_s(commands: int, command_s: float, *, pause_s: float, tries: int = UPDATE_TRIES) -> float:
-    """The longest `tried` can take when each try runs `commands` Slurm commands, each bounded by `command_s` (its
+    """The longest `retry` can take when each try runs `commands` Slurm commands, each bounded by `command_s` (its
     client deadline, `fleet.transport.base.client_deadline`): every try at its longest, and the pauses between."""
     return tries * commands * client_deadline(command_s) + (tries - 1) * pause_s
 
@@ -34,7 +34,7 @@ def _quiet(attempt: int, error: SlurmError) -> None:
     """The default `failed`: nothing to log."""
 
 
-async def tried(attempt: Callable[[int], Awaitable[T]], *, pause_s: float, tries: int = UPDATE_TRIES,
+async def retry(attempt: Callable[[int], Awaitable[T]], *, pause_s: float, tries: int = UPDATE_TRIES,
                 failed: Callable[[int, SlurmError], None] = _quiet) -> T:
     """`attempt(1)`, and after a SlurmError `attempt(2)`, ... up to `tries`, `pause_s` apart: the first result.
     `failed(n, error)` is told of each error; the last one is raised when no try succeeded."""

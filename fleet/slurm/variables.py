@@ -20,7 +20,7 @@ class SlurmVariables:
 
     node: Annotated[
         str | None,
-        Var("the host's node name in Slurm (`--slurm`)", check=validate.host_name, shown="the host name",
+        Var(help="the host's node name in Slurm (`--slurm`)", check=validate.host_name, shown="the host name",
             old="slurm_node"),
     ] = None
 

@@ -24,7 +24,7 @@ from fleet.slurm.control import Slurm, SlurmError
 POLL_S = 2.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Wait:
     """One node's wait. `drained`: the node must stay drained meanwhile (fleet drained it: a resume by someone
     else loses it); `jobs`: the ids Slurm last showed on it."""

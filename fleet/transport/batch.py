@@ -36,7 +36,7 @@ BATCH_MARGIN_S = 1.0
 _TAG = re.compile(r"^[0-9a-f]{16}$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Section:
     """What one section of a batch did: as a command of its own would have; `ran_s`, how long it ran on the node
     (None where the node could not say)."""
@@ -96,7 +96,11 @@ def batch_timeout(bounds: Sequence[float]) -> float:
 
 def sections(tag: str, count: int, stdout: str, stderr: str) -> list[Section | None]:
     """Each of the `count` sections as the batch framed it; None for one whose frame is missing, cut or doubled."""
-    return [Section(*said) if said is not None else None for said in answers(tag, count, stdout, stderr)]
+    return [_section(*said) if said is not None else None for said in answers(tag, count, stdout, stderr)]
+
+
+def _section(exit_status: int, stdout: str, stderr: str, ran_s: float | None) -> Section:
+    return Section(exit_status=exit_status, stdout=stdout, stderr=stderr, ran_s=ran_s)
 
 
 Said = tuple[int, str, str, float | None]  # a Section's fields, in its order

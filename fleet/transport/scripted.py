@@ -30,7 +30,7 @@ from fleet.transport import batch
 from fleet.transport.base import TIMEOUT_EXIT_STATUSES, CommandResult, OpenCommand, bounded_argv
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reply:
     stdout: str = ""
     stderr: str = ""
@@ -50,7 +50,7 @@ def _matches(prefix: Sequence[str], argv: Sequence[str]) -> bool:
                              for p, a in zip(prefix, argv, strict=False))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ScriptedTransport:
     """Answers commands from a script of (argv prefix, answer) pairs; the first match wins."""
 

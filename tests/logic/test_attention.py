@@ -91,7 +91,7 @@ async def test_a_timer_fires_once_the_clock_reads_its_time() -> None:
 
 async def test_a_step_window_that_ended_during_a_hold_is_still_open() -> None:
     """A 1 s window, the loop held 2 s: the step still has its window, and its next command still starts."""
-    budget = TimeBudget(1.0, slack=1.0)
+    budget = TimeBudget(window=1.0, slack=1.0)
     block_the_loop(2.0)
     assert budget.window_left > 0
     assert budget.command_timeout(5.0) > 0
@@ -110,7 +110,7 @@ async def test_a_loop_busy_with_other_hosts_does_not_spend_a_step_budget() -> No
     loop never blocked, each of its turns lasted seconds of other hosts' work, and every read of the clock counted
     only the little time since the last one, so the clock ran with the wall. A 2 s budget, then the loop kept busy
     (two neighbours, 0.5 s of work each a turn) until twice its seconds have passed: still open."""
-    budget = TimeBudget(2.0)
+    budget = TimeBudget(window=2.0)
     started = time.monotonic()
     done = anyio.Event()
 
@@ -140,7 +140,7 @@ async def test_a_busy_loop_still_gives_each_turn_its_attention() -> None:
 
 
 async def test_a_budget_spent_on_attention_is_spent() -> None:
-    budget = TimeBudget(0.0, slack=0.2)
+    budget = TimeBudget(window=0.0, slack=0.2)
     await anyio.sleep(0.3)
     with pytest.raises(BudgetSpent, match=r"^step budget of 0\.2 s spent$"):
         budget.command_timeout(5.0)
@@ -148,7 +148,7 @@ async def test_a_budget_spent_on_attention_is_spent() -> None:
 
 def test_outside_an_event_loop_the_clock_is_monotonic() -> None:
     assert isinstance(attention.clock(), MonotonicClock)
-    budget = TimeBudget(10.0)
+    budget = TimeBudget(window=10.0)
     assert 0 <= budget.elapsed < budget.window
 
 

@@ -17,10 +17,10 @@ APPS = "GPU-aaaa, 300, python3, 30000\nGPU-aaaa, 301, python3, 2000\n"
 
 
 def node(cgroups: Reply) -> tuple[Node, ScriptedTransport, Log]:
-    t = ScriptedTransport([
+    t = ScriptedTransport(script=[
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
         scripted_node.BEFORE,
-        (("nvidia-smi", "--query-compute-apps="), Reply(APPS)),
+        (("nvidia-smi", "--query-compute-apps="), Reply(stdout=APPS)),
         (("grep",), cgroups),
     ])
     log = Log()
@@ -28,7 +28,7 @@ def node(cgroups: Reply) -> tuple[Node, ScriptedTransport, Log]:
 
 
 async def test_a_jobs_compute_app_at_the_baselines_is_never_one_the_reset_ended() -> None:
-    n, t, _ = node(Reply(f"/proc/300/cgroup:{JOB}\n/proc/301/cgroup:0::/system.slice/sglang.service\n"))
+    n, t, _ = node(Reply(stdout=f"/proc/300/cgroup:{JOB}\n/proc/301/cgroup:0::/system.slice/sglang.service\n"))
     baseline, _ = await baselines.read(n)
     assert baseline.jobs == {300}
     assert [argv[0] for argv in t.ran].count("grep") == 1  # one more command, only because apps were listed

@@ -45,8 +45,10 @@ def test_each_section_keeps_its_own_exit_status_and_both_streams() -> None:
              (5.0, ["printf", ""]), (5.0, ["sh", "-c", "printf 'two\\n\\n'"])]
     tag, done = run_batch(parts)
     assert batch.sections(tag, 4, done.stdout, done.stderr) == [
-        batch.Section(0, "one\n", ""), batch.Section(3, "no newline", "oops\n"), batch.Section(0, "", ""),
-        batch.Section(0, "two\n\n", ""),
+        batch.Section(exit_status=0, stdout="one\n", stderr=""),
+        batch.Section(exit_status=3, stdout="no newline", stderr="oops\n"),
+        batch.Section(exit_status=0, stdout="", stderr=""),
+        batch.Section(exit_status=0, stdout="two\n\n", stderr=""),
     ]
 
 
@@ -62,7 +64,7 @@ def test_a_hung_section_ends_the_batch_and_the_rest_never_run(tmp_path: Path) ->
     marker = tmp_path / "ran"
     tag, done = run_batch([(5.0, ["echo", "before"]), (0.3, ["sleep", "30"]), (5.0, ["touch", str(marker)])])
     before, hung, after = batch.sections(tag, 3, done.stdout, done.stderr)
-    assert before == batch.Section(0, "before\n", "")
+    assert before == batch.Section(exit_status=0, stdout="before\n", stderr="")
     assert hung is not None and hung.exit_status == 124
     assert after is None and not marker.exists()
 
@@ -79,8 +81,8 @@ def test_no_output_can_forge_a_frame() -> None:
     fake = batch.new_tag()
     _, done = run_batch([(5.0, ["printf", f"{fake} 0\nx\n{fake} 0 0\n{fake} 1\n"]), (5.0, ["echo", "real"])], tag)
     first, second = batch.sections(tag, 2, done.stdout, done.stderr)
-    assert first == batch.Section(0, f"{fake} 0\nx\n{fake} 0 0\n{fake} 1\n", "")
-    assert second == batch.Section(0, "real\n", "")
+    assert first == batch.Section(exit_status=0, stdout=f"{fake} 0\nx\n{fake} 0 0\n{fake} 1\n", stderr="")
+    assert second == batch.Section(exit_status=0, stdout="real\n", stderr="")
 
 
 def test_the_fakes_frame_what_batch_sh_prints_byte_for_byte() -> None:
@@ -138,7 +140,7 @@ def test_what_came_before_the_batch_ran_is_not_its_output() -> None:
     tag = batch.new_tag()
     out, err = batch.frame(tag, [(0, "a", "e")])
     found = batch.sections(tag, 1, "motd\n" + out, "Could not chdir to home directory /nonexistent\n" + err)
-    assert found == [batch.Section(0, "a", "e")]
+    assert found == [batch.Section(exit_status=0, stdout="a", stderr="e")]
 
 
 @pytest.mark.parametrize("mangle", [
@@ -155,8 +157,9 @@ def test_anything_but_whole_frames_in_order_is_no_answer(mangle: Any) -> None:
     tag = batch.new_tag()
     out, err = batch.frame(tag, [(0, "a", ""), (0, "b", "")])
     found = batch.sections(tag, 2, mangle(out, tag), err)
-    assert found != [batch.Section(0, "a", ""), batch.Section(0, "b", "")]
-    assert all(s is None or s in (batch.Section(0, "a", ""), batch.Section(0, "b", "")) for s in found)
+    whole = [batch.Section(exit_status=0, stdout="a", stderr=""), batch.Section(exit_status=0, stdout="b", stderr="")]
+    assert found != whole
+    assert all(s is None or s in whole for s in found)
 
 
 # --- Node.batch over the scripted transport -------------------------------------------------------
@@ -169,7 +172,7 @@ def probe(*argv: str, root: bool = False, hang: str | None = None, ok: frozenset
 def node_over(script: list[tuple[tuple[str, ...], Any]], *, become: bool = False,
               events: list[dict[str, Any]] | None = None,
               kind: type[ScriptedTransport] = ScriptedTransport) -> tuple[Node, ScriptedTransport]:
-    t = kind(script, become=become)
+    t = kind(script=script, become=become)
     sink = events if events is not None else []
 
     def keep(_: Any, name: str, event: EventDict) -> EventDict:
@@ -182,7 +185,8 @@ def node_over(script: list[tuple[tuple[str, ...], Any]], *, become: bool = False
 
 
 async def test_one_probes_failure_never_spoils_anothers_answer() -> None:
-    node, t = node_over([(("good",), Reply("fine\n")), (("bad",), Reply("", "no such device\n", 9))])
+    node, t = node_over([(("good",), Reply(stdout="fine\n")),
+                         (("bad",), Reply(stdout="", stderr="no such device\n", exit_status=9))])
     good, bad = probe("good"), probe("bad")
     answers = await node.batch([bad, good], step=StepName.VERIFY)
     assert answers.read(good) == "fine"
@@ -194,7 +198,7 @@ async def test_one_probes_failure_never_spoils_anothers_answer() -> None:
 async def test_a_batch_that_asks_the_same_probe_twice_is_refused_and_runs_nothing() -> None:
     """Probes are values made once and shared (a host's answers are keyed by the probe): the same probe twice in a
     batch would give both the later section's answer, so it is refused before anything runs."""
-    node, t = node_over([(("smi",), Reply("x"))])
+    node, t = node_over([(("smi",), Reply(stdout="x"))])
     smi = probe("smi")
     with pytest.raises(ValueError, match="the same probe twice"):
         await node.batch([smi, (smi, Bound(1.0, "another bound"))])
@@ -202,7 +206,7 @@ async def test_a_batch_that_asks_the_same_probe_twice_is_refused_and_runs_nothin
 
 
 async def test_a_hung_probe_times_out_and_the_ones_after_it_say_they_never_ran() -> None:
-    node, _ = node_over([(("smi",), Reply(delay_s=60)), (("after",), Reply("x"))])
+    node, _ = node_over([(("smi",), Reply(delay_s=60)), (("after",), Reply(stdout="x"))])
     smi, after = probe("smi", hang="nvidia-smi did not answer within {s} s ({bound})"), probe("after")
     answers = await node.batch([(smi, Bound(0.2, "the test's bound")), after], step=StepName.SETTLE)
     with pytest.raises(StepFailed, match=r"^nvidia-smi did not answer within 0\.2 s \(the test's bound\)$") as caught:
@@ -217,7 +221,8 @@ async def test_a_hung_probe_times_out_and_the_ones_after_it_say_they_never_ran()
 
 
 async def test_on_a_become_host_a_batch_goes_through_sudo_only_with_the_probes_that_need_root() -> None:
-    node, t = node_over([(("find",), Reply("a")), (("ps",), Reply("b")), (("smi",), Reply("c"))], become=True)
+    node, t = node_over([(("find",), Reply(stdout="a")), (("ps",), Reply(stdout="b")), (("smi",), Reply(stdout="c"))],
+                        become=True)
     find, ps, smi = probe("find", root=True), probe("ps", root=True), probe("smi")
     answers = await node.batch([find, smi, ps])
     assert [answers.read(p) for p in (find, ps, smi)] == ["a", "b", "c"]
@@ -228,7 +233,8 @@ async def test_on_a_become_host_a_batch_goes_through_sudo_only_with_the_probes_t
 
 async def test_a_batch_logs_its_wire_command_once_and_each_section_as_a_command_that_names_it() -> None:
     events: list[dict[str, Any]] = []
-    node, _ = node_over([(("one",), Reply("1\n")), (("two",), Reply("", "e\n", 4))], events=events)
+    node, _ = node_over([(("one",), Reply(stdout="1\n")), (("two",), Reply(stdout="", stderr="e\n", exit_status=4))],
+                        events=events)
     await node.batch([probe("one"), probe("two", ok=None)], step=StepName.DRAIN)
     (wire,) = [e for e in events if e["event"] == "batch"]
     sections = [e for e in events if e["event"] == "command"]
@@ -249,7 +255,8 @@ async def test_a_section_cut_at_the_output_bound_is_unreadable_not_a_timeout_nor
             cut = result.stdout.index("\nhuge") + 5  # inside the second section's output
             return dataclasses.replace(result, stdout=result.stdout[:cut] + "... [99 characters cut]")
 
-    node, _ = node_over([(("small",), Reply("ok\n")), (("big",), Reply("huge" * 10 + "\n"))], kind=Clipped)
+    node, _ = node_over([(("small",), Reply(stdout="ok\n")), (("big",), Reply(stdout="huge" * 10 + "\n"))],
+                        kind=Clipped)
     small, big = probe("small"), probe("big", hang="big did not answer within {s} s")
     answers = await node.batch([small, big])
     assert answers.read(small) == "ok"
@@ -271,7 +278,7 @@ def test_a_section_killed_before_its_bound_is_no_hang_and_the_next_one_runs(tmp_
     assert killed is not None and killed.exit_status == 137 and killed.stdout == "partial\n"
     assert killed.ran_s is not None and killed.ran_s < 30
     assert not batch.bound_fired(killed.exit_status, killed.ran_s, 30.0)
-    assert after == batch.Section(0, "", "") and marker.exists()
+    assert after == batch.Section(exit_status=0, stdout="", stderr="") and marker.exists()
 
 
 def test_a_section_that_ignores_sigterm_past_its_bound_is_a_hang_that_ends_the_batch(tmp_path: Path) -> None:
@@ -328,7 +335,7 @@ async def test_sections_the_steps_budget_cut_say_so_never_that_they_hung_for_the
     events: list[dict[str, Any]] = []
     node = local_node(events)
     slow, never = probe("sleep", "20", hang="{s} {bound}: driver may be wedged"), probe("echo", "never")
-    answers = await node.batch([slow, never], step=StepName.VERIFY, budget=TimeBudget(0.0, slack=1.5))
+    answers = await node.batch([slow, never], step=StepName.VERIFY, budget=TimeBudget(window=0.0, slack=1.5))
     with pytest.raises(StepFailed, match=r"^sleep cut: verify's time ran out \(what was left of its "
                                          r"1\.5 s budget: [\d.]+ s\)$") as cut:
         answers.read(slow)

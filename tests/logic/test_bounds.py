@@ -40,13 +40,13 @@ def test_every_nvidia_smi_read_asks_the_driver_and_nothing_else_does() -> None:
 def test_a_budget_that_ends_sooner_names_itself() -> None:
     bound = Bound(30.0, "nvidia-smi's bound: 3 x command_timeout")
     assert bounds.within(bound, None) == bound
-    assert bounds.within(bound, TimeBudget(0.0, slack=100.0), "settle") == bound
-    clipped = bounds.within(bound, TimeBudget(0.0, slack=4.0), "settle")
+    assert bounds.within(bound, TimeBudget(window=0.0, slack=100.0), "settle") == bound
+    clipped = bounds.within(bound, TimeBudget(window=0.0, slack=4.0), "settle")
     assert 0 < clipped.seconds <= 4.0
     assert clipped.name == "what was left of settle's 4 s budget"
     assert str(Bound(12.0, "command_timeout")) == "12 s (command_timeout)"
     with pytest.raises(BudgetSpent):
-        bounds.within(bound, TimeBudget(0.0, slack=0.0))
+        bounds.within(bound, TimeBudget(window=0.0, slack=0.0))
 
 
 def test_room_for_commands_counts_nvidia_smi_at_its_own_bound() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.node.probes.escapes import EscapeError, shown, unescape
+from fleet.node.probes.escapes import EscapeError, lossy_text, unescape
 from fleet.node.probes.parse import ProbeParseError
 from fleet.node.probes.procs import HolderRow, exe_argv, parse_exe, parse_scan
 
@@ -28,8 +28,8 @@ def test_unescape_refuses_what_is_no_escape(text: str) -> None:
         unescape(text)
 
 
-def test_shown_replaces_only_what_is_not_utf8() -> None:
-    assert shown(b"caf\xc3\xa9\xff") == "caf\u00e9\ufffd"
+def test_lossy_text_replaces_only_what_is_not_utf8() -> None:
+    assert lossy_text(b"caf\xc3\xa9\xff") == "caf\u00e9\ufffd"
 
 
 def test_stat_quotes_every_byte_and_parse_exe_reads_each_back(tmp_path: Path) -> None:

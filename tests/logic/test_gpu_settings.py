@@ -102,7 +102,7 @@ def sh(node: SimNode, command: str) -> str:
 def test_the_simulated_nvidia_smi_says_the_same_settings_both_ways(tmp_path: Path) -> None:
     """The node's driver and model, MIG where the spec sets it, and the rows' healthy values, in --query-gpu and
     -q alike."""
-    node = SimNode(tmp_path / "gpu-s01", NodeSpec("gpu-s01", gpus=2, mig_gpus=(1,), driver_version="575.57.08"))
+    node = SimNode(tmp_path / "gpu-s01", NodeSpec(name="gpu-s01", gpus=2, mig_gpus=(1,), driver_version="575.57.08"))
     node.setup()
     try:
         facts = health.parse_facts(sh(node, " ".join(health.facts_argv("nvidia-smi")))) or ()

@@ -24,14 +24,14 @@ UNKNOWN_FIELD = 'Field "fabric.state" is not a valid field to query.\n\n'
 
 
 def one_gpu_node(facts: Reply, remaps: Reply, q: str | None = None) -> tuple[Node, ScriptedTransport, Log]:
-    t = ScriptedTransport([
+    t = ScriptedTransport(script=[
         (tuple(health.facts_argv("nvidia-smi")), facts),
         (tuple(health.remaps_argv("nvidia-smi")), remaps),
-        (("nvidia-smi", "-q"), Reply(q if q is not None else scripted_node.healthy_q(BUS))),
+        (("nvidia-smi", "-q"), Reply(stdout=q if q is not None else scripted_node.healthy_q(BUS))),
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)),
-         Reply(f"0, GPU-a, {BUS}, NVIDIA H100, 0, 81559, 0, Disabled\n")),
-        (("nvidia-smi", "--query-compute-apps="), Reply("")),
-        (scripted_node.SCAN, Reply(scripted_node.scan(""))),
+         Reply(stdout=f"0, GPU-a, {BUS}, NVIDIA H100, 0, 81559, 0, Disabled\n")),
+        (("nvidia-smi", "--query-compute-apps="), Reply(stdout="")),
+        (scripted_node.SCAN, Reply(stdout=scripted_node.scan(""))),
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
         scripted_node.NO_FABRIC_MANAGER,
     ])
@@ -40,7 +40,8 @@ def one_gpu_node(facts: Reply, remaps: Reply, q: str | None = None) -> tuple[Nod
 
 
 async def test_a_healthy_gpu_is_read_in_two_small_reads_and_one_command() -> None:
-    node, t, _ = one_gpu_node(Reply(scripted_node.healthy_facts(BUS)), Reply(scripted_node.healthy_remaps(BUS)))
+    node, t, _ = one_gpu_node(Reply(stdout=scripted_node.healthy_facts(BUS)),
+                              Reply(stdout=scripted_node.healthy_remaps(BUS)))
     outcome = await verify(node)
     assert (outcome.result.status, outcome.result.error) == (StepStatus.OK, None)
     assert ("nvidia-smi", "-q") not in t.ran and node.commands == 1
@@ -50,7 +51,7 @@ async def test_a_pending_row_remap_read_from_the_remapper_section_fails_the_gpu(
     remaps = scripted_node.healthy_remaps(BUS).replace("Pending                                        : No",
                                                        "Pending                                        : Yes")
     assert remaps != scripted_node.healthy_remaps(BUS)
-    node, _, _ = one_gpu_node(Reply(scripted_node.healthy_facts(BUS)), Reply(remaps))
+    node, _, _ = one_gpu_node(Reply(stdout=scripted_node.healthy_facts(BUS)), Reply(stdout=remaps))
     outcome = await verify(node)
     assert outcome.result.reason is Reason.HEALTH and "remap" in (outcome.result.error or "").lower()
 
@@ -60,7 +61,8 @@ async def test_a_driver_without_a_health_field_is_read_through_q_instead() -> No
     sick = scripted_node.healthy_q(BUS).replace("DRAM Uncorrectable                         : 0",
                                                 "DRAM Uncorrectable                         : 1", 1)
     assert sick != scripted_node.healthy_q(BUS)
-    node, t, log = one_gpu_node(Reply(UNKNOWN_FIELD, exit_status=2), Reply(scripted_node.healthy_remaps(BUS)), sick)
+    node, t, log = one_gpu_node(Reply(stdout=UNKNOWN_FIELD, exit_status=2),
+                                Reply(stdout=scripted_node.healthy_remaps(BUS)), sick)
     outcome = await verify(node)
     assert ("nvidia-smi", "-q") in t.ran and node.commands == 2
     assert outcome.result.reason is Reason.HEALTH and "ECC" in (outcome.result.error or "")
@@ -68,8 +70,8 @@ async def test_a_driver_without_a_health_field_is_read_through_q_instead() -> No
 
 
 async def test_any_other_exit_2_is_unreadable_not_a_missing_field() -> None:
-    node, t, _ = one_gpu_node(Reply("", "Invalid combination of input arguments.\n", 2),
-                              Reply(scripted_node.healthy_remaps(BUS)))
+    node, t, _ = one_gpu_node(Reply(stdout="", stderr="Invalid combination of input arguments.\n", exit_status=2),
+                              Reply(stdout=scripted_node.healthy_remaps(BUS)))
     with pytest.raises(StepFailed, match=r"^unreadable nvidia-smi health fields: line 1: no GPU listed"):
         await verify(node)
     assert ("nvidia-smi", "-q") not in t.ran
@@ -84,7 +86,7 @@ async def test_a_read_cut_short_never_passes(cut: str) -> None:
         facts = facts.rsplit(",", 3)[0] + "\n"
     else:
         remaps = remaps.replace(BUS, "00000000:02:00.0")
-    node, _, _ = one_gpu_node(Reply(facts), Reply(remaps))
+    node, _, _ = one_gpu_node(Reply(stdout=facts), Reply(stdout=remaps))
     with pytest.raises(StepFailed, match=r"^unreadable nvidia-smi .*(fields asked \(output cut\?\)|other GPUs)"):
         await verify(node)
 
@@ -105,8 +107,9 @@ async def test_a_driver_that_refuses_the_row_remapper_section_is_read_through_q_
     sick = scripted_node.healthy_q(BUS).replace("Pending                                        : No",
                                                 "Pending                                        : Yes", 1)
     assert sick != scripted_node.healthy_q(BUS)
-    refused = Reply("", "ERROR: Option -d ROW_REMAPPER is not recognized. Please run 'nvidia-smi -h'.\n", 2)
-    node, t, log = one_gpu_node(Reply(scripted_node.healthy_facts(BUS)), refused, sick)
+    refused = Reply(stdout="", stderr="ERROR: Option -d ROW_REMAPPER is not recognized. Please run 'nvidia-smi -h'.\n",
+                    exit_status=2)
+    node, t, log = one_gpu_node(Reply(stdout=scripted_node.healthy_facts(BUS)), refused, sick)
     outcome = await verify(node)
     assert ("nvidia-smi", "-q") in t.ran and node.commands == 2
     assert outcome.result.reason is Reason.HEALTH and "remap" in (outcome.result.error or "").lower()

@@ -54,7 +54,7 @@ def connect_from(transports: Mapping[str, ScriptedTransport]) -> Connector:
 
 
 async def test_a_connector_that_raises_fails_that_host_only(tmp_path: Path) -> None:
-    clean = {name: ScriptedTransport(node_script()) for name in ("gpu-01", "gpu-03")}
+    clean = {name: ScriptedTransport(script=node_script()) for name in ("gpu-01", "gpu-03")}
 
     async def connector(host: Host) -> ScriptedTransport:
         if host.name == "gpu-02":
@@ -85,7 +85,7 @@ async def test_a_host_whose_log_cannot_start_fails_alone(tmp_path: Path, monkeyp
         return host_logger(self, host)
 
     monkeypatch.setattr(RunLogs, "host_logger", refuse_one)
-    transports = {"gpu-01": ScriptedTransport(node_script()), "gpu-02": ScriptedTransport(node_script())}
+    transports = {"gpu-01": ScriptedTransport(script=node_script()), "gpu-02": ScriptedTransport(script=node_script())}
     report = await run(connect_from(transports), [make_host("gpu-01"), make_host("gpu-02")], tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     assert report.hosts["gpu-02"].status is HostStatus.FAILED
@@ -102,7 +102,7 @@ def raises(exc: Exception) -> Callable[[Sequence[str]], Reply]:
 
 async def test_a_silent_session_ends_the_host_at_once_in_one_line(tmp_path: Path) -> None:
     """SessionSilent reads `... went silent during drain`; nothing else is tried there (not even verify)."""
-    silent = ScriptedTransport([(("systemctl", "show"), raises(SessionSilent("gpu-01"))), *node_script()])
+    silent = ScriptedTransport(script=[(("systemctl", "show"), raises(SessionSilent("gpu-01"))), *node_script()])
     report = await run(connect_from({"gpu-01": silent}), [make_host("gpu-01")], tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.FAILED
     assert report.hosts["gpu-01"].error == "ssh session to gpu-01 went silent during drain"
@@ -112,14 +112,14 @@ async def test_a_silent_session_ends_the_host_at_once_in_one_line(tmp_path: Path
 
 
 async def test_other_transport_errors_keep_their_words(tmp_path: Path) -> None:
-    lost = ScriptedTransport([(("systemctl", "show"), raises(ConnectionLost("session to gpu-01 dropped: EOF"))),
-                              *node_script()])
+    lost = ScriptedTransport(script=[(("systemctl", "show"), raises(ConnectionLost("session to gpu-01 dropped: EOF"))),
+                                     *node_script()])
     report = await run(connect_from({"gpu-01": lost}), [make_host("gpu-01")], tmp_path)
     assert report.hosts["gpu-01"].error == "session to gpu-01 dropped: EOF (during drain)"
     assert report.hosts["gpu-01"].reason is Reason.CONNECTION_LOST
 
 
-@dataclass
+@dataclass(kw_only=True)
 class NotedTransport(ScriptedTransport):
     """A scripted transport that saw something while connecting."""
 
@@ -128,7 +128,7 @@ class NotedTransport(ScriptedTransport):
 
 async def test_what_connecting_saw_is_logged_once_per_host(tmp_path: Path) -> None:
     note = Note("known_hosts_skipped", {"path": "/etc/ssh/ssh_known_hosts", "lines": [3, 7]})
-    transports = {name: NotedTransport(node_script(), notes=(note,)) for name in ("gpu-01", "gpu-02")}
+    transports = {name: NotedTransport(script=node_script(), notes=(note,)) for name in ("gpu-01", "gpu-02")}
     report = await run(connect_from(transports), [make_host("gpu-01"), make_host("gpu-02")], tmp_path)
     for name in transports:
         assert report.hosts[name].status is HostStatus.CLEAN
@@ -142,6 +142,6 @@ class FailingClose(ScriptedTransport):
 
 
 async def test_a_close_that_fails_is_logged_and_the_outcome_stands(tmp_path: Path) -> None:
-    report = await run(connect_from({"gpu-01": FailingClose(node_script())}), [make_host("gpu-01")], tmp_path)
+    report = await run(connect_from({"gpu-01": FailingClose(script=node_script())}), [make_host("gpu-01")], tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     assert len(events(tmp_path, "gpu-01", "close_error")) == 1

@@ -58,20 +58,20 @@ def script(walk: str, cgroups: Mapping[int, str], scans: Sequence[str]) -> Scrip
     found = iter(scans)
 
     def cgroup(argv: Sequence[str]) -> Reply:
-        return Reply("".join(f"/proc/{p}/cgroup:{line}\n" for p, line in cgroups.items()
-                             if f"/proc/{p}/cgroup" in argv))
+        return Reply(stdout="".join(f"/proc/{p}/cgroup:{line}\n" for p, line in cgroups.items()
+                                    if f"/proc/{p}/cgroup" in argv))
 
-    return ScriptedTransport([
-        (scripted_node.SCAN, lambda argv: Reply(scripted_node.scan(next(found, "")))),
-        (("ps", "-ww"), Reply(scripted_node.ps(f" {HOLDER}   720 alice    python3 train.py\n"))),
+    return ScriptedTransport(script=[
+        (scripted_node.SCAN, lambda argv: Reply(stdout=scripted_node.scan(next(found, "")))),
+        (("ps", "-ww"), Reply(stdout=scripted_node.ps(f" {HOLDER}   720 alice    python3 train.py\n"))),
         (scripted_node.EXE, scripted_node.exe_reply({HOLDER: "/usr/bin/python3.11"})),
-        (scripted_node.LINEAGE, Reply(f"self\t900\n{stat(900, 1, 'awk')}{walk}")),
+        (scripted_node.LINEAGE, Reply(stdout=f"self\t900\n{stat(900, 1, 'awk')}{walk}")),
         (("grep",), cgroup),
         (("sh", "-c"), scripted_node.signal()),
         *scripted_node.healthy("00000000:01:00.0"),
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)),
-         Reply("0, GPU-a, 00000000:01:00.0, NVIDIA H100, 0, 81559, 0, Disabled\n")),
-        (("nvidia-smi", "--query-compute-apps="), Reply("")),
+         Reply(stdout="0, GPU-a, 00000000:01:00.0, NVIDIA H100, 0, 81559, 0, Disabled\n")),
+        (("nvidia-smi", "--query-compute-apps="), Reply(stdout="")),
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
     ])
 

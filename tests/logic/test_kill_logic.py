@@ -36,20 +36,20 @@ def pids_of(argv: Sequence[str]) -> list[int]:
 
 def node(scans: Iterator[str], cgroup: dict[int, str]) -> ScriptedTransport:
     """Holders as `scans` yields them; every process a python3 child of init; units per `cgroup`."""
-    return ScriptedTransport([
-        (scripted_node.SCAN, lambda argv: Reply(scripted_node.scan(next(scans, "")))),
-        (("ps", "-ww"), lambda argv: Reply(scripted_node.ps("".join(
+    return ScriptedTransport(script=[
+        (scripted_node.SCAN, lambda argv: Reply(stdout=scripted_node.scan(next(scans, "")))),
+        (("ps", "-ww"), lambda argv: Reply(stdout=scripted_node.ps("".join(
             f"{p} 1 root python3 -m trainer\n" for p in pids_of(argv))))),
         (scripted_node.EXE, lambda argv: scripted_node.exe_reply(dict.fromkeys(pids_of(argv), "/usr/bin/python3.11"))),
         (scripted_node.LINEAGE, scripted_node.lineage),
-        (("sh", "-c", units.MEMBERS_SH), lambda argv: Reply("".join(
+        (("sh", "-c", units.MEMBERS_SH), lambda argv: Reply(stdout="".join(
             f"/proc/{p}/cgroup:{line}\n" for p, line in cgroup.items() if line.endswith(argv[-1])))),
-        (("grep",), lambda argv: Reply("".join(
+        (("grep",), lambda argv: Reply(stdout="".join(
             f"/proc/{p}/cgroup:{cgroup[p]}\n" for p in pids_of(argv) if p in cgroup))),
         (("sh", "-c"), scripted_node.signal()),
-        (("systemctl", "show", "--property=Restart"), Reply("Restart=always\n")),
+        (("systemctl", "show", "--property=Restart"), Reply(stdout="Restart=always\n")),
         (("systemctl", "stop"), Reply()),
-        (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
+        (("systemctl", "show"), Reply(stdout="ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
     ])
 
 
@@ -170,7 +170,7 @@ async def test_a_pid_that_is_someone_else_after_sigterm_is_never_sigkilled() -> 
     def answer(argv: Sequence[str]) -> Reply:
         sig, pids = scripted_node.targets(argv)
         verdict = next(looks, "changed") if sig == "-" else "sent"
-        return Reply("".join(f"{verdict} {pid}\n" for pid in pids))
+        return Reply(stdout="".join(f"{verdict} {pid}\n" for pid in pids))
 
     t = node(iter([holder(100), ""]), {})
     t.script.insert(0, (SIGNAL, answer))

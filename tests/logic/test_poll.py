@@ -85,7 +85,7 @@ async def test_something_already_seen_is_decided_on_before_any_look() -> None:
 
 async def test_a_window_already_over_gives_up_without_pausing_again() -> None:
     clock = DrivenClock()
-    window = TimeBudget(1.0, clock=clock)
+    window = TimeBudget(window=1.0, clock=clock)
     clock.stall(1.0, left_out=False)
     node = Node([4, 0])
     assert await poll_until(node.look, zero, pauses(5), within=window) == Polled(4, 1, met=False)
@@ -95,7 +95,7 @@ async def test_a_window_that_ended_while_the_loop_was_held_is_looked_at_once_mor
     """The late wake-up: the window ends (on a clock that counts the stall) while the wait sleeps; it looks once
     more after it wakes, and what the node shows then decides."""
     clock = DrivenClock()
-    window = TimeBudget(1.0, clock=clock)
+    window = TimeBudget(window=1.0, clock=clock)
     node = Node([4, 0])
     async with anyio.create_task_group() as group:
         group.start_soon(stall_after_first_look, node, clock, False)
@@ -106,7 +106,7 @@ async def test_a_window_that_ended_while_the_loop_was_held_is_looked_at_once_mor
 
 async def test_after_a_late_wake_up_with_nothing_changed_it_gives_up_on_that_look() -> None:
     clock = DrivenClock()
-    window = TimeBudget(1.0, clock=clock)
+    window = TimeBudget(window=1.0, clock=clock)
     node = Node([4])
     async with anyio.create_task_group() as group:
         group.start_soon(stall_after_first_look, node, clock, False)
@@ -117,7 +117,7 @@ async def test_after_a_late_wake_up_with_nothing_changed_it_gives_up_on_that_loo
 async def test_on_the_attention_clock_a_stall_spends_none_of_the_window() -> None:
     """The same stall, left out of the clock: the window is still open, and the wait goes on until it is met."""
     clock = DrivenClock()
-    window = TimeBudget(1.0, clock=clock)
+    window = TimeBudget(window=1.0, clock=clock)
     node = Node([4, 3, 0])
     async with anyio.create_task_group() as group:
         group.start_soon(stall_after_first_look, node, clock, True)
@@ -129,7 +129,7 @@ async def test_on_the_attention_clock_a_stall_spends_none_of_the_window() -> Non
 async def test_the_event_loop_held_past_the_window_during_a_look_is_not_the_nodes_time() -> None:
     """On the running loop's own attention clock: the first look holds the loop twice the window; the wait goes
     on and sees the node change."""
-    window = TimeBudget(1.0)
+    window = TimeBudget(window=1.0)
     node = Node([4, 0])
 
     async def held_look() -> int:

@@ -20,8 +20,8 @@ from fleet.reset import lock
 from fleet.transport.base import CommandResult, OpenCommand, bounded_argv, finish
 from fleet.transport.scripted import ScriptedTransport
 
-ID_100 = procs.Identity(100, 4242, b"/usr/bin/python3.11", "root")
-ID_101 = procs.Identity(101, 4243, None, "alice")
+ID_100 = procs.Identity(pid=100, start=4242, exe=b"/usr/bin/python3.11", user="root")
+ID_101 = procs.Identity(pid=101, start=4243, exe=None, user="alice")
 
 
 def through_sudo(wire: Sequence[str]) -> bool:
@@ -98,7 +98,7 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
     monkeypatch.setattr(Node, "run", run_probe)
     monkeypatch.setattr(Node, "open_command", hold_probe)
     monkeypatch.setattr(Node, "batch", batch_probes)
-    t = ScriptedTransport(node_script(), become=True)
+    t = ScriptedTransport(script=node_script(), become=True)
     report, _ = await run([make_host(become=True)], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN, report.hosts["gpu-01"].error
     with_sudo = {argv[0] for argv, wire in zip(t.ran, t.sent, strict=True) if through_sudo(wire)}
@@ -127,7 +127,7 @@ async def test_with_become_only_privileged_commands_get_sudo(tmp_path: Path, mon
 
 
 async def test_without_become_nothing_gets_sudo(tmp_path: Path) -> None:
-    t = ScriptedTransport(node_script())
+    t = ScriptedTransport(script=node_script())
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     assert t.sent and all(wire[0] == "timeout" and not through_sudo(wire) for wire in t.sent)

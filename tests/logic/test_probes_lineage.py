@@ -75,10 +75,12 @@ def test_parse_lineage_golden() -> None:
     lineage = parse_lineage(text)
     assert lineage.own == (900, 899, 880, 1)
     assert set(lineage.procs) == {900, 899, 880, 1, 4242, 12, 77}
-    assert lineage.procs[77] == ProcStat(77, 1, "a) S 1 (b\tc\n\ufffd\\", 400)  # shown: not UTF-8 replaced
+    # lossy_text: what is not UTF-8 replaced
+    assert lineage.procs[77] == ProcStat(pid=77, ppid=1, comm="a) S 1 (b\tc\n\ufffd\\", start=400)
     assert lineage.procs[4242].start == 9001
-    assert lineage.ancestors(4242) == [ProcStat(12, 1, "nvidia-persiste", 350), ProcStat(1, 0, "systemd", 2)]
-    assert lineage.ancestors(4242, depth=1) == [ProcStat(12, 1, "nvidia-persiste", 350)]
+    assert lineage.ancestors(4242) == [ProcStat(pid=12, ppid=1, comm="nvidia-persiste", start=350),
+                                       ProcStat(pid=1, ppid=0, comm="systemd", start=2)]
+    assert lineage.ancestors(4242, depth=1) == [ProcStat(pid=12, ppid=1, comm="nvidia-persiste", start=350)]
     assert lineage.ancestors(5) == []
 
 
@@ -122,9 +124,10 @@ def test_lineage_round_trip_walks_from_itself_and_from_each_pid(named_child: Cal
     lineage = parse_lineage(done.stdout)
     assert lineage.own[1] == os.getpid()  # awk's parent is this process
     assert lineage.own[-1] == 1
-    assert lineage.procs[odd] == ProcStat(odd, os.getpid(), "a) S 1 (b) x", start_time(odd))
+    assert lineage.procs[odd] == ProcStat(pid=odd, ppid=os.getpid(), comm="a) S 1 (b) x", start=start_time(odd))
     me = Path("/proc/self/comm").read_text().rstrip("\n")
-    assert lineage.procs[os.getpid()] == ProcStat(os.getpid(), os.getppid(), me, start_time(os.getpid()))
+    assert lineage.procs[os.getpid()] == ProcStat(pid=os.getpid(), ppid=os.getppid(), comm=me,
+                                                  start=start_time(os.getpid()))
     assert lineage.procs[1].start == start_time(1)
     assert [p.pid for p in lineage.ancestors(odd)] == list(lineage.own[1:])
     assert "simulated" not in done.stdout.splitlines()
@@ -143,8 +146,8 @@ def test_a_comm_that_forges_a_record_comes_back_whole_and_forges_nothing() -> No
         done = _run(lineage_argv([child.pid]), {**os.environ, "LANG": "C.UTF-8"})
         assert done.returncode == 0, done.stderr
         lineage = parse_lineage(done.stdout)
-        assert lineage.procs[child.pid] == ProcStat(child.pid, os.getpid(), comm.decode(errors="replace"),
-                                                    start_time(child.pid))
+        assert lineage.procs[child.pid] == ProcStat(pid=child.pid, ppid=os.getpid(), comm=comm.decode(errors="replace"),
+                                                    start=start_time(child.pid))
         assert lineage.procs[1].start == start_time(1)  # pid 1's record is its own, not the forged one
         assert len(done.stdout.splitlines()) == len(lineage.procs) + 1  # one line a process, and `self`
     finally:
@@ -178,7 +181,8 @@ def test_lineage_of_a_vanished_pid_is_just_missing() -> None:
 
 def test_ancestry_is_whole_when_it_reaches_a_process_whose_parent_is_pid_0() -> None:
     lineage = parse_lineage("4242\t12\t9001\tpython3\n12\t1\t350\tnvidia-persiste\n1\t0\t2\tsystemd\n")
-    assert lineage.ancestry(4242) == Ancestry((ProcStat(12, 1, "nvidia-persiste", 350), ProcStat(1, 0, "systemd", 2)))
+    assert lineage.ancestry(4242) == Ancestry((ProcStat(pid=12, ppid=1, comm="nvidia-persiste", start=350),
+                                               ProcStat(pid=1, ppid=0, comm="systemd", start=2)))
     assert lineage.ancestry(1) == Ancestry(())
     # a container's init has parent 0 too: its chain is whole inside the container
     assert parse_lineage("7\t1\t5\tpython3\n1\t0\t1\ttini\n").ancestry(7).cut_at is None

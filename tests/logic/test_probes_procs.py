@@ -319,13 +319,13 @@ def test_process_argv_shapes() -> None:
     assert ps_argv([1, 2, 3]) == ["ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "1,2,3"]
     assert exe_argv([1, 20]) == [
         "env", "LC_ALL=C", "QUOTING_STYLE=c", "stat", "-c", "%N", "--", "/proc/1/exe", "/proc/20/exe"]
-    assert signal_argv(ALIVE, [Identity(2, 77, None, "root")]) == [
+    assert signal_argv(ALIVE, [Identity(pid=2, start=77, exe=None, user="root")]) == [
         "sh", "-c", SIGNAL_SH, "fleet-signal", "-", "2", "77", "", "root"]
 
 
 def looks_at(pids: Sequence[int]) -> list[str]:
     """The identity-checked look (signal.sh with ALIVE) at these pids."""
-    return signal_argv(ALIVE, [Identity(pid, 100, None, "root") for pid in pids])
+    return signal_argv(ALIVE, [Identity(pid=pid, start=100, exe=None, user="root") for pid in pids])
 
 
 @pytest.mark.parametrize("make", [ps_argv, exe_argv, looks_at])
@@ -345,12 +345,13 @@ def test_parse_ps_right_aligned_and_spaces_in_args() -> None:
         "77777  4242 bob                              python3 train.py --lr 3e-4"
     )
     assert parse_ps(text) == {
-        1: PsRow(1, 0, "root", "/sbin/init splash"),
-        812: PsRow(812, 1, "nvidia-persistenced", "/usr/bin/nvidia-persistenced --user nvidia-persistenced"),
-        4242: PsRow(4242, 4200, "alice", "/usr/lib/firefox/firefox -contentproc  -isForBrowser"),
-        155: PsRow(155, 2, "root", "[kworker/0:1-events]"),
-        160: PsRow(160, 1, "root", ""),
-        77777: PsRow(77777, 4242, "bob", "python3 train.py --lr 3e-4"),
+        1: PsRow(pid=1, ppid=0, user="root", args="/sbin/init splash"),
+        812: PsRow(pid=812, ppid=1, user="nvidia-persistenced",
+                   args="/usr/bin/nvidia-persistenced --user nvidia-persistenced"),
+        4242: PsRow(pid=4242, ppid=4200, user="alice", args="/usr/lib/firefox/firefox -contentproc  -isForBrowser"),
+        155: PsRow(pid=155, ppid=2, user="root", args="[kworker/0:1-events]"),
+        160: PsRow(pid=160, ppid=1, user="root", args=""),
+        77777: PsRow(pid=77777, ppid=4242, user="bob", args="python3 train.py --lr 3e-4"),
     }
 
 
@@ -365,7 +366,7 @@ def test_parse_ps_right_aligned_and_spaces_in_args() -> None:
     ],
 )
 def test_ps_row_argv0_is_the_first_words_basename(args: str, argv0: str | None) -> None:
-    assert PsRow(1, 0, "root", args).argv0 == argv0
+    assert PsRow(pid=1, ppid=0, user="root", args=args).argv0 == argv0
 
 
 @pytest.mark.parametrize(
@@ -456,7 +457,8 @@ def test_ps_round_trip_on_this_process() -> None:
     done = _run(ps_argv([pid]))
     assert done.returncode == 0, done.stderr
     args = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").replace(b"\0", b" ").decode()
-    assert parse_ps(done.stdout) == {pid: PsRow(pid, os.getppid(), pwd.getpwuid(os.geteuid()).pw_name, args)}
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    assert parse_ps(done.stdout) == {pid: PsRow(pid=pid, ppid=os.getppid(), user=user, args=args)}
 
 
 def test_exe_round_trip_on_this_process() -> None:
@@ -471,14 +473,16 @@ def test_alive_round_trip(children: Children) -> None:
     child = children.plain()
     dead = dead_pid()
     live = identity_of(child.pid)
-    assert run_signal(ALIVE, [live, Identity(dead, live.start, None, live.user)]) == {child.pid: "alive", dead: "gone"}
-    assert run_signal(ALIVE, [Identity(dead, 1, None, "root")]) == {dead: "gone"}
+    gone = Identity(pid=dead, start=live.start, exe=None, user=live.user)
+    assert run_signal(ALIVE, [live, gone]) == {child.pid: "alive", dead: "gone"}
+    assert run_signal(ALIVE, [Identity(pid=dead, start=1, exe=None, user="root")]) == {dead: "gone"}
     assert child.poll() is None
 
 
 # --- signals -------------------------------------------------------
 
-TARGETS = [Identity(4242, 9001, b"/usr/bin/python3.11", "alice"), Identity(77, 12, None, "root")]
+TARGETS = [Identity(pid=4242, start=9001, exe=b"/usr/bin/python3.11", user="alice"),
+           Identity(pid=77, start=12, exe=None, user="root")]
 
 
 @pytest.mark.parametrize(
@@ -503,7 +507,7 @@ def test_signal_argv_rejects_other_signals(signal: str) -> None:
 @pytest.mark.parametrize("signal", ["TERM", "KILL", ALIVE])
 def test_signal_argv_never_init_or_groups(signal: str, pids: list[int]) -> None:
     with pytest.raises(ValueError, match="must be > 1"):
-        signal_argv(signal, [Identity(pid, 5, None, "root") for pid in pids])
+        signal_argv(signal, [Identity(pid=pid, start=5, exe=None, user="root") for pid in pids])
 
 
 # --- the probes -------------------------------------------------------

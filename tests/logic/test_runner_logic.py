@@ -34,7 +34,7 @@ def quick_respawn_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_healthy_host_is_clean_with_steps_in_order(tmp_path: Path) -> None:
     """A stray holder dies on SIGTERM; the report lists drain, kill, settle, verify, all ok."""
-    t = ScriptedTransport(node_script())
+    t = ScriptedTransport(script=node_script())
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.CLEAN, host.error
@@ -49,7 +49,7 @@ async def test_healthy_host_is_clean_with_steps_in_order(tmp_path: Path) -> None
 async def test_hanging_nvidia_smi_fails_within_budget_and_names_it(tmp_path: Path) -> None:
     """nvidia-smi that never answers is asked once: the baselines' read waits its bound, the kill still runs, and
     settle and verify do not ask the driver again; failed, with a one-line reason and what to do."""
-    t = ScriptedTransport(node_script(smi_delay=60))
+    t = ScriptedTransport(script=node_script(smi_delay=60))
     with anyio.fail_after(30):
         report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
@@ -68,9 +68,9 @@ async def test_a_driver_that_first_hangs_at_settle_costs_one_bound_and_verify_do
     reads are not run (its other reads are), and the host says where the driver stopped answering."""
     delays = iter([0.0])  # the baselines' memory read answers at once; every later one never does
     settle_query = ("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current")
-    script = [(argv, (lambda _: Reply("0, GPU-aaaa, 0, Disabled\n", delay_s=next(delays, 60.0)))
+    script = [(argv, (lambda _: Reply(stdout="0, GPU-aaaa, 0, Disabled\n", delay_s=next(delays, 60.0)))
                if argv == settle_query else answer) for argv, answer in node_script()]
-    t = ScriptedTransport(script)
+    t = ScriptedTransport(script=script)
     with anyio.fail_after(30):
         report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
@@ -95,7 +95,7 @@ async def test_a_driver_that_first_hangs_at_settle_costs_one_bound_and_verify_do
 
 async def test_memory_that_never_settles_fails_with_the_gpu_named(tmp_path: Path) -> None:
     """No process holds it (the complete scan after the window found none): a leaked context, said so."""
-    t = ScriptedTransport(node_script(settle_mib=1523))
+    t = ScriptedTransport(script=node_script(settle_mib=1523))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.FAILED
@@ -104,7 +104,7 @@ async def test_memory_that_never_settles_fails_with_the_gpu_named(tmp_path: Path
 
 
 async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> None:
-    t = ScriptedTransport(node_script())
+    t = ScriptedTransport(script=node_script())
     report, _ = await run([make_host("gpu-01"), make_host("gpu-02")], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     down = report.hosts["gpu-02"]
@@ -115,10 +115,10 @@ async def test_unreachable_host_does_not_disturb_the_others(tmp_path: Path) -> N
 
 
 async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) -> None:
-    t = ScriptedTransport(node_script(holders_after_kill="root\t/proc/101/task/101/fd/3\t/dev/nvidia0\n"))
+    t = ScriptedTransport(script=node_script(holders_after_kill="root\t/proc/101/task/101/fd/3\t/dev/nvidia0\n"))
     script = t.script
     script.insert(2, (("ps", "-ww", "-o", "pid=,ppid=,user:32=,args=", "-p", "1,101"),
-                      Reply(scripted_node.ps("  101     1 root     python3\n"))))
+                      Reply(stdout=scripted_node.ps("  101     1 root     python3\n"))))
     script.insert(3, ((*scripted_node.EXE, "-c", "%N", "--", "/proc/101/exe"),
                       scripted_node.exe_reply({101: "/usr/bin/python3.11"})))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
@@ -133,8 +133,8 @@ async def test_respawned_holder_fails_the_kill_and_skips_settle(tmp_path: Path) 
 
 async def test_sigint_cancels_in_flight_hosts_and_still_reports(tmp_path: Path) -> None:
     """Ctrl-C: in-flight hosts fail as interrupted, connections are closed, the report is whole."""
-    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, scripted_node.BEFORE,
-                              scripted_node.APPS_BEFORE, *scripted_node.HEALTH])
+    slow = ScriptedTransport(script=[(("systemctl",), Reply(delay_s=30)), LOCK, scripted_node.BEFORE,
+                                     scripted_node.APPS_BEFORE, *scripted_node.HEALTH])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
 
     async def interrupt() -> None:
@@ -157,7 +157,7 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
     in_flight, peak = 0, 0
 
     def slow_show(argv: Sequence[str]) -> Reply:
-        return Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")
+        return Reply(stdout="ActiveState=inactive\nSubState=dead\nMainPID=0\n")
 
     class Counting(ScriptedTransport):
         async def run(self, argv: Sequence[str], *, timeout: float, privileged: bool = False,
@@ -177,7 +177,7 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
             await super().close()
 
     hosts = [make_host(f"gpu-{i:02d}") for i in range(6)]
-    scripts = {h.name: Counting(node_script()) for h in hosts}
+    scripts = {h.name: Counting(script=node_script()) for h in hosts}
     for t in scripts.values():
         t.script[1] = (("systemctl", "show"), slow_show)
     report, _ = await run(hosts, scripts, tmp_path, concurrency=2)
@@ -186,7 +186,7 @@ async def test_concurrency_limit_bounds_hosts_in_flight(tmp_path: Path) -> None:
 
 
 async def test_dry_run_reads_the_node_and_changes_nothing(tmp_path: Path) -> None:
-    t = ScriptedTransport(node_script())
+    t = ScriptedTransport(script=node_script())
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path, mode=Mode.PLAN)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.PLANNED
@@ -199,8 +199,8 @@ async def test_dry_run_reads_the_node_and_changes_nothing(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("status", ["inactive", "failed"])
 async def test_unit_already_down_counts_as_drained(tmp_path: Path, status: str) -> None:
-    t = ScriptedTransport(node_script())
-    t.script[1] = (("systemctl", "show"), Reply(f"ActiveState={status}\nSubState=dead\nMainPID=0\n"))
+    t = ScriptedTransport(script=node_script())
+    t.script[1] = (("systemctl", "show"), Reply(stdout=f"ActiveState={status}\nSubState=dead\nMainPID=0\n"))
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].steps[0].status is StepStatus.OK
 
@@ -208,8 +208,8 @@ async def test_unit_already_down_counts_as_drained(tmp_path: Path, status: str) 
 async def test_an_escalation_the_node_refuses_fails_drain_with_its_message(tmp_path: Path) -> None:
     """A stop that hangs is escalated with `systemctl kill`; a systemctl that refuses it (an older systemd and
     an option it does not know) fails drain with what it said, not with "still active after SIGKILL"."""
-    t = ScriptedTransport(node_script())
-    t.script[1] = (("systemctl", "show"), Reply("ActiveState=deactivating\nSubState=stop-sigterm\nMainPID=7\n"))
+    t = ScriptedTransport(script=node_script())
+    t.script[1] = (("systemctl", "show"), Reply(stdout="ActiveState=deactivating\nSubState=stop-sigterm\nMainPID=7\n"))
     t.script.insert(0, (("systemctl", "kill"), Reply(stderr="systemctl: unrecognized option '--kill-whom=all'\n",
                                                      exit_status=1)))
     report, _ = await run([make_host(drain_timeout=0.3)], {"gpu-01": t}, tmp_path)
@@ -223,7 +223,7 @@ async def test_an_escalation_the_node_refuses_fails_drain_with_its_message(tmp_p
 
 async def test_stop_refused_by_the_node_fails_drain_at_once(tmp_path: Path) -> None:
     """A `systemctl stop` that is refused (polkit) fails drain with its message instead of waiting 30 s."""
-    t = ScriptedTransport(node_script())
+    t = ScriptedTransport(script=node_script())
     t.script[0] = (("systemctl", "stop"), Reply(stderr="Failed to stop sglang.service: Access denied\n",
                                                 exit_status=4))
     host = make_host(drain_timeout=30.0)
@@ -237,7 +237,7 @@ async def test_stop_refused_by_the_node_fails_drain_at_once(tmp_path: Path) -> N
 
 
 async def test_a_kill_the_node_refuses_is_reported_as_such(tmp_path: Path) -> None:
-    t = ScriptedTransport(node_script())
+    t = ScriptedTransport(script=node_script())
     t.script[5] = (("sh", "-c"), scripted_node.signal(alive_after=lambda sig, pid: True,
                                                       verdict=lambda sig, pid: "denied"))
     report, _ = await run([make_host(kill_grace=0.2)], {"gpu-01": t}, tmp_path)
@@ -250,7 +250,7 @@ async def test_a_kill_the_node_refuses_is_reported_as_such(tmp_path: Path) -> No
 
 def _fleet(n: int, down: frozenset[int] = frozenset()) -> tuple[list[Host], dict[str, ScriptedTransport]]:
     hosts = [make_host(f"gpu-{i:02d}") for i in range(1, n + 1)]
-    scripts = {h.name: ScriptedTransport(node_script()) for i, h in enumerate(hosts, 1) if i not in down}
+    scripts = {h.name: ScriptedTransport(script=node_script()) for i, h in enumerate(hosts, 1) if i not in down}
     return hosts, scripts
 
 
@@ -344,8 +344,8 @@ async def test_a_clean_canary_lets_the_rest_run(tmp_path: Path) -> None:
 
 
 async def test_run_deadline_ends_in_flight_hosts_and_says_so(tmp_path: Path) -> None:
-    slow = ScriptedTransport([(("systemctl",), Reply(delay_s=30)), LOCK, scripted_node.BEFORE,
-                              scripted_node.APPS_BEFORE, *scripted_node.HEALTH])
+    slow = ScriptedTransport(script=[(("systemctl",), Reply(delay_s=30)), LOCK, scripted_node.BEFORE,
+                                     scripted_node.APPS_BEFORE, *scripted_node.HEALTH])
     host = make_host(command_timeout=60.0, drain_timeout=60.0)
     with anyio.fail_after(10):
         report, state = await run([host, make_host("gpu-02")], {"gpu-01": slow}, tmp_path,
@@ -375,8 +375,8 @@ async def test_memory_that_survives_a_gpu_reset_needs_a_reboot(tmp_path: Path) -
     """--gpu-reset: the reset runs (no process holds the GPU), yet the memory stays: the host fails with
     `needs_reboot`, and nothing more is tried."""
     script = node_script(settle_mib=2048)
-    script.insert(0, (("nvidia-smi", "-r"), Reply("GPU 00000000:18:00.0 was successfully reset.\nAll done.\n")))
-    t = ScriptedTransport(script)
+    script.insert(0, (("nvidia-smi", "-r"), Reply(stdout="GPU 00000000:18:00.0 was successfully reset.\nAll done.\n")))
+    t = ScriptedTransport(script=script)
     report, _ = await run([make_host(settle_timeout=0.3)], {"gpu-01": t}, tmp_path, gpu_reset=True)
     host = report.hosts["gpu-01"]
     settle = next(s for s in host.steps if s.name is StepName.SETTLE)

@@ -220,8 +220,8 @@ def test_a_scan_without_init_has_proc_1_hidden() -> None:
     assert scan_blindness(HolderScan(SAW_ALL.rows, init_seen=False), 1, "") == "/proc/1 is hidden from it (hidepid)"
 
 
-INIT = PsRow(1, 0, "root", "/sbin/init")
-HOLDER = PsRow(4242, 1, "alice", "python3 train.py")
+INIT = PsRow(pid=1, ppid=0, user="root", args="/sbin/init")
+HOLDER = PsRow(pid=4242, ppid=1, user="alice", args="python3 train.py")
 
 
 def test_ps_that_lists_pid_1_sees_everything() -> None:
@@ -273,21 +273,21 @@ def test_blind_error_without_a_user() -> None:
 def node(find: Reply, ps: Reply | None = None, *, become: bool = False) -> Node:
     script: list[tuple[tuple[str, ...], Answer]] = [(scripted_node.SCAN, find)]
     if ps is not None:  # the holders' description is one batch: ps, their exe links, lineage and cgroups
-        script += [(("ps", "-ww"), ps), (scripted_node.EXE, Reply("")), (scripted_node.LINEAGE, Reply("")),
-                   (("grep",), Reply(""))]
+        script += [(("ps", "-ww"), ps), (scripted_node.EXE, Reply(stdout="")),
+                   (scripted_node.LINEAGE, Reply(stdout="")), (("grep",), Reply(stdout=""))]
     host = Host(name="gpu-b02", address="10.0.0.2", user="fleetops", become=become, command_timeout=1.0)
-    return Node(host, ScriptedTransport(script, become=become), NoLog())
+    return Node(host, ScriptedTransport(script=script, become=become), NoLog())
 
 
 async def look(n: Node) -> Scan:
-    return await scan(n, StepName.VERIFY, TimeBudget(0.0, slack=5.0))
+    return await scan(n, StepName.VERIFY, TimeBudget(window=0.0, slack=5.0))
 
 
 async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
     """Nothing found among what could be read is not "no holders": the step fails, saying why and what to do."""
-    n = node(Reply("init\0unreadable\tbob\t/proc/77/task/77/fd\0unreadable\talice\t/proc/78/map_files\0",
+    n = node(Reply(stdout="init\0unreadable\tbob\t/proc/77/task/77/fd\0unreadable\talice\t/proc/78/map_files\0",
                    exit_status=0),
-             Reply(scripted_node.ps("   77     1 bob      python3\n   78     1 alice    python3\n")))
+             Reply(stdout=scripted_node.ps("   77     1 bob      python3\n   78     1 alice    python3\n")))
     with pytest.raises(StepFailed) as info:
         await look(n)
     assert str(info.value) == ("cannot see every process on gpu-b02 as fleetops (permission denied on /proc/*/fd "
@@ -298,17 +298,18 @@ async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
 async def test_an_fd_table_unreadable_because_its_process_exited_mid_scan_hides_nothing() -> None:
     """find's -readable is false for a /proc/PID/fd whose process exited between the listing and the look
     (seen as root, mid-kill): a process that is gone is no blind spot; one still there is."""
-    n = node(Reply("init\0unreadable\troot\t/proc/77/task/77/fd\0unreadable\talice\t/proc/78/task/80/fd\0",
+    n = node(Reply(stdout="init\0unreadable\troot\t/proc/77/task/77/fd\0unreadable\talice\t/proc/78/task/80/fd\0",
                    exit_status=1),
-             Reply(scripted_node.ps("   78     1 alice    python3\n")))
+             Reply(stdout=scripted_node.ps("   78     1 alice    python3\n")))
     with pytest.raises(StepFailed, match=r"permission denied on /proc/\*/fd of 1 process\)"):
         await look(n)
-    gone = node(Reply("init\0unreadable\troot\t/proc/77/task/77/fd\0", exit_status=1), Reply(scripted_node.ps("")))
+    gone = node(Reply(stdout="init\0unreadable\troot\t/proc/77/task/77/fd\0", exit_status=1),
+                Reply(stdout=scripted_node.ps("")))
     assert await look(gone) == Scan()
 
 
 async def test_the_step_fails_when_sudo_refused_the_scan() -> None:
-    n = node(Reply("", "sudo: a password is required\n", exit_status=1), become=True)
+    n = node(Reply(stdout="", stderr="sudo: a password is required\n", exit_status=1), become=True)
     with pytest.raises(StepFailed) as info:
         await look(n)
     assert str(info.value) == (
@@ -317,8 +318,8 @@ async def test_the_step_fails_when_sudo_refused_the_scan() -> None:
 
 
 async def test_the_step_fails_when_ps_cannot_see_pid_1() -> None:
-    n = node(Reply(scripted_node.scan("root\t/proc/4242/task/4242/fd/3\t/dev/nvidia0\n")),
-             Reply(" 4242     1 root     python3 train.py\n"))
+    n = node(Reply(stdout=scripted_node.scan("root\t/proc/4242/task/4242/fd/3\t/dev/nvidia0\n")),
+             Reply(stdout=" 4242     1 root     python3 train.py\n"))
     with pytest.raises(StepFailed, match=r"as fleetops \(ps cannot see pid 1 \(hidepid\)\): run as root or set become"):
         await look(n)
 
@@ -326,5 +327,6 @@ async def test_the_step_fails_when_ps_cannot_see_pid_1() -> None:
 async def test_a_scan_that_saw_everything_and_found_nothing_is_clean() -> None:
     """It saw /proc/1 and read every fd table: no holder is no holder (find's exit 1 for a pid that vanished
     mid-scan changes nothing)."""
-    assert await look(node(Reply(scripted_node.scan("")))) == Scan()
-    assert await look(node(Reply("init\0", "find: '/proc/99/fd': No such file or directory\n", 1))) == Scan()
+    assert await look(node(Reply(stdout=scripted_node.scan("")))) == Scan()
+    vanished = Reply(stdout="init\0", stderr="find: '/proc/99/fd': No such file or directory\n", exit_status=1)
+    assert await look(node(vanished)) == Scan()

@@ -93,7 +93,7 @@ def summary_of(log_dir: Path) -> dict[str, Any]:
 
 
 async def test_a_fake_scheduler_runs_a_reset_through_the_seam(tmp_path: Path) -> None:
-    scripts = {n: ScriptedTransport(node_script()) for n in ("gpu-01", "gpu-02")}
+    scripts = {n: ScriptedTransport(script=node_script()) for n in ("gpu-01", "gpu-02")}
 
     async def connector(host: Host) -> ScriptedTransport:
         return scripts[host.name]

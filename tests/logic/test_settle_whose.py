@@ -55,12 +55,12 @@ WALK = {JOB: stat(JOB, 800, "python3") + stat(800, 1, "slurmstepd"), 77: stat(77
 
 def ps(argv: Sequence[str]) -> Reply:
     pids = [int(w) for w in argv[-1].split(",")]  # `-p 1,4242`
-    return Reply("".join(f"{p:>5} {1:>5} root     {PS[p]}\n" for p in sorted({1, *pids}) if p in PS))
+    return Reply(stdout="".join(f"{p:>5} {1:>5} root     {PS[p]}\n" for p in sorted({1, *pids}) if p in PS))
 
 
 def lineage(argv: Sequence[str]) -> Reply:
     asked = scripted_node.pids_after(argv, "self")
-    return Reply(f"self\t900\n{stat(900, 1, 'awk')}" + "".join(WALK[p] for p in asked if p in WALK)
+    return Reply(stdout=f"self\t900\n{stat(900, 1, 'awk')}" + "".join(WALK[p] for p in asked if p in WALK)
                  + stat(1, 0, "systemd"))
 
 
@@ -72,23 +72,23 @@ def node(holders: str, memory: Callable[[], Sequence[int]], apps: str = "", mino
         def answer(argv: Sequence[str]) -> Reply:
             used = memory()
             if fields is SETTLE_FIELDS:
-                return Reply("".join(f"{i}, GPU-{i}, {mib}, Disabled\n" for i, mib in enumerate(used)))
-            return Reply("".join(f"{i}, GPU-{i}, {BUS[i]}, NVIDIA H100, {mib}, 81559, 0, Disabled\n"
-                                 for i, mib in enumerate(used)))
+                return Reply(stdout="".join(f"{i}, GPU-{i}, {mib}, Disabled\n" for i, mib in enumerate(used)))
+            return Reply(stdout="".join(f"{i}, GPU-{i}, {BUS[i]}, NVIDIA H100, {mib}, 81559, 0, Disabled\n"
+                                        for i, mib in enumerate(used)))
         return answer
 
-    t = ScriptedTransport([
+    t = ScriptedTransport(script=[
         *extra,
-        (scripted_node.SCAN, Reply(scripted_node.scan(holders))),
+        (scripted_node.SCAN, Reply(stdout=scripted_node.scan(holders))),
         (("ps", "-ww"), ps),
         (scripted_node.EXE, lambda argv: scripted_node.exe_reply(
             {p: "/usr/bin/python3.11" for p in (JOB, 77, 55) if f"/proc/{p}/exe" in argv})),
         (scripted_node.LINEAGE, lineage),
-        (("grep",), Reply("")),  # cgroups: none a job's (the job is told by its slurmstepd)
+        (("grep",), Reply(stdout="")),  # cgroups: none a job's (the job is told by its slurmstepd)
         (("nvidia-smi", "--query-gpu=" + ",".join(SETTLE_FIELDS)), rows(SETTLE_FIELDS)),
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)), rows(VERIFY_FIELDS)),
-        (("nvidia-smi", "--query-compute-apps="), Reply(apps)),
-        (("nvidia-smi", "-q"), Reply(q(minors, nvswitch))),
+        (("nvidia-smi", "--query-compute-apps="), Reply(stdout=apps)),
+        (("nvidia-smi", "-q"), Reply(stdout=q(minors, nvswitch))),
     ])
     settings: dict[str, Any] = {"command_timeout": 1.0, "kill_grace": 0.3, "settle_timeout": 2.0, **host}
     return Node(Host(name="gpu-01", address="127.0.0.1", gpus=len(minors), **settings), t, Log())
@@ -154,7 +154,7 @@ async def test_gpu_reset_takes_the_gpu_by_index_where_minor_numbers_differ() -> 
 
     def reset(argv: Sequence[str]) -> Reply:
         memory[0] = 0
-        return Reply(f"GPU {BUS[0]} was successfully reset.\nAll done.\n", delay_s=1.5)
+        return Reply(stdout=f"GPU {BUS[0]} was successfully reset.\nAll done.\n", delay_s=1.5)
 
     n = node("root\t/proc/77/task/77/fd/3\t/dev/nvidia0\n", lambda: memory, minors=(1, 0),
              extra=[(("nvidia-smi", "-r"), reset)], gpu_reset_timeout=4.0)
@@ -172,7 +172,7 @@ async def test_gpu_reset_takes_the_gpu_by_index_where_minor_numbers_differ() -> 
 async def test_gpu_reset_is_refused_for_the_gpu_whose_device_file_is_held_and_says_who() -> None:
     """/dev/nvidia1 is gpu 0 (minor 1 is bus 01): the MPS server holds the GPU to reset; nothing is reset."""
     n = node("root\t/proc/77/task/77/fd/3\t/dev/nvidia1\n", lambda: [2048, 0], minors=(1, 0),
-             extra=[(("nvidia-smi", "-r"), Reply("", exit_status=255))])
+             extra=[(("nvidia-smi", "-r"), Reply(stdout="", exit_status=255))])
     killed = await kill.kill(n)
     outcome = await settle.settle(n, killed.kept, killed.job_pids, gpu_reset=True)
     assert (outcome.result.status, outcome.result.reason) == (StepStatus.TIMEOUT, Reason.MEMORY_LEAKED)

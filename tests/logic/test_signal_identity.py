@@ -72,7 +72,7 @@ def test_a_reused_pid_is_changed_and_not_signalled(children: Children) -> None:
     """What a reused pid looks like: the process at that pid started later than the one judged."""
     child = children.blocking_term()
     judged = identity_of(child.pid)
-    earlier = Identity(judged.pid, judged.start - 1, judged.exe, judged.user)
+    earlier = Identity(pid=judged.pid, start=judged.start - 1, exe=judged.exe, user=judged.user)
     assert run_signal("TERM", [earlier]) == {child.pid: "changed"}
     assert run_signal("KILL", [earlier]) == {child.pid: "changed"}
     assert not term_pending(child.pid)
@@ -82,8 +82,8 @@ def test_a_reused_pid_is_changed_and_not_signalled(children: Children) -> None:
 def test_another_executable_is_changed_and_not_signalled(children: Children) -> None:
     child = children.blocking_term()
     judged = identity_of(child.pid)
-    assert run_signal("TERM", [Identity(child.pid, judged.start, b"/usr/bin/not-this-one", judged.user)]) == {
-        child.pid: "changed"}
+    other = Identity(pid=child.pid, start=judged.start, exe=b"/usr/bin/not-this-one", user=judged.user)
+    assert run_signal("TERM", [other]) == {child.pid: "changed"}
     assert not term_pending(child.pid)
 
 
@@ -105,7 +105,8 @@ def test_an_executable_path_of_any_bytes_is_itself_and_only_itself(children: Chi
     judged = identity_of(child.pid)
     assert judged.exe == exe
     lookalike = exe.replace(b"\xe9", b"\xe8").replace(b"\xff", b"\xfe").replace(b"\t", b" ")
-    assert run_signal("KILL", [Identity(child.pid, judged.start, lookalike, judged.user)]) == {child.pid: "changed"}
+    other = Identity(pid=child.pid, start=judged.start, exe=lookalike, user=judged.user)
+    assert run_signal("KILL", [other]) == {child.pid: "changed"}
     assert child.poll() is None
     assert run_signal("KILL", [judged]) == {child.pid: "sent"}
     assert child.wait(timeout=10) == -signal.SIGKILL
@@ -122,7 +123,7 @@ def test_printf_b_gives_every_byte_back_through_the_nodes_sh() -> None:
 def test_another_owner_is_changed_and_not_signalled(children: Children) -> None:
     child = children.blocking_term()
     judged = identity_of(child.pid)
-    stranger = Identity(child.pid, judged.start, judged.exe, other_user(judged.user))
+    stranger = Identity(pid=child.pid, start=judged.start, exe=judged.exe, user=other_user(judged.user))
     assert run_signal("TERM", [stranger]) == {child.pid: "changed"}
     assert not term_pending(child.pid)
 
@@ -131,7 +132,8 @@ def test_an_executable_not_recorded_is_not_checked(children: Children) -> None:
     """The exe lookup may not have read the link: start time and owner still decide."""
     child = children.blocking_term()
     judged = identity_of(child.pid)
-    assert run_signal("TERM", [Identity(child.pid, judged.start, None, judged.user)]) == {child.pid: "sent"}
+    unread_exe = Identity(pid=child.pid, start=judged.start, exe=None, user=judged.user)
+    assert run_signal("TERM", [unread_exe]) == {child.pid: "sent"}
     assert term_pending(child.pid)
 
 
@@ -156,8 +158,8 @@ def test_a_deleted_executable_is_still_the_same_process(children: Children, tmp_
 
 def test_a_dead_pid_is_gone() -> None:
     pid = dead_pid()
-    assert run_signal("TERM", [Identity(pid, 12345, b"/usr/bin/true", "root")]) == {pid: "gone"}
-    assert run_signal(ALIVE, [Identity(pid, 12345, None, "root")]) == {pid: "gone"}
+    assert run_signal("TERM", [Identity(pid=pid, start=12345, exe=b"/usr/bin/true", user="root")]) == {pid: "gone"}
+    assert run_signal(ALIVE, [Identity(pid=pid, start=12345, exe=None, user="root")]) == {pid: "gone"}
 
 
 def test_a_zombie_is_gone_and_stays_unreaped(children: Children) -> None:
@@ -173,7 +175,7 @@ def test_alive_only_looks(children: Children) -> None:
     child = children.blocking_term()
     judged = identity_of(child.pid)
     assert run_signal(ALIVE, [judged]) == {child.pid: "alive"}
-    assert run_signal(ALIVE, [Identity(child.pid, judged.start + 1, judged.exe, judged.user)]) == {
+    assert run_signal(ALIVE, [Identity(pid=child.pid, start=judged.start + 1, exe=judged.exe, user=judged.user)]) == {
         child.pid: "changed"}
     assert not term_pending(child.pid)
     assert child.poll() is None
@@ -189,8 +191,8 @@ def test_several_targets_each_get_their_own_verdict(children: Children) -> None:
     judged = identity_of(reused.pid)
     targets = [
         identity_of(right.pid),
-        Identity(reused.pid, judged.start - 1, judged.exe, judged.user),
-        Identity(dead, 99, None, "root"),
+        Identity(pid=reused.pid, start=judged.start - 1, exe=judged.exe, user=judged.user),
+        Identity(pid=dead, start=99, exe=None, user="root"),
         was,
     ]
     assert run_signal("TERM", targets) == {right.pid: "sent", reused.pid: "changed", dead: "gone",
@@ -211,7 +213,8 @@ def test_a_refused_kill_is_denied(children: Children) -> None:
         pytest.skip("setpriv (util-linux) is not installed")
     child = children.blocking_term()
     judged = identity_of(child.pid)
-    unread_exe = Identity(child.pid, judged.start, None, judged.user)  # nobody may not read root's exe link
+    # nobody may not read root's exe link
+    unread_exe = Identity(pid=child.pid, start=judged.start, exe=None, user=judged.user)
     assert run_signal("TERM", [unread_exe], prefix=NOBODY) == {child.pid: "denied"}
     assert run_signal(ALIVE, [unread_exe], prefix=NOBODY) == {child.pid: "alive"}
     assert run_signal("TERM", [judged], prefix=NOBODY) == {child.pid: "changed"}  # the exe cannot be vouched for
@@ -249,5 +252,6 @@ def test_a_process_of_a_user_without_a_name_is_still_the_one_judged(children: Ch
                                            text=True, check=False).stdout)
     (row,) = scan.rows
     assert (row.pid, row.user) == (child.pid, str(uid))  # how the scan, and so fleet, records the owner
-    judged = Identity(child.pid, start_time(child.pid), os.fsencode(os.readlink(f"/proc/{child.pid}/exe")), row.user)
+    exe = os.fsencode(os.readlink(f"/proc/{child.pid}/exe"))
+    judged = Identity(pid=child.pid, start=start_time(child.pid), exe=exe, user=row.user)
     assert run_signal("TERM", [judged]) == {child.pid: "sent"}

@@ -18,7 +18,7 @@ SMI = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[SimNode]:
-    sim = SimNode(tmp_path / "gpu-s01", NodeSpec("gpu-s01", gpus=2, power_limits=((1, 450.0),)))
+    sim = SimNode(tmp_path / "gpu-s01", NodeSpec(name="gpu-s01", gpus=2, power_limits=((1, 450.0),)))
     sim.setup()
     yield sim
     sim.stop()
@@ -76,7 +76,7 @@ def test_compute_mode_default_prints_the_captured_line(node: SimNode) -> None:
 
 
 def test_a_refused_power_limit_is_the_captured_line_and_exit_4(tmp_path: Path) -> None:
-    sim = SimNode(tmp_path / "gpu-s02", NodeSpec("gpu-s02", gpus=1, power_limits=((0, 450.0),),
+    sim = SimNode(tmp_path / "gpu-s02", NodeSpec(name="gpu-s02", gpus=1, power_limits=((0, 450.0),),
                                                  power_limit_refused=True))
     sim.setup()
     try:

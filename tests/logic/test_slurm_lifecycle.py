@@ -48,7 +48,7 @@ async def through(life: SlurmLifecycle, name: str, status: HostStatus | None = H
                   error: str | None = None) -> HostRun:
     """Admit, wait and release one host as the task graph does: `status` None means the host never started
     (the lifecycle itself refused it)."""
-    run = HostRun(Host(name=name, address="127.0.0.1"))
+    run = HostRun(host=Host(name=name, address="127.0.0.1"))
     await admit(life, run)
     ready = await life.ready(run, log())
     run.scheduler = ready.record
@@ -125,7 +125,7 @@ async def released(slurm: ScriptedSlurm, *, status: HostStatus = HostStatus.CLEA
                    lose_replies: int = 0, refuse: int = 0) -> HostRun:
     """sim1 admitted (drained) and reset to `status`; then its release, with the faults given from there on."""
     life = lifecycle(slurm)
-    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    run = HostRun(host=Host(name="sim1", address="127.0.0.1"))
     await admit(life, run)
     assert (await life.ready(run, log())).outcome is None
     run.started = time.monotonic()
@@ -195,7 +195,7 @@ async def test_the_record_names_the_run_whose_drain_was_taken_over(before: str |
                                                                    taken_over: str | None) -> None:
     slurm = ScriptedSlurm({"sim1": before})
     life = SlurmLifecycle(slurm.client(), RUN, mode, drain_wait_s=0, poll_s=0.01)
-    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    run = HostRun(host=Host(name="sim1", address="127.0.0.1"))
     await admit(life, run)
     assert run.scheduler is not None and run.scheduler.taken_over == taken_over
 
@@ -235,7 +235,7 @@ async def test_each_row_of_the_lifecycle_table(before: str | tuple[str, str], st
 async def reset_clean(slurm: ScriptedSlurm) -> tuple[SlurmLifecycle, HostRun]:
     """sim1 admitted (drained), waited for, and ended clean; not released yet (its Slurm commands bounded at 0.2 s)."""
     life = lifecycle(slurm, timeout=0.2)
-    run = HostRun(Host(name="sim1", address="127.0.0.1"))
+    run = HostRun(host=Host(name="sim1", address="127.0.0.1"))
     await admit(life, run)
     run.scheduler = (await life.ready(run, log())).record
     run.started = time.monotonic()

@@ -55,7 +55,7 @@ async def test_the_step_starts_through_the_runner_with_its_bound_its_environment
     runner = SwappedRunner(ScriptedSlurm({"sim1": "IDLE"}),
                            ["sh", "-c", f"cat > {document}; echo 'srun: error: sim1: task 0: Exited' >&2; exit 3"])
     host = Host(name="sim1", address="127.0.0.1")
-    runs = [HostRun(host, scheduler=SchedulerRecord(node="sim1", by="slurm", state_before="IDLE"))]
+    runs = [HostRun(host=host, scheduler=SchedulerRecord(node="sim1", by="slurm", state_before="IDLE"))]
     srun = SrunRun(Slurm(runner), runs, RunOptions(scheduler=SchedulerOptions(name="slurm", fan_out=True)), logs)
     await srun._run_step(["sim1"])
     [(argv, timeout, env)] = runner.started

@@ -24,7 +24,7 @@ from fleet.slurm.cleanup import Drained, Ended, drain_failed
 from fleet.slurm.control import SlurmError
 from fleet.slurm.reservation import Reservation
 from fleet.slurm.srun import SrunRun
-from fleet.slurm.tries import UPDATE_TRIES, tried
+from fleet.slurm.tries import UPDATE_TRIES, retry
 
 RUN = "20261203T070000Z-abc123"
 NAME = f"fleet-{RUN}"
@@ -42,7 +42,7 @@ async def drained(slurm: ScriptedSlurm, *ended: Ended) -> Drained:
 
 
 def failed(name: str = "sim1") -> Ended:
-    return Ended(name, HostStatus.FAILED, ERROR, touched=True)
+    return Ended(name=name, status=HostStatus.FAILED, error=ERROR, touched=True)
 
 
 # --- the tries themselves -------------------------------------------------------------------------------------
@@ -56,9 +56,9 @@ async def test_tries_stop_at_the_first_success_and_raise_the_last_error_after_th
             raise SlurmError(f"try {number}")
         return number
 
-    assert await tried(flaky, pause_s=0, failed=lambda n, e: told.append(n)) == 3 and told == [1, 2]
+    assert await retry(flaky, pause_s=0, failed=lambda n, e: told.append(n)) == 3 and told == [1, 2]
     with pytest.raises(SlurmError, match="try 2"):
-        await tried(flaky, pause_s=0, tries=2)
+        await retry(flaky, pause_s=0, tries=2)
 
 
 # --- drains: whatever the base state, read back, tried again ---------------------------------------------------
@@ -94,15 +94,15 @@ async def test_a_drain_never_seen_after_the_tries_is_unconfirmed_with_the_last_e
     """Refused every time, Slurm unreadable every time, or the drain sent and never read back."""
     slurm = ScriptedSlurm({"sim1": "DOWN+MAINT+RESERVED", "sim2": "IDLE+MAINT+RESERVED"})
     setattr(slurm, fault, 10)
-    result = await drained(slurm, failed("sim1"), Ended("sim2", HostStatus.CLEAN, None, True))
+    result = await drained(slurm, failed("sim1"), Ended(name="sim2", status=HostStatus.CLEAN, error=None, touched=True))
     assert result.unconfirmed == ["sim1"] and result.error is not None
     assert len(slurm.updates) == sent
 
 
 async def test_a_node_drained_by_someone_else_keeps_their_reason_and_a_clean_one_is_not_even_read() -> None:
     slurm = ScriptedSlurm({"sim1": ("IDLE+DRAIN+MAINT+RESERVED", "bad DIMM"), "sim2": "IDLE+MAINT+RESERVED"})
-    result = await drained(slurm, failed("sim1"), Ended("sim2", HostStatus.CLEAN, None, True),
-                           Ended("sim3", HostStatus.FAILED, "no report", touched=False))
+    result = await drained(slurm, failed("sim1"), Ended(name="sim2", status=HostStatus.CLEAN, error=None, touched=True),
+                           Ended(name="sim3", status=HostStatus.FAILED, error="no report", touched=False))
     assert result.unconfirmed == [] and slurm.updates == [] and slurm.nodes["sim1"].reason == "bad DIMM"
     assert set(result.seen or {}) == {"sim1"}
 
@@ -156,7 +156,7 @@ async def logs(tmp_path: Path) -> AsyncIterator[RunLogs]:
 async def stepped(slurm: ScriptedSlurm, logs: RunLogs, outcomes: dict[str, HostStatus]) -> SrunRun:
     """A run whose step took `outcomes`' nodes (none sent a report: each may have been touched), in its
     reservation."""
-    runs = [HostRun(Host(name=n, address="127.0.0.1"),
+    runs = [HostRun(host=Host(name=n, address="127.0.0.1"),
                     scheduler=SchedulerRecord(node=n, by="slurm", state_before="IDLE")) for n in outcomes]
     options = RunOptions(scheduler=SchedulerOptions(name="slurm", fan_out=True))
     srun = SrunRun(slurm.client(), runs, options, logs, poll_s=PAUSE_S)
@@ -201,7 +201,7 @@ async def test_a_drain_never_seen_keeps_the_reservation_and_names_the_node_on_ev
 async def test_admission_reads_again_and_uses_a_reservation_whose_create_reply_was_lost(logs: RunLogs) -> None:
     """One slurmctld hiccup at the read, a lost reply at the create: every node still takes part."""
     slurm = ScriptedSlurm({"sim1": "IDLE", "sim2": "IDLE"})
-    runs = [HostRun(Host(name=n, address="127.0.0.1")) for n in ("sim1", "sim2")]
+    runs = [HostRun(host=Host(name=n, address="127.0.0.1")) for n in ("sim1", "sim2")]
     options = RunOptions(scheduler=SchedulerOptions(name="slurm", drain_wait_s=0.0, fan_out=True))
     srun = SrunRun(slurm.client(), runs, options, logs, poll_s=PAUSE_S)
     slurm.unreadable, slurm.lose_replies = UPDATE_TRIES - 1, 1

@@ -53,7 +53,7 @@ Host gpu-n*
 """)
     where = route(Host(name="gpu-a01", address="gpu-a01"))
     assert (where.hostname, where.port, where.user) == ("10.0.0.7", 2200, "ops")
-    assert where.jump == Jump("admin@bastion:2022", "bastion", 2022, "admin")
+    assert where.jump == Jump(spec="admin@bastion:2022", host="bastion", port=2022, user="admin")
     assert where.label == "10.0.0.7:2200 via jump host admin@bastion:2022"
     set_ = route(Host(name="gpu-a01", address="gpu-a01", port=22, user="root"))
     assert (set_.hostname, set_.port, set_.user) == ("10.0.0.7", 22, "root")  # the inventory's win
@@ -88,10 +88,10 @@ Host bastion
 
 
 @pytest.mark.parametrize(("spec", "jump"), [
-    ("bastion", Jump("bastion", "bastion")),
-    ("bastion:2022", Jump("bastion:2022", "bastion", 2022)),
-    ("me@bastion", Jump("me@bastion", "bastion", None, "me")),
-    ("me@x@bastion:1", Jump("me@x@bastion:1", "bastion", 1, "me@x")),
+    ("bastion", Jump(spec="bastion", host="bastion")),
+    ("bastion:2022", Jump(spec="bastion:2022", host="bastion", port=2022)),
+    ("me@bastion", Jump(spec="me@bastion", host="bastion", port=None, user="me")),
+    ("me@x@bastion:1", Jump(spec="me@x@bastion:1", host="bastion", port=1, user="me@x")),
 ])
 def test_a_single_hop_proxy_jump_is_read_as_asyncssh_reads_it(spec: str, jump: Jump) -> None:
     assert Jump.parse(spec) == jump

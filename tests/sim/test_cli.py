@@ -273,7 +273,7 @@ def test_confirmation_prompt_on_a_terminal_names_count_and_groups(tmp_path: Path
     assert not (tmp_path / "logs").exists(), "a declined reset writes no run folder"
 
 
-def test_the_demo_runs_end_to_end_and_ends_as_planned(tmp_path: Path) -> None:
+def test_the_demo_runs_end_to_end_and_ends_as_expected(tmp_path: Path) -> None:
     """`make demo`'s job, small: a simulated fleet reset over SSH, one node failed by its health gate, torn down.
     Its runs go to its own state folder, never the operator's ($FLEET_LOG_DIR and `fleet runs` stay untouched),
     and its nodes' names are no real inventory's."""

@@ -25,13 +25,13 @@ VERSION = "550.90.07"
 
 
 def test_the_fake_prints_the_real_line_and_is_absent_without_one(make_node: MakeNode) -> None:
-    with_one = make_node(NodeSpec("fm-a", fabric_manager="535.161.08"))
+    with_one = make_node(NodeSpec(name="fm-a", fabric_manager="535.161.08"))
     with_one.setup()
     answered = sh(with_one, "nv-fabricmanager --version")
     assert (answered.returncode, answered.stdout, answered.stderr) == (
         0, (FIXTURES / "fabricmanager" / "fm535.161.08_version.txt").read_text(), "")
     assert sh(with_one, "nv-fabricmanager -c /etc/fabricmanager.cfg").returncode == 1  # the daemon: not simulated
-    without = make_node(NodeSpec("fm-b"))
+    without = make_node(NodeSpec(name="fm-b"))
     without.setup()
     missing = sh(without, "timeout -k 1 5 nv-fabricmanager --version")
     assert (missing.returncode, missing.stdout) == (NOT_FOUND, "")
@@ -48,7 +48,7 @@ def broken(sim: SimFleet, name: str, script: str) -> None:
 async def test_a_fabric_manager_that_fails_prints_garbage_or_hangs_is_not_observed(make_fleet: Any,
                                                                                    tmp_path: Path) -> None:
     names = ["gpu-m01", "gpu-m02", "gpu-m03", "gpu-m04", "gpu-m05"]
-    sim: SimFleet = await make_fleet([NodeSpec(n, fabric_manager=VERSION) for n in names],
+    sim: SimFleet = await make_fleet([NodeSpec(name=n, fabric_manager=VERSION) for n in names],
                                      fast_vars(names, command_timeout=2))
     broken(sim, "gpu-m03", "echo 'nv-fabricmanager: error while loading shared libraries: libnvfm.so.1' >&2\nexit 1\n")
     broken(sim, "gpu-m04", "printf 'Fabric Manager version is : 550.\\377.07\\n'\n")

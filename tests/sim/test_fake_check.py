@@ -24,7 +24,7 @@ __all__ = ["make_fleet"]  # the fixture, shared with test_reset_sim
 
 # The fact: where --query-gpu and -q would print it, how it reads, what a healthy GPU prints. Made up, so no driver
 # has it: a real row's field and -q path come from a capture in tests/fixtures/nvidia-smi (SOURCES.md).
-WIDGETS = Field("widgets_pending", "widgets.pending", (("Widgets", "Pending"),), switch("Yes", "No"),
+WIDGETS = Field(name="widgets_pending", query="widgets.pending", q=(("Widgets", "Pending"),), read=switch("Yes", "No"),
                 check="widgets", strict=True, sim="No")
 
 
@@ -33,7 +33,8 @@ def _widgets(gpu: GpuHealth) -> str | None:
 
 
 # The check: its level, why, rank after the others, and the finding its fact makes.
-WIDGETS_CHECK = Check("widgets", Level.FAIL, "a made-up fact, to show that a check is one row", 10, _widgets)
+WIDGETS_CHECK = Check(name="widgets", default=Level.FAIL, why="a made-up fact, to show that a check is one row",
+                      rank=10, finding=_widgets)
 
 
 @pytest.fixture
@@ -83,7 +84,7 @@ def sh(node: SimNode, command: str) -> str:
 def test_the_simulated_nvidia_smi_answers_the_row(widgets: None, tmp_path: Path) -> None:
     """Its healthy value, or the node's `smi_values`, in --query-gpu and at its -q path (a section the capture the
     simulator prints lacks, added in the capture's layout)."""
-    node = SimNode(tmp_path / "gpu-w01", NodeSpec("gpu-w01", gpus=2, smi_values=((1, "widgets.pending", "Yes"),)))
+    node = SimNode(tmp_path / "gpu-w01", NodeSpec(name="gpu-w01", gpus=2, smi_values=((1, "widgets.pending", "Yes"),)))
     node.setup()
     try:
         assert sh(node, "nvidia-smi --query-gpu=index,widgets.pending --format=csv,noheader") == "0, No\n1, Yes\n"

@@ -538,7 +538,7 @@ def test_prune_by_the_store_returns_what_it_deleted(tmp_path: Path) -> None:
 @pytest.fixture
 async def half_hung_fleet(tmp_path: Path) -> AsyncIterator[SimFleet]:
     """gpu-b01 resets in seconds; gpu-b02's unit ignores SIGTERM with a long drain_timeout: it sits in drain."""
-    stuck = UnitSpec("sglang.service", gpus=(0, 1), mib=30000, ignore_sigterm=True)
+    stuck = UnitSpec(name="sglang.service", gpus=(0, 1), mib=30000, ignore_sigterm=True)
     specs = [NodeSpec(name="gpu-b01", linger_s=0.2), NodeSpec(name="gpu-b02", units=(stuck,), linger_s=0.2)]
     host_vars: dict[str, dict[str, object]] = {"gpu-b01": {"kill_grace": 2, "settle_timeout": 15},
                                                "gpu-b02": {"services": ["sglang.service"], "drain_timeout": 90,

@@ -126,7 +126,7 @@ class HoldBeforePoll:
 
 
 # A unit whose stop takes 1.5 s: its process ignores SIGTERM, and its own TimeoutStopSec ends it (failed, timeout).
-UNIT = UnitSpec("sglang.service", gpus=(0, 1, 2, 3, 4, 5, 6, 7), mib=30000, process_name="sglang",
+UNIT = UnitSpec(name="sglang.service", gpus=(0, 1, 2, 3, 4, 5, 6, 7), mib=30000, process_name="sglang",
                 ignore_sigterm=True, timeout_stop_sec=1.5)
 BUSY = [NodeSpec(name=f"gpu-l1{i}", units=(UNIT,)) for i in range(1, 4)]
 
@@ -178,12 +178,12 @@ class BusyController:
 def one_holder_node() -> ScriptedTransport:
     """A node with one GPU holder (pid 100, a python3 child of init) that SIGTERM ends; scans after it find none."""
     scans = iter(["root\t/proc/100/task/100/fd/3\t/dev/nvidia0\n"])
-    return ScriptedTransport([
-        (scripted_node.SCAN, lambda argv: Reply(scripted_node.scan(next(scans, "")))),
-        (("ps", "-ww"), Reply(scripted_node.ps("  100     1 root     python3 -m trainer\n"))),
+    return ScriptedTransport(script=[
+        (scripted_node.SCAN, lambda argv: Reply(stdout=scripted_node.scan(next(scans, "")))),
+        (("ps", "-ww"), Reply(stdout=scripted_node.ps("  100     1 root     python3 -m trainer\n"))),
         (scripted_node.EXE, scripted_node.exe_reply({100: "/usr/bin/python3.11"})),
         (scripted_node.LINEAGE, scripted_node.lineage),
-        (("grep",), Reply("")),
+        (("grep",), Reply(stdout="")),
         (("sh", "-c"), scripted_node.signal()),
     ])
 

@@ -39,7 +39,7 @@ from fleet.transport.local import LocalTransport
 from fleet.transport.scripted import Reply, ScriptedTransport
 from fleet.transport.ssh import open_ssh
 
-BUSY_OWNER = (("cat", "--"), Reply("run-a\n"))
+BUSY_OWNER = (("cat", "--"), Reply(stdout="run-a\n"))
 LOCK_CMD = ("sh", "-c", lock.LOCK_SH)
 OpenTransport = Callable[[Host], Awaitable[Transport]]
 
@@ -246,8 +246,8 @@ async def test_sudo_that_asks_for_the_lock_is_one_line(make_node: MakeNode, tmp_
 
 
 async def test_a_host_locked_by_another_run_fails_and_nothing_runs(tmp_path: Path) -> None:
-    t = ScriptedTransport([(LOCK_CMD, Reply(stderr="held by: pid 4321 (root)\n", exit_status=75)), BUSY_OWNER,
-                           *node_script()])
+    t = ScriptedTransport(script=[(LOCK_CMD, Reply(stderr="held by: pid 4321 (root)\n", exit_status=75)), BUSY_OWNER,
+                                  *node_script()])
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     host = report.hosts["gpu-01"]
     assert host.status is HostStatus.FAILED
@@ -259,7 +259,7 @@ async def test_a_host_locked_by_another_run_fails_and_nothing_runs(tmp_path: Pat
 
 async def test_an_unusable_lock_fails_the_host_with_the_reason(tmp_path: Path) -> None:
     denied = "flock: 9: Bad file descriptor\n"
-    t = ScriptedTransport([(LOCK_CMD, Reply(stderr=denied, exit_status=1)), *node_script()])
+    t = ScriptedTransport(script=[(LOCK_CMD, Reply(stderr=denied, exit_status=1)), *node_script()])
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     assert report.hosts["gpu-01"].error == ("cannot take the reset lock /run/fleet/reset.lock: "
                                             "flock: 9: Bad file descriptor")
@@ -272,17 +272,17 @@ async def test_an_unusable_lock_fails_the_host_with_the_reason(tmp_path: Path) -
 async def test_a_lock_the_node_refuses_fails_the_host_with_its_one_line(tmp_path: Path, status: int,
                                                                        reason: Reason) -> None:
     said = "reset lock /run/fleet/reset.lock is owned by nobody (uid 65534), not uid 0; held by: pid 77 (nobody)"
-    t = ScriptedTransport([(LOCK_CMD, Reply(stderr=said + "\n", exit_status=status)), *node_script()])
+    t = ScriptedTransport(script=[(LOCK_CMD, Reply(stderr=said + "\n", exit_status=status)), *node_script()])
     report, _ = await run([make_host()], {"gpu-01": t}, tmp_path)
     assert (report.hosts["gpu-01"].error, report.hosts["gpu-01"].reason) == (said, reason)
     assert len(t.ran) == 1
 
 
 async def test_reset_holds_the_lock_and_releases_it_even_after_an_internal_error(tmp_path: Path) -> None:
-    clean = ScriptedTransport(node_script())
+    clean = ScriptedTransport(script=node_script())
     # the signal unscripted (a bug); the kernel-log read, the other sh program, still answered
-    broken = ScriptedTransport([(scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
-                                *[s for s in node_script() if s[0] != ("sh", "-c")]])
+    broken = ScriptedTransport(script=[(scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
+                                       *[s for s in node_script() if s[0] != ("sh", "-c")]])
     report, _ = await run([make_host("gpu-01"), make_host("gpu-02")], {"gpu-01": clean, "gpu-02": broken}, tmp_path)
     assert report.hosts["gpu-01"].status is HostStatus.CLEAN
     assert "internal error during kill" in (report.hosts["gpu-02"].error or "")
@@ -292,7 +292,7 @@ async def test_reset_holds_the_lock_and_releases_it_even_after_an_internal_error
 
 
 async def test_check_takes_no_lock(tmp_path: Path) -> None:
-    t = ScriptedTransport(node_script())
+    t = ScriptedTransport(script=node_script())
     await run([make_host()], {"gpu-01": t}, tmp_path, mode=Mode.CHECK)
     assert t.ran and not any(lock.is_lock_argv(argv) for argv in t.ran)
 

@@ -353,7 +353,7 @@ def test_a_folder_in_the_way_is_an_error_and_leaves_no_temporary(tmp_path: Path)
 
 @pytest.fixture
 async def two_nodes(tmp_path: Path) -> AsyncIterator[SimFleet]:
-    unit = UnitSpec("sglang.service", gpus=(0, 1), mib=30000)
+    unit = UnitSpec(name="sglang.service", gpus=(0, 1), mib=30000)
     async with SimFleet(tmp_path / "sim", [NodeSpec(name=n, units=(unit,)) for n in ("gpu-b01", "gpu-b02")]) as sim:
         yield sim
 

@@ -97,17 +97,20 @@ def test_unit_argv_rejects_empty(make: Callable[[str], list[str]]) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("ActiveState=active\nSubState=running\nMainPID=1234\n", UnitState("active", "running", 1234)),
-        ("MainPID=0\nActiveState=inactive\nSubState=dead", UnitState("inactive", "dead", None)),
-        ("SubState=failed\nActiveState=failed\nMainPID=0\n", UnitState("failed", "failed", None)),
+        ("ActiveState=active\nSubState=running\nMainPID=1234\n",
+         UnitState(active_state="active", sub_state="running", main_pid=1234)),
+        ("MainPID=0\nActiveState=inactive\nSubState=dead",
+         UnitState(active_state="inactive", sub_state="dead", main_pid=None)),
+        ("SubState=failed\nActiveState=failed\nMainPID=0\n",
+         UnitState(active_state="failed", sub_state="failed", main_pid=None)),
         (
             "ActiveState=deactivating\nSubState=stop-sigterm\nMainPID=77\nId=x.service\n",
-            UnitState("deactivating", "stop-sigterm", 77),
+            UnitState(active_state="deactivating", sub_state="stop-sigterm", main_pid=77),
         ),
-        ("ActiveState=activating\nSubState=\n", UnitState("activating", None, None)),
+        ("ActiveState=activating\nSubState=\n", UnitState(active_state="activating", sub_state=None, main_pid=None)),
         # systemd's order: Service's properties, then Unit's (a unit the node does not have is inactive, dead)
         ("MainPID=0\nLoadState=not-found\nActiveState=inactive\nSubState=dead\n",
-         UnitState("inactive", "dead", None, "not-found")),
+         UnitState(active_state="inactive", sub_state="dead", main_pid=None, load_state="not-found")),
     ],
 )
 def test_parse_unit_state(text: str, expected: UnitState) -> None:
@@ -118,7 +121,7 @@ def test_parse_unit_state(text: str, expected: UnitState) -> None:
     ("state", "down"), [("inactive", True), ("failed", True), ("active", False), ("deactivating", False)]
 )
 def test_unit_is_down(state: str, down: bool) -> None:
-    assert UnitState(state, None, None).is_down is down
+    assert UnitState(active_state=state, sub_state=None, main_pid=None).is_down is down
 
 
 @pytest.mark.parametrize(
@@ -270,7 +273,8 @@ def test_sim_unit_var_is_declared_once_where_it_is_read() -> None:
 def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
     unit = "sglang.service"
     assert units.unit_state(unit).argv == tuple(unit_state_argv(unit))
-    assert units.unit_state(unit).parse("ActiveState=failed\n") == UnitState("failed", None, None)
+    assert units.unit_state(unit).parse("ActiveState=failed\n") == UnitState(active_state="failed", sub_state=None,
+                                                                             main_pid=None)
     assert (units.unit_stop(unit).argv, units.unit_stop(unit).ok_exits) == (tuple(unit_stop_argv(unit)),
                                                                             frozenset({0, 5}))
     kill = units.unit_kill(unit)
@@ -287,6 +291,6 @@ def test_the_probes_run_those_argvs_and_say_which_exits_are_answers() -> None:
 
 def test_a_unit_systemd_does_not_know_reads_as_missing_never_as_stopped() -> None:
     state = parse_unit_state("MainPID=0\nLoadState=not-found\nActiveState=inactive\nSubState=dead\n")
-    assert state.missing and state.is_down and state.shown == "not-found"
+    assert state.missing and state.is_down and state.label == "not-found"
     loaded = parse_unit_state("MainPID=0\nLoadState=loaded\nActiveState=inactive\nSubState=dead\n")
-    assert not loaded.missing and loaded.shown == "inactive"
+    assert not loaded.missing and loaded.label == "inactive"

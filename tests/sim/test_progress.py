@@ -103,14 +103,14 @@ def test_a_hosts_worst_is_where_it_is_now() -> None:
     hangs: 40 s), kill (a silent session: 14 s), settle (memory that never comes back: 61 s), verify (a wedged
     driver: 30 s)."""
     host = Host(name="gpu-b01", address="10.0.0.1", services=("sglang.service",))
-    run = HostRun(host, worst_by_phase=worst_by_phase(host, Mode.RESET))
+    run = HostRun(host=host, worst_by_phase=worst_by_phase(host, Mode.RESET))
     seen = {}
     for step in (None, *StepName):
         run.current = step
         seen[step] = run.worst_s
     assert seen == {None: 20.0, StepName.DRAIN: 40.0, StepName.KILL: 14.0, StepName.SETTLE: 61.0,
                     StepName.VERIFY: 30.0}
-    assert HostRun(host).worst_s is None
+    assert HostRun(host=host).worst_s is None
 
 
 def test_no_estimate_before_a_host_finished_and_none_once_all_did() -> None:
@@ -128,7 +128,7 @@ def test_status_interval_comes_from_the_environment() -> None:
 @pytest.fixture
 async def slow_fleet(tmp_path: Path) -> AsyncIterator[SimFleet]:
     """Two nodes whose memory lingers 3 s after the unit dies: a reset takes a few seconds."""
-    unit = UnitSpec("sglang.service", gpus=(0, 1), mib=30000)
+    unit = UnitSpec(name="sglang.service", gpus=(0, 1), mib=30000)
     specs = [NodeSpec(name=n, units=(unit,), linger_s=3.0) for n in ("gpu-b01", "gpu-b02")]
     async with SimFleet(tmp_path / "sim", specs) as sim:
         yield sim

@@ -102,7 +102,7 @@ async def test_kill_users_leaves_another_users_process_alive_and_says_so(make_fl
     """With kill_users: [root], nobody's job is not touched: the kill names it, verify says the GPU is held."""
     me = pwd.getpwuid(os.geteuid()).pw_name
     host_vars = {**FAST, "kill_users": [me], "settle_timeout": 2}
-    sim = await make_fleet([NodeSpec("gpu-h01", linger_s=0.2)], {"gpu-h01": host_vars})
+    sim = await make_fleet([NodeSpec(name="gpu-h01", linger_s=0.2)], {"gpu-h01": host_vars})
     node = sim.nodes["gpu-h01"]
     theirs = node.spawn_worker(WorkerSpec(gpus=(3,), mib=700, user="nobody"))
     mine = node.spawn_worker(WorkerSpec(gpus=(0,), mib=900))
@@ -129,7 +129,7 @@ async def test_a_process_in_a_slurm_jobs_cgroup_is_kept_and_named_with_its_job(
     to a node where the user has a job), and a real process holding a simulated GPU moved into it: no slurmstepd
     above it, yet the reset keeps it, names its job, and the node is not clean; the stray beside it is killed.
     The job's memory fails the host at once (`memory_held_by_job`), not after settle_timeout (30 s here)."""
-    sim = await make_fleet([NodeSpec("gpu-j01", linger_s=0.2)], {"gpu-j01": {**FAST, "settle_timeout": 30}})
+    sim = await make_fleet([NodeSpec(name="gpu-j01", linger_s=0.2)], {"gpu-j01": {**FAST, "settle_timeout": 30}})
     node = sim.nodes["gpu-j01"]
     with job_cgroup(version) as cgroup:
         adopted = node.spawn_worker(WorkerSpec(gpus=(3,), mib=700))
@@ -175,7 +175,7 @@ async def test_memory_held_below_slurmstepd_fails_at_once_naming_the_job(make_fl
 
 
 def rogue_node(name: str) -> NodeSpec:
-    rogue = UnitSpec("trainer.service", gpus=(2, 3), mib=20000, process_name="python3", restart="always",
+    rogue = UnitSpec(name="trainer.service", gpus=(2, 3), mib=20000, process_name="python3", restart="always",
                      restart_sec=0.2)
     return NodeSpec(name=name, units=(rogue,), linger_s=0.2)
 
@@ -232,7 +232,7 @@ async def test_the_job_that_runs_fleet_on_its_own_node_is_not_killed(
     make_fleet: Any, tmp_path: Path, run_local: Callable[[SimNode, Sequence[str]], Awaitable[tuple[str, str]]]
 ) -> None:
     """connection: local from a job holding the GPU: fleet's own session is kept, and says so."""
-    sim = await make_fleet([NodeSpec("gpu-l01", linger_s=0.2)], {"gpu-l01": FAST})
+    sim = await make_fleet([NodeSpec(name="gpu-l01", linger_s=0.2)], {"gpu-l01": FAST})
     node = sim.nodes["gpu-l01"]
     stray = node.spawn_worker(WorkerSpec(gpus=(1,), mib=500))
     out, err = await run_local(node, [str(node.dev_dir / "nvidia0")])

@@ -22,7 +22,7 @@ __all__ = ["make_fleet"]  # the fixture, shared with test_reset_sim
 
 async def test_a_hung_stop_is_escalated_on_a_systemd_without_kill_whom(make_fleet: Any, tmp_path: Path) -> None:
     """systemd 249 (Ubuntu 22.04) rejects `--kill-whom=`: fleet's spelling (`--kill-who=`) must still SIGKILL."""
-    unit = UnitSpec("sglang.service", gpus=ALL, mib=30000, ignore_sigterm=True, timeout_stop_sec=90)
+    unit = UnitSpec(name="sglang.service", gpus=ALL, mib=30000, ignore_sigterm=True, timeout_stop_sec=90)
     sim = await make_fleet([busy("gpu-h01", unit=unit, systemd_version=249)], fast_vars(["gpu-h01"], drain_timeout=2))
     with anyio.fail_after(40):
         report = await reset(sim, tmp_path)
@@ -35,7 +35,7 @@ async def test_a_hung_stop_is_escalated_on_a_systemd_without_kill_whom(make_flee
 def test_the_simulated_old_systemctl_rejects_kill_whom_as_systemd_249_does(tmp_path: Path) -> None:
     from fleet.sim.node import SimNode
 
-    node = SimNode(tmp_path / "node", NodeSpec(name="old", systemd_version=249, units=(UnitSpec("a.service"),)))
+    node = SimNode(tmp_path / "node", NodeSpec(name="old", systemd_version=249, units=(UnitSpec(name="a.service"),)))
     node.setup()
     systemctl = str(node.bin_dir / "systemctl")
     old = subprocess.run([systemctl, "kill", "--kill-whom=all", "--signal=SIGKILL", "--", "a.service"],

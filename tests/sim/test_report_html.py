@@ -285,8 +285,9 @@ def test_kept_holders_are_the_reports_data_never_read_from_the_kill_steps_prose(
     hosts = {"gpu-b01": HostReport(name="gpu-b01", status=HostStatus.CLEAN, duration_s=2.0, error=None, steps=steps,
                                    kept=kept),
              "gpu-b02": HostReport(name="gpu-b02", status=HostStatus.CLEAN, duration_s=2.0, error=None, steps=steps)}
-    text = page(RunPage(RunReport(run_id="r1", command="reset", started_at="2026-12-03T03:00:00+00:00", duration_s=3.0,
-                                  hosts=hosts), "0.2.0"))
+    report = RunReport(run_id="r1", command="reset", started_at="2026-12-03T03:00:00+00:00", duration_s=3.0,
+                       hosts=hosts)
+    text = page(RunPage(report=report, fleet_version="0.2.0"))
     details = {r.get("data-host"): r for r in Page(text).of("host")}
     rows = [c for c in details["gpu-b01"].children if c.tag == "tr"]
     assert "kept pidnamewhy" in details["gpu-b01"].text

@@ -54,8 +54,9 @@ def test_not_clean_counts_hosts_a_killed_run_never_recorded() -> None:
 def test_a_dry_run_or_a_check_is_refused_saying_what_it_was() -> None:
     """Neither reset anything: exit 2 and one line, never "nothing to rerun" (which would let `&&` go on)."""
     dry = decide(RunRecord(_run(mode="plan"), [_row("a", "planned"), _row("b", "planned")]))
-    assert dry == Rerun("r", (), "--rerun-failed: run r was a dry run (fleet reset --dry-run), not a reset: it reset"
-                        " nothing; name a reset's run id, or `last` for the newest reset", exit_code=2)
+    assert dry == Rerun(run_id="r", hosts=(), exit_code=2,
+                        line="--rerun-failed: run r was a dry run (fleet reset --dry-run), not a reset: it reset"
+                        " nothing; name a reset's run id, or `last` for the newest reset")
     check = decide(RunRecord(_run("check", "check"), [_row("a", "clean"), _row("b", "clean")]))
     assert check.exit_code == 2 and "run r was a check (fleet check), not a reset" in check.line
     assert "\n" not in dry.line + check.line
@@ -63,11 +64,11 @@ def test_a_dry_run_or_a_check_is_refused_saying_what_it_was() -> None:
 
 def test_nothing_to_rerun_only_when_every_target_ended_clean() -> None:
     done = decide(RunRecord(_run(), [_row("a", "clean"), _row("b", "clean")]))
-    assert done == Rerun("r", (), "nothing to rerun: every host of run r ended clean", exit_code=0)
+    assert done == Rerun(run_id="r", hosts=(), line="nothing to rerun: every host of run r ended clean", exit_code=0)
     cut = decide(RunRecord(_run(targets=("a", "b", "c", "d")),
                            [_row("a", "clean"), _row("b", "failed"), _row("c", "skipped")]))  # d: the run died
-    assert cut == Rerun("r", ("b", "c", "d"), "rerunning 3 hosts of run r: b,c,d (1 failed, 1 skipped,"
-                        " 1 not recorded)")
+    assert cut == Rerun(run_id="r", hosts=("b", "c", "d"),
+                        line="rerunning 3 hosts of run r: b,c,d (1 failed, 1 skipped, 1 not recorded)")
     one = decide(RunRecord(_run(), [_row("a", "clean"), _row("b", "unreachable")]))
     assert (one.hosts, one.exit_code, one.line) == (("b",), None, "rerunning 1 host of run r: b (1 unreachable)")
 
@@ -98,7 +99,7 @@ def test_last_is_the_newest_reset_and_a_history_without_one_says_so(tmp_path: Pa
 @pytest.fixture
 async def sim(tmp_path: Path) -> AsyncIterator[SimFleet]:
     """Three nodes; gpu-b02's kernel log has an Xid 79, so every reset fails it."""
-    unit = UnitSpec("sglang.service", gpus=(0, 1), mib=30000)
+    unit = UnitSpec(name="sglang.service", gpus=(0, 1), mib=30000)
     specs = [NodeSpec(name=n, units=(unit,), linger_s=0.2, xids=XID_79 if n == "gpu-b02" else ())
              for n in ("gpu-b01", "gpu-b02", "gpu-b03")]
     async with SimFleet(tmp_path / "sim", specs) as fleet:

@@ -49,7 +49,7 @@ async def test_busy_fleet_with_a_stray_process_is_reset_clean(make_fleet: Any, t
 
 
 async def test_stop_that_hangs_is_escalated_within_drain_timeout(make_fleet: Any, tmp_path: Path) -> None:
-    unit = UnitSpec("sglang.service", gpus=ALL, mib=30000, ignore_sigterm=True, timeout_stop_sec=90)
+    unit = UnitSpec(name="sglang.service", gpus=ALL, mib=30000, ignore_sigterm=True, timeout_stop_sec=90)
     sim = await make_fleet([busy("gpu-h01", unit=unit)], fast_vars(["gpu-h01"], drain_timeout=2))
     with anyio.fail_after(30):
         report = await reset(sim, tmp_path)
@@ -74,7 +74,7 @@ async def test_memory_that_takes_8_s_to_come_back_is_waited_for(make_fleet: Any,
 
 async def test_restart_always_process_that_comes_back_is_not_clean(make_fleet: Any, tmp_path: Path) -> None:
     """A unit fleet was not told about respawns its worker after the kill: the node must not be 'clean'."""
-    rogue = UnitSpec("trainer.service", gpus=(2, 3), mib=20000, process_name="python3", restart="always",
+    rogue = UnitSpec(name="trainer.service", gpus=(2, 3), mib=20000, process_name="python3", restart="always",
                      restart_sec=0.3)
     spec = NodeSpec(name="gpu-h01", units=(rogue,), linger_s=0.2)
     sim = await make_fleet([spec], {"gpu-h01": {**FAST, "services": [], "settle_timeout": 4}})
@@ -140,7 +140,7 @@ async def test_refused_port_and_wrong_host_key_are_unreachable_and_untouched(
 
 async def test_missing_gpu_and_na_memory_fail_verify(make_fleet: Any, tmp_path: Path) -> None:
     specs = [busy("gpu-h01", gpus=7), busy("gpu-h02", na_memory_gpus=(3,))]
-    unit7 = UnitSpec("sglang.service", gpus=(0, 1, 2, 3, 4, 5, 6), mib=30000)
+    unit7 = UnitSpec(name="sglang.service", gpus=(0, 1, 2, 3, 4, 5, 6), mib=30000)
     specs[0] = busy("gpu-h01", gpus=7, unit=unit7)
     sim = await make_fleet(specs, {"gpu-h01": {**FAST, "gpus": 8}, "gpu-h02": {**FAST, "settle_timeout": 2}})
     report = await reset(sim, tmp_path)
@@ -238,7 +238,7 @@ async def test_dry_run_plans_from_the_node_and_touches_nothing(make_fleet: Any, 
 
 async def test_cli_stop_units_stops_the_unit_that_respawns(make_fleet: Any, tmp_path: Path) -> None:
     """`fleet reset --stop-units`: the Restart=always unit fleet was not told about is stopped; the node ends clean."""
-    rogue = UnitSpec("trainer.service", gpus=(2, 3), mib=20000, process_name="python3", restart="always",
+    rogue = UnitSpec(name="trainer.service", gpus=(2, 3), mib=20000, process_name="python3", restart="always",
                      restart_sec=0.3)
     sim = await make_fleet([NodeSpec(name="gpu-h01", units=(rogue,), linger_s=0.2)],
                            {"gpu-h01": {**FAST, "services": []}})

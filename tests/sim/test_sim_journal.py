@@ -52,7 +52,7 @@ def records(stdout: str) -> list[state.KernelRecord]:
 
 def node_like_the_capture(tmp_path: Path, name: str = "gpu-a01", journal: str = "ok") -> SimNode:
     """A node (set up, nothing started) whose kernel log holds what the captured journal held before the reset."""
-    node = SimNode(tmp_path / name, NodeSpec(name, journal=journal))
+    node = SimNode(tmp_path / name, NodeSpec(name=name, journal=journal))
     node.setup()
     write(node, records(capture("since-boot")["stdout"]))
     return node
@@ -106,7 +106,7 @@ def messages(stdout: str) -> list[state.KernelRecord]:
 @pytest.mark.parametrize("name", ["bytes", "bytes-without-a"])
 def test_messages_that_are_not_printable_utf8_as_journalctl_252_prints_them(tmp_path: Path, name: str) -> None:
     """The same bytes, printed as they are under -a, else `[N blob data]`, tabs spread and colours dropped."""
-    node = SimNode(tmp_path / "gpu-a01", NodeSpec("gpu-a01"))
+    node = SimNode(tmp_path / "gpu-a01", NodeSpec(name="gpu-a01"))
     node.setup()
     write(node, messages(capture("bytes")["stdout"]))
     real = capture(name)
@@ -173,14 +173,14 @@ def test_a_journalctl_built_without_pattern_matching_refuses_grep_only(tmp_path:
 
 def test_a_fresh_node_has_boot_messages_and_so_a_cursor(tmp_path: Path) -> None:
     """Every real boot logs kernel messages: a healthy simulated node's journal is read whole, with no Xid."""
-    node = SimNode(tmp_path / "gpu-a02", NodeSpec("gpu-a02"))
+    node = SimNode(tmp_path / "gpu-a02", NodeSpec(name="gpu-a02"))
     node.setup()
     out, err, status = ask(node, capture("since-boot")["fleet_argv"])
     assert (err, status) == ("", 0) and "NVRM: Xid" not in out and CURSOR.fullmatch(out.splitlines()[-1])
     with pytest.raises(SimError, match="unknown journal"):
         node.set_journal("broken")
     with pytest.raises(SimError, match="unknown journal"):
-        NodeSpec("gpu-a03", journal="broken")
+        NodeSpec(name="gpu-a03", journal="broken")
 
 
 def test_fleets_read_through_the_simulated_journal(tmp_path: Path) -> None:
@@ -216,8 +216,8 @@ def wait_for_xids(node: SimNode, count: int) -> list[str]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_worker_killed_with_gpu_memory_logs_xid_45_on_each_gpu(make_node: MakeNode, sig: signal.Signals) -> None:
     """SIGTERM: the worker's own end; SIGKILL: noticed by the next nvidia-smi, as the driver's teardown."""
-    node = make_node(NodeSpec("gpu-k01", xid_on_kill=True, linger_s=0.1))
-    pid = node.spawn_worker(WorkerSpec((2, 5), 1000, name="a-very-long-process-name"))
+    node = make_node(NodeSpec(name="gpu-k01", xid_on_kill=True, linger_s=0.1))
+    pid = node.spawn_worker(WorkerSpec(gpus=(2, 5), mib=1000, name="a-very-long-process-name"))
     assert xids_of(node) == []
     os.kill(pid, sig)
     assert state.wait_for(lambda: not node.alive(pid), 5.0)
@@ -240,10 +240,10 @@ def gone(node: SimNode, pid: int, timeout: float = 5.0) -> bool:
 
 
 def test_without_xid_on_kill_or_without_memory_no_xid_is_logged(make_node: MakeNode) -> None:
-    quiet = make_node(NodeSpec("gpu-k02", linger_s=0.1))
-    pid = quiet.spawn_worker(WorkerSpec((0,), 1000))
-    noisy = make_node(NodeSpec("gpu-k03", xid_on_kill=True, linger_s=0.1))
-    idle = noisy.spawn_worker(WorkerSpec((0,), 0, compute=False))
+    quiet = make_node(NodeSpec(name="gpu-k02", linger_s=0.1))
+    pid = quiet.spawn_worker(WorkerSpec(gpus=(0,), mib=1000))
+    noisy = make_node(NodeSpec(name="gpu-k03", xid_on_kill=True, linger_s=0.1))
+    idle = noisy.spawn_worker(WorkerSpec(gpus=(0,), mib=0, compute=False))
     for node, victim in ((quiet, pid), (noisy, idle)):
         os.kill(victim, signal.SIGKILL)
         gone(node, victim)

@@ -48,7 +48,7 @@ SHAPES = {
     "driver_version": r"\d+\.\d+(\.\d+)?",
     "persistence_mode": r"Enabled|Disabled",
 }
-FAST_UNIT = UnitSpec("sglang", gpus=(0, 1, 2, 3), mib=30000, restart_sec=0.1, timeout_stop_sec=30.0)
+FAST_UNIT = UnitSpec(name="sglang", gpus=(0, 1, 2, 3), mib=30000, restart_sec=0.1, timeout_stop_sec=30.0)
 
 
 def smi_memory(node: SimNode) -> list[str]:
@@ -72,7 +72,8 @@ def registered_pid(node: SimNode, name: str) -> int:
 
 def test_start_reports_memory_of_unit_stray_and_daemon(make_node: MakeNode) -> None:
     """A unit on GPUs 0-3 and a stray worker on 3-4 add up per GPU over the idle base."""
-    spec = NodeSpec("mem", idle_mib=1, units=(FAST_UNIT,), workers=(WorkerSpec((3, 4), 2000, name="stray"),))
+    spec = NodeSpec(name="mem", idle_mib=1, units=(FAST_UNIT,),
+                    workers=(WorkerSpec(gpus=(3, 4), mib=2000, name="stray"),))
     node = make_node(spec)
     expected = [30001, 30001, 30001, 32001, 2001, 1, 1, 1]
     assert smi_memory(node) == [f"{i}, {mib}" for i, mib in enumerate(expected)]
@@ -83,7 +84,7 @@ def test_start_reports_memory_of_unit_stray_and_daemon(make_node: MakeNode) -> N
 
 def test_device_holders_found_by_real_find(make_node: MakeNode) -> None:
     """The real `find` over /proc sees the workers and the daemon, not the unit supervisor."""
-    node = make_node(NodeSpec("find", units=(FAST_UNIT,), workers=(WorkerSpec((5,), 100),)))
+    node = make_node(NodeSpec(name="find", units=(FAST_UNIT,), workers=(WorkerSpec(gpus=(5,), mib=100),)))
     out = sh(node, f"find /proc/[0-9]*/fd -lname '{node.devices_glob}' 2>/dev/null | cut -d/ -f3 | sort -u")
     holders = {int(pid) for pid in out.stdout.split()}
     expected = {reg["pid"] for reg in state.registrations(node.root)}
@@ -93,7 +94,7 @@ def test_device_holders_found_by_real_find(make_node: MakeNode) -> None:
 
 
 def test_worker_comm_is_cut_to_15_characters(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("comm"))
+    node = make_node(NodeSpec(name="comm"))
     pid = registered_pid(node, "nvidia-persistenced")
     assert Path(f"/proc/{pid}/comm").read_text() == "nvidia-persiste\n"
     assert sh(node, f"ps -o comm= -p {pid}").stdout.strip() == "nvidia-persiste"
@@ -102,7 +103,7 @@ def test_worker_comm_is_cut_to_15_characters(make_node: MakeNode) -> None:
 
 def test_a_worker_looks_like_a_program_of_its_name(make_node: MakeNode) -> None:
     """argv[0] is ROOT/libexec/NAME (so ps shows the full name), /proc/PID/exe the interpreter."""
-    node = make_node(NodeSpec("argv0"))
+    node = make_node(NodeSpec(name="argv0"))
     pid = registered_pid(node, "nvidia-persistenced")
     assert sh(node, f"ps -ww -o args= -p {pid}").stdout.split()[0] == str(node.root / "libexec" / "nvidia-persistenced")
     assert Path(os.readlink(f"/proc/{pid}/exe")).name.startswith("python")
@@ -112,17 +113,17 @@ def test_a_worker_looks_like_a_program_of_its_name(make_node: MakeNode) -> None:
 
 def test_a_units_worker_carries_the_units_name_and_systemctl_shows_restart(make_node: MakeNode) -> None:
     """The simulator's stand-in for cgroups: FLEET_SIM_UNIT in the unit's worker; Restart= as systemd shows it."""
-    node = make_node(NodeSpec("unit-env", units=(UnitSpec("trainer", gpus=(1,), mib=10, restart="always"),)))
+    node = make_node(NodeSpec(name="unit-env", units=(UnitSpec(name="trainer", gpus=(1,), mib=10, restart="always"),)))
     pid = node.unit_main_pid("trainer.service")
     assert "FLEET_SIM_UNIT=trainer.service" in Path(f"/proc/{pid}/environ").read_text().split("\0")
     assert sh(node, "systemctl show --property=Restart -- trainer.service").stdout == "Restart=always\n"
 
 
 def test_a_worker_can_start_a_child_and_run_as_another_user(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("family", protected_daemon=False))
+    node = make_node(NodeSpec(name="family", protected_daemon=False))
     user = "nobody" if os.geteuid() == 0 else None
-    helper = WorkerSpec((2,), 0, name="helper", compute=False)
-    pid = node.spawn_worker(WorkerSpec((1,), 10, name="daemon", child=helper, user=user))
+    helper = WorkerSpec(gpus=(2,), mib=0, name="helper", compute=False)
+    pid = node.spawn_worker(WorkerSpec(gpus=(1,), mib=10, name="daemon", child=helper, user=user))
     [child] = node.children_of(pid)
     assert Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid)
     assert Path(f"/proc/{child}/comm").read_text() == "helper\n"
@@ -133,8 +134,8 @@ def test_a_worker_can_start_a_child_and_run_as_another_user(make_node: MakeNode)
 
 def test_sigkilled_worker_memory_lingers_then_drops(make_node: MakeNode) -> None:
     """Like a driver tearing down a context: used memory outlives the process by ~linger_s."""
-    node = make_node(NodeSpec("linger", linger_s=0.5, protected_daemon=False))
-    pid = node.spawn_worker(WorkerSpec((0,), 5000))
+    node = make_node(NodeSpec(name="linger", linger_s=0.5, protected_daemon=False))
+    pid = node.spawn_worker(WorkerSpec(gpus=(0,), mib=5000))
     os.kill(pid, signal.SIGKILL)
     assert soon(lambda: not node.alive(pid))
     killed_at = time.monotonic()
@@ -146,8 +147,8 @@ def test_sigkilled_worker_memory_lingers_then_drops(make_node: MakeNode) -> None
 
 
 def test_sigterm_records_death_time(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("term", linger_s=30.0, protected_daemon=False))
-    pid = node.spawn_worker(WorkerSpec((1,), 700))
+    node = make_node(NodeSpec(name="term", linger_s=30.0, protected_daemon=False))
+    pid = node.spawn_worker(WorkerSpec(gpus=(1,), mib=700))
     before = time.time()
     os.kill(pid, signal.SIGTERM)
     assert soon(lambda: not node.alive(pid))
@@ -157,8 +158,8 @@ def test_sigterm_records_death_time(make_node: MakeNode) -> None:
 
 
 def test_no_compute_worker_uses_memory_but_is_not_listed(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("graphics", protected_daemon=False))
-    pid = node.spawn_worker(WorkerSpec((2,), 300, name="Xorg", compute=False))
+    node = make_node(NodeSpec(name="graphics", protected_daemon=False))
+    pid = node.spawn_worker(WorkerSpec(gpus=(2,), mib=300, name="Xorg", compute=False))
     assert node.gpu_memory()[2] == 300
     out = sh(node, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")
     assert (out.returncode, out.stdout) == (0, "")
@@ -169,7 +170,7 @@ def test_no_compute_worker_uses_memory_but_is_not_listed(make_node: MakeNode) ->
 
 
 def test_query_gpu_header_matches_real_header(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("header"))
+    node = make_node(NodeSpec(name="header"))
     out = sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv")
     lines = out.stdout.splitlines()
     assert lines[0] == "index, memory.used [MiB]"
@@ -180,7 +181,7 @@ def test_query_gpu_header_matches_real_header(make_node: MakeNode) -> None:
 
 def test_verify_fields_have_the_real_shapes(make_node: MakeNode) -> None:
     """Header names and per-value shapes agree with a real H100 `--format=csv` capture."""
-    node = make_node(NodeSpec("verify"))
+    node = make_node(NodeSpec(name="verify"))
     real = fixture_row(H100_IDLE_ALLFIELDS)
     out = sh(node, f"nvidia-smi --query-gpu={VERIFY_FIELDS} --format=csv")
     header, *rows = out.stdout.splitlines()
@@ -195,7 +196,7 @@ def test_verify_fields_have_the_real_shapes(make_node: MakeNode) -> None:
 
 
 def test_nounits_values_are_bare_like_the_real_capture(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("nounits", units=(FAST_UNIT,)))
+    node = make_node(NodeSpec(name="nounits", units=(FAST_UNIT,)))
     real_header = P100_NOUNITS.read_text().splitlines()[0]
     assert "memory.used [MiB]" in real_header.split(", ")
     assert re.fullmatch(r"\d+", fixture_row(P100_NOUNITS)["memory.used [MiB]"])
@@ -206,14 +207,14 @@ def test_nounits_values_are_bare_like_the_real_capture(make_node: MakeNode) -> N
 
 
 def test_compute_apps_idle_is_the_real_header_alone(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("apps-idle"))
+    node = make_node(NodeSpec(name="apps-idle"))
     out = sh(node, f"nvidia-smi --query-compute-apps={APPS_FIELDS} --format=csv")
     assert (out.returncode, out.stdout) == (0, APPS_IDLE.read_text())
     assert sh(node, f"nvidia-smi --query-compute-apps={APPS_FIELDS} --format=csv,noheader").stdout == ""
 
 
 def test_compute_apps_rows_have_the_real_shape(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("apps-load", units=(FAST_UNIT,)))
+    node = make_node(NodeSpec(name="apps-load", units=(FAST_UNIT,)))
     out = sh(node, f"nvidia-smi --query-compute-apps={APPS_FIELDS} --format=csv")
     header, *rows = out.stdout.splitlines()
     real_header, *real_rows = APPS_LOAD.read_text().splitlines()
@@ -230,8 +231,8 @@ def test_compute_apps_rows_have_the_real_shape(make_node: MakeNode) -> None:
 
 
 def test_compute_apps_nounits_gpu_uuid_pid_name_memory(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("apps-min", protected_daemon=False))
-    pid = node.spawn_worker(WorkerSpec((6,), 1234, name="sglang::scheduler"))
+    node = make_node(NodeSpec(name="apps-min", protected_daemon=False))
+    pid = node.spawn_worker(WorkerSpec(gpus=(6,), mib=1234, name="sglang::scheduler"))
     uuids = sh(node, "nvidia-smi --query-gpu=uuid --format=csv,noheader").stdout.split()
     query = "--query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory --format=csv,noheader,nounits"
     out = sh(node, f"nvidia-smi {query}")
@@ -240,7 +241,7 @@ def test_compute_apps_nounits_gpu_uuid_pid_name_memory(make_node: MakeNode) -> N
 
 
 def test_na_memory_gpu_prints_na(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("na", na_memory_gpus=(3,)))
+    node = make_node(NodeSpec(name="na", na_memory_gpus=(3,)))
     assert smi_memory(node)[3] == "3, [N/A]"
     out = sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader")
     assert out.stdout.splitlines()[3] == "3, [N/A]"
@@ -248,20 +249,20 @@ def test_na_memory_gpu_prints_na(make_node: MakeNode) -> None:
 
 
 def test_missing_gpu_node_has_seven(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("seven", gpus=7))
+    node = make_node(NodeSpec(name="seven", gpus=7))
     out = sh(node, "nvidia-smi --query-gpu=index,count --format=csv,noheader")
     assert out.stdout.splitlines() == [f"{i}, 7" for i in range(7)]
     assert sh(node, "nvidia-smi -L").stdout.count("NVIDIA H100 80GB HBM3 (UUID: GPU-") == 7
 
 
 def test_unknown_field_is_the_real_error(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("badfield"))
+    node = make_node(NodeSpec(name="badfield"))
     out = sh(node, "nvidia-smi --query-gpu=index,device_minor --format=csv,noheader,nounits")
     assert (out.returncode, out.stdout) == (2, 'Field "device_minor" is not a valid field to query.\n\n')
 
 
 def test_driver_not_loaded_prints_the_real_message(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("nodriver"))
+    node = make_node(NodeSpec(name="nodriver"))
     node.set_smi_mode("driver-not-loaded")
     out = sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits")
     expected = (FIXTURES / "error_driver-not-loaded.txt").read_text()
@@ -271,7 +272,7 @@ def test_driver_not_loaded_prints_the_real_message(make_node: MakeNode) -> None:
 
 
 def test_hung_nvidia_smi_is_ended_by_timeout(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("hang"))
+    node = make_node(NodeSpec(name="hang"))
     node.set_smi_mode("hang")
     started = time.monotonic()
     out = sh(node, "timeout 1 nvidia-smi --query-gpu=index --format=csv")
@@ -282,7 +283,7 @@ def test_hung_nvidia_smi_is_ended_by_timeout(make_node: MakeNode) -> None:
 
 
 def test_summary_table_lines_have_the_real_layout(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("table", idle_mib=1))
+    node = make_node(NodeSpec(name="table", idle_mib=1))
     ours = sh(node, "nvidia-smi").stdout.splitlines()
     real = TABLE_550.read_text().splitlines()
     expected = [re.sub(r"\d+C|\d+W /", _readings_of(ours[i]), line) for i, line in enumerate(real) if i > 0]
@@ -303,7 +304,7 @@ def _readings_of(ours: str) -> Callable[[re.Match[str]], str]:
 
 
 def test_show_unknown_unit_is_inactive_dead(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("show"))
+    node = make_node(NodeSpec(name="show"))
     out = sh(node, "systemctl show --property=ActiveState,SubState,MainPID -- nope.service")
     assert (out.returncode, out.stdout) == (0, "MainPID=0\nActiveState=inactive\nSubState=dead\n")
     out = sh(node, "systemctl show --property=LoadState,ActiveState,SubState,MainPID -- nope.service")
@@ -315,7 +316,7 @@ def test_show_unknown_unit_is_inactive_dead(make_node: MakeNode) -> None:
 
 
 def test_show_running_unit(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("running", units=(FAST_UNIT,)))
+    node = make_node(NodeSpec(name="running", units=(FAST_UNIT,)))
     pid = node.unit_main_pid("sglang")
     out = sh(node, "systemctl show -p ActiveState -p SubState -p MainPID sglang.service")
     assert out.stdout == f"MainPID={pid}\nActiveState=active\nSubState=running\n"
@@ -323,8 +324,8 @@ def test_show_running_unit(make_node: MakeNode) -> None:
 
 
 def test_restart_always_unit_comes_back_with_new_pid(make_node: MakeNode) -> None:
-    unit = UnitSpec("vllm", gpus=(0,), mib=100, restart="always", restart_sec=0.1)
-    node = make_node(NodeSpec("restart", units=(unit,)))
+    unit = UnitSpec(name="vllm", gpus=(0,), mib=100, restart="always", restart_sec=0.1)
+    node = make_node(NodeSpec(name="restart", units=(unit,)))
     old = node.unit_main_pid("vllm")
     os.kill(old, signal.SIGKILL)
     assert soon(lambda: node.unit_main_pid("vllm") not in (0, old))
@@ -335,7 +336,7 @@ def test_restart_always_unit_comes_back_with_new_pid(make_node: MakeNode) -> Non
 
 
 def test_stop_no_block_normal_unit_goes_inactive(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("stop", units=(FAST_UNIT,)))
+    node = make_node(NodeSpec(name="stop", units=(FAST_UNIT,)))
     pid = node.unit_main_pid("sglang")
     started = time.monotonic()
     out = sh(node, "systemctl stop --no-block -- sglang.service")
@@ -350,8 +351,8 @@ def test_stop_no_block_normal_unit_goes_inactive(make_node: MakeNode) -> None:
 
 def test_stop_ignore_sigterm_unit_until_killed(make_node: MakeNode) -> None:
     """SIGTERM is ignored: the unit stays deactivating until `systemctl kill` SIGKILLs it."""
-    stubborn = UnitSpec("stubborn", gpus=(7,), mib=500, ignore_sigterm=True, timeout_stop_sec=60.0)
-    node = make_node(NodeSpec("stubborn", units=(stubborn,)))
+    stubborn = UnitSpec(name="stubborn", gpus=(7,), mib=500, ignore_sigterm=True, timeout_stop_sec=60.0)
+    node = make_node(NodeSpec(name="stubborn", units=(stubborn,)))
     pid = node.unit_main_pid("stubborn")
     assert sh(node, "systemctl stop --no-block -- stubborn").returncode == 0
     time.sleep(0.3)
@@ -364,16 +365,16 @@ def test_stop_ignore_sigterm_unit_until_killed(make_node: MakeNode) -> None:
 
 
 def test_stop_timeout_sigkills_and_fails(make_node: MakeNode) -> None:
-    stubborn = UnitSpec("slow", gpus=(0,), mib=10, ignore_sigterm=True, timeout_stop_sec=0.3)
-    node = make_node(NodeSpec("timeout", units=(stubborn,)))
+    stubborn = UnitSpec(name="slow", gpus=(0,), mib=10, ignore_sigterm=True, timeout_stop_sec=0.3)
+    node = make_node(NodeSpec(name="timeout", units=(stubborn,)))
     out = sh(node, "systemctl stop slow")
     assert out.returncode == 0
     assert sh(node, "systemctl show -p ActiveState,Result slow").stdout == "Result=timeout\nActiveState=failed\n"
 
 
 def test_restart_always_unit_stops_for_good(make_node: MakeNode) -> None:
-    unit = UnitSpec("always", gpus=(1,), mib=10, restart="always", restart_sec=0.1)
-    node = make_node(NodeSpec("always", units=(unit,)))
+    unit = UnitSpec(name="always", gpus=(1,), mib=10, restart="always", restart_sec=0.1)
+    node = make_node(NodeSpec(name="always", units=(unit,)))
     assert sh(node, "systemctl stop always && systemctl is-active always").stdout == "inactive\n"
     time.sleep(0.3)
     assert node.unit_state("always") == "inactive"
@@ -381,7 +382,7 @@ def test_restart_always_unit_stops_for_good(make_node: MakeNode) -> None:
 
 
 def test_start_stopped_unit_again(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("again", units=(FAST_UNIT,)))
+    node = make_node(NodeSpec(name="again", units=(FAST_UNIT,)))
     first = node.unit_main_pid("sglang")
     assert sh(node, "systemctl stop sglang").returncode == 0
     assert sh(node, "systemctl start sglang").returncode == 0
@@ -395,8 +396,9 @@ def test_start_stopped_unit_again(make_node: MakeNode) -> None:
 
 
 def test_stop_leaves_no_recorded_pid_alive(tmp_path: Path) -> None:
-    unit = UnitSpec("always", gpus=(1,), mib=10, restart="always", restart_sec=0.05, ignore_sigterm=True)
-    node = SimNode(tmp_path / "teardown", NodeSpec("teardown", units=(unit, FAST_UNIT), workers=(WorkerSpec((2,), 5),)))
+    unit = UnitSpec(name="always", gpus=(1,), mib=10, restart="always", restart_sec=0.05, ignore_sigterm=True)
+    spec = NodeSpec(name="teardown", units=(unit, FAST_UNIT), workers=(WorkerSpec(gpus=(2,), mib=5),))
+    node = SimNode(tmp_path / "teardown", spec)
     try:
         node.start()
         pids = node.recorded_pids()
@@ -408,7 +410,7 @@ def test_stop_leaves_no_recorded_pid_alive(tmp_path: Path) -> None:
 
 
 def test_layout_and_env(tmp_path: Path) -> None:
-    node = SimNode(tmp_path / "layout", NodeSpec("layout", gpus=2))
+    node = SimNode(tmp_path / "layout", NodeSpec(name="layout", gpus=2))
     node.setup()
     assert sorted(p.name for p in node.dev_dir.iterdir()) == ["nvidia-uvm", "nvidia0", "nvidia1", "nvidiactl"]
     assert os.access(node.nvidia_smi_path, os.X_OK)
@@ -424,7 +426,7 @@ Q_D_PAGE_RETIREMENT = H100_IDLE_ALLFIELDS.parent / "8x-gpu_drv535.86.10_q-d-page
 
 def test_health_fields_print_what_the_real_h100_prints(make_node: MakeNode) -> None:
     """The health gate's `--query-gpu` fields, with a header: the names and values of the real 590 capture."""
-    node = make_node(NodeSpec("facts", driver_version="590.48.01"))  # the capture's driver
+    node = make_node(NodeSpec(name="facts", driver_version="590.48.01"))  # the capture's driver
     out = sh(node, f"nvidia-smi --query-gpu={','.join(health.health_fields())} --format=csv")
     header, *rows = out.stdout.splitlines()
     real = fixture_row(H100_IDLE_ALLFIELDS)
@@ -439,7 +441,7 @@ H200_580_FACTS = FIXTURES / "h200_drv580.159.04_1gpu_query-gpu-health-fields_csv
 def test_health_fields_print_what_the_real_h200_on_580_prints(make_node: MakeNode) -> None:
     """fleet's own health read (nounits, no header) on a node made like the real H200 (driver 580.159.04): the
     real capture's bytes, its bus id aside; before 590 the application clocks are values, in `-q` too."""
-    node = make_node(NodeSpec("h200", gpus=1, gpu_name="NVIDIA H200", memory_total_mib=143771,
+    node = make_node(NodeSpec(name="h200", gpus=1, gpu_name="NVIDIA H200", memory_total_mib=143771,
                               driver_version="580.159.04", vbios_version="96.00.A5.00.1A", fabric="N/A"))
     ours = sh(node, shlex.join(health.facts_argv("nvidia-smi"))).stdout
     real = H200_580_FACTS.read_text()
@@ -452,7 +454,7 @@ def test_q_d_keeps_the_real_shape_header_then_each_gpu_with_its_section_and_a_bl
     make_node: MakeNode,
 ) -> None:
     """`-q -d PAGE_RETIREMENT` line for line like the real 8-GPU capture (values and bus ids aside)."""
-    node = make_node(NodeSpec("display"))
+    node = make_node(NodeSpec(name="display"))
     ours = sh(node, "nvidia-smi -q -d PAGE_RETIREMENT").stdout
     real = Q_D_PAGE_RETIREMENT.read_text()
 
@@ -467,10 +469,10 @@ def test_q_d_keeps_the_real_shape_header_then_each_gpu_with_its_section_and_a_bl
 
 def test_the_health_reads_of_an_8_gpu_node_are_under_16_kb(make_node: MakeNode) -> None:
     """What verify reads for the health gate, against the whole `-q` it read before."""
-    node = make_node(NodeSpec("bytes"))
+    node = make_node(NodeSpec(name="bytes"))
     facts = sh(node, " ".join(health.facts_argv("nvidia-smi"))).stdout
     remaps = sh(node, " ".join(health.remaps_argv("nvidia-smi"))).stdout
     whole = sh(node, "nvidia-smi -q").stdout
     assert len(facts.encode()) + len(remaps.encode()) <= 16 * 1024 < len(whole.encode())
-    joined = health.joined(health.parse_facts(facts) or (), health.parse_all_health(remaps))
-    assert joined == tuple(h for h in health.parse_all_health(whole))  # the same facts, whichever way read
+    merged = health.merge_remaps(health.parse_facts(facts) or (), health.parse_all_health(remaps))
+    assert merged == tuple(h for h in health.parse_all_health(whole))  # the same facts, whichever way read

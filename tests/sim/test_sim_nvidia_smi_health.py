@@ -124,7 +124,7 @@ def q_of(node: SimNode, options: str = "") -> tuple[dict[KeyPath, str | None], l
 def test_q_has_the_real_captures_lines_and_keys_in_every_gpu_section(make_node: MakeNode) -> None:
     """A node on the capture's driver (590.48.01): the header and each of the 8 sections have the capture's lines,
     keys and padding; a line differs only where the node puts its own value."""
-    node = make_node(NodeSpec("q-default", driver_version="590.48.01"))
+    node = make_node(NodeSpec(name="q-default", driver_version="590.48.01"))
     real = Q_H200.read_text()
     out = sh(node, "nvidia-smi -q")
     assert (out.returncode, out.stderr) == (0, "")
@@ -144,7 +144,7 @@ def test_q_has_the_real_captures_lines_and_keys_in_every_gpu_section(make_node: 
 
 
 def test_q_values_are_the_nodes_where_the_real_tool_prints_them(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("q-values", idle_mib=1))
+    node = make_node(NodeSpec(name="q-values", idle_mib=1))
     header, sections = q_of(node)
     real_header = values(split_q(Q_H200.read_text())[0], 0)
     assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}", str(header[("Timestamp",)]))
@@ -176,7 +176,7 @@ def test_q_values_are_the_nodes_where_the_real_tool_prints_them(make_node: MakeN
 
 def test_q_shows_each_gpus_faults_and_processes(make_node: MakeNode) -> None:
     spec = NodeSpec(
-        "q-faults",
+        name="q-faults",
         protected_daemon=False,
         mig_gpus=(1,),
         ecc_error_gpus=(2,),
@@ -186,8 +186,8 @@ def test_q_shows_each_gpus_faults_and_processes(make_node: MakeNode) -> None:
         narrow_pcie_gpus=(6,),
         leaked_mib=((7, 1234),),
         fabric="In Progress/N/A",
-        units=(UnitSpec("sglang", gpus=(0,), mib=3000, process_name="sglang::scheduler"),),
-        workers=(WorkerSpec((0,), 700),),
+        units=(UnitSpec(name="sglang", gpus=(0,), mib=3000, process_name="sglang::scheduler"),),
+        workers=(WorkerSpec(gpus=(0,), mib=700),),
     )
     node = make_node(spec)
     _, sections = q_of(node)
@@ -226,7 +226,7 @@ def test_q_shows_each_gpus_faults_and_processes(make_node: MakeNode) -> None:
 
 
 def test_q_without_nvswitch_and_for_one_gpu(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("q-pcie", fabric="N/A"))
+    node = make_node(NodeSpec(name="q-pcie", fabric="N/A"))
     uuid = sh(node, "nvidia-smi --query-gpu=uuid --format=csv,noheader -i 5").stdout.strip()
     for options in ("-i 5", f"-i {uuid}", f"--id={uuid}"):
         header, [(gpu_line, section)] = q_of(node, options)
@@ -244,7 +244,7 @@ def test_q_without_nvswitch_and_for_one_gpu(make_node: MakeNode) -> None:
 
 
 def test_xids_of_the_spec_are_in_the_kernel_log_in_short_unix(make_node: MakeNode) -> None:
-    spec = NodeSpec("gpu-x01", xids=((1, 79, FALLEN), (6, 48, "pid='<unknown>', name=<unknown>, DBE.")))
+    spec = NodeSpec(name="gpu-x01", xids=((1, 79, FALLEN), (6, 48, "pid='<unknown>', name=<unknown>, DBE.")))
     node = make_node(spec)
     assert os.access(node.bin_dir / "journalctl", os.X_OK)
     out = sh(node, XID_QUESTION)
@@ -260,7 +260,7 @@ def test_xids_of_the_spec_are_in_the_kernel_log_in_short_unix(make_node: MakeNod
 
 
 def test_an_xid_logged_during_a_run_follows_and_options_go_in_any_order(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("gpu-x02", xids=((0, 13, "pid=77, name=python3, Graphics Exception"),)))
+    node = make_node(NodeSpec(name="gpu-x02", xids=((0, 13, "pid=77, name=python3, Graphics Exception"),)))
     before = sh(node, XID_QUESTION).stdout.splitlines()
     node.log_xid(4, 79, FALLEN)
     for question in (
@@ -281,7 +281,7 @@ def test_an_xid_logged_during_a_run_follows_and_options_go_in_any_order(make_nod
 
 
 def test_journalctl_without_a_match_and_other_questions(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("gpu-x03"))
+    node = make_node(NodeSpec(name="gpu-x03"))
     out = sh(node, XID_QUESTION)
     assert (out.returncode, out.stdout, out.stderr) == (1, "", "")  # a healthy node: nothing, exit 1
     out = sh(node, 'journalctl -k -b -o short-unix --no-pager --grep "NVRM: Xid"')
@@ -315,7 +315,7 @@ def refusal(bus_ids: list[str]) -> str:
 
 
 def test_leaked_memory_is_used_with_no_process(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("leak", idle_mib=1, leaked_mib=((2, 5000), (6, 70))))
+    node = make_node(NodeSpec(name="leak", idle_mib=1, leaked_mib=((2, 5000), (6, 70))))
     assert node.gpu_memory() == [1, 1, 5001, 1, 1, 1, 71, 1]
     out = sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits")
     assert out.stdout.splitlines()[2] == "2, 5001"
@@ -325,10 +325,10 @@ def test_leaked_memory_is_used_with_no_process(make_node: MakeNode) -> None:
 
 
 def test_reset_is_refused_while_a_worker_holds_the_gpu_then_clears_the_leak(make_node: MakeNode) -> None:
-    spec = NodeSpec("reset", linger_s=0.2, leaked_mib=((2, 5000),), remap_pending_gpus=(2, 4))
+    spec = NodeSpec(name="reset", linger_s=0.2, leaked_mib=((2, 5000),), remap_pending_gpus=(2, 4))
     node = make_node(spec)
     bus = query_gpus(node)[2]["pci.bus_id"]
-    pid = node.spawn_worker(WorkerSpec((2,), 100))
+    pid = node.spawn_worker(WorkerSpec(gpus=(2,), mib=100))
 
     out = sh(node, "nvidia-smi -r -i 2")
     assert (out.returncode, out.stdout) == (255, refusal([bus]))
@@ -363,8 +363,8 @@ def test_reset_is_refused_while_a_worker_holds_the_gpu_then_clears_the_leak(make
 
 def test_reset_is_refused_for_any_holder_of_the_device_file(make_node: MakeNode) -> None:
     """A process with dev/nvidiaN open and no registration (found as fuser finds it), and a unit's worker."""
-    unit = UnitSpec("vllm", gpus=(3,), mib=10, restart_sec=0.1, timeout_stop_sec=5.0)
-    node = make_node(NodeSpec("holders", units=(unit,), leaked_mib=((5, 40),)))
+    unit = UnitSpec(name="vllm", gpus=(3,), mib=10, restart_sec=0.1, timeout_stop_sec=5.0)
+    node = make_node(NodeSpec(name="holders", units=(unit,), leaked_mib=((5, 40),)))
     buses = [row["pci.bus_id"] for row in query_gpus(node)]
     with open(node.dev_dir / "nvidia5", "rb") as device:
         holder = subprocess.Popen(["sleep", "60"], stdin=device)
@@ -392,7 +392,7 @@ MINORS = (2, 3, 0, 1, 6, 7, 4, 5)
 def test_device_files_are_named_by_minor_number_which_q_prints(make_node: MakeNode) -> None:
     """GPU index 0's device file is dev/nvidia2 (`Minor Number : 2` in its -q section), and a worker on GPU 0
     holds dev/nvidia2: what fleet finds open is a minor number, never an index."""
-    node = make_node(NodeSpec("minors", minor_numbers=MINORS, workers=(WorkerSpec((0,), 100),)))
+    node = make_node(NodeSpec(name="minors", minor_numbers=MINORS, workers=(WorkerSpec(gpus=(0,), mib=100),)))
     _, sections = q_of(node)
     assert [values(lines)[("Minor Number",)] for _, lines in sections] == [str(m) for m in MINORS]
     assert sorted(p.name for p in node.dev_dir.iterdir()) == sorted(
@@ -405,7 +405,7 @@ def test_device_files_are_named_by_minor_number_which_q_prints(make_node: MakeNo
 
 def test_a_reset_is_refused_for_the_gpu_whose_device_file_is_held(make_node: MakeNode) -> None:
     """dev/nvidia0 is GPU 2's (MINORS): holding it blocks a reset of GPU 2, not of GPU 0; -i takes a bus id."""
-    node = make_node(NodeSpec("minor-reset", minor_numbers=MINORS, leaked_mib=((0, 100), (2, 100)),
+    node = make_node(NodeSpec(name="minor-reset", minor_numbers=MINORS, leaked_mib=((0, 100), (2, 100)),
                               protected_daemon=False))
     buses = [row["pci.bus_id"] for row in query_gpus(node)]
     with open(node.dev_dir / "nvidia0", "rb") as device:
@@ -423,11 +423,11 @@ def test_a_reset_is_refused_for_the_gpu_whose_device_file_is_held(make_node: Mak
 
 def test_minor_numbers_must_be_one_per_gpu() -> None:
     with pytest.raises(SimError, match="minor_numbers"):
-        NodeSpec("bad", gpus=2, minor_numbers=(0, 0))
+        NodeSpec(name="bad", gpus=2, minor_numbers=(0, 0))
 
 
 def test_a_reset_takes_gpu_reset_s(make_node: MakeNode) -> None:
-    node = make_node(NodeSpec("slow-reset", gpu_reset_s=0.6, leaked_mib=((1, 100),), protected_daemon=False))
+    node = make_node(NodeSpec(name="slow-reset", gpu_reset_s=0.6, leaked_mib=((1, 100),), protected_daemon=False))
     started = time.monotonic()
     out = sh(node, "nvidia-smi -r -i 1")
     assert out.returncode == 0, out

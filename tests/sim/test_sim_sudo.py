@@ -11,7 +11,7 @@ from fleet.sim.node import NodeSpec, SimNode
 
 
 def test_sudo_n_runs_the_command_with_the_nodes_tools_and_logs_it(tmp_path: Path) -> None:
-    node = SimNode(tmp_path / "gpu-a01", NodeSpec("gpu-a01"))
+    node = SimNode(tmp_path / "gpu-a01", NodeSpec(name="gpu-a01"))
     node.setup()
     ran = subprocess.run(["sudo", "-n", "sh", "-c", "command -v nvidia-smi"], env=node.env(), capture_output=True,
                          text=True, check=False, timeout=30)

@@ -38,10 +38,10 @@ CASES: dict[str, tuple[NodeSpec, dict[str, Any], str, HostStatus, Reason | None]
     "gpu-t02": (busy("gpu-t02"), {}, "another run holds the node's lock", HostStatus.FAILED, Reason.LOCKED),
     "gpu-t03": (busy("gpu-t03", smi_mode="hang"), {"command_timeout": 4}, "the driver is wedged",
                 HostStatus.FAILED, Reason.COMMAND_TIMEOUT),
-    "gpu-t04": (busy("gpu-t04", unit=UnitSpec("sglang.service", gpus=(0, 1), mib=30000, ignore_sigterm=True)),
+    "gpu-t04": (busy("gpu-t04", unit=UnitSpec(name="sglang.service", gpus=(0, 1), mib=30000, ignore_sigterm=True)),
                 {"drain_timeout": 10, "command_timeout": 2}, "a unit's stop hangs", HostStatus.CLEAN, None),
     "gpu-t05": (NodeSpec(name="gpu-t05", linger_s=0.2, units=(
-                    UnitSpec("trainer.service", gpus=(2, 3), mib=20000, restart="always", restart_sec=0.3),)),
+                    UnitSpec(name="trainer.service", gpus=(2, 3), mib=20000, restart="always", restart_sec=0.3),)),
                 {"services": [], "kill_grace": 3}, "a holder respawns", HostStatus.FAILED, Reason.RESPAWNED),
     "gpu-t06": (busy("gpu-t06", leaked_mib=((3, 4096),)), {"settle_timeout": 10}, "GPU memory never comes back",
                 HostStatus.FAILED, Reason.MEMORY_LEAKED),

@@ -331,7 +331,7 @@ def node_names(count: int) -> list[str]:
 async def test_sim_fleet_serves_16_nodes_each_with_its_own_address_and_key(tmp_path: Path) -> None:
     """(How fast they start is `make bench`'s to say, not a timed assertion's: this machine may be loaded.)"""
     names = node_names(16)
-    specs = [NodeSpec(name=n, units=(UnitSpec("sglang.service", gpus=(0, 1)),)) for n in names]
+    specs = [NodeSpec(name=n, units=(UnitSpec(name="sglang.service", gpus=(0, 1)),)) for n in names]
     async with SimFleet(tmp_path / "sim", specs, groups={"pair": names[:2]}, host_vars={names[0]: {"gpus": 7}}) as sim:
         inventory = yaml.safe_load(sim.inventory_path.read_text())
         assert inventory["groups"] == {"sim": {"hosts": names}, "pair": {"hosts": names[:2]}}
@@ -367,7 +367,7 @@ async def test_sim_fleet_stopped_server_refuses_and_corrupt_key_is_rejected(tmp_
 async def test_sim_fleet_cancelled_while_starting_leaves_nothing_running(tmp_path: Path) -> None:
     """Cancelled once the first node has started a process: exit still ends them all."""
     root = tmp_path / "sim"
-    sim = SimFleet(root, [NodeSpec(name=n, units=(UnitSpec("a.service"),)) for n in node_names(4)])
+    sim = SimFleet(root, [NodeSpec(name=n, units=(UnitSpec(name="a.service"),)) for n in node_names(4)])
 
     def some_node_started() -> bool:
         return any(log.stat().st_size for log in root.glob("nodes/*/state/pids.log"))

@@ -45,7 +45,7 @@ WAIT_S = 120.0  # the most any condition below may take to come true (a loaded m
 
 
 def spec(name: str, linger_s: float) -> NodeSpec:
-    unit = UnitSpec("sglang.service", mib=30000, process_name="sglang")
+    unit = UnitSpec(name="sglang.service", mib=30000, process_name="sglang")
     stray = WorkerSpec(gpus=(0,), mib=1523, name="python3")
     return NodeSpec(name=name, units=(unit,), workers=(stray,), xids=XID_79 if name == "sim4" else (),
                     linger_s=linger_s)

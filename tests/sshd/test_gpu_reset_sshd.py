@@ -42,7 +42,7 @@ def nodes(tmp_path: Path) -> Iterator[list[SimNode]]:
 def busy(nodes: list[SimNode], tmp_path: Path, **spec: Any) -> SimNode:
     """A node running sglang on every GPU, a leaked context of 2048 MiB on GPU 3, and what `spec` adds."""
     sim = SimNode(tmp_path / "node", NodeSpec(name="gpu-l01", linger_s=0.2, leaked_mib=((3, 2048),), units=(
-        UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang"),), **spec))
+        UnitSpec(name="sglang.service", gpus=ALL, mib=30000, process_name="sglang"),), **spec))
     nodes.append(sim)
     sim.setup()
     sim.start()
@@ -92,7 +92,7 @@ async def test_gpu_reset_takes_the_gpu_by_index_where_device_files_are_numbered_
     sshd: Sshd, client_key: ClientKey, nodes: list[SimNode], tmp_path: Path
 ) -> None:
     """The MPS server holds GPU 1, whose device file is /dev/nvidia3: GPU 3 (/dev/nvidia1) is free to reset."""
-    sim = busy(nodes, tmp_path, fabric="N/A", minor_numbers=MINORS, workers=(WorkerSpec((1,), 0, name=MPS),))
+    sim = busy(nodes, tmp_path, fabric="N/A", minor_numbers=MINORS, workers=(WorkerSpec(gpus=(1,), mib=0, name=MPS),))
     result = await reset(host_of(sim, sshd, client_key), tmp_path, gpu_reset=True)
     assert result.status is HostStatus.CLEAN, result.error
     assert settle_step(result).detail.startswith("reset gpu 3 with nvidia-smi -r; 8 GPUs at or under")
@@ -105,7 +105,7 @@ async def test_a_refused_gpu_reset_names_its_holders_in_the_hosts_error(
 ) -> None:
     """The MPS server (kept) holds /dev/nvidia1, GPU 3's own device file: the reset is refused, and the host's
     error line (not only the step's detail) says who holds it."""
-    sim = busy(nodes, tmp_path, fabric="N/A", minor_numbers=MINORS, workers=(WorkerSpec((3,), 0, name=MPS),))
+    sim = busy(nodes, tmp_path, fabric="N/A", minor_numbers=MINORS, workers=(WorkerSpec(gpus=(3,), mib=0, name=MPS),))
     result = await reset(host_of(sim, sshd, client_key), tmp_path, gpu_reset=True)
     assert (result.status, result.reason) == (HostStatus.FAILED, Reason.MEMORY_LEAKED)
     error = result.error or ""

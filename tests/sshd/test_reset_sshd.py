@@ -26,7 +26,7 @@ ALL = (0, 1, 2, 3, 4, 5, 6, 7)
 @pytest.fixture
 def reached(make_host: MakeHost) -> tuple[SimNode, Host]:
     """The node, started, and the Host that reaches it through the real sshd (support.sshd_nodes)."""
-    unit = UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang")
+    unit = UnitSpec(name="sglang.service", gpus=ALL, mib=30000, process_name="sglang")
     return make_host(NodeSpec(name="gpu-s01", units=(unit,), linger_s=1.0))
 
 

@@ -126,7 +126,7 @@ def host(server: Sshd, key: ClientKey, user: str, world: Path, *, become: bool) 
 
 async def scan(target: Host) -> holders.Scan:
     async with await open_ssh(target) as ssh:
-        return await holders.scan(Node(target, ssh, Events()), StepName.VERIFY, TimeBudget(0.0, slack=60))
+        return await holders.scan(Node(target, ssh, Events()), StepName.VERIFY, TimeBudget(window=0.0, slack=60))
 
 
 async def test_without_become_a_non_root_login_cannot_see_roots_holder_and_says_so(

@@ -189,7 +189,7 @@ async def fleet_reset(hosts: Sequence[Host], log_dir: Path, **options: Any) -> R
 @pytest.fixture
 def unit_node(make_node: Callable[[NodeSpec], SimNode]) -> SimNode:
     return make_node(NodeSpec(name="gpu-s01", linger_s=0.5,
-                              units=(UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang"),)))
+                              units=(UnitSpec(name="sglang.service", gpus=ALL, mib=30000, process_name="sglang"),)))
 
 
 async def test_corrupt_known_hosts_lines_are_skipped_and_said_once(

@@ -15,7 +15,7 @@ from fleet.sim.node import NodeSpec, UnitSpec
 @pytest.fixture
 async def hung_fleet(tmp_path: Path) -> AsyncIterator[SimFleet]:
     """Two nodes whose unit ignores SIGTERM, with a long drain_timeout: a reset sits in drain."""
-    unit = UnitSpec("sglang.service", gpus=(0, 1), mib=30000, ignore_sigterm=True)
+    unit = UnitSpec(name="sglang.service", gpus=(0, 1), mib=30000, ignore_sigterm=True)
     specs = [NodeSpec(name=n, units=(unit,), linger_s=0.2) for n in ("gpu-b01", "gpu-b02")]
     host_vars = {n: {"drain_timeout": 60, "command_timeout": 5} for n in ("gpu-b01", "gpu-b02")}
     async with SimFleet(tmp_path / "sim", specs, host_vars=host_vars) as sim:

@@ -50,9 +50,9 @@ RELEASE_S = 3 * REQUEST_S  # the release's bound, shielded: it runs on Ctrl-C to
 class KubeVariables:
     """A host as Kubernetes knows it."""
 
-    node: Annotated[str | None, Var("the host's node name in Kubernetes", check=validate.host_name,
+    node: Annotated[str | None, Var(help="the host's node name in Kubernetes", check=validate.host_name,
                                     shown="the host name")] = None
-    grace_s: Annotated[int | None, Var("seconds an evicted pod has to end (`kubectl drain --grace-period`)",
+    grace_s: Annotated[int | None, Var(help="seconds an evicted pod has to end (`kubectl drain --grace-period`)",
                                        ge=0, le=3600, shown="the pod's own")] = None
 
 

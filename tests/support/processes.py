@@ -47,7 +47,7 @@ def owner(pid: int) -> str:
 
 def identity_of(pid: int) -> Identity:
     """Who a live process is, as the node would record it: start time, executable, owner of its fd table."""
-    return Identity(pid, start_time(pid), os.fsencode(os.readlink(f"/proc/{pid}/exe")), owner(pid))
+    return Identity(pid=pid, start=start_time(pid), exe=os.fsencode(os.readlink(f"/proc/{pid}/exe")), user=owner(pid))
 
 
 def term_pending(pid: int) -> bool:

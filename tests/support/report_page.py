@@ -33,7 +33,8 @@ def demo_document(path: Path = DEMO) -> dict[str, Any]:
 
 def page_of(document: dict[str, Any], log_folder: str | None = None) -> str:
     """The page of a JSON report document, read back typed as `fleet show --html` reads a summary.json."""
-    return page(RunPage(run_from_document(document), document["fleet_version"]), log_folder=log_folder)
+    run = RunPage(report=run_from_document(document), fleet_version=document["fleet_version"])
+    return page(run, log_folder=log_folder)
 
 
 # Each synthetic GPU's settings as verify reads them (`gpus[].settings`); ODD_HOST's driver is older.

@@ -43,9 +43,12 @@ kept = st.builds(KeptProcess, pid=pids, name=words, user=words, why=words)
 maybe_switch = st.none() | st.booleans()
 maybe_watts = st.none() | st.floats(min_value=0, max_value=5000, allow_nan=False)
 maybe_mhz = st.none() | st.integers(min_value=0, max_value=10_000)
-gpu_settings = st.builds(GpuSettings, maybe_words, maybe_words, maybe_words, maybe_switch, maybe_words, maybe_switch,
-                         maybe_switch, maybe_switch, maybe_switch, maybe_watts, maybe_watts, maybe_watts, maybe_switch,
-                         maybe_mhz, maybe_mhz, maybe_mhz, maybe_mhz)
+gpu_settings = st.builds(GpuSettings, name=maybe_words, vbios=maybe_words, driver=maybe_words, persistence=maybe_switch,
+                         compute_mode=maybe_words, mig=maybe_switch, mig_pending=maybe_switch, ecc=maybe_switch,
+                         ecc_pending=maybe_switch, power_limit_w=maybe_watts, enforced_power_limit_w=maybe_watts,
+                         default_power_limit_w=maybe_watts, app_clocks_setting=maybe_switch,
+                         app_clock_graphics_mhz=maybe_mhz, app_clock_memory_mhz=maybe_mhz,
+                         default_app_clock_graphics_mhz=maybe_mhz, default_app_clock_memory_mhz=maybe_mhz)
 gpus = st.builds(GpuReport, index=st.integers(min_value=0, max_value=63), memory_used_mib=mib, uuid=maybe_words,
                  name=maybe_words, memory_total_mib=mib,
                  settle_s=st.none() | seconds, health=st.lists(findings, max_size=2).map(tuple),

@@ -29,7 +29,7 @@ def scan(holders: str = "") -> str:
 
 def exe_reply(exes: dict[int, str]) -> Reply:
     """The exe lookup's answer (GNU stat's %N, C-quoted) for pid -> executable path (plain ASCII)."""
-    return Reply("".join(f'"/proc/{pid}/exe" -> "{path}"\n' for pid, path in exes.items()))
+    return Reply(stdout="".join(f'"/proc/{pid}/exe" -> "{path}"\n' for pid, path in exes.items()))
 
 
 EXE = ("env", "LC_ALL=C", "QUOTING_STYLE=c", "stat")  # the exe lookup's argv, as a script's prefix
@@ -48,7 +48,7 @@ def pids_after(argv: Sequence[str], marker: str) -> list[int]:
 def lineage(argv: Sequence[str], comm: str = "python3") -> Reply:
     """The lineage walk: the probe (pid 900) and every holder asked about are children of init."""
     holders = "".join(f"{pid}\t1\t{START}\t{comm}\n" for pid in pids_after(argv, "self"))
-    return Reply(f"self\t900\n900\t1\t{START}\tawk\n{holders}1\t0\t1\tsystemd\n")
+    return Reply(stdout=f"self\t900\n900\t1\t{START}\tawk\n{holders}1\t0\t1\tsystemd\n")
 
 
 def targets(argv: Sequence[str]) -> tuple[str, list[int]]:
@@ -71,7 +71,7 @@ def signal(alive_after: Callable[[str, int], bool] = lambda sig, pid: False,
         if kernel_log.XIDS_AWK in argv:
             return kernel_log_reply()
         if lock.is_lock_argv(argv):
-            return Reply(f"{lock.LOCKED_LINE}\n")
+            return Reply(stdout=f"{lock.LOCKED_LINE}\n")
         sig, pids = targets(argv)
         lines = []
         for pid in pids:
@@ -80,7 +80,7 @@ def signal(alive_after: Callable[[str, int], bool] = lambda sig, pid: False,
             else:
                 last[pid] = sig
                 lines.append(f"{verdict(sig, pid) if verdict else 'sent'} {pid}")
-        return Reply("".join(f"{line}\n" for line in lines))
+        return Reply(stdout="".join(f"{line}\n" for line in lines))
 
     return answer
 
@@ -136,28 +136,29 @@ def kernel_log_reply(*lines: str, cursor: str = CURSOR, status: int = 0, stderr:
     each its own group: a whole read ending at `cursor`; `status` and `stderr` are journalctl's."""
     groups = "".join(f"first 1 - {line}\n" for line in lines)
     end = f"-- cursor: {cursor}\n" if cursor and status == 0 else ""
-    return Reply(f"{groups}{end}end {status} {len(lines)} 0 0\n", stderr, status)
+    return Reply(stdout=f"{groups}{end}end {status} {len(lines)} 0 0\n", stderr=stderr, exit_status=status)
 
 
 # The health gate's reads on a healthy one-GPU node: its health fields and row remapper, and a kernel log read
 # whole with no Xid. Put them before any catch-all `--query-gpu=` answer (the first match wins).
 # The GPU memory read as the reset begins (the report's memory_before_mib): one idle GPU.
-BEFORE = (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"), Reply("0, GPU-aaaa, 0, Disabled\n"))
+BEFORE = (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"),
+          Reply(stdout="0, GPU-aaaa, 0, Disabled\n"))
 # The compute apps read with it (which GPU each process held: no process).
-APPS_BEFORE = (("nvidia-smi", "--query-compute-apps="), Reply(""))
+APPS_BEFORE = (("nvidia-smi", "--query-compute-apps="), Reply(stdout=""))
 # verify's last section on a node without a fabric manager (no NVSwitch): the real `timeout` line, exit 127
 # (tests/fixtures/fabricmanager/not-installed_stderr.txt).
 NOT_INSTALLED = (FIXTURES / "fabricmanager" / "not-installed_stderr.txt").read_text()
-NO_FABRIC_MANAGER = (fabricmanager.ARGV, Reply("", NOT_INSTALLED, fabricmanager.NOT_FOUND))
+NO_FABRIC_MANAGER = (fabricmanager.ARGV, Reply(stdout="", stderr=NOT_INSTALLED, exit_status=fabricmanager.NOT_FOUND))
 
 
 def healthy(bus_id: str) -> list[tuple[tuple[str, ...], Reply]]:
     """The health gate's nvidia-smi reads of one healthy GPU at `bus_id` (`-q` too: an older driver's), and the
     fabric manager's version read with them (none: `NO_FABRIC_MANAGER`)."""
     return [
-        (tuple(health.facts_argv("nvidia-smi")), Reply(healthy_facts(bus_id))),
-        (tuple(health.remaps_argv("nvidia-smi")), Reply(healthy_remaps(bus_id))),
-        (("nvidia-smi", "-q"), Reply(healthy_q(bus_id))),
+        (tuple(health.facts_argv("nvidia-smi")), Reply(stdout=healthy_facts(bus_id))),
+        (tuple(health.remaps_argv("nvidia-smi")), Reply(stdout=healthy_remaps(bus_id))),
+        (("nvidia-smi", "-q"), Reply(stdout=healthy_q(bus_id))),
         NO_FABRIC_MANAGER,
     ]
 

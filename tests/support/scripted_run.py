@@ -22,7 +22,7 @@ from support import scripted_node
 
 GPU = "0, GPU-aaaa, 00000000:18:00.0, NVIDIA H100 80GB HBM3, {mib}, 81559, 0, Disabled\n"
 # The host's reset lock, taken at once.
-LOCK = (("sh", "-c", lock.LOCK_SH), Reply("locked\n"))
+LOCK = (("sh", "-c", lock.LOCK_SH), Reply(stdout="locked\n"))
 
 
 def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
@@ -31,21 +31,21 @@ def node_script(*, settle_mib: int = 0, smi_delay: float = 0.0,
     scans = iter(["root\t/proc/100/task/100/fd/3\t/dev/nvidia0\n", holders_after_kill])
     return [
         (("systemctl", "stop"), Reply()),
-        (("systemctl", "show"), Reply("ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
-        (scripted_node.SCAN, lambda argv: Reply(scripted_node.scan(next(scans, "")))),
-        (("ps", "-ww"), Reply(scripted_node.ps("  100     1 root     python3\n"))),
+        (("systemctl", "show"), Reply(stdout="ActiveState=inactive\nSubState=dead\nMainPID=0\n")),
+        (scripted_node.SCAN, lambda argv: Reply(stdout=scripted_node.scan(next(scans, "")))),
+        (("ps", "-ww"), Reply(stdout=scripted_node.ps("  100     1 root     python3\n"))),
         ((*scripted_node.EXE, "-c", "%N", "--", "/proc/100/exe"),
          scripted_node.exe_reply({100: "/usr/bin/python3.11"})),
         (("sh", "-c"), scripted_node.signal()),
         (("nvidia-smi", "--query-gpu=index,uuid,memory.used,mig.mode.current"),
-         Reply(f"0, GPU-aaaa, {settle_mib}, Disabled\n", delay_s=smi_delay)),
-        (("nvidia-smi", "--query-gpu=" + ",".join(smi.VERIFY_FIELDS)), Reply(GPU.format(mib=settle_mib),
+         Reply(stdout=f"0, GPU-aaaa, {settle_mib}, Disabled\n", delay_s=smi_delay)),
+        (("nvidia-smi", "--query-gpu=" + ",".join(smi.VERIFY_FIELDS)), Reply(stdout=GPU.format(mib=settle_mib),
                                                                             delay_s=smi_delay)),
-        (("nvidia-smi", "--query-compute-apps="), Reply("")),
+        (("nvidia-smi", "--query-compute-apps="), Reply(stdout="")),
         *scripted_node.HEALTH,
         LOCK,  # for a script without the ("sh", "-c") entry above, which answers it too
         (scripted_node.LINEAGE, scripted_node.lineage),
-        (("grep",), Reply("")),  # cgroups: no process in a unit
+        (("grep",), Reply(stdout="")),  # cgroups: no process in a unit
     ]
 
 

@@ -60,7 +60,7 @@ class ScriptedSlurm:
 
     def client(self, timeout: float | None = None) -> Slurm:
         """A Slurm client of this script (`timeout`: its command bound, Slurm's own by default)."""
-        transport = ScriptedTransport([
+        transport = ScriptedTransport(script=[
             (("scontrol", "show", "node"), self._show),
             (("scontrol", "show", "reservation"), self._show_reservation),
             (("scontrol", "update"), self._update),
@@ -99,7 +99,7 @@ class ScriptedSlurm:
             reason = f"   Reason={node.reason} [root@2026-12-03T07:00:00]\n" if node.reason else ""
             records.append(f"NodeName={name} Arch=x86_64 CoresPerSocket=1 \n   Gres=gpu:8\n   State={state}"
                            f" ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n{reason}\n")
-        return Reply("".join(records), "\n".join(unknown), 1 if unknown else 0)
+        return Reply(stdout="".join(records), stderr="\n".join(unknown), exit_status=1 if unknown else 0)
 
     def _update(self, argv: Sequence[str]) -> Reply:
         words = dict(a.split("=", 1) for a in argv[2:])
@@ -167,8 +167,8 @@ class ScriptedSlurm:
             return fault
         name = argv[3]
         if name not in self.reservations:
-            return Reply(f"Reservation {name} not found\n", exit_status=1)
-        return Reply(f"ReservationName={name} StartTime=2026-12-03T07:00:00 EndTime=2026-12-03T07:17:00"
+            return Reply(stdout=f"Reservation {name} not found\n", exit_status=1)
+        return Reply(stdout=f"ReservationName={name} StartTime=2026-12-03T07:00:00 EndTime=2026-12-03T07:17:00"
                      " Duration=00:17:00\n   Nodes=sim1 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES\n")
 
     def _scancel(self, argv: Sequence[str]) -> Reply:
@@ -181,7 +181,7 @@ class ScriptedSlurm:
 
     def _squeue(self, argv: Sequence[str]) -> Reply:
         if "--name" in argv:  # the step's jobs, by name: `named` (ids), each gone once scancelled
-            return Reply("".join(f"{job}\n" for job in self.named.get(argv[argv.index("--name") + 1], [])))
+            return Reply(stdout="".join(f"{job}\n" for job in self.named.get(argv[argv.index("--name") + 1], [])))
         wanted = set(NodeSet(argv[argv.index("--nodelist") + 1]))
         lines = [f"{job} {name}" for name in sorted(wanted) for job in self.jobs.get(name, [])]
-        return Reply("".join(f"{line}\n" for line in lines))
+        return Reply(stdout="".join(f"{line}\n" for line in lines))

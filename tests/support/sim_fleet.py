@@ -31,7 +31,7 @@ FAST = {"drain_timeout": 5, "kill_grace": 2, "settle_timeout": 15, "command_time
 
 
 def busy(name: str, **kw: Any) -> NodeSpec:
-    unit = kw.pop("unit", UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang"))
+    unit = kw.pop("unit", UnitSpec(name="sglang.service", gpus=ALL, mib=30000, process_name="sglang"))
     return NodeSpec(name=name, units=(unit,), linger_s=kw.pop("linger_s", 0.3), **kw)
 
 

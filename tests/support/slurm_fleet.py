@@ -33,7 +33,7 @@ NAMES = ("sim1", "sim2", "sim3", "sim4")
 
 
 def spec(name: str, **kw: Any) -> NodeSpec:
-    unit = UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang")
+    unit = UnitSpec(name="sglang.service", gpus=ALL, mib=30000, process_name="sglang")
     stray = WorkerSpec(gpus=(0,), mib=1523, name="python3")
     return NodeSpec(name=name, units=(unit,), workers=(stray,), **kw)
 

@@ -74,7 +74,7 @@ async def run(host: Host, tmp_path: Path, mode: Mode = Mode.RESET,
 
 
 def serving(name: str = NAME, **spec: Any) -> NodeSpec:
-    return NodeSpec(name=name, units=(UnitSpec("sglang.service", gpus=ALL, mib=30000, process_name="sglang"),),
+    return NodeSpec(name=name, units=(UnitSpec(name="sglang.service", gpus=ALL, mib=30000, process_name="sglang"),),
                     linger_s=0.5, **spec)
 
 

@@ -1,6 +1,6 @@
 """The expected GPU settings: `gpu_settings:` read strictly at every level, a GPU's settings
 compared with it (one difference per setting, "not observed" never "fine"), the health gate weighing them as the check
-`gpu_settings` (warn; `health_fail` fails; reason `gpu_settings`), and the restore's plan."""
+`gpu_settings` (warn; `health_fail` fails; reason `gpu_settings`), and the restore's changes."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from fleet.model.gpu_profile import DEFAULT_PROFILE, Clocks, GpuProfile, Setting
 from fleet.model.report import Level, Reason
 from fleet.node.probes.smi import GpuRow
 from fleet.reset.health_gate import HealthPolicy, KernelReads, fails, judge
-from fleet.reset.restore_plan import restore_plan
+from fleet.reset.restore_changes import restoration
 from fleet.reset.settle import Allowance
 from fleet.reset.verify import verify_verdict
 from fleet.slurm.noderun import host_of
@@ -227,16 +227,16 @@ def test_a_restore_the_driver_refused_fails_whatever_the_hosts_policy(policy: He
         ("gpu_settings", Level.FAIL, "nvidia-smi -i 3 -pl 700 exited 4: Insufficient Permissions")]
 
 
-# ---------------------------------------------------------------- the restore's plan
+# ---------------------------------------------------------------- the restore's changes
 
 
 def lines(gpus: list[tuple[int, GpuSettings]], profile: GpuProfile = DEFAULT_PROFILE, gpu_reset: bool = False
           ) -> tuple[list[str], list[str]]:
-    plan = restore_plan(gpus, profile, gpu_reset=gpu_reset)
-    return [" ".join(c.args) for c in plan.changes], list(plan.held)
+    wanted = restoration(gpus, profile, gpu_reset=gpu_reset)
+    return [" ".join(c.args) for c in wanted.changes], list(wanted.held)
 
 
-def test_the_plan_restores_each_difference_with_its_command_per_gpu() -> None:
+def test_each_difference_is_restored_by_its_command_per_gpu() -> None:
     stale = dataclasses.replace(LOCKED, persistence=False, compute_mode="Prohibited", power_limit_w=450.0)
     assert lines([(0, CLEAN), (3, LOWERED), (5, stale)]) == ([
         "-i 3 -pl 700",
@@ -259,13 +259,13 @@ def test_mig_and_ecc_wait_for_gpu_reset_and_are_said() -> None:
 
 def test_nothing_is_restored_that_was_not_observed_or_that_matches() -> None:
     assert lines([(0, GpuSettings()), (1, CLEAN)]) == ([], [])
-    assert restore_plan([(1, LOCKED)], GpuProfile(clocks=Clocks(1980, 2619))).changes == ()
+    assert restoration([(1, LOCKED)], GpuProfile(clocks=Clocks(1980, 2619))).changes == ()
     assert {d.setting for d in differences(DEFAULT_PROFILE, LOCKED)} == {Setting.CLOCKS}
 
 
 def test_a_gpu_whose_settings_were_not_read_gets_no_change_and_verify_says_not_observed() -> None:
-    """Settings not read (no facts for the GPU's bus id) plan nothing: no guess is restored; the profile's
+    """Settings not read (no facts for the GPU's bus id) change nothing: no guess is restored; the profile's
     findings name them not observed, never fine."""
-    assert restore_plan([(0, GpuSettings())], DEFAULT_PROFILE).changes == ()
+    assert restoration([(0, GpuSettings())], DEFAULT_PROFILE).changes == ()
     said = findings(DEFAULT_PROFILE, GpuSettings())
     assert said and all("not observed" in line for line in said)

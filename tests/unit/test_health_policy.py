@@ -96,7 +96,7 @@ def test_the_host_variables_and_the_policy_accept_the_checks_of_the_table(tmp_pa
     path.write_text(f"defaults: {{health_warn: [{listed}], health_ignore: [{listed}]}}\nhosts: {{n1: null}}\n")
     (host,) = load_inventory(path).hosts.values()
     assert host.health_warn == host.health_ignore == known
-    assert HealthPolicy.of(host) == HealthPolicy(frozenset(known), frozenset(known))
+    assert HealthPolicy.of(host) == HealthPolicy(warn=frozenset(known), ignore=frozenset(known))
     for variable in ("health_warn", "health_ignore"):
         path.write_text(f"hosts: {{n1: {{{variable}: [xid, pcie_speed]}}}}\n")
         with pytest.raises(InventoryError, match=rf"{variable}\[1\]: unknown health check 'pcie_speed' "
@@ -141,7 +141,7 @@ def test_policy_refuses_an_unknown_check() -> None:
 
 def test_policy_of_a_host() -> None:
     host = Host(name="gpu-01", address="gpu-01", health_warn=("fabric",), health_ignore=("xid", "persistence"))
-    assert HealthPolicy.of(host) == HealthPolicy(frozenset({"fabric"}), frozenset({"xid", "persistence"}))
+    assert HealthPolicy.of(host) == HealthPolicy(warn=frozenset({"fabric"}), ignore=frozenset({"xid", "persistence"}))
     assert HealthPolicy.of(Host(name="gpu-02", address="gpu-02")) == DEFAULTS
 
 
@@ -153,7 +153,7 @@ def test_policy_of_a_host() -> None:
 )
 def test_healthy_hopper_nodes_have_no_finding(name: str) -> None:
     gpus = parse_health(fixture(SMI / name))
-    assert judged(gpus) == Judgement({g.bus_id: () for g in gpus})
+    assert judged(gpus) == Judgement(gpus={g.bus_id: () for g in gpus})
 
 
 def test_a100_with_persistence_off_only_warns() -> None:
@@ -171,7 +171,7 @@ def a100_after_xid_63() -> tuple[GpuHealth, ...]:
 
 def test_a100_after_xid_63_fails_on_the_pending_remap_and_the_xid() -> None:
     xids = message_xids("a100-sxm4-80gb_message_xid-63-row-remapper.log", T0)
-    assert judged(a100_after_xid_63(), xids) == Judgement({"00000000:10:1C.0": (
+    assert judged(a100_after_xid_63(), xids) == Judgement(gpus={"00000000:10:1C.0": (
         Finding("ecc_corrected", Level.WARN, "177 correctable ECC errors (volatile)"),
         Finding("remap_pending", Level.FAIL, "row remapping pending: reset the GPU to apply"),
         Finding("gpu_settings", Level.WARN, "not observed: persistence mode, compute mode, MIG mode, power limit, "
@@ -224,7 +224,7 @@ def test_xid_119_on_no_listed_gpu_is_the_hosts_with_its_pci_address() -> None:
     lines = fixture(KLOG / "h100-xe9680_dmesg-ctime_xid-119-gsp-rpc-timeout.log").splitlines()
     text = "".join(f"{ctime_epoch(line[1:25])} node kernel: {line[27:]}\n" for line in lines)
     found = judged([gpu()], parse_xids(text))
-    assert found == Judgement({BUS: ()}, (
+    assert found == Judgement(gpus={BUS: ()}, host=(
         HostFinding(check="xid", level=Level.FAIL,
                     detail="Xid 119 at 16:24:18: GSP RPC Timeout (5 times, last at 16:30:13)",
                     pci="0000:9b:00"),
@@ -290,7 +290,8 @@ def test_host_policy_over_xids() -> None:
     gpus = [gpu("00000000:44:00.0")]
     warned = judged(gpus, [xid], policy=HealthPolicy(warn=frozenset({"xid"})))
     assert [f.level for f in warned.gpus["00000000:44:00.0"]] == [Level.WARN]
-    assert judged(gpus, [xid], policy=HealthPolicy(ignore=frozenset({"xid"}))) == Judgement({"00000000:44:00.0": ()})
+    ignored = judged(gpus, [xid], policy=HealthPolicy(ignore=frozenset({"xid"})))
+    assert ignored == Judgement(gpus={"00000000:44:00.0": ()})
 
 
 # --- fleet's own kill: application Xids of the processes the reset ended -------------------------

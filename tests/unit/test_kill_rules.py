@@ -8,8 +8,8 @@ from fleet.reset.protection import Holder
 
 def test_killed_records_name_the_last_signal_needed() -> None:
     targets = [Holder(pid=p, user="root", name="python3", exe=None, devices=(), start=100 + p) for p in (1, 2, 3)]
-    term = Signalled(frozenset({2, 3}), sent=frozenset({1, 2, 3}))
-    kill9 = Signalled(frozenset({3}), sent=frozenset({2, 3}))
+    term = Signalled(survivors=frozenset({2, 3}), sent=frozenset({1, 2, 3}))
+    kill9 = Signalled(survivors=frozenset({3}), sent=frozenset({2, 3}))
     records = killed_records(targets, term, kill9)
     assert [(r.pid, r.signal) for r in records] == [(1, "SIGTERM"), (2, "SIGKILL")]
     assert kill_error(frozenset({3}), targets, []) == "survived SIGKILL: pid 3 python3"
@@ -19,8 +19,8 @@ def test_killed_means_signalled() -> None:
     """A target that was gone, or someone else, when its SIGTERM was due was never signalled: not killed, and
     said so; one that died between its SIGTERM and its SIGKILL was killed by the SIGTERM."""
     targets = [Holder(pid=p, user="root", name="python3", exe=None, devices=(), start=100 + p) for p in (1, 2, 3, 4)]
-    term = Signalled(frozenset({4}), sent=frozenset({1, 4}), missed={2: "gone", 3: "changed"})
-    kill9 = Signalled(frozenset(), missed={4: "gone"})
+    term = Signalled(survivors=frozenset({4}), sent=frozenset({1, 4}), missed={2: "gone", 3: "changed"})
+    kill9 = Signalled(survivors=frozenset(), missed={4: "gone"})
     assert [(r.pid, r.signal) for r in killed_records(targets, term, kill9)] == [(1, "SIGTERM"), (4, "SIGTERM")]
     missed = [(targets[1], "gone"), (targets[2], "changed")]
     assert describe_kill(killed_records(targets, term, kill9), [], [], missed) == (

@@ -15,7 +15,7 @@ from support.paths import REPO
 from fleet.cli.library_warnings import LIBRARIES, quiet_libraries
 
 
-def shown(category: type[Warning], module: str, operator: str = "default") -> list[str]:
+def warn_from(category: type[Warning], module: str, operator: str = "default") -> list[str]:
     """The warnings that get through when `module` raises `category`, under the operator's `operator` filter."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.resetwarnings()
@@ -30,31 +30,31 @@ def shown(category: type[Warning], module: str, operator: str = "default") -> li
                                     "yaml.constructor", "ClusterShell.NodeSet"])
 @pytest.mark.parametrize("category", [UserWarning, DeprecationWarning, RuntimeWarning, FutureWarning])
 def test_every_warning_a_library_fleet_runs_on_raises_is_ignored(category: type[Warning], module: str) -> None:
-    assert shown(category, module) == []
+    assert warn_from(category, module) == []
 
 
 @pytest.mark.parametrize("module", ["some_plugin", "asyncio.base_events", "__main__"])
 @pytest.mark.parametrize("category", [DeprecationWarning, PendingDeprecationWarning, FutureWarning])
 def test_a_deprecation_from_any_module_outside_fleet_is_ignored(category: type[Warning], module: str) -> None:
-    assert shown(category, module) == []
+    assert warn_from(category, module) == []
 
 
 @pytest.mark.parametrize("category", [DeprecationWarning, UserWarning, RuntimeWarning])
 @pytest.mark.parametrize("module", ["fleet", "fleet.engine.run"])
 def test_fleet_s_own_warnings_still_show(category: type[Warning], module: str) -> None:
-    assert shown(category, module) == [category.__name__]
+    assert warn_from(category, module) == [category.__name__]
 
 
 def test_other_categories_of_other_modules_follow_the_operator_s_filters() -> None:
     """An asyncio ResourceWarning is shown, or raised under `-W error`: only the two rules are put in front."""
-    assert shown(ResourceWarning, "asyncio.sslproto") == ["ResourceWarning"]
+    assert warn_from(ResourceWarning, "asyncio.sslproto") == ["ResourceWarning"]
     with pytest.raises(RuntimeWarning):
-        shown(RuntimeWarning, "asyncio.events", operator="error")
-    assert shown(UserWarning, "fleetish") == ["UserWarning"]  # a name that only begins like fleet's is not fleet
+        warn_from(RuntimeWarning, "asyncio.events", operator="error")
+    assert warn_from(UserWarning, "fleetish") == ["UserWarning"]  # a name that only begins like fleet's is not fleet
 
 
 def test_a_library_s_warning_is_not_raised_even_under_an_operator_s_w_error() -> None:
-    assert shown(UserWarning, "asyncssh.crypto.misc", operator="error") == []
+    assert warn_from(UserWarning, "asyncssh.crypto.misc", operator="error") == []
 
 
 def test_libraries_names_every_dependency_s_import_package() -> None:

@@ -19,7 +19,8 @@ def test_build_plan_splits_kill_and_keep_with_memory_per_process() -> None:
     apps = [ComputeApp(gpu_uuid="GPU-a", pid=4400, process_name="sglang", used_mib=70000),
             ComputeApp(gpu_uuid="GPU-b", pid=4400, process_name="sglang", used_mib=70000),
             ComputeApp(gpu_uuid="GPU-a", pid=4412, process_name="python3", used_mib=1523)]
-    units = {"sglang.service": UnitState("active", "running", 4400), "old.service": UnitState("inactive", None, None)}
+    units = {"sglang.service": UnitState(active_state="active", sub_state="running", main_pid=4400),
+             "old.service": UnitState(active_state="inactive", sub_state=None, main_pid=None)}
     plan = build_plan(units, holders, apps,
                       (GpuRow(index=0, memory_used_mib=71523), GpuRow(index=1, memory_used_mib=70000)))
     assert plan.would_stop == ("sglang.service",)

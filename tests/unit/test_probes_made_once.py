@@ -12,8 +12,8 @@ from fleet.model import gpu_facts
 from fleet.node.probe import Probe
 from fleet.node.probes import fabricmanager, health, kernel_log, procs, smi, units
 
-ROW = gpu_facts.Field("clocks_sm", "clocks.sm", (("Clocks", "SM"),), gpu_facts.count("SM clock"), unit=" MHz",
-                      sim="1980")
+ROW = gpu_facts.Field(name="clocks_sm", query="clocks.sm", q=(("Clocks", "SM"),), read=gpu_facts.count("SM clock"),
+                      unit=" MHz", sim="1980")
 
 
 def same_but_reader(made: Probe[Any], fresh: Probe[Any]) -> bool:

@@ -31,9 +31,10 @@ def judge(pid: int, user: str = "root", name: str | None = None, exe: str | None
     """Why pid is kept; a pid the lineage does not know is a child of init, read whole."""
     comm = lineage.procs[pid].comm if pid in lineage.procs else (name or "python3")
     if pid not in lineage.procs:
-        lineage = Lineage({**lineage.procs, pid: ProcStat(pid, 1, comm)}, lineage.own)
+        lineage = Lineage({**lineage.procs, pid: ProcStat(pid=pid, ppid=1, comm=comm)}, lineage.own)
     holder = Holder(pid=pid, user=user, name=name or comm, exe=as_bytes(exe), devices=("/dev/nvidia0",), comm=comm)
-    facts = ProcessFacts({pid: PsRow(pid, 1, user, args)}, {}, lineage, jobs=jobs or {})
+    facts = ProcessFacts(ps={pid: PsRow(pid=pid, ppid=1, user=user, args=args)}, exe={}, lineage=lineage,
+                         jobs=jobs or {})
     return protection.protected_by(holder, facts, rules)
 
 
@@ -79,21 +80,23 @@ def test_kill_users_keeps_other_users_processes_and_says_whose() -> None:
 
 def test_protected_name_of_a_helper_comes_from_its_full_name() -> None:
     """An ancestor that is itself a holder is matched on its full name (argv[0]), not only its comm."""
-    stats = {**STATS, 30: ProcStat(30, 1, "my-inference-su"), 31: ProcStat(31, 30, "python3")}
-    ps = {30: PsRow(30, 1, "root", "/opt/bin/my-inference-supervisor --port 80"), 31: PsRow(31, 30, "root", "python3")}
-    found = ProcessFacts(ps, {}, Lineage(stats))
+    stats = {**STATS, 30: ProcStat(pid=30, ppid=1, comm="my-inference-su"),
+             31: ProcStat(pid=31, ppid=30, comm="python3")}
+    ps = {30: PsRow(pid=30, ppid=1, user="root", args="/opt/bin/my-inference-supervisor --port 80"),
+          31: PsRow(pid=31, ppid=30, user="root", args="python3")}
+    found = ProcessFacts(ps=ps, exe={}, lineage=Lineage(stats))
     rules = Rules(("my-inference-supervisor",))
     assert protection.protected_ancestor(31, found, rules.protected_names) == ("my-inference-supervisor", 30)
 
 
 def chain(top: int, levels: int, comm: str = "python3") -> dict[int, ProcStat]:
     """`levels` processes below pid `top`: top+1 is its child, top+2 its grandchild, ..."""
-    return {top + i: ProcStat(top + i, top + i - 1, comm) for i in range(1, levels + 1)}
+    return {top + i: ProcStat(pid=top + i, ppid=top + i - 1, comm=comm) for i in range(1, levels + 1)}
 
 
 def below(daemon: str, levels: int, top: int = 5000) -> Lineage:
     """init > `daemon` (pid `top`) > `levels` processes, the deepest at pid top + levels."""
-    return Lineage({**STATS, top: ProcStat(top, 1, daemon), **chain(top, levels)}, LINEAGE.own)
+    return Lineage({**STATS, top: ProcStat(pid=top, ppid=1, comm=daemon), **chain(top, levels)}, LINEAGE.own)
 
 
 @pytest.mark.parametrize("levels", [1, 8, 9, 12, 40])
@@ -118,9 +121,10 @@ def test_a_jobs_process_is_kept_whatever_kill_users_says() -> None:
 def test_a_job_above_an_sshd_or_a_systemd_is_still_the_jobs() -> None:
     """Protected names are not inherited past sshd or systemd (every session descends from them); a job is: a
     job that runs its own sshd or init (a container) is still the job."""
-    stats = {**STATS, 5000: ProcStat(5000, 1, "slurmstepd"), 5001: ProcStat(5001, 5000, "sshd"),
-             **chain(5001, 10), 6000: ProcStat(6000, 1, "nv-hostengine"), 6001: ProcStat(6001, 6000, "sshd"),
-             6002: ProcStat(6002, 6001, "python3")}
+    stats = {**STATS, 5000: ProcStat(pid=5000, ppid=1, comm="slurmstepd"),
+             5001: ProcStat(pid=5001, ppid=5000, comm="sshd"),
+             **chain(5001, 10), 6000: ProcStat(pid=6000, ppid=1, comm="nv-hostengine"),
+             6001: ProcStat(pid=6001, ppid=6000, comm="sshd"), 6002: ProcStat(pid=6002, ppid=6001, comm="python3")}
     lineage = Lineage(stats, LINEAGE.own)
     assert judge(5011, lineage=lineage) == "a Slurm job's process (slurmstepd pid 5000)"
     assert judge(6002, lineage=lineage) is None
@@ -129,7 +133,7 @@ def test_a_job_above_an_sshd_or_a_systemd_is_still_the_jobs() -> None:
 @pytest.mark.parametrize("levels", [1, 9, 30])
 def test_a_protected_daemons_children_are_kept_however_deep(levels: int) -> None:
     assert judge(5000 + levels, lineage=below("nv-hostengine", levels)) == "child of nv-hostengine (pid 5000)"
-    found = ProcessFacts({}, {}, below("nv-hostengine", levels))
+    found = ProcessFacts(ps={}, exe={}, lineage=below("nv-hostengine", levels))
     assert protection.protected_ancestor(5000 + levels, found, BUILTIN_PROTECTED) == ("nv-hostengine", 5000)
     assert protection.protected_ancestor(5000 + levels, found, ("other",)) is None
 
@@ -137,7 +141,8 @@ def test_a_protected_daemons_children_are_kept_however_deep(levels: int) -> None
 def test_a_cut_lineage_is_never_no_job() -> None:
     """A lineage whose top the walk never reached (its depth ran out, a parent vanished mid-walk) may hide a
     slurmstepd above the cut: the holder is kept, says where the read stopped, and is nobody's machine."""
-    cut = Lineage({5001: ProcStat(5001, 5000, "python3"), **chain(5001, 40)}, LINEAGE.own)  # 5000 never read
+    # 5000 never read
+    cut = Lineage({5001: ProcStat(pid=5001, ppid=5000, comm="python3"), **chain(5001, 40)}, LINEAGE.own)
     reason = judge(5041, user="alice", lineage=cut)
     assert reason == "lineage not read past pid 5001: may be a Slurm job's process"
     kept = Holder(pid=5041, user="alice", name="python3", exe=None, devices=(), protected_by=reason)
@@ -149,21 +154,22 @@ def test_a_cut_lineage_is_never_no_job() -> None:
 
 def test_a_cut_lineage_still_finds_a_job_below_the_cut() -> None:
     """What was read is judged: a slurmstepd below the cut makes it a job's process."""
-    cut = Lineage({5000: ProcStat(5000, 4999, "slurmstepd"), **chain(5000, 12)}, LINEAGE.own)
+    cut = Lineage({5000: ProcStat(pid=5000, ppid=4999, comm="slurmstepd"), **chain(5000, 12)}, LINEAGE.own)
     assert judge(5012, lineage=cut) == "a Slurm job's process (slurmstepd pid 5000)"
 
 
 def test_a_holder_the_walk_did_not_read_is_kept() -> None:
     """Its own stat unread (it exited mid-walk, or the walk failed for it): nothing is known above it."""
     holder = Holder(pid=7777, user="alice", name="python3", exe=None, devices=("/dev/nvidia0",), comm="python3")
-    facts = ProcessFacts({7777: PsRow(7777, 1, "alice", "python3")}, {}, LINEAGE)
+    facts = ProcessFacts(ps={7777: PsRow(pid=7777, ppid=1, user="alice", args="python3")}, exe={}, lineage=LINEAGE)
     assert protection.protected_by(holder, facts, RULES) == (
         "lineage not read past pid 7777: may be a Slurm job's process")
 
 
 def test_a_lineage_that_loops_is_cut() -> None:
     """Pids reused mid-walk can make the chain read loop: never walked forever, never whole."""
-    loop = Lineage({5001: ProcStat(5001, 5002, "python3"), 5002: ProcStat(5002, 5001, "bash")}, LINEAGE.own)
+    loop = Lineage({5001: ProcStat(pid=5001, ppid=5002, comm="python3"),
+                    5002: ProcStat(pid=5002, ppid=5001, comm="bash")}, LINEAGE.own)
     assert judge(5001, lineage=loop) == "lineage not read past pid 5002: may be a Slurm job's process"
 
 
@@ -187,7 +193,7 @@ def test_a_process_adopted_into_a_job_is_the_jobs_whatever_its_parent(path: str)
     assert judge(5003, name="nvidia-cuda-mps-server", jobs={5003: JobCgroup("4711", path, "slurm")}) == (
         f"a Slurm job's process (job 4711, cgroup {path})")
     # its cgroup names the job even where its lineage was cut
-    cut = Lineage({5001: ProcStat(5001, 5000, "python3")}, LINEAGE.own)
+    cut = Lineage({5001: ProcStat(pid=5001, ppid=5000, comm="python3")}, LINEAGE.own)
     assert judge(5001, lineage=cut, jobs={5001: JobCgroup("4711", path, "slurm")}) == (
         f"a Slurm job's process (job 4711, cgroup {path})")
 
@@ -262,14 +268,12 @@ def test_nvidia_imex_is_protected_by_default() -> None:
 def test_a_holders_identity_is_its_pid_start_exe_and_the_owner_of_its_fd_table() -> None:
     holder = Holder(pid=4242, user="alice", name="python3", exe=b"/usr/bin/python3.11", devices=(), start=9001,
                     owner="alice")
-    assert holder.identity() == Identity(4242, 9001, b"/usr/bin/python3.11", "alice")
-    assert Holder(pid=4242, user="alice", name="python3", exe=None, devices=(), start=9001).identity() == Identity(4242,
-                                                                                                                   9001,
-                                                                                                                   None,
-                                                                                                                   "alice")
+    assert holder.identity() == Identity(pid=4242, start=9001, exe=b"/usr/bin/python3.11", user="alice")
+    assert Holder(pid=4242, user="alice", name="python3", exe=None, devices=(),
+                  start=9001).identity() == Identity(pid=4242, start=9001, exe=None, user="alice")
+    # the scan's owner (find prints a number for a user with no name) is what is checked
     assert Holder(pid=4242, user="alice", name="python3", exe=None, devices=(), start=9001,
-                  owner="1000").identity() == Identity(
-        4242, 9001, None, "1000")  # the scan's owner (find prints a number for a user with no name) is what is checked
+                  owner="1000").identity() == Identity(pid=4242, start=9001, exe=None, user="1000")
     assert Holder(pid=4242, user="alice", name="python3", exe=None,
                   devices=()).identity() is None  # start time unknown: no signal at all
 

@@ -250,7 +250,8 @@ def test_the_rack_compared_once_shows_what_each_part_computing_it_shows() -> Non
         rack = uniformity.rack(report.hosts)
         assert render(to_document(report, rack)) == render(to_document(report))
         assert human_lines(report, rack) == human_lines(report)
-        assert page(RunPage(report, "0", rack=rack)) == page(RunPage(report, "0"))
+        racked = page(RunPage(report=report, fleet_version="0", rack=rack))
+        assert racked == page(RunPage(report=report, fleet_version="0"))
         assert uniformity.odd(report.hosts, rack) == uniformity.odd(report.hosts)
     assert uniformity.odd(report.hosts) == {"gpu-b07": ["driver 535.183.01 (15 others 550.90.07)",  # the demo's
                                                      "fabric manager 535.183.01 (15 others 550.90.07)"]}

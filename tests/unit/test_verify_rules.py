@@ -108,16 +108,16 @@ def test_the_same_memory_on_a_gpu_without_mig_is_not_clean() -> None:
 
 def mps_node(used_mib: int) -> Node:
     """One GPU at `used_mib`, the MPS server (pid 77, 300 MiB) its only compute app and device holder."""
-    t = ScriptedTransport([
+    t = ScriptedTransport(script=[
         *scripted_node.healthy("00000000:01:00.0"),
         (("nvidia-smi", "--query-gpu=" + ",".join(VERIFY_FIELDS)),
-         Reply(f"0, GPU-a, 00000000:01:00.0, NVIDIA H100, {used_mib}, 81559, 0, Disabled\n")),
-        (("nvidia-smi", "--query-compute-apps="), Reply("GPU-a, 77, nvidia-cuda-mps-server, 300\n")),
-        (scripted_node.SCAN, Reply(scripted_node.scan("root\t/proc/77/task/77/fd/3\t/dev/nvidia0\n"))),
-        (("ps", "-ww"), Reply(scripted_node.ps("   77     1 root     nvidia-cuda-mps-server -d\n"))),
+         Reply(stdout=f"0, GPU-a, 00000000:01:00.0, NVIDIA H100, {used_mib}, 81559, 0, Disabled\n")),
+        (("nvidia-smi", "--query-compute-apps="), Reply(stdout="GPU-a, 77, nvidia-cuda-mps-server, 300\n")),
+        (scripted_node.SCAN, Reply(stdout=scripted_node.scan("root\t/proc/77/task/77/fd/3\t/dev/nvidia0\n"))),
+        (("ps", "-ww"), Reply(stdout=scripted_node.ps("   77     1 root     nvidia-cuda-mps-server -d\n"))),
         (scripted_node.EXE, scripted_node.exe_reply({77: "/usr/bin/nvidia-cuda-mps-server"})),
         (scripted_node.LINEAGE, lambda argv: scripted_node.lineage(argv, comm="nvidia-cuda-mps")),
-        (("grep",), Reply("/proc/77/cgroup:0::/system.slice/nvidia-mps.service\n")),  # in no job
+        (("grep",), Reply(stdout="/proc/77/cgroup:0::/system.slice/nvidia-mps.service\n")),  # in no job
         (scripted_node.KERNEL_LOG, scripted_node.kernel_log_reply()),
     ])
     return Node(Host(name="gpu-01", address="127.0.0.1", gpus=1, command_timeout=1.0), t, NoLog())

@@ -33,7 +33,7 @@ def holder(pid: int, *devices: str, why: str | None = None, user: str = "alice")
 
 def look(*holders: Holder, rows: tuple[GpuRow, ...] = ROWS, apps: tuple[ComputeApp, ...] = (),
          board: Board | None = BOARD, titles: dict[int, str] | None = None) -> Look:
-    return Look(rows, apps, holders, board, titles or {})
+    return Look(rows=rows, apps=apps, holders=holders, board=board, titles=titles or {})
 
 
 def test_a_device_file_is_the_gpu_whose_minor_number_it_carries_never_the_index() -> None:
@@ -105,24 +105,26 @@ def test_a_job_is_named_by_what_is_known_of_it() -> None:
     stepd = Holder(pid=20, user="root", name="slurmstepd", exe=None, devices=(),
                    protected_by=f"{JOB_PROCESS} (slurmstepd)")
     assert leaks.job_label(stepd, titles) == "Slurm job 4711 (slurmstepd pid 20)"
-    jobs = [Unsettled(0, "gpu 0 holds 1 MiB", holders=(holder(33, why=STEPD_JOB), holder(34, why=STEPD_JOB))),
-            Unsettled(1, "gpu 1 holds 1 MiB", holders=(holder(35, why=CGROUP_JOB),))]
+    jobs = [Unsettled(index=0, problem="gpu 0 holds 1 MiB",
+                      holders=(holder(33, why=STEPD_JOB), holder(34, why=STEPD_JOB))),
+            Unsettled(index=1, problem="gpu 1 holds 1 MiB", holders=(holder(35, why=CGROUP_JOB),))]
     assert leaks.jobs_holding(jobs, titles) == "Slurm job 4711 (slurmstepd pid 20), Slurm job 4712 (pid 35 python3)"
 
 
 def test_job_of_reads_back_every_reason_a_job_is_kept_for() -> None:
-    assert job_of(holder(33, why=CGROUP_JOB)) == JobRef(SLURM, job="4712")
-    assert job_of(holder(33, why=STEPD_JOB)) == JobRef(SLURM, daemon="slurmstepd", daemon_pid=20)
-    assert job_of(holder(20, why=f"{JOB_PROCESS} (slurmstepd)")) == JobRef(SLURM, daemon="slurmstepd", daemon_pid=20)
+    assert job_of(holder(33, why=CGROUP_JOB)) == JobRef(side=SLURM, job="4712")
+    assert job_of(holder(33, why=STEPD_JOB)) == JobRef(side=SLURM, daemon="slurmstepd", daemon_pid=20)
+    assert job_of(holder(20, why=f"{JOB_PROCESS} (slurmstepd)")) == JobRef(side=SLURM, daemon="slurmstepd",
+                                                                           daemon_pid=20)
     assert job_of(holder(33, why="protected name nvidia-persistenced")) is None
     assert job_of(holder(33)) is None
 
 
 def test_the_leaked_line_says_whether_gpu_reset_would_help() -> None:
-    alone = Unsettled(3, "gpu 3 holds 4096 MiB")
+    alone = Unsettled(index=3, problem="gpu 3 holds 4096 MiB")
     assert f"{leaked_line([alone], 60)}; {reset_advice(GpuReset((3,)))}" == (
         "gpu 3 holds 4096 MiB with no process holding it after 60 s: a leaked context; --gpu-reset can reset it")
-    held_open = Unsettled(3, "gpu 3 holds 4096 MiB", machine=(PERSISTENCED,))
+    held_open = Unsettled(index=3, problem="gpu 3 holds 4096 MiB", machine=(PERSISTENCED,))
     blocked = GpuReset(blocked="pid 12 nvidia-persistenced (protected name nvidia-persistenced) still hold gpu 3")
     assert f"{leaked_line([held_open, alone], 60)}; {reset_advice(blocked)}" == (
         "gpu 3 holds 4096 MiB with only the machine's own processes holding it (+1 more) after 60 s: a leaked"
@@ -130,7 +132,7 @@ def test_the_leaked_line_says_whether_gpu_reset_would_help() -> None:
         " still hold gpu 3")
 
 
-def test_a_reset_is_planned_by_nvidia_smi_index_and_refused_for_any_holder_of_a_gpu_it_takes() -> None:
+def test_a_reset_is_chosen_by_nvidia_smi_index_and_refused_for_any_holder_of_a_gpu_it_takes() -> None:
     mps = holder(77, "/dev/nvidia1", why="protected name nvidia-cuda-mps-server")  # minor 1: gpu 3
     held = look(mps).holders_by_gpu()
     assert choose_gpu_reset([1], held, False, range(4)) == GpuReset((1,))  # /dev/nvidia1 is not gpu 1

@@ -14,7 +14,8 @@ from fleet.model.gpu_facts import Field, Path
 __all__ = ["Column", "Key", "Lookup", "lookup"]
 
 
-class Column(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class Column:
     """How one --query-gpu cell after the bus id reads: the fact's name and reader; the check a note in it leaves
     unread (a strict fact's) and the field that check names."""
 
@@ -44,7 +45,7 @@ class Lookup:
     names: tuple[str, ...]  # the columns' names, and their readers, apart: a row's values read in one comprehension
     readers: tuple[Callable[[str], Any], ...]  # each `Reader.fast`: a builtin where there is one
     displays: tuple[str, ...]  # the `-q -d` sections the other facts are read from
-    shown: tuple[Field[Any], ...]  # the facts read from those sections
+    displayed: tuple[Field[Any], ...]  # the facts read from those sections
     facts: dict[str, Field[Any]]  # by name
     paths: dict[str, tuple[Path, ...]]  # each fact's -q key paths, lower case, by its name
     at: dict[Path, str]  # every one of them: the name of the fact read there
@@ -63,12 +64,13 @@ def _lookup(table: tuple[Field[Any], ...]) -> Lookup:
                 noted.setdefault(path[:end], set()).add(facts[name].check or "")
     displays = tuple(dict.fromkeys(f.display for f in table if f.display is not None))
     asked = tuple(f for f in table if f.display is None)
-    columns = tuple(Column(f.name, f.read.parse, f.check if f.strict else None, f.query) for f in asked)
+    columns = tuple(Column(name=f.name, parse=f.read.parse, strict_check=f.check if f.strict else None, query=f.query)
+                    for f in asked)
     at = {path: name for name, lowered in paths.items() for path in lowered}
     query = ",".join(("pci.bus_id", *(f.query for f in asked)))
     return Lookup(asked=asked, query=query, columns=columns, names=tuple(c.name for c in columns),
                   readers=tuple(f.read.fast for f in asked), displays=displays,
-                  shown=tuple(f for f in table if f.display is not None), facts=facts, paths=paths, at=at,
+                  displayed=tuple(f for f in table if f.display is not None), facts=facts, paths=paths, at=at,
                   noted={path: tuple(sorted(checks)) for path, checks in noted.items()},
                   top=_tree((), at.keys() | noted.keys()))
 

@@ -5,7 +5,7 @@ NUL, newlines, tabs, a batch's frame, bytes that are not UTF-8. So the probes ne
 lookup has GNU stat quote its links in C style (`C_QUOTED`: `"/opt/a\\nb\\377"`, ASCII, one line), the lineage
 walk escapes a comm's every byte outside printable ASCII (and `\\`) as `\\ooo`. A field then can hold no
 separator and no frame, and `unescape` gives its bytes back exactly: an identity is compared as bytes, and
-shown (`shown`) with what is not UTF-8 replaced.
+shown (`lossy_text`) with what is not UTF-8 replaced.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _escaped(code: str) -> int:
     raise EscapeError(f"unknown escape \\{code}")
 
 
-def shown(raw: bytes) -> str:
+def lossy_text(raw: bytes) -> str:
     """Bytes for people (logs, reports): UTF-8, with what is not UTF-8 replaced. Never compared."""
     return raw.decode("utf-8", errors="replace")
 

@@ -38,7 +38,8 @@ from fleet.node.probes.smi import SMI_HANG, classify_smi_failure
 from fleet.transport.base import CommandResult
 
 __all__ = ["FIELDS_UNKNOWN", "INDENT", "GpuHealth", "Unread", "facts", "facts_argv", "health", "health_argv",
-           "health_fields", "joined", "parse_all_health", "parse_facts", "parse_health", "remaps", "remaps_argv"]
+           "health_fields", "merge_remaps", "parse_all_health", "parse_facts", "parse_health", "remaps",
+           "remaps_argv"]
 
 _BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
 _ATTACHED = re.compile(r"^Attached GPUs[^\n]*", re.MULTILINE)  # the first line that begins so
@@ -173,19 +174,19 @@ def remaps_argv(nvidia_smi: str) -> list[str]:
     return [nvidia_smi, "-q", "-d", ",".join(lookup().displays)]
 
 
-def joined(facts: tuple[GpuHealth, ...], remaps: tuple[GpuHealth, ...]) -> tuple[GpuHealth, ...]:
+def merge_remaps(facts: tuple[GpuHealth, ...], remaps: tuple[GpuHealth, ...]) -> tuple[GpuHealth, ...]:
     """Each GPU's facts with those read from `-q -d` (its row remapper's state); the two reads must list the same
     GPUs (by bus id)."""
     by_bus = {r.bus_id.upper(): r for r in remaps}
     if set(by_bus) != {f.bus_id.upper() for f in facts}:
         raise ProbeParseError(1, "", f"--query-gpu and -q -d ROW_REMAPPER list other GPUs ({len(facts)} and "
                                      f"{len(remaps)}; output cut?)")
-    shown = lookup().shown
-    names, checks = {f.name for f in shown}, {f.check for f in shown}
-    return tuple(_with_shown(f, by_bus[f.bus_id.upper()], names, checks) for f in facts)
+    displayed = lookup().displayed
+    names, checks = {f.name for f in displayed}, {f.check for f in displayed}
+    return tuple(_with_displayed(f, by_bus[f.bus_id.upper()], names, checks) for f in facts)
 
 
-def _with_shown(facts: GpuHealth, section: GpuHealth, names: set[str], checks: set[str | None]) -> GpuHealth:
+def _with_displayed(facts: GpuHealth, section: GpuHealth, names: set[str], checks: set[str | None]) -> GpuHealth:
     merged = dict(facts.facts)
     for name, value in section.facts.items():
         if name in names:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from fleet.node.probe import Probe
-from fleet.node.probes.escapes import EscapeError, shown, unescape
+from fleet.node.probes.escapes import EscapeError, lossy_text, unescape
 from fleet.node.probes.parse import ProbeParseError, lines, parse_int
 
 # Most ancestors the lineage walk reads from any one starting pid.
@@ -33,7 +33,7 @@ LINEAGE_AWK = "\n".join(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcStat:
     """One process as /proc/PID/stat tells it: its parent, its comm (15 characters at most) and its start
     time (clock ticks since boot; with the pid, the process's identity: a reused pid starts later)."""
@@ -114,10 +114,10 @@ def _stat_line(lineno: int, line: str) -> ProcStat:
         raise ProbeParseError(lineno, line, "expected pid<TAB>ppid<TAB>starttime<TAB>comm (escaped)")
     pid, ppid = parse_int(parts[0], lineno, line, "pid"), parse_int(parts[1], lineno, line, "ppid")
     try:
-        comm = shown(unescape(parts[3]))
+        comm = lossy_text(unescape(parts[3]))
     except EscapeError as exc:
         raise ProbeParseError(lineno, line, str(exc)) from None
-    return ProcStat(pid, ppid, comm, parse_int(parts[2], lineno, line, "starttime"))
+    return ProcStat(pid=pid, ppid=ppid, comm=comm, start=parse_int(parts[2], lineno, line, "starttime"))
 
 
 def _chain(pid: int | None, procs: Mapping[int, ProcStat]) -> tuple[int, ...]:

@@ -61,7 +61,7 @@ class HolderRow:
     devices: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PsRow:
     """`ps` on one process: its parent, its user and its command line (argv joined by spaces)."""
 
@@ -276,7 +276,7 @@ def parse_ps(text: str) -> dict[int, PsRow]:
             raise ProbeParseError(lineno, line, "expected pid, ppid, user and args")
         pid = parse_int(parts[0], lineno, line, "pid")
         args = parts[3] if len(parts) == 4 else ""
-        rows[pid] = PsRow(pid, parse_int(parts[1], lineno, line, "ppid"), parts[2], args)
+        rows[pid] = PsRow(pid=pid, ppid=parse_int(parts[1], lineno, line, "ppid"), user=parts[2], args=args)
     return rows
 
 
@@ -317,7 +317,7 @@ ALIVE = "-"
 VERDICTS = frozenset({"sent", "alive", "gone", "changed", "denied"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Identity:
     """A process as fleet judged it: its pid, start time (clock ticks since boot), executable and owner."""
 

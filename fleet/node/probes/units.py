@@ -42,7 +42,7 @@ _CGROUP_LINE = re.compile(r"/proc/(\d+)/cgroup:(\d+):([^:]*):(.*)")
 _ENVIRON_RECORD = re.compile(r"/proc/(\d+)/environ:" + SIM_UNIT_VAR + "=(.*)", re.DOTALL)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UnitState:
     active_state: str
     sub_state: str | None
@@ -59,7 +59,7 @@ class UnitState:
         return self.load_state == "not-found"
 
     @property
-    def shown(self) -> str:
+    def label(self) -> str:
         """What a person reads of it: its ActiveState, or `not-found`."""
         return "not-found" if self.missing else self.active_state
 
@@ -119,8 +119,8 @@ def parse_unit_state(text: str) -> UnitState:
     if not props.get("ActiveState"):
         raise ProbeParseError(*last, "no ActiveState")
     main_pid = int(props.get("MainPID") or 0)
-    return UnitState(props["ActiveState"], props.get("SubState") or None, main_pid or None,
-                     props.get("LoadState") or None)
+    return UnitState(active_state=props["ActiveState"], sub_state=props.get("SubState") or None,
+                     main_pid=main_pid or None, load_state=props.get("LoadState") or None)
 
 
 def cgroup_argv(pids: Sequence[int]) -> list[str]:

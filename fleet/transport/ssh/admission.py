@@ -95,7 +95,7 @@ def handshake_cost(estimate: float, cpu_s: float, ended: int, weight: float = CO
     return estimate + weight * (cpu_s / ended - estimate)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AdmissionStats:
     """What admission did on this loop so far (for a benchmark, and the host's log when it waited)."""
 
@@ -114,7 +114,7 @@ class AdmissionStats:
     handshakes: int = 0  # ended, connected or not
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Admitted:
     """One handshake's admission: whether it had to wait (the loop was at its width), for how long (attention
     seconds), and the handshakes in flight with it once it got in."""
@@ -132,7 +132,7 @@ class Admission:
         self._timeout = float("inf")  # the smallest connect_timeout asked for so far
         ceiling = admission_width(10.0, HANDSHAKE_CPU_DEFAULT_S)
         self._latency_width: float = ADMISSION_START
-        self.stats = AdmissionStats(min(ADMISSION_START, ceiling), ceiling, width_path=[ADMISSION_START])
+        self.stats = AdmissionStats(width=min(ADMISSION_START, ceiling), ceiling=ceiling, width_path=[ADMISSION_START])
         self._limiter = anyio.CapacityLimiter(self.stats.width)
         self._cpu_from = 0.0  # the loop thread's CPU time when the measurement began
         self._ended = 0  # handshakes ended (not timed out) since then
@@ -157,7 +157,7 @@ class Admission:
         timed_out, cut_short, began, round_ = False, False, clock.now(), self._round
         try:
             self._begin()
-            yield Admitted(queued, began - asked, stats.in_flight, stats.width)
+            yield Admitted(queued=queued, waited_s=began - asked, in_flight=stats.in_flight, width=stats.width)
         except TimeoutError:
             timed_out = True
             raise

@@ -41,7 +41,7 @@ async def close_connection(conn: asyncssh.SSHClientConnection, abort: bool = Fal
         conn.abort()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class SharedJump:
     """The one connection to a jump host that every host behind it tunnels through: opened once (under `lock`),
     its host key checked like any other; counted by `users` and closed when the last of them releases it.
@@ -89,7 +89,7 @@ async def lease(host: Host, jump: Jump, known: KnownHosts, where: Route) -> Shar
     key = (jump.spec, known.paths)
     shared = pool.get(key)
     if shared is None:
-        shared = pool[key] = SharedJump(key, jump.spec)
+        shared = pool[key] = SharedJump(key=key, spec=jump.spec)
     shared.users += 1
     try:
         async with shared.lock:

@@ -16,7 +16,7 @@ from fleet.model.errors import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Jump:
     """A single-hop `ProxyJump`, `[user@]host[:port]` as ssh_config writes it; port and user None when unsaid."""
 
@@ -34,7 +34,7 @@ class Jump:
             host, port = rest, ""
         if port and not port.isdigit():
             raise ConnectError(f"ssh_config's ProxyJump {spec}: {port!r} is not a port")
-        return cls(spec, host, int(port) if port else None, user or None)
+        return cls(spec=spec, host=host, port=int(port) if port else None, user=user or None)
 
 
 @dataclass(frozen=True, kw_only=True)

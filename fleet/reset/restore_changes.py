@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from fleet.model.gpu_facts import GpuSettings
 from fleet.model.gpu_profile import Difference, GpuProfile, Setting, differences
 
-__all__ = ["Change", "RestorePlan", "restore_plan"]
+__all__ = ["Change", "Restoration", "restoration"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Change:
     """One nvidia-smi command for one GPU: its arguments after `nvidia-smi` (`-i 3 -pl 700`), what it restores, and
     whether a GPU reset (`-r`) is what applies it."""
@@ -36,7 +36,7 @@ class Change:
 
 
 @dataclass(frozen=True)
-class RestorePlan:
+class Restoration:
     """The changes, in order; and the differences held back: needing a GPU reset that `--gpu-reset` was not given
     for, one line each (`gpu 1: MIG mode on, profile off: takes a GPU reset (--gpu-reset)`)."""
 
@@ -78,15 +78,16 @@ def _gpu_changes(gpu: int, settings: GpuSettings, profile: GpuProfile,
         if d.setting in _NEEDS_RESET and not gpu_reset:
             held.append(f"gpu {gpu}: {d.detail}: takes a GPU reset (--gpu-reset)")
             continue
-        changes += [Change(gpu, args, d.detail) for args in _commands(gpu, d, profile, settings)]
+        changes += [Change(gpu=gpu, args=args, what=d.detail) for args in _commands(gpu, d, profile, settings)]
         resets = resets or d.setting in _NEEDS_RESET
     if resets:
-        changes.append(Change(gpu, ("-i", str(gpu), "-r"), "applies the pending MIG or ECC mode", reset=True))
+        changes.append(Change(gpu=gpu, args=("-i", str(gpu), "-r"), what="applies the pending MIG or ECC mode",
+                              reset=True))
     return changes, held
 
 
-def restore_plan(gpus: Sequence[tuple[int, GpuSettings]], profile: GpuProfile, *,
-                 gpu_reset: bool = False) -> RestorePlan:
+def restoration(gpus: Sequence[tuple[int, GpuSettings]], profile: GpuProfile, *,
+                 gpu_reset: bool = False) -> Restoration:
     """The changes that restore `profile` on each GPU (nvidia-smi index, its settings), GPU by GPU (see the module)."""
     changes: list[Change] = []
     held: list[str] = []
@@ -94,4 +95,4 @@ def restore_plan(gpus: Sequence[tuple[int, GpuSettings]], profile: GpuProfile, *
         mine, waiting = _gpu_changes(index, settings, profile, gpu_reset)
         changes += mine
         held += waiting
-    return RestorePlan(tuple(changes), tuple(held))
+    return Restoration(tuple(changes), tuple(held))

@@ -1,4 +1,4 @@
-"""What a node said, as a person may safely see it (fleet.text.shown): nothing in it acts on a terminal."""
+"""What a node said, as a person may safely see it (fleet.text.terminal_safe): nothing in it acts on a terminal."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from fleet.model.report import HostReport, HostStatus, Reason, RunReport
 from fleet.report.render import human_lines
 from fleet.slurm.policy import failed_reason
-from fleet.text import shown, shown_lines
+from fleet.text import terminal_safe, terminal_safe_lines
 
 
 @pytest.mark.parametrize(("said", "seen"), [
@@ -21,19 +21,20 @@ from fleet.text import shown, shown_lines
     ("runs-\udcff", "runs-\\xff"),  # a byte that is not UTF-8 (surrogate escape), as printable says it
 ])
 def test_every_character_that_acts_is_written_as_its_escape(said: str, seen: str) -> None:
-    assert shown(said) == seen
+    assert terminal_safe(said) == seen
 
 
 @given(st.text())
 def test_nothing_shown_acts_on_a_terminal(said: str) -> None:
-    out = shown(said)
+    out = terminal_safe(said)
     out.encode("utf-8")  # a UTF-8 writer takes it
     assert not [c for c in out if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u202a\u202b\u202c\u202d\u202e"
                 "\u2066\u2067\u2068\u2069\u200e\u200f\u061c\u2028\u2029"]
 
 
 def test_fleets_own_lines_keep_their_breaks() -> None:
-    assert shown_lines("gpu-b01 failed: \x1b[8m\nreset of 1 hosts\n") == "gpu-b01 failed: \\x1b[8m\nreset of 1 hosts\n"
+    said = terminal_safe_lines("gpu-b01 failed: \x1b[8m\nreset of 1 hosts\n")
+    assert said == "gpu-b01 failed: \\x1b[8m\nreset of 1 hosts\n"
 
 
 def test_a_nodes_newline_never_forges_a_summary_line() -> None:
