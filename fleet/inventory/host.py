@@ -4,7 +4,7 @@ Every host variable is declared once, as a field of `Host`: its Python type, its
 default, and in its `Var` the check, bounds and one line of help. A plug's own
 variables are declared the same way, as the fields of its `VARIABLES` record
 (`fleet.model.plugs.Scheduled.variables`: Slurm's `slurm: {node: ...}`). The inventory's
-`HostVars` (`fleet.inventory.load`) and the table of variables in docs/operating.md
+`HostVars` (`fleet.inventory.schema`) and the table of variables in docs/operating.md
 (`fleet.inventory.variables`) are both made from these fields.
 """
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from fleet.inventory import validate
 from fleet.inventory.host import Host
-from fleet.inventory.load import ALL, Inventory, suggest, unlisted_host
+from fleet.inventory.load import ALL, Inventory, unlisted_host
 from fleet.inventory.nodesets import fold, node_order, node_set
+from fleet.inventory.schema import suggest
 from fleet.model.errors import UsageError
 
 

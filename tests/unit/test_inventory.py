@@ -12,7 +12,8 @@ from support.paths import REPO
 from fleet.cli.commands import main
 from fleet.inventory.files import check_files
 from fleet.inventory.host import DEFAULT_DEVICES, Connection, Host
-from fleet.inventory.load import VARIABLES, Inventory, host_vars, inventory_path, inventory_source, load_inventory
+from fleet.inventory.load import Inventory, host_vars, inventory_path, inventory_source, load_inventory
+from fleet.inventory.schema import VARIABLES
 from fleet.inventory.targeting import select
 from fleet.model.errors import InventoryError, UsageError
 from fleet.slurm.variables import node_name

@@ -13,7 +13,8 @@ import pytest
 from support.paths import REPO
 
 from fleet.inventory.host import Host
-from fleet.inventory.load import VARIABLES, host_vars_model, load_inventory
+from fleet.inventory.load import load_inventory
+from fleet.inventory.schema import VARIABLES, host_vars_model
 from fleet.inventory.variables import HOST_VARIABLES, markdown_table
 from fleet.model.errors import InventoryError
 
