@@ -307,7 +307,7 @@ def _old_spellings(levels: Iterable[_Level], label: str) -> tuple[str, ...]:
 
 def unlisted_host(name: str, inventory: Inventory | None) -> Host:
     """A host no inventory lists (`-w`, `--partition`): what the inventory's `defaults` set, else the built-in
-    defaults; the variables that fall back to the host's name (address, slurm_node) are its own."""
+    defaults; the variables that fall back to the host's name (address; a scheduler's node name) are its own."""
     if inventory is None:
         return _build_host(name, {}, (), Path.cwd())
     return _build_host(name, dict(inventory.defaults), (), inventory.path.parent)

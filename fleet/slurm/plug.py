@@ -31,7 +31,7 @@ def lifecycle(options: RunOptions, logs: RunLogs, interrupts: Interrupts | None)
 
 
 def partition_hosts(partition: str, inv: Inventory | None) -> list[str]:
-    """The host names of a Slurm partition's nodes: the inventory host whose slurm_node it is, else the node name."""
+    """The host names of a Slurm partition's nodes: the inventory host whose `slurm.node` it is, else the node name."""
     try:
         nodes = anyio.run(Slurm().partition, partition)
     except SlurmError as exc:
