@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -347,31 +347,33 @@ def inventory_source(cli_value: str | None) -> tuple[Path, str]:
 def host_vars(host: Host) -> dict[str, Any]:
     """The resolved variables of one host, as JSON-able values (its name is the caller's key); a plug's under its
     name (`"slurm": {"node": "gpu01"}`)."""
-    out: dict[str, Any] = {}
-    for var in fields(host):
-        value = getattr(host, var.name)
-        if var.name in ("name", "plug_variables"):
-            continue
-        if isinstance(value, tuple):
-            value = list(value)
-        if isinstance(value, GpuProfile):
-            value = gpu_settings.as_written(value)
-        out[var.name] = str(value) if isinstance(value, Connection) else value
+    out = {var.name: _as_json(getattr(host, var.name)) for var in fields(host)
+           if var.name not in ("name", "plug_variables")}
     for plug, record in host.plug_variables:
         assert is_dataclass(record) and not isinstance(record, type)
-        out[plug] = {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(record).items()}
+        out[plug] = {var.name: _as_json(getattr(record, var.name)) for var in fields(record)}
     return out
 
 
 def host_from_vars(name: str, variables: Mapping[str, Any]) -> Host:
     """The host `host_vars` wrote (`fleet inventory --json`; `--via srun`'s hosts, sent to their nodes)."""
-    values: dict[str, Any] = {key: tuple(v) if isinstance(v, list) else v for key, v in variables.items()}
+    values = _as_tuples(variables)
     if "gpu_settings" in values:
         values["gpu_settings"] = gpu_settings.from_written(values["gpu_settings"])
-    plugged = []
-    for plug in plug_variables():
-        if plug.plug in values:
-            written = values.pop(plug.plug)
-            plugged.append((plug.plug, plug.record(**{k: tuple(v) if isinstance(v, list) else v
-                                                      for k, v in written.items()})))
-    return Host(name=name, plug_variables=tuple(plugged), **values)
+    plugged = tuple((plug.plug, plug.record(**_as_tuples(values.pop(plug.plug))))
+                    for plug in plug_variables() if plug.plug in values)
+    return Host(name=name, plug_variables=plugged, **values)
+
+
+def _as_json(value: object) -> object:
+    """A variable's value as JSON holds it: a list for a tuple, the written mapping for a GPU profile."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, GpuProfile):
+        return gpu_settings.as_written(value)
+    return str(value) if isinstance(value, Connection) else value
+
+
+def _as_tuples(written: Mapping[str, Any]) -> dict[str, Any]:
+    """What `host_vars` wrote, each list a tuple again."""
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in written.items()}
