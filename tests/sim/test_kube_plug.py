@@ -155,3 +155,19 @@ async def test_an_api_that_fails_fails_its_hosts_untouched(tmp_path: Path, api: 
     assert (host.status, host.reason) == (HostStatus.FAILED, Reason.SCHEDULER)
     assert all(step.status is StepStatus.SKIPPED for step in host.steps)
     assert host.error == "kube: GET /api/v1/nodes/gpu-01: 500 etcdserver: request timed out"
+
+
+
+@pytest.mark.parametrize("lost", [True, False], ids=["the cordon's", "the uncordon's"])
+async def test_a_lost_reply_is_read_back_never_guessed(tmp_path: Path, api: FakeKubeApi, lost: bool) -> None:
+    """A cordon or uncordon took but its reply was lost: the plug reads the node back and goes on from what the API
+    shows, so the node ends as the record says (clean: uncordoned), never cordoned with nobody's record of it."""
+    api.add_node("gpu-01")
+    api.lose_reply.add(lost)
+    async with SimFleet(tmp_path / "sim", [NodeSpec(name="gpu-01")], host_vars={"gpu-01": FAST}) as sim:
+        report = await fleet.run(select(load_inventory(sim.inventory_path), groups=["sim"]), KUBE,
+                                 log_dir=tmp_path / "logs")
+    host = report.hosts["gpu-01"]
+    assert host.status is HostStatus.CLEAN and host.scheduler is not None
+    assert (host.scheduler.state_before, host.scheduler.state_after) == ("ready", "ready")
+    assert not api.cordoned("gpu-01") and not api.lose_reply

@@ -10,7 +10,8 @@ The shapes are the API's own (core/v1 and policy/v1, as `kubectl drain` uses the
 - `POST /api/v1/namespaces/NS/pods/NAME/eviction` (an `Eviction`, `deleteOptions.gracePeriodSeconds`): 201, and
   the pod is gone once its grace has passed (it shows `metadata.deletionTimestamp` until then); 429
   `TooManyRequests` while a PodDisruptionBudget refuses it (`blocked`), as the API says it.
-`failing` makes every request answer 500; `requests` records each (method, path, body) it was asked.
+`failing` makes every request answer 500, `lose_reply` a cordon or an uncordon take and answer 500 (its
+reply lost); `requests` records each (method, path, body) it was asked.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class FakeKubeApi:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # by uid
     blocked: set[str] = field(default_factory=set)  # uids whose eviction a PodDisruptionBudget refuses
     failing: bool = False
+    lose_reply: set[bool] = field(default_factory=set)  # the next patch to each `unschedulable` value here takes,
+    # and answers 500 (its reply lost on the way back)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     url: str = ""
     _gone_at: dict[str, float] = field(default_factory=dict)  # uid -> when an evicted pod is gone
@@ -104,6 +107,9 @@ class FakeKubeApi:
         if node is None:
             return _status(404, "NotFound", f'nodes "{name}" not found')
         if method == "PATCH":
+            wanted = body.get("spec", {}).get("unschedulable")
+            lost = wanted in self.lose_reply
+            self.lose_reply.discard(wanted)
             if "unschedulable" in body.get("spec", {}):
                 node["spec"]["unschedulable"] = body["spec"]["unschedulable"]
             for key, value in body.get("metadata", {}).get("annotations", {}).items():
@@ -111,6 +117,8 @@ class FakeKubeApi:
                     node["metadata"]["annotations"].pop(key, None)
                 else:
                     node["metadata"]["annotations"][key] = value
+            if lost:
+                return _status(500, "InternalError", "the server was unable to return a response in the time allotted")
         return 200, json.loads(json.dumps(node))
 
     def _pod_list(self, selector: str) -> tuple[int, dict[str, Any]]:

@@ -188,11 +188,22 @@ class CordonDrain:
                 node.state_before = "cordoned" if found["spec"].get("unschedulable") else "ready"
                 node.pods = tuple(p["metadata"]["uid"] for p in await self.api.pods(node.name))
                 if self.mode is Mode.RESET and node.state_before == "ready":
-                    await self.api.cordon(node.name, True, f"fleet: run {self.run_id}")
-                    node.cordoned = True
+                    node.cordoned = await self._cordon(node)
             except KubeError as exc:
                 node.error = f"kube: {exc}"
         return {name: node.record() for name, node in self.nodes.items() if name in {r.host.name for r in runs}}
+
+    async def _cordon(self, node: _Node) -> bool:
+        """Cordon the node for this run; after a failed request, whether the node shows this run's cordon (a lost
+        reply: the cordon took), read back, else the request's error."""
+        mine = f"fleet: run {self.run_id}"
+        try:
+            await self.api.cordon(node.name, True, mine)
+        except KubeError:
+            found = await self.api.node(node.name)
+            if not (found["spec"].get("unschedulable") and found["metadata"]["annotations"].get(ANNOTATION) == mine):
+                raise
+        return True
 
     async def ready(self, run: HostRun, log: HostLog) -> Ready:
         node = self.nodes[run.host.name]
@@ -236,16 +247,23 @@ class CordonDrain:
             return None
         if not node.cordoned:
             return node.record(state_after=node.state_before)
-        back = report.status in (HostStatus.CLEAN, HostStatus.SKIPPED)
+        kept = f"fleet: run {self.run_id}: {report.status}"
+        if report.status not in (HostStatus.CLEAN, HostStatus.SKIPPED):
+            return node.record(state_after="cordoned", reason_after=kept)
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_S):
             try:
-                if back:
-                    await self.api.cordon(node.name, False, None)
-                    return node.record(state_after="ready")
+                await self.api.cordon(node.name, False, None)
+                return node.record(state_after="ready")
             except KubeError as exc:
                 log.error("kube_release_failed", node=node.name, error=str(exc))
                 node.error = f"kube: {exc}"
-        return node.record(state_after="cordoned", reason_after=f"fleet: run {self.run_id}: {report.status}")
+            try:  # the uncordon may have taken with its reply lost: the record says what the API shows now
+                found = await self.api.node(node.name)
+                return node.record(state_after="cordoned" if found["spec"].get("unschedulable") else "ready",
+                                   reason_after=kept if found["spec"].get("unschedulable") else None)
+            except KubeError:
+                pass
+        return node.record(state_after=None, reason_after=f"{kept}: its state unknown, uncordon not confirmed")
 
 
 def lifecycle(options: Any, logs: Any, interrupts: Any) -> CordonDrain:
