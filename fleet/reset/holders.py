@@ -58,6 +58,10 @@ async def scan(node: Node, step: StepName, budget: TimeBudget, *, with_units: bo
     probe = procs.holder_scan(node.host.devices)
     result = looked if looked is not None else await node.run(probe, step=step, budget=budget)
     seen = await _still_unreadable(node, probe.read(result), step, budget)
+    if seen.unreadable:
+        node.log.info("scan_unreadable", pids=list(seen.unreadable), looking="again")
+        result = await node.run(probe, step=step, budget=budget)
+        seen = await _still_unreadable(node, probe.read(result), step, budget)
     _check_sight(node.host, scan_blindness(seen, result.exit_status, result.stderr))
     found = seen.rows
     if not found:
@@ -82,7 +86,12 @@ async def scan(node: Node, step: StepName, budget: TimeBudget, *, with_units: bo
 
 async def _still_unreadable(node: Node, seen: procs.HolderScan, step: StepName, budget: TimeBudget) -> procs.HolderScan:
     """Keep only the unreadable fd tables of processes that still exist: find's `-readable` is also false
-    for a process that exited between listing /proc and looking at it, which hides nothing."""
+    for a process that exited between listing /proc and looking at it, which hides nothing.
+
+    A table can also read as unreadable while its thread is exiting and its process still exists (a killed
+    process's last threads tearing down, its leader already a zombie): `scan` looks once more, whole, when any is
+    left, and judges by that second look alone. A table kept from this user (another user's process, a scan that is
+    not root) is unreadable both times and the scan is blind; one that reads whole the second time is looked into."""
     if not seen.unreadable:
         return seen
     alive = await node.ask(procs.ps(seen.unreadable), step=step, budget=budget)

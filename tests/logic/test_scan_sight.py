@@ -270,13 +270,27 @@ def test_blind_error_without_a_user() -> None:
 # --- the scan step on a blind look ---------------------------------------------------------------
 
 
-def node(find: Reply, ps: Reply | None = None, *, become: bool = False) -> Node:
+def node(find: Answer, ps: Answer | None = None, *, become: bool = False,
+         log: scripted_node.Log | None = None) -> Node:
     script: list[tuple[tuple[str, ...], Answer]] = [(scripted_node.SCAN, find)]
     if ps is not None:  # the holders' description is one batch: ps, their exe links, lineage and cgroups
         script += [(("ps", "-ww"), ps), (scripted_node.EXE, Reply(stdout="")),
                    (scripted_node.LINEAGE, Reply(stdout="")), (("grep",), Reply(stdout=""))]
     host = Host(name="gpu-b02", address="10.0.0.2", user="fleetops", become=become, command_timeout=1.0)
-    return Node(host, ScriptedTransport(script=script, become=become), NoLog())
+    return Node(host, ScriptedTransport(script=script, become=become), log if log is not None else NoLog())
+
+
+def in_turn(*replies: Reply) -> Answer:
+    """One reply a call, in order (a node whose answer changes between two looks)."""
+    left = iter(replies)
+    return lambda argv: next(left)
+
+
+def scans(n: Node) -> int:
+    """How many holder scans the node was asked."""
+    transport = n.transport
+    assert isinstance(transport, ScriptedTransport)
+    return sum(1 for argv in transport.ran if argv[:4] == scripted_node.SCAN)
 
 
 async def look(n: Node) -> Scan:
@@ -293,6 +307,7 @@ async def test_the_step_fails_when_fd_tables_were_unreadable() -> None:
     assert str(info.value) == ("cannot see every process on gpu-b02 as fleetops (permission denied on /proc/*/fd "
                                "of 2 processes): run as root or set become")
     assert info.value.reason is Reason.BLIND_SCAN
+    assert scans(n) == 2  # looked once more: unreadable both times
 
 
 async def test_an_fd_table_unreadable_because_its_process_exited_mid_scan_hides_nothing() -> None:
@@ -306,6 +321,25 @@ async def test_an_fd_table_unreadable_because_its_process_exited_mid_scan_hides_
     gone = node(Reply(stdout="init\0unreadable\troot\t/proc/77/task/77/fd\0", exit_status=1),
                 Reply(stdout=scripted_node.ps("")))
     assert await look(gone) == Scan()
+    assert scans(gone) == 1  # a table whose process is gone hides nothing: no second look
+
+
+async def test_a_table_unreadable_while_its_thread_tore_down_is_looked_at_again() -> None:
+    """A killed process's last threads, its leader a zombie that ps still lists: its table read as unreadable.
+    The second look, whole, reads it and stands alone: clean when it finds nothing, its holder judged when it
+    finds one; logged as `scan_unreadable` with the pids."""
+    tearing = Reply(stdout="init\0unreadable\troot\t/proc/77/task/79/fd\0", exit_status=0)
+    log = scripted_node.Log()
+    n = node(in_turn(tearing, Reply(stdout=scripted_node.scan(""))),
+             Reply(stdout=scripted_node.ps("   77     1 root     [python3] <defunct>\n")), log=log)
+    assert await look(n) == Scan()
+    assert scans(n) == 2
+    assert log.first("scan_unreadable") == {"pids": [77], "looking": "again"}
+
+    holds = scripted_node.scan("root\t/proc/77/task/79/fd/3\t/dev/nvidia0")
+    found = node(in_turn(tearing, Reply(stdout=holds)),
+                 Reply(stdout=scripted_node.ps("   77     1 root     python3 train.py\n")))
+    assert [(h.pid, h.devices) for h in (await look(found)).holders] == [(77, ("/dev/nvidia0",))]
 
 
 async def test_the_step_fails_when_sudo_refused_the_scan() -> None:

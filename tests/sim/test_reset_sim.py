@@ -89,12 +89,12 @@ async def test_restart_always_process_that_comes_back_is_not_clean(make_fleet: A
 async def test_hanging_nvidia_smi_fails_that_node_only(make_fleet: Any, tmp_path: Path) -> None:
     names = ["gpu-h01", "gpu-h02", "gpu-h03"]
     specs = [busy(n, smi_mode="hang" if n == "gpu-h02" else "ok") for n in names]
-    sim = await make_fleet(specs, {**fast_vars(names), "gpu-h02": {**FAST, "command_timeout": 2}})
+    sim = await make_fleet(specs, {**fast_vars(names), "gpu-h02": {**FAST, "command_timeout": 4}})
     with anyio.fail_after(90):
         report = await reset(sim, tmp_path)
     wedged = report.hosts["gpu-h02"]
     assert wedged.status is HostStatus.FAILED
-    assert wedged.error == ("nvidia-smi did not answer within 6 s (nvidia-smi's bound: 3 x command_timeout) in drain, "
+    assert wedged.error == ("nvidia-smi did not answer within 12 s (nvidia-smi's bound: 3 x command_timeout) in drain, "
                             "not asked again: driver may be wedged; reset its GPUs (--gpu-reset) or reboot the node")
     assert wedged.reason is Reason.COMMAND_TIMEOUT
     assert wedged.memory_before_mib is None

@@ -39,7 +39,7 @@ CASES: dict[str, tuple[NodeSpec, dict[str, Any], str, HostStatus, Reason | None]
     "gpu-t03": (busy("gpu-t03", smi_mode="hang"), {"command_timeout": 4}, "the driver is wedged",
                 HostStatus.FAILED, Reason.COMMAND_TIMEOUT),
     "gpu-t04": (busy("gpu-t04", unit=UnitSpec(name="sglang.service", gpus=(0, 1), mib=30000, ignore_sigterm=True)),
-                {"drain_timeout": 10, "command_timeout": 2}, "a unit's stop hangs", HostStatus.CLEAN, None),
+                {"drain_timeout": 10}, "a unit's stop hangs", HostStatus.CLEAN, None),
     "gpu-t05": (NodeSpec(name="gpu-t05", linger_s=0.2, units=(
                     UnitSpec(name="trainer.service", gpus=(2, 3), mib=20000, restart="always", restart_sec=0.3),)),
                 {"services": [], "kill_grace": 3}, "a holder respawns", HostStatus.FAILED, Reason.RESPAWNED),

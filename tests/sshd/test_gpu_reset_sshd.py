@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from support.keys import ClientKey
+from support.sim_fleet import last_log
 from support.sshd import Sshd
 
 from fleet.engine.graph import run_hosts
@@ -118,10 +119,13 @@ async def test_a_refused_gpu_reset_names_its_holders_in_the_hosts_error(
 async def test_a_reset_slower_than_command_timeout_runs_within_gpu_reset_timeout(
     sshd: Sshd, client_key: ClientKey, nodes: list[SimNode], tmp_path: Path
 ) -> None:
-    """A whole baseboard's reset (NVSwitch: all GPUs at once) taking 4 s, with command_timeout 2 s."""
-    sim = busy(nodes, tmp_path, gpu_reset_s=4.0)
-    host = host_of(sim, sshd, client_key, command_timeout=2, gpu_reset_timeout=30)
+    """A whole baseboard's reset (NVSwitch: all GPUs at once) taking 6 s, with command_timeout 5 s (no shorter:
+    on a loaded machine a holder scan can take seconds)."""
+    sim = busy(nodes, tmp_path, gpu_reset_s=6.0)
+    host = host_of(sim, sshd, client_key, command_timeout=5, gpu_reset_timeout=30)
     result = await reset(host, tmp_path, gpu_reset=True)
     assert result.status is HostStatus.CLEAN, result.error
     assert settle_step(result).detail.startswith("reset all GPUs (NVSwitch baseboard) with nvidia-smi -r")
     assert sorted(sim.gpu_resets()) == list(ALL)
+    resets = [e for e in last_log(tmp_path, "gpu-l01") if e["event"] == "command" and "-r" in e["argv"]]
+    assert resets and {e["timeout_s"] for e in resets} == {30}  # gpu_reset_timeout, not nvidia-smi's 3 x 5 s
