@@ -144,7 +144,7 @@ def versions(venv: Path) -> dict[str, str]:
             return f"unavailable: {exc}"
         text = (done.stdout or "") + (done.stderr or "")
         return text.strip().splitlines()[0] if (done.stdout or done.stderr) else ""
-    import asyncssh
+    from fleet.transport.ssh.asyncssh_quiet import asyncssh  # its import-time warning is not the bench's news
     return {"openssh": first_line(["ssh", "-V"]), "pdsh": first_line(["pdsh", "-V"]),
             "ansible": first_line([str(venv / "bin" / "ansible-playbook"), "--version"]),
             "py-spy": first_line([str(venv / "bin" / "py-spy"), "--version"]), "asyncssh": asyncssh.__version__}

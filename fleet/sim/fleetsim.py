@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
-import asyncssh
 import yaml
 
 from fleet.sim.node import NodeSpec, SimNode
 from fleet.sim.server import SimServer
+from fleet.transport.ssh.asyncssh_quiet import asyncssh
 
 # Seconds allowed for stopping every server and node on exit.
 STOP_TIMEOUT_S = 30.0

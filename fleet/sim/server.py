@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import asyncssh
 
 from fleet.transport.sessions import REAP_TIMEOUT_S, signal_session
+from fleet.transport.ssh.asyncssh_quiet import asyncssh
 
 _READ_CHUNK = 64 * 1024
 _STDERR = asyncssh.EXTENDED_DATA_STDERR

@@ -9,7 +9,8 @@
     sessions.py  ending a whole local process session
     reap.py      finding an interrupted command on a node by its marker
 
-The rule: ssh/ is the only package outside `fleet.sim` that imports asyncssh.
+The rule: ssh/ is the only package outside `fleet.sim` that uses asyncssh, and `ssh/asyncssh_quiet.py` the only
+module that imports it (without the warning asyncssh raises as it is imported).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ async def test_the_documented_sweep_runs_and_leaves_the_harness_process_as_it_wa
         done = await anyio.run_process([sys.executable, str(REPO / "tests" / "support" / "library_sweep.py"),
                                         str(sim.inventory_path), str(logs)], check=False)
     assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr == b""
     result = json.loads(done.stdout)
     assert result["dirty"] == {} and result["ran"] == [NAMES, NAMES]  # reset clean before each benchmark
     before, after = result["before"], result["after"]
@@ -34,6 +35,7 @@ async def test_the_documented_sweep_runs_and_leaves_the_harness_process_as_it_wa
     assert {k: v for k, v in after.items() if k != "frozen"} == {k: v for k, v in before.items() if k != "frozen"}
     assert min(before["frozen"], after["frozen"]) >= result["kept"]
     assert result["said"] == ""  # nothing on the harness's stdout or stderr
+    assert result["warned"] == []  # no warning of a library's, asyncssh's import-time one included
     assert len([p for p in logs.iterdir() if p.is_dir()]) == 2  # each run's hosts' logs, and nothing else there
     assert not (logs / "history.sqlite").exists()
     for run in logs.iterdir():

@@ -1,5 +1,7 @@
 """SSH, the only place fleet imports asyncssh: one connection per host, reused for every command.
 
+    asyncssh_quiet.py  asyncssh, imported without the warning it raises as it is imported (the simulator's SSH
+                    server takes it from here too)
     known_hosts.py  the files a host's keys are checked against, parsed as OpenSSH parses them (once a version)
     routing.py      ssh_config: where a connection goes (HostName, port, user, a single-hop ProxyJump)
     options.py      asyncssh's options for a host (keys checked, AES-GCM first), and its errors mapped once to

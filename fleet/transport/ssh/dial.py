@@ -19,13 +19,13 @@ import socket
 from collections.abc import Sequence
 
 import anyio
-import asyncssh
 
 from fleet.inventory.host import Host
 from fleet.model.errors import ConnectError
 from fleet.transport import attention
 from fleet.transport.base import Note
 from fleet.transport.ssh.admission import Admitted, admission
+from fleet.transport.ssh.asyncssh_quiet import asyncssh
 from fleet.transport.ssh.routing import Route
 
 SockAddr = tuple[socket.AddressFamily, tuple[object, ...]]

@@ -9,7 +9,6 @@ import weakref
 from dataclasses import dataclass, field
 
 import anyio
-import asyncssh
 
 from fleet.inventory.host import Host
 from fleet.model.errors import (
@@ -17,6 +16,7 @@ from fleet.model.errors import (
     TransportError,
 )
 from fleet.model.outcomes import Reason
+from fleet.transport.ssh.asyncssh_quiet import asyncssh
 from fleet.transport.ssh.dial import dial
 from fleet.transport.ssh.known_hosts import KnownHosts
 from fleet.transport.ssh.options import connect_errors, connect_options

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
 
-import asyncssh
-
 from fleet.inventory.host import Host, default_known_hosts
 from fleet.model.errors import (
     HostKeyChanged,
@@ -23,6 +21,7 @@ from fleet.model.errors import (
 from fleet.transport.base import (
     Note,
 )
+from fleet.transport.ssh.asyncssh_quiet import asyncssh
 
 T = TypeVar("T")
 

@@ -10,14 +10,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import asyncssh
-
 from fleet.inventory.host import Host
 from fleet.model.errors import (
     AuthError,
     ConnectError,
     ConnectionLost,
 )
+from fleet.transport.ssh.asyncssh_quiet import asyncssh
 from fleet.transport.ssh.known_hosts import KnownHosts, cached, known_hosts, untrusted
 from fleet.transport.ssh.routing import Route
 

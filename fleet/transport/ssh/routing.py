@@ -8,12 +8,11 @@ import getpass
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
-
 from fleet.inventory.host import Host
 from fleet.model.errors import (
     ConnectError,
 )
+from fleet.transport.ssh.asyncssh_quiet import asyncssh
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,7 +41,6 @@ from contextlib import suppress
 from typing import TypeVar
 
 import anyio
-import asyncssh
 
 from fleet.inventory.host import Host
 from fleet.model.errors import (
@@ -62,6 +61,7 @@ from fleet.transport.base import (
     finish,
     make_result,
 )
+from fleet.transport.ssh.asyncssh_quiet import asyncssh
 from fleet.transport.ssh.dial import admission_notes, dial
 from fleet.transport.ssh.jumps import SharedJump, close_connection, lease
 from fleet.transport.ssh.known_hosts import known_hosts
