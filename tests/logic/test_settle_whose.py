@@ -108,7 +108,7 @@ async def test_memory_held_only_by_a_jobs_processes_fails_at_once_naming_the_job
     assert killed.job_pids == {JOB} and killed.kept == frozenset() and killed.killed == ()
     started = time.monotonic()
     outcome = await settle.settle(n, killed.kept, killed.job_pids)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # half of settle_timeout: it did not wait it out
     result = outcome.result
     assert (result.status, result.reason) == (StepStatus.FAILED, Reason.MEMORY_HELD_BY_JOB)
     assert result.error is not None and result.error.startswith(

@@ -142,7 +142,7 @@ def test_sigkilled_worker_memory_lingers_then_drops(make_node: MakeNode) -> None
     assert smi_memory(node)[0] == "0, 5000"
     assert pid not in node.compute_pids()
     assert soon(lambda: smi_memory(node)[0] == "0, 0")
-    assert 0.3 <= time.monotonic() - killed_at < 3.0
+    assert time.monotonic() - killed_at >= 0.3  # it lingered; `soon` says it then dropped
     assert state.registrations(node.root) == []
 
 
@@ -277,7 +277,7 @@ def test_hung_nvidia_smi_is_ended_by_timeout(make_node: MakeNode) -> None:
     started = time.monotonic()
     out = sh(node, "timeout 1 nvidia-smi --query-gpu=index --format=csv")
     assert out.returncode == 124
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 20  # timeout's 1 s ended it, not `sh`'s own 30 s
     node.set_smi_mode("ok")
     assert len(smi_memory(node)) == 8
 

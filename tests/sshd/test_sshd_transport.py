@@ -76,7 +76,7 @@ async def test_timeout_ends_the_remote_process(ssh: SshTransport) -> None:
     started = time.monotonic()
     with pytest.raises(CommandTimeout) as caught:
         await ssh.run(["sh", "-c", "echo $$; exec sleep 60"], timeout=1)
-    assert time.monotonic() - started < 1 + 3
+    assert time.monotonic() - started < 30  # the bound ended it, not the sleep's own 60 s
     pid = int(caught.value.result.stdout)
     assert await gone_within(pid, 2), f"sleep {pid} outlived its command"
 
