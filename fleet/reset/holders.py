@@ -91,10 +91,15 @@ async def _still_unreadable(node: Node, seen: procs.HolderScan, step: StepName, 
     A table can also read as unreadable while its thread is exiting and its process still exists (a killed
     process's last threads tearing down, its leader already a zombie): `scan` looks once more, whole, when any is
     left, and judges by that second look alone. A table kept from this user (another user's process, a scan that is
-    not root) is unreadable both times and the scan is blind; one that reads whole the second time is looked into."""
+    not root) is unreadable both times and the scan is blind; one that reads whole the second time is looked into.
+
+    A ps that does not list pid 1 (it failed, or hidepid hides processes from it) cannot say who is gone: every
+    table stays unreadable."""
     if not seen.unreadable:
         return seen
     alive = await node.ask(procs.ps(seen.unreadable), step=step, budget=budget)
+    if 1 not in alive:
+        return seen
     return replace(seen, unreadable=tuple(pid for pid in seen.unreadable if pid in alive))
 
 

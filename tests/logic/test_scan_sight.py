@@ -324,6 +324,16 @@ async def test_an_fd_table_unreadable_because_its_process_exited_mid_scan_hides_
     assert scans(gone) == 1  # a table whose process is gone hides nothing: no second look
 
 
+async def test_a_ps_that_cannot_vouch_never_makes_an_unreadable_table_gone() -> None:
+    """ps failed, printing nothing (or hidepid hid pid 1 from it): its silence is no "the process is gone", and the
+    unreadable table keeps the scan blind."""
+    for silent in (Reply(stdout="", stderr="ps: fatal error\n", exit_status=1),
+                   Reply(stdout=" 4242     1 root     python3 train.py\n")):  # hidepid: no pid 1
+        n = node(Reply(stdout="init\0unreadable\talice\t/proc/78/task/80/fd\0", exit_status=1), silent)
+        with pytest.raises(StepFailed, match=r"permission denied on /proc/\*/fd of 1 process\)"):
+            await look(n)
+
+
 async def test_a_table_unreadable_while_its_thread_tore_down_is_looked_at_again() -> None:
     """A killed process's last threads, its leader a zombie that ps still lists: its table read as unreadable.
     The second look, whole, reads it and stands alone: clean when it finds nothing, its holder judged when it
