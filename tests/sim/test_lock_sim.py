@@ -8,13 +8,13 @@ the run that held it, however that run ended.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
 import anyio
 import pytest
+from support.processes import lock_freed, lock_held
 from support.sim_fleet import busy, fast_vars
 
 from fleet.engine.graph import run_hosts
@@ -27,11 +27,6 @@ from fleet.sim.fleetsim import SimFleet
 from fleet.sim.node import WorkerSpec
 
 NODE = "gpu-l01"
-
-
-def lock_held(path: str) -> bool:
-    """Whether some process holds an flock on path (asked with a non-blocking flock of our own)."""
-    return subprocess.run(["flock", "-n", "-E", "75", path, "true"], check=False).returncode == 75
 
 
 def owner_file_text(sim: SimFleet) -> str:
@@ -162,6 +157,6 @@ async def test_a_dropped_session_releases_the_lock(sim: SimFleet, tmp_path: Path
             tg.start_soon(reset, sim, tmp_path, "run-a")
             assert await lock_taken(node.lock_file, 10)
             sim.servers[NODE].drop_connections()
-    assert not lock_held(node.lock_file)
+    assert await lock_freed(node.lock_file, 10), "the lock outlived the session that took it"
     after = await reset(sim, tmp_path, "run-b")
     assert after.status is HostStatus.CLEAN, after.error

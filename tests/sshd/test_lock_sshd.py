@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 from support.keys import ClientKey
-from support.processes import lock_held
+from support.processes import lock_freed, lock_held
 from support.scripted_node import Log
 from support.sshd import Sshd
 
@@ -71,13 +71,6 @@ def holder(host: Host) -> Iterator[subprocess.Popen[str]]:
             process.stdout.close()
 
 
-async def eventually_free(path: str, within: float) -> bool:
-    with anyio.move_on_after(within):
-        while lock_held(path):  # noqa: ASYNC110 - polls the lock file: there is no event to await
-            await anyio.sleep(0.05)
-    return not lock_held(path)
-
-
 async def test_release_is_eof_and_ends_the_holder_through_openssh(host: Host) -> None:
     """OpenCommand across OpenSSH, refused to a second session with the owner's id, freed by EOF (exit 0, no kill)."""
     first_log, second_log = Log(), Log()
@@ -101,6 +94,6 @@ async def test_a_fleet_that_dies_holding_the_lock_frees_it(host: Host, holder: s
     assert line == "locked\n"
     assert lock_held(host.lock_file)
     os.kill(holder.pid, signal.SIGKILL)
-    assert await eventually_free(host.lock_file, 5), "sshd's holder outlived the client"
+    assert await lock_freed(host.lock_file, 5), "sshd's holder outlived the client"
     async with await open_ssh(host) as ssh, host_lock(Node(host, ssh, Log()), "run-b", held_s=60, wait_s=1):
         assert lock_held(host.lock_file)

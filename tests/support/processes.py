@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import anyio
 import pytest
 
 from fleet.node.probes.procs import Identity, parse_verdicts, signal_argv
@@ -159,6 +160,15 @@ def named_child() -> Iterator[Callable[[str], int]]:
 def lock_held(path: str) -> bool:
     """Whether some process holds an flock on path (asked with a non-blocking flock of our own)."""
     return subprocess.run(["flock", "-n", "-E", "75", path, "true"], check=False).returncode == 75
+
+
+async def lock_freed(path: str, within: float) -> bool:
+    """Whether the flock on path is free within `within` seconds: a killed holder lets it go as the kernel ends it,
+    after the signal, not with it."""
+    with anyio.move_on_after(within):
+        while lock_held(path):  # noqa: ASYNC110 - polls the lock file: there is no event to await
+            await anyio.sleep(0.05)
+    return not lock_held(path)
 
 
 def descendants(pid: int) -> list[int]:
