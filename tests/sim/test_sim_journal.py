@@ -209,7 +209,7 @@ def xids_of(node: SimNode) -> list[str]:
 
 
 def wait_for_xids(node: SimNode, count: int) -> list[str]:
-    assert state.wait_for(lambda: len(xids_of(node)) >= count, 5.0), xids_of(node)
+    assert state.wait_for(lambda: len(xids_of(node)) >= count, 30.0), xids_of(node)
     return xids_of(node)
 
 
@@ -220,7 +220,7 @@ def test_a_worker_killed_with_gpu_memory_logs_xid_45_on_each_gpu(make_node: Make
     pid = node.spawn_worker(WorkerSpec(gpus=(2, 5), mib=1000, name="a-very-long-process-name"))
     assert xids_of(node) == []
     os.kill(pid, sig)
-    assert state.wait_for(lambda: not node.alive(pid), 5.0)
+    assert state.wait_for(lambda: not node.alive(pid), 30.0)
     sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv")
     # the kernel keeps 15 characters of a process name; one line a GPU, at its bus id
     text = f"pid={pid}, name=a-very-long-pro, Ch 00000001"
@@ -234,7 +234,7 @@ def bus_of(node: SimNode, gpu: int) -> str:
     return sh(node, f"nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i {gpu}").stdout.strip()
 
 
-def gone(node: SimNode, pid: int, timeout: float = 5.0) -> bool:
+def gone(node: SimNode, pid: int, timeout: float = 30.0) -> bool:
     """Waits until `pid` no longer runs on `node`: False if it still does after `timeout` seconds."""
     return state.wait_for(lambda: not node.alive(pid), timeout)
 
@@ -246,7 +246,7 @@ def test_without_xid_on_kill_or_without_memory_no_xid_is_logged(make_node: MakeN
     idle = noisy.spawn_worker(WorkerSpec(gpus=(0,), mib=0, compute=False))
     for node, victim in ((quiet, pid), (noisy, idle)):
         os.kill(victim, signal.SIGKILL)
-        gone(node, victim)
+        assert gone(node, victim)
         sh(node, "nvidia-smi --query-gpu=index,memory.used --format=csv")
     time.sleep(0.2)
     assert xids_of(quiet) == [] and xids_of(noisy) == []

@@ -336,13 +336,12 @@ def test_restart_always_unit_comes_back_with_new_pid(make_node: MakeNode) -> Non
 
 
 def test_stop_no_block_normal_unit_goes_inactive(make_node: MakeNode) -> None:
+    """The stop goes on after `--no-block` returns (that it returns first: the stubborn unit's test below)."""
     node = make_node(NodeSpec(name="stop", units=(FAST_UNIT,)))
     pid = node.unit_main_pid("sglang")
-    started = time.monotonic()
     out = sh(node, "systemctl stop --no-block -- sglang.service")
     assert out.returncode == 0
-    assert time.monotonic() - started < 1.0
-    assert soon(lambda: node.unit_state("sglang") == "inactive", timeout=2.0)
+    assert soon(lambda: node.unit_state("sglang") == "inactive", timeout=30.0)
     assert not node.alive(pid)
     assert sh(node, "systemctl show -p MainPID,ActiveState,SubState sglang").stdout == (
         "MainPID=0\nActiveState=inactive\nSubState=dead\n"
@@ -350,7 +349,8 @@ def test_stop_no_block_normal_unit_goes_inactive(make_node: MakeNode) -> None:
 
 
 def test_stop_ignore_sigterm_unit_until_killed(make_node: MakeNode) -> None:
-    """SIGTERM is ignored: the unit stays deactivating until `systemctl kill` SIGKILLs it."""
+    """SIGTERM is ignored: the unit stays deactivating until `systemctl kill` SIGKILLs it. `--no-block` returned
+    while the stop had 60 s to go: it does not wait for the stop."""
     stubborn = UnitSpec(name="stubborn", gpus=(7,), mib=500, ignore_sigterm=True, timeout_stop_sec=60.0)
     node = make_node(NodeSpec(name="stubborn", units=(stubborn,)))
     pid = node.unit_main_pid("stubborn")
@@ -359,7 +359,7 @@ def test_stop_ignore_sigterm_unit_until_killed(make_node: MakeNode) -> None:
     assert node.unit_state("stubborn") == "deactivating"
     assert node.alive(pid)
     assert sh(node, "systemctl kill --kill-whom=all --signal=SIGKILL -- stubborn").returncode == 0
-    assert soon(lambda: node.unit_state("stubborn") in ("inactive", "failed"), timeout=2.0)
+    assert soon(lambda: node.unit_state("stubborn") in ("inactive", "failed"), timeout=30.0)
     assert not node.alive(pid)
     assert soon(lambda: not node.alive(state.read_unit(node.root, "stubborn")["supervisor_pid"]))
 
