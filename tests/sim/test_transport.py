@@ -93,7 +93,7 @@ async def test_remote_timeout_raises_with_partial_output_and_ends_the_process(ss
         await ssh.run(["sh", "-c", "echo $$; exec sleep 60"], timeout=1)
     assert time.monotonic() - started < 30  # the bound ended it, not the sleep's own 60 s
     pid = int(caught.value.result.stdout)
-    assert await gone_within(pid, 2), f"sleep {pid} outlived its command"
+    assert await gone_within(pid, 20), f"sleep {pid} outlived its command"
 
 
 async def test_client_deadline_ends_the_process_when_the_node_bound_does_not(
@@ -111,18 +111,18 @@ async def test_client_deadline_ends_the_process_when_the_node_bound_does_not(
         pids = [int(line) for line in caught.value.result.stdout.split()]
         assert len(pids) == 2, "partial output is kept"
         for pid in pids:
-            assert await gone_within(pid, 2), f"pid {pid} outlived the client deadline"
+            assert await gone_within(pid, 20), f"pid {pid} outlived the client deadline"
         assert (await ssh.run(["echo", "still usable"], timeout=5)).stdout == "still usable\n"
 
 
 async def test_cancelled_run_ends_the_remote_process(ssh: SshTransport, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    with anyio.move_on_after(5):
+    with anyio.move_on_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: ssh.run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], timeout=30))
-            pid = int(await line_within(pidfile, 5))
+            pid = int(await line_within(pidfile, 20))
             tg.cancel_scope.cancel()
-    assert await gone_within(pid, 3)
+    assert await gone_within(pid, 20)
     assert (await ssh.run(["true"], timeout=5)).ok
 
 
@@ -130,11 +130,11 @@ async def test_dropped_connection_mid_command_is_connection_lost(ssh: SshTranspo
     pidfile = tmp_path / "pid"
 
     async def drop_once_started() -> None:
-        pid = int(await line_within(pidfile, 5))
+        pid = int(await line_within(pidfile, 20))
         node.server.drop_connections()
-        assert await gone_within(pid, 3), "the server must kill what a dropped session started"
+        assert await gone_within(pid, 20), "the server must kill what a dropped session started"
 
-    with anyio.fail_after(10):
+    with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             tg.start_soon(drop_once_started)
             with pytest.raises(ConnectionLost):
@@ -243,7 +243,7 @@ async def test_close_is_idempotent(node: Node) -> None:
     await ssh.close()
     with pytest.raises(ConnectionLost):
         await ssh.run(["true"], timeout=5)
-    assert await eventually(lambda: node.server.connection_count == 0, 2)
+    assert await eventually(lambda: node.server.connection_count == 0, 20)
 
 
 async def test_connect_dispatches_on_connection(node: Node) -> None:
@@ -282,7 +282,7 @@ async def test_local_node_bound_raises_command_timeout() -> None:
     with pytest.raises(CommandTimeout) as caught:
         await LocalTransport(LOCAL).run(["sh", "-c", "echo $$; exec sleep 60"], timeout=0.5)
     assert caught.value.result.exit_status == 124
-    assert await gone_within(int(caught.value.result.stdout), 2)
+    assert await gone_within(int(caught.value.result.stdout), 20)
 
 
 async def test_local_client_deadline_kills_the_whole_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,18 +294,18 @@ async def test_local_client_deadline_kills_the_whole_group(tmp_path: Path, monke
     pids = [int(p) for p in caught.value.result.stdout.split()]
     assert len(pids) == 2
     for pid in pids:
-        assert await gone_within(pid, 2)
+        assert await gone_within(pid, 20)
 
 
 async def test_local_cancel_kills_the_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    with anyio.move_on_after(5):
+    with anyio.move_on_after(30):
         async with anyio.create_task_group() as tg:
             argv = ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"]
             tg.start_soon(lambda: LocalTransport(LOCAL).run(argv, timeout=30))
-            pid = int(await line_within(pidfile, 5))
+            pid = int(await line_within(pidfile, 20))
             tg.cancel_scope.cancel()
-    assert await gone_within(pid, 2)
+    assert await gone_within(pid, 20)
 
 
 async def test_local_sudo_wanting_a_password_is_auth_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -364,7 +364,7 @@ async def test_silent_mid_command_is_noticed_once_then_nothing_touches_the_wire(
     pidfile = tmp_path / "pid"
 
     async def freeze_once_started() -> None:
-        await line_within(pidfile, 5)
+        await line_within(pidfile, 20)
         freezer.freeze()
 
     with anyio.fail_after(SILENT_WITHIN_S + 10):

@@ -78,18 +78,18 @@ async def test_timeout_ends_the_remote_process(ssh: SshTransport) -> None:
         await ssh.run(["sh", "-c", "echo $$; exec sleep 60"], timeout=1)
     assert time.monotonic() - started < 30  # the bound ended it, not the sleep's own 60 s
     pid = int(caught.value.result.stdout)
-    assert await gone_within(pid, 2), f"sleep {pid} outlived its command"
+    assert await gone_within(pid, 20), f"sleep {pid} outlived its command"
 
 
 async def test_cancelled_run_ends_the_remote_process_through_openssh(ssh: SshTransport, tmp_path: Path) -> None:
     """OpenSSH does not end a command when its channel closes: fleet finds it by its marker and kills it."""
     pidfile = tmp_path / "pid"
-    with anyio.move_on_after(5):
+    with anyio.move_on_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: ssh.run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], timeout=30))
-            pid = int(await line_within(pidfile, 5))
+            pid = int(await line_within(pidfile, 20))
             tg.cancel_scope.cancel()
-    assert await gone_within(pid, 3), f"sleep {pid} outlived the interrupted run"
+    assert await gone_within(pid, 20), f"sleep {pid} outlived the interrupted run"
     assert (await ssh.run(["true"], timeout=5)).ok
 
 
