@@ -32,7 +32,7 @@ async def test_a_hang_up_mid_run_still_releases_the_nodes_and_exits_129(sim: Sim
             process.send_signal(signal.SIGHUP)
             process.send_signal(signal.SIGHUP)
             process.send_signal(signal.SIGINT)  # the operator's: the second signal, were the hang-ups one
-            await until(lambda: "still releasing" in stderr.read_text(), "the SIGINT was answered", 10)
+            await until(lambda: "still releasing" in stderr.read_text(), "the SIGINT was answered", 30)
         document = await finish(process)
     finally:
         stop(process)
@@ -57,9 +57,9 @@ async def test_a_hang_up_after_two_interrupts_never_abandons_the_release(sim: Si
             await until(lambda: logged(logs, "sim1", "slurm_release") or logged(logs, "sim1", "slurm_error"),
                         "the release began", 30)
             process.send_signal(signal.SIGINT)
-            await until(lambda: "still releasing" in stderr.read_text(), "the second SIGINT was answered", 10)
+            await until(lambda: "still releasing" in stderr.read_text(), "the second SIGINT was answered", 30)
             process.send_signal(signal.SIGHUP)
-            await until(lambda: HANGUP_LINE in stderr.read_text(), "the hang-up was said", 10)
+            await until(lambda: HANGUP_LINE in stderr.read_text(), "the hang-up was said", 30)
         document = await finish(process)
     finally:
         stop(process)

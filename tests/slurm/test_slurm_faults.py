@@ -119,7 +119,7 @@ async def interrupt_twice(process: subprocess.Popen[str], stderr: Path, logs: Pa
     await until(lambda: logged(logs, "sim1", "slurm_release") or logged(logs, "sim1", "slurm_error"),
                 "the release began", 30)
     process.send_signal(second)
-    await until(lambda: "still releasing" in stderr.read_text(), "the second signal was answered", 10)
+    await until(lambda: "still releasing" in stderr.read_text(), "the second signal was answered", 30)
 
 
 

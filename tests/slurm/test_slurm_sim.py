@@ -331,7 +331,7 @@ async def test_via_srun_interrupted_removes_the_reservation(sim: SimFleet, clust
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait()
+            process.communicate(timeout=30)  # reaped, its pipes closed
     assert process.returncode == code, err
     assert cluster.reservations() == []
     assert await gone(cluster, "fleet-"), "the step's job outlived the run"

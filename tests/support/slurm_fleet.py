@@ -94,9 +94,10 @@ WAIT_S = 90.0
 
 
 def logged(logs: Path, host: str, event: str, **fields: Any) -> bool:
-    """Some run under `logs` logged `event` (with these fields) for host."""
+    """Some run under `logs` logged `event` (with these fields) for host. The log is read while its run writes it:
+    a line is read once it is whole (a long line reaches the file in more than one write)."""
     for path in logs.glob(f"*/{host}.jsonl"):
-        for line in path.read_text().splitlines():
+        for line in path.read_bytes().split(b"\n")[:-1]:
             record = json.loads(line)
             if record.get("event") == event and all(record.get(k) == v for k, v in fields.items()):
                 return True
@@ -123,9 +124,12 @@ def settling(logs: Path) -> bool:
 
 
 def stop(process: subprocess.Popen[str]) -> None:
+    """End the run by its pid if it still runs, and close its pipe (a test that failed before `finish` read it)."""
     if process.poll() is None:
         process.kill()
         process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def released_as_interrupted(document: dict[str, Any], cluster: SlurmCluster) -> None:
